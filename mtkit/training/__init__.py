@@ -1,0 +1,1 @@
+"""Training: batching, loss, optimizer and schedule, precision, distribution, checkpoints, the loop."""

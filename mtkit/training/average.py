@@ -1,0 +1,52 @@
+"""Checkpoint averaging (§6.1: the last 5 checkpoints for base models, the last 20 for big)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtkit.errors import MtkitError
+from mtkit.training.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
+
+
+def average_checkpoints(paths: list[Path], output: Path) -> Path:
+    """Write a checkpoint whose model tensors are the element-wise mean of ``paths``'.
+
+    Accumulates in float64, one checkpoint in memory at a time, and keeps the first
+    checkpoint's config and vocabulary. The result holds no optimizer state: it is for
+    translation and evaluation, not for resuming.
+    """
+    if not paths:
+        raise MtkitError("no checkpoints to average")
+    total: dict = {}
+    first: dict | None = None
+    for path in paths:
+        ckpt = load_checkpoint(path)
+        state = ckpt["model"]
+        if first is None:
+            first = ckpt
+            total = {k: v.double().clone() if v.is_floating_point() else v for k, v in state.items()}
+            continue
+        if state.keys() != total.keys():
+            raise MtkitError(f"{path}: its parameters differ from {paths[0]}'s; cannot average")
+        for k, v in state.items():
+            if v.is_floating_point():
+                total[k] += v.double()
+    assert first is not None
+    dtype_of = {k: v.dtype for k, v in first["model"].items()}
+    model = {k: (v / len(paths)).to(dtype_of[k]) if v.is_floating_point() else v for k, v in total.items()}
+    keep = ("format_version", "mtkit_version", "config", "vocab", "src_vocab_size", "tgt_vocab_size")
+    payload = {k: first[k] for k in keep}
+    payload["model"] = model
+    payload["averaged_from"] = [str(p) for p in paths]
+    payload["step"] = load_checkpoint(paths[-1])["step"] if len(paths) > 1 else first.get("step", 0)
+    return save_checkpoint(payload, output)
+
+
+def average_run(run_dir: Path, last: int, output: Path | None = None) -> Path:
+    """Average the last ``last`` step checkpoints of a run into ``checkpoints/averaged.pt`` (or ``output``)."""
+    paths = step_checkpoints(run_dir)
+    if not paths:
+        raise MtkitError(f"{run_dir}: no step checkpoints to average (expected checkpoints/step_*.pt)")
+    if last > len(paths):
+        raise MtkitError(f"{run_dir}: asked to average the last {last} checkpoints, but only {len(paths)} exist")
+    return average_checkpoints(paths[-last:], output or Path(run_dir) / "checkpoints" / "averaged.pt")

@@ -1,0 +1,198 @@
+"""Token-budget batches, bucketed by length, shuffled per epoch, sharded across ranks.
+
+A batch holds as many examples of similar length as fit in ``max_tokens`` padded
+tokens (the longer of the padded source and target sides, the way fairseq counts).
+Examples are sorted by length after a seeded shuffle, cut into batches, and the
+batches shuffled again from ``seed + epoch``; every rank builds the same list and
+reads its own slice, so ranks read distinct batches without communication. The
+position in an epoch is the sampler's whole state, which makes resume exact.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+
+
+class Store(Protocol):
+    """What batching needs of a split (mtkit.data.store.ParallelStore has it)."""
+
+    src_lengths: np.ndarray
+    tgt_lengths: np.ndarray
+
+    def __len__(self) -> int: ...
+    def src(self, i: int) -> np.ndarray: ...
+    def tgt(self, i: int) -> np.ndarray: ...
+
+
+def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, seed: int) -> list[np.ndarray]:
+    """Cut the examples into token-budget batches of similar lengths (in a seeded order).
+
+    Lengths count the added EOS (source) and BOS/EOS (target) tokens. Examples longer
+    than ``max_tokens`` on their own are left out.
+    """
+    src_len = src_lengths.astype(np.int64) + 1
+    tgt_len = tgt_lengths.astype(np.int64) + 1
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(src_len))
+    # Sort by target then source length; the permutation breaks ties at random.
+    order = order[np.lexsort((src_len[order], tgt_len[order]))]
+    width = np.maximum(src_len, tgt_len)[order]
+    batches: list[np.ndarray] = []
+    start, longest = 0, 0
+    for i, w in enumerate(width):
+        if w > max_tokens:
+            if i > start:
+                batches.append(order[start:i])
+            start, longest = i + 1, 0
+            continue
+        longest = max(longest, w)
+        if longest * (i + 1 - start) > max_tokens:
+            batches.append(order[start:i])
+            start, longest = i, w
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+@dataclass
+class SamplerState:
+    epoch: int = 1
+    position: int = 0  # batches of this rank already consumed in this epoch
+
+
+class TokenBatchSampler:
+    """Yields this rank's batches of example indices, epoch after epoch, from a resumable position."""
+
+    def __init__(
+        self,
+        src_lengths: np.ndarray,
+        tgt_lengths: np.ndarray,
+        max_tokens: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+    ) -> None:
+        self.src_lengths = src_lengths
+        self.tgt_lengths = tgt_lengths
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.shuffle = shuffle
+        self.state = SamplerState()
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches for ``epoch``; every rank gets the same number."""
+        batches = make_batches(self.src_lengths, self.tgt_lengths, self.max_tokens, self.seed + epoch if self.shuffle else self.seed)
+        if self.shuffle:
+            perm = np.random.default_rng(self.seed * 1_000_003 + epoch).permutation(len(batches))
+            batches = [batches[i] for i in perm]
+        per_rank = len(batches) // self.world_size  # equal counts keep the ranks in step
+        return batches[self.rank * per_rank : (self.rank + 1) * per_rank] if self.world_size > 1 else batches
+
+    def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
+        """Yields (epoch, batch) forever, starting at ``self.state``; updates the state as it goes."""
+        while True:
+            batches = self.epoch_batches(self.state.epoch)
+            if not batches:
+                raise ValueError("no batch fits: every example is longer than max_tokens")
+            while self.state.position < len(batches):
+                batch = batches[self.state.position]
+                self.state.position += 1
+                yield self.state.epoch, batch
+            self.state = SamplerState(epoch=self.state.epoch + 1, position=0)
+
+
+@dataclass
+class Batch:
+    """Padded tensors of one batch.
+
+    src: (B, S) source ids + EOS; tgt_in: (B, T) BOS + target ids; tgt_out: (B, T) target ids + EOS.
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    epoch: int = 0
+    position: int = 0  # the sampler position after this batch
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int((self.tgt_out != PAD_ID).sum())
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of padding among all source and target cells."""
+        real = int((self.src != PAD_ID).sum()) + self.n_tgt_tokens
+        return 1.0 - real / (self.src.numel() + self.tgt_out.numel())
+
+    def to(self, device: torch.device | str) -> "Batch":
+        nb = dict(non_blocking=True)
+        return Batch(self.src.to(device, **nb), self.tgt_in.to(device, **nb), self.tgt_out.to(device, **nb), self.epoch, self.position)
+
+
+def collate(store: Store, indices: Sequence[int]) -> Batch:
+    """Assemble padded tensors for the examples ``indices`` of ``store``."""
+    srcs = [store.src(int(i)) for i in indices]
+    tgts = [store.tgt(int(i)) for i in indices]
+    B = len(indices)
+    S = max(len(s) for s in srcs) + 1
+    T = max(len(t) for t in tgts) + 1
+    src = np.full((B, S), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)
+    for row, (s, t) in enumerate(zip(srcs, tgts)):
+        src[row, : len(s)] = s
+        src[row, len(s)] = EOS_ID
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
+
+
+def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8) -> Iterator[Batch]:
+    """Assemble batches in a background thread, ``depth`` ahead, so the step never waits for data.
+
+    Each Batch carries the sampler position after it, which is what a checkpoint must
+    record (the thread runs ahead of the training step).
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for _epoch, indices in sampler:
+                batch = collate(store, indices)
+                # Read right after the yield: the state is the position after this batch.
+                batch.epoch, batch.position = sampler.state.epoch, sampler.state.position
+                while not stop.is_set():
+                    try:
+                        q.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as e:  # hand the error to the consumer
+            q.put(e)
+
+    thread = threading.Thread(target=work, daemon=True, name="mtkit-batches")
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,63 @@
+"""Multi-process training through torchrun and PyTorch DDP (nccl on GPU, gloo on CPU).
+
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; without them training runs in one
+process. There is no home-made communication: DDP averages the gradients, and a
+scalar all-reduce gives the global token count used to normalize the loss.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> DistContext:
+    """Join the torchrun process group when launched by torchrun; else a single-process context."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistContext()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        # A finite timeout turns a dead peer into an error (and a non-zero exit) instead of a hang.
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=timeout_minutes))
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def all_reduce_sum(value: float, device: torch.device) -> float:
+    """The sum of ``value`` over all ranks (identity in one process)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
