@@ -1,0 +1,464 @@
+"""sacreBLEU scoring with signatures, literature-comparable tokenized BLEU, paired bootstrap, named test sets.
+
+Scores come from sacrebleu's Python API (``BLEU``, ``CHRF``, ``TER``) and carry
+sacrebleu's reproducibility signature, so a number printed by mtkit is the
+number ``sacrebleu REF -i HYP -m bleu chrf ter`` prints on the same lines.
+
+Inputs
+    Hypotheses are **detokenized** text, one sentence per line, as ``mtkit
+    translate`` writes them. References are raw (detokenized) text as well;
+    never score against SentencePiece-encoded or Moses-tokenized references
+    with plain sacreBLEU. ``refs`` follows sacrebleu's layout: a list of
+    reference *streams*, ``refs[k][i]`` is the k-th reference of sentence i.
+
+Cased detokenized sacreBLEU (``BLEU``) is the score to report first.
+
+Lowercased tokenized BLEU (``lowercase_tok=True``, metric ``BLEU-lc-tok``)
+    The score Multi30k papers quote: the official references
+    ``*.lc.norm.tok.LANG`` were made with Moses ``lowercase.perl`` then
+    ``normalize-punctuation.perl -l LANG`` then ``tokenizer.perl -l LANG``
+    (XML escaping on: ``"`` -> ``&quot;``, ``'`` -> ``&apos;``, ``&`` ->
+    ``&amp;``; no ``-a``, so hyphenated words stay whole). The order matters:
+    the German tokenizer treats capitalised ``Bart.`` as a non-breaking prefix
+    and keeps the period attached, so lowercasing first is what reproduces
+    the official files (1000/1000 lines of test_2016_flickr, both en and de).
+    Hypotheses (and raw references) go through the same pipeline with
+    ``sacremoses``; references that already look lc-tok (no upper case, and
+    nearly every line a fixed point of the pipeline) are used as given. BLEU
+    is then computed with ``tokenize='none'``. Because case errors no longer
+    count and tokenization differs, lc-tok BLEU is usually a few points
+    *higher* than cased detokenized sacreBLEU on the same output: it is
+    comparable only with other lc-tok numbers, never with sacreBLEU.
+
+Tokenized BLEU with compound splitting (``compound_split=True``, ``BLEU-tok-compound``)
+    The legacy WMT14 en-de number of the Transformer paper (tensor2tensor's
+    ``get_ende_bleu.sh``, fairseq's ``compound_split_bleu.sh``): cased Moses
+    ``tokenizer.perl -l LANG`` on hypotheses and raw references, then
+    ``s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g``, then BLEU on those tokens. It is
+    typically higher than sacreBLEU and kept only for comparison with old
+    papers.
+
+Named test sets come from sacrebleu's data API (``load_testset``). For WMT14
+en-de use ``wmt14/full`` (3,003 sentences, what papers report), not the
+filtered ``wmt14`` (2,737).
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import os
+import re
+import socket
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from mtkit.errors import MtkitError
+from mtkit.io import read_lines
+
+METRICS = ("bleu", "chrf", "ter")
+LC_TOK_NAME = "BLEU-lc-tok"
+COMPOUND_NAME = "BLEU-tok-compound"
+
+# Share of reference lines that must survive the lc-tok pipeline unchanged for the
+# stream to count as already tokenized (English official refs: 983/1000, because
+# the pipeline splits "&apos;s" that the original run kept whole).
+_PRETOKENIZED_MIN_FIXED = 0.9
+
+
+@dataclass(frozen=True)
+class MetricScore:
+    """One corpus-level score.
+
+    Attributes:
+        metric: display name, e.g. ``BLEU``, ``chrF2``, ``chrF2++``, ``TER``, ``BLEU-lc-tok``.
+        score: the score (0–100; lower is better for TER only).
+        signature: sacrebleu's full signature, plus mtkit's preprocessing for tokenized BLEU.
+    """
+
+    metric: str
+    score: float
+    signature: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class BleuScore(MetricScore):
+    """BLEU with its sufficient statistics (orders 1..4)."""
+
+    counts: list[int]
+    totals: list[int]
+    precisions: list[float]
+    bp: float
+    sys_len: int
+    ref_len: int
+
+
+@dataclass(frozen=True)
+class ChrfScore(MetricScore):
+    char_order: int
+    word_order: int
+    beta: int
+
+
+@dataclass(frozen=True)
+class TerScore(MetricScore):
+    num_edits: int
+    ref_length: float
+
+
+@dataclass(frozen=True)
+class BootstrapScore:
+    """A system's score under paired bootstrap resampling against the baseline.
+
+    ``mean`` and ``ci95`` (half-width of the 95% interval) come from the bootstrap
+    resamples; ``p_value`` is None for the baseline itself.
+    """
+
+    system: str
+    metric: str
+    score: float
+    mean: float
+    ci95: float
+    p_value: float | None
+    signature: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- tokenized BLEU
+
+
+@lru_cache(maxsize=8)
+def _moses(lang: str):
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    return MosesPunctNormalizer(lang), MosesTokenizer(lang)
+
+
+def lc_tok(line: str, lang: str) -> str:
+    """Lowercase, normalize punctuation and Moses-tokenize one line like Multi30k's ``*.lc.norm.tok.*``."""
+    normalizer, tokenizer = _moses(lang)
+    return tokenizer.tokenize(normalizer.normalize(line.strip().lower()), escape=True, return_str=True)
+
+
+def compound_split_tok(line: str, lang: str) -> str:
+    """Cased Moses tokenization plus ``##AT##-##AT##`` compound splitting (t2t ``get_ende_bleu.sh``)."""
+    _, tokenizer = _moses(lang)
+    tokenized = tokenizer.tokenize(line.strip(), escape=True, return_str=True)
+    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokenized)
+
+
+def looks_lc_tok(lines: Sequence[str], lang: str) -> bool:
+    """True if a reference stream is already lowercased and tokenized (e.g. an official ``*.lc.norm.tok.*``)."""
+    if not lines or any(line != line.lower() for line in lines):
+        return False
+    fixed = sum(lc_tok(html.unescape(line), lang) == line.strip() for line in lines)
+    return fixed >= _PRETOKENIZED_MIN_FIXED * len(lines)
+
+
+def _sacremoses_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sacremoses")
+    except PackageNotFoundError:  # pragma: no cover - the dependency is declared
+        return "unknown"
+
+
+# ---------------------------------------------------------------- scoring plan
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One metric to compute: the sacrebleu metric and how its inputs are prepared."""
+
+    name: str | None  # display name override (None: sacrebleu's own)
+    make: Callable[[], object]  # builds a fresh sacrebleu Metric
+    prepare_hyps: Callable[[list[str]], list[str]]
+    refs: list[list[str]]
+    signature_suffix: str
+
+
+def _identity(lines: list[str]) -> list[str]:
+    return lines
+
+
+def _check_shapes(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
+    if not refs:
+        raise MtkitError("no reference given: pass at least one reference file")
+    for k, stream in enumerate(refs, start=1):
+        if len(stream) != len(hyps):
+            raise MtkitError(f"reference {k} has {len(stream)} lines but the hypotheses have {len(hyps)}")
+    if not hyps:
+        raise MtkitError("nothing to score: the hypotheses are empty")
+
+
+def _plan(
+    refs: list[list[str]],
+    metrics: Sequence[str],
+    chrf_plus: bool,
+    lowercase_tok: bool,
+    compound_split: bool,
+    lang: str | None,
+    moses_lang: str | None,
+    refs_tokenized: bool | None,
+) -> list[_Job]:
+    from sacrebleu.metrics import BLEU, CHRF, TER
+
+    unknown = [m for m in metrics if m.lower() not in METRICS]
+    if unknown:
+        raise MtkitError(f"unknown metric {unknown[0]!r}: choose from {', '.join(METRICS)}")
+    sacrebleu_lang = lang or ""
+    tok_lang = moses_lang or lang  # Moses rules of the tokenized variants
+    if (lowercase_tok or compound_split) and not tok_lang:
+        raise MtkitError("tokenized BLEU needs the target language (for the Moses rules): pass --lang, e.g. --lang de")
+
+    jobs: list[_Job] = []
+    for m in dict.fromkeys(m.lower() for m in metrics):
+        if m == "bleu":
+            jobs.append(_Job(None, lambda: BLEU(trg_lang=sacrebleu_lang), _identity, refs, ""))
+        elif m == "chrf":
+            jobs.append(_Job(None, lambda: CHRF(word_order=2 if chrf_plus else 0), _identity, refs, ""))
+        else:
+            jobs.append(_Job(None, TER, _identity, refs, ""))
+
+    # The inputs are tokenized already; lowercase=True is a no-op on lc-tok text but puts case:lc in
+    # the signature (compound-split BLEU is cased).
+    lc_bleu = lambda: BLEU(tokenize="none", force=True, lowercase=True)  # noqa: E731
+    cased_bleu = lambda: BLEU(tokenize="none", force=True)  # noqa: E731
+    version = _sacremoses_version()
+    if lowercase_tok:
+        assert tok_lang is not None
+        tok_refs, origins = [], []
+        for stream in refs:
+            given = refs_tokenized if refs_tokenized is not None else looks_lc_tok(stream, tok_lang)
+            tok_refs.append([line.strip() for line in stream] if given else [lc_tok(x, tok_lang) for x in stream])
+            origins.append("given" if given else "lc.norm.tok")
+        suffix = f"|pre:lc.norm.tok.{tok_lang}|refs:{'+'.join(origins)}|sacremoses:{version}"
+        jobs.append(_Job(LC_TOK_NAME, lc_bleu, lambda h: [lc_tok(x, tok_lang) for x in h], tok_refs, suffix))
+    if compound_split:
+        assert tok_lang is not None
+        split_refs = [[compound_split_tok(x, tok_lang) for x in stream] for stream in refs]
+        suffix = f"|pre:tok.{tok_lang}+compound-split|sacremoses:{version}"
+        jobs.append(
+            _Job(COMPOUND_NAME, cased_bleu, lambda h: [compound_split_tok(x, tok_lang) for x in h], split_refs, suffix)
+        )
+    return jobs
+
+
+def _build(job: _Job):
+    try:
+        return job.make()
+    except (ImportError, RuntimeError) as e:  # e.g. the MeCab tokenizer sacrebleu picks for ja/ko is not installed
+        raise MtkitError(f"cannot set up {job.name or 'the metric'}: {' '.join(str(e).split())}") from None
+
+
+def _to_result(name: str | None, sb_score, signature: str) -> MetricScore:
+    from sacrebleu.metrics.bleu import BLEUScore
+    from sacrebleu.metrics.chrf import CHRFScore
+    from sacrebleu.metrics.ter import TERScore
+
+    metric = name or sb_score.name
+    score = float(sb_score.score)
+    if isinstance(sb_score, BLEUScore):
+        return BleuScore(
+            metric,
+            score,
+            signature,
+            counts=[int(c) for c in sb_score.counts],
+            totals=[int(t) for t in sb_score.totals],
+            precisions=[float(p) for p in sb_score.precisions],
+            bp=float(sb_score.bp),
+            sys_len=int(sb_score.sys_len),
+            ref_len=int(sb_score.ref_len),
+        )
+    if isinstance(sb_score, CHRFScore):
+        return ChrfScore(metric, score, signature, sb_score.char_order, sb_score.word_order, sb_score.beta)
+    if isinstance(sb_score, TERScore):
+        return TerScore(metric, score, signature, int(sb_score.num_edits), float(sb_score.ref_length))
+    return MetricScore(metric, score, signature)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def score(
+    hyps: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = METRICS,
+    chrf_plus: bool = False,
+    lowercase_tok: bool = False,
+    compound_split: bool = False,
+    lang: str | None = None,
+    moses_lang: str | None = None,
+    refs_tokenized: bool | None = None,
+) -> list[MetricScore]:
+    """Score detokenized hypotheses against raw references.
+
+    Args:
+        hyps: N hypothesis lines (empty lines are fine).
+        refs: reference streams, each of N lines (``refs[k][i]``: k-th reference of sentence i).
+        metrics: any of ``bleu``, ``chrf``, ``ter``, in the order to report them.
+        chrf_plus: chrF++ (word n-grams up to 2) instead of chrF.
+        lowercase_tok: add ``BLEU-lc-tok`` (Multi30k-style lowercased tokenized BLEU); needs ``lang``.
+        compound_split: add ``BLEU-tok-compound`` (legacy WMT14 en-de tokenized BLEU); needs ``lang``.
+        lang: target language code: the Moses rules of tokenized BLEU, and sacreBLEU's tokenizer for
+            zh/ja/ko (as ``sacrebleu -l xx-zh`` does; otherwise ``13a``, as ``sacrebleu`` without ``-l``).
+        moses_lang: the Moses rules only, leaving sacreBLEU's tokenizer at its default (overrides ``lang``).
+        refs_tokenized: for lc-tok, whether ``refs`` are already lc-tok (None: detect per stream).
+
+    Returns:
+        One result per metric, in order, the tokenized BLEU variants last.
+    """
+    hyps = list(hyps)
+    refs = [list(stream) for stream in refs]
+    _check_shapes(hyps, refs)
+    results = []
+    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized):
+        metric = _build(job)
+        sb_score = metric.corpus_score(job.prepare_hyps(hyps), job.refs)
+        results.append(_to_result(job.name, sb_score, metric.get_signature().format() + job.signature_suffix))
+    return results
+
+
+def paired_bootstrap(
+    systems: Sequence[tuple[str, Sequence[str]]],
+    refs: Sequence[Sequence[str]],
+    metrics: Sequence[str] = METRICS,
+    chrf_plus: bool = False,
+    lowercase_tok: bool = False,
+    compound_split: bool = False,
+    lang: str | None = None,
+    moses_lang: str | None = None,
+    refs_tokenized: bool | None = None,
+    n_samples: int = 1000,
+) -> list[list[BootstrapScore]]:
+    """Paired bootstrap resampling (Koehn, 2004) with sacrebleu's ``PairedTest(test_type='bs')``.
+
+    The first system is the baseline; every other system gets a p-value for the
+    difference to it. The RNG seed is sacrebleu's (``SACREBLEU_SEED``, default
+    12345), so results are reproducible and the signature records it.
+
+    Returns:
+        One list per system (baseline first) of one :class:`BootstrapScore` per metric.
+    """
+    from sacrebleu.significance import PairedTest
+
+    if len(systems) < 2:
+        raise MtkitError("a paired test needs at least two hypothesis files (the first is the baseline)")
+    names = [name for name, _ in systems]
+    if len(set(names)) != len(names):
+        raise MtkitError("the same hypothesis file was given twice; give each system once")
+    refs = [list(stream) for stream in refs]
+    for _, hyps in systems:
+        _check_shapes(list(hyps), refs)
+
+    table: list[list[BootstrapScore]] = [[] for _ in systems]
+    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized):
+        metric = _build(job)
+        named = [(name, job.prepare_hyps(list(hyps))) for name, hyps in systems]
+        test = PairedTest(named, {"m": metric}, references=job.refs, test_type="bs", n_samples=n_samples)
+        signatures, columns = test()
+        (sb_name,) = [k for k in columns if k != "System"]
+        signature = signatures[sb_name].format() + job.signature_suffix
+        for i, result in enumerate(columns[sb_name]):
+            table[i].append(
+                BootstrapScore(
+                    system=names[i],
+                    metric=job.name or sb_name,
+                    score=float(result.score),
+                    mean=float(result.mean),
+                    ci95=float(result.ci),
+                    p_value=None if result.p_value is None else float(result.p_value),
+                    signature=signature,
+                )
+            )
+    return table
+
+
+def load_pairs_refs(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """Split (source, target) pairs into sources and one reference stream.
+
+    The hook for Hugging Face test splits: ``load_pairs_refs(iter_pairs(source_config, src, tgt))``
+    with ``mtkit.data.sources.iter_pairs`` gives the inputs of ``score``.
+    """
+    srcs: list[str] = []
+    refs: list[str] = []
+    for src, tgt in pairs:
+        srcs.append(src)
+        refs.append(tgt)
+    return srcs, [refs]
+
+
+# ---------------------------------------------------------------- named test sets
+
+
+def _offline_message(name: str, langpair: str, reason: str) -> str:
+    from sacrebleu.utils import SACREBLEU_DIR
+
+    return (
+        f"test set {name} ({langpair}) is not in sacrebleu's cache {SACREBLEU_DIR} "
+        f"(set by the SACREBLEU environment variable, default ~/.sacrebleu) and could not be downloaded "
+        f"({reason}); download it where there is network (sacrebleu -t {name} -l {langpair} --echo src) "
+        f"and copy that folder over, or pass local files with --src/--ref"
+    )
+
+
+def _cached(dataset, langpair: str) -> bool:
+    """Whether sacrebleu can produce the files without the network (text files or raw downloads present)."""
+    try:
+        texts = [dataset._get_txt_file_path(langpair, field) for field in dataset.fieldnames(langpair)]
+        if all(os.path.exists(path) for path in texts):
+            return True
+        tarballs = [os.path.join(dataset._rawdir, dataset._get_tarball_filename(url)) for url in dataset.data]
+        return all(os.path.exists(t) and os.path.getsize(t) > 0 for t in tarballs)
+    except (AttributeError, TypeError):  # sacrebleu internals changed: let the download attempt decide
+        return False
+
+
+def load_testset(
+    name: str, langpair: str, download: bool = True, timeout: float = 20.0
+) -> tuple[list[str], list[list[str]]]:
+    """Sources and reference streams of a sacrebleu test set, e.g. ``load_testset("wmt14/full", "en-de")``.
+
+    ``wmt14/full`` (3,003 sentences) is the WMT14 en-de test set that papers report;
+    ``wmt14`` is a filtered subset. Files are looked up in sacrebleu's cache
+    (``$SACREBLEU``, default ``~/.sacrebleu``) and downloaded when missing, each
+    network operation bounded by ``timeout`` seconds; with ``download=False`` or
+    offline this raises :class:`MtkitError` saying where sacrebleu looks and that
+    ``--src/--ref`` take local files instead.
+    """
+    from sacrebleu import DATASETS
+
+    if name not in DATASETS:
+        close = difflib.get_close_matches(name, list(DATASETS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise MtkitError(f"unknown sacrebleu test set {name!r}{hint}; `sacrebleu --list` shows them")
+    dataset = DATASETS[name]
+    if langpair not in dataset.langpairs:
+        raise MtkitError(f"test set {name} has no language pair {langpair!r}; it has {', '.join(dataset.langpairs)}")
+
+    if not _cached(dataset, langpair):
+        if not download:
+            raise MtkitError(_offline_message(name, langpair, "downloads disabled"))
+        previous = socket.getdefaulttimeout()
+        socket.setdefaulttimeout(timeout)  # sacrebleu's urlopen has no timeout of its own
+        try:
+            dataset.get_files(langpair)
+        except SystemExit:  # sacrebleu exits on SSL and checksum errors
+            raise MtkitError(_offline_message(name, langpair, "sacrebleu aborted the download")) from None
+        except Exception as e:  # noqa: BLE001 - URLError, timeouts, broken archives: all mean "not available"
+            reason = " ".join(str(getattr(e, "reason", e)).split()) or type(e).__name__
+            raise MtkitError(_offline_message(name, langpair, reason)) from None
+        finally:
+            socket.setdefaulttimeout(previous)
+
+    source = [line.strip() for line in read_lines(Path(dataset.get_source_file(langpair)))]
+    refs = [[line.strip() for line in read_lines(Path(path))] for path in dataset.get_reference_files(langpair)]
+    return source, refs  # type: ignore[return-value]

@@ -1,0 +1,200 @@
+"""``mtkit evaluate`` glue end to end on generated files: equal to the sacrebleu CLI, JSON schema, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mtkit
+from mtkit.commands.evaluate import SCHEMA_VERSION, evaluate_files
+from mtkit.errors import MtkitError
+
+REFS = [
+    "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
+    "Fünf Leute in Winterjacken stehen im Schnee.",
+    "Zwei Männer grüßen sich auf der Straße.",
+    "東京は今日はとても晴れています。",
+    "Ein Kind spielt mit einem Ball im Garten.",
+    "Die Frau liest ein Buch über Äpfel und Öl.",
+]
+HYPS = [
+    "Ein Mann mit orangem Hut starrt etwas an.",
+    "",  # an empty hypothesis line is a valid (bad) translation
+    "Zwei Männer grüßen einander auf der Straße.",
+    "東京は今日晴れています。",
+    "Ein Kind spielt im Garten mit einem Ball.",
+    "Die Frau liest ein Buch über Äpfel und Öl.",
+]
+REFS2 = [
+    "Ein Mann mit orangefarbenem Hut starrt auf etwas.",
+    "Fünf Personen in Winterjacken stehen im Schnee.",
+    "Zwei Männer begrüßen sich auf der Straße.",
+    "東京は今日とても良い天気です。",
+    "Ein Kind spielt im Garten mit einem Ball.",
+    "Eine Frau liest ein Buch über Äpfel und Öl.",
+]
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "hyp": _write(tmp_path / "hyp.de", HYPS),
+        "ref": _write(tmp_path / "ref.de", REFS),
+        "ref2": _write(tmp_path / "ref2.de", REFS2),
+    }
+
+
+def _sacrebleu_cli(refs: list[Path], hyp: Path, *extra: str) -> list[dict]:
+    exe = Path(sys.executable).with_name("sacrebleu")
+    cmd = [str(exe)] if exe.exists() else [shutil.which("sacrebleu") or "sacrebleu"]
+    cmd += [*map(str, refs), "-i", str(hyp), "-m", "bleu", "chrf", "ter", "--format", "json", "-w", "4", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env={**os.environ, "PYTHONUTF8": "1"})
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("n_refs", [1, 2])
+@pytest.mark.parametrize("chrf_plus", [False, True])
+def test_scores_equal_the_sacrebleu_command_line(files, n_refs, chrf_plus):
+    refs = [files["ref"], files["ref2"]][:n_refs]
+    ours = json.loads(evaluate_files([files["hyp"]], refs, ["bleu", "chrf", "ter"], chrf_plus, False, True))
+    theirs = _sacrebleu_cli(refs, files["hyp"], *(["--chrf-word-order", "2"] if chrf_plus else []))
+    assert [s["metric"] for s in ours["scores"]] == [t["name"] for t in theirs]
+    for mine, cli in zip(ours["scores"], theirs):
+        assert round(mine["score"], 4) == pytest.approx(cli["score"], abs=1e-9)
+        assert mine["signature"] == cli["signature"]
+    bleu = ours["scores"][0]
+    verbose = f"{'/'.join(f'{p:.1f}' for p in bleu['precisions'])} (BP = {bleu['bp']:.3f}"
+    assert theirs[0]["verbose_score"].startswith(verbose)
+    assert f"hyp_len = {bleu['sys_len']} ref_len = {bleu['ref_len']}" in theirs[0]["verbose_score"]
+
+
+# The documented schema (module docstring of mtkit.commands.evaluate) as data: key -> type.
+_COMMON = {"metric": str, "score": float, "signature": str}
+_BLEU = {**_COMMON, "counts": [int], "totals": [int], "precisions": [float], "bp": float, "sys_len": int,
+         "ref_len": int}
+_CHRF = {**_COMMON, "char_order": int, "word_order": int, "beta": int}
+_TER = {**_COMMON, "num_edits": int, "ref_length": float}
+_PAIRED_SCORE = {**_COMMON, "mean": float, "ci95": float, "p_value": (float, type(None))}
+_TOP = {"mtkit_version": str, "schema_version": int, "hyp": str, "refs": [str], "n_sentences": int,
+        "scores": list, "paired_test": (dict, type(None))}
+
+
+def _check(obj: dict, schema: dict) -> None:
+    assert set(obj) == set(schema), f"keys {sorted(obj)} != {sorted(schema)}"
+    for key, kind in schema.items():
+        value = obj[key]
+        if isinstance(kind, list):
+            assert isinstance(value, list) and all(isinstance(v, kind[0]) for v in value), key
+        else:
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+                continue  # JSON writes 100.0 as 100.0, but a reader may hand back an int
+            assert isinstance(value, kinds), f"{key}: {value!r}"
+
+
+def _check_document(doc: dict) -> None:
+    _check(doc, _TOP)
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["mtkit_version"] == mtkit.__version__
+    for entry in doc["scores"]:
+        name = entry["metric"]
+        schema = _BLEU if name.startswith("BLEU") else _CHRF if name.startswith("chrF") else _TER
+        _check(entry, schema)
+        if schema is _BLEU:
+            assert len(entry["counts"]) == len(entry["totals"]) == len(entry["precisions"]) == 4
+    if doc["paired_test"] is not None:
+        paired = doc["paired_test"]
+        _check(paired, {"method": str, "n_samples": int, "baseline": str, "systems": list})
+        assert paired["method"] == "paired_bs" and paired["baseline"] == doc["hyp"]
+        for system in paired["systems"]:
+            _check(system, {"hyp": str, "scores": list})
+            for entry in system["scores"]:
+                _check(entry, _PAIRED_SCORE)
+
+
+def test_json_follows_the_documented_schema(files):
+    doc = json.loads(evaluate_files([files["hyp"]], [files["ref"], files["ref2"]], ["bleu", "chrf", "ter"],
+                                    False, True, True))
+    _check_document(doc)
+    assert doc["hyp"] == str(files["hyp"]) and doc["refs"] == [str(files["ref"]), str(files["ref2"])]
+    assert doc["n_sentences"] == len(HYPS) and doc["paired_test"] is None
+    assert [s["metric"] for s in doc["scores"]] == ["BLEU", "chrF2", "TER", "BLEU-lc-tok"]  # lang from ".de"
+
+
+def test_paired_bootstrap_on_two_hypothesis_files(files, tmp_path):
+    other = _write(tmp_path / "other.de", REFS2)
+    doc = json.loads(evaluate_files([files["hyp"], other], [files["ref"]], ["bleu", "chrf"], False, False, True,
+                                    n_samples=200))
+    _check_document(doc)
+    systems = doc["paired_test"]["systems"]
+    assert [s["hyp"] for s in systems] == [str(files["hyp"]), str(other)]
+    baseline, candidate = ([e for e in s["scores"] if e["metric"] == "BLEU"][0] for s in systems)
+    assert baseline["p_value"] is None and 0.0 <= candidate["p_value"] <= 1.0
+    assert baseline["ci95"] >= 0 and candidate["ci95"] >= 0
+    assert baseline["score"] == pytest.approx(doc["scores"][0]["score"])
+    table = evaluate_files([files["hyp"], other], [files["ref"]], ["bleu"], False, False, False, n_samples=100)
+    assert "p=" in table and "95% CI" in table and "bs:100" in table
+
+
+def test_table_lists_scores_and_signatures(files):
+    table = evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], True, False, False)
+    lines = table.splitlines()
+    assert any(line.startswith("BLEU ") and "BP" in line for line in lines)
+    assert any(line.startswith("chrF2++") for line in lines) and any(line.startswith("TER") for line in lines)
+    assert "signatures:" in lines and any("tok:13a" in line for line in lines)
+
+
+def test_line_count_mismatch_names_both_files_and_counts(files, tmp_path):
+    short = _write(tmp_path / "short.de", REFS[:4])
+    with pytest.raises(MtkitError) as error:
+        evaluate_files([files["hyp"]], [short], ["bleu"], False, False, False)
+    message = str(error.value)
+    assert str(files["hyp"]) in message and str(short) in message and "6 lines" in message and "has 4" in message
+    assert "\n" not in message
+
+
+def test_gzipped_input_and_missing_file(files, tmp_path):
+    gz = tmp_path / "hyp.de.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in HYPS))
+    plain = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, False, True))
+    zipped = json.loads(evaluate_files([gz], [files["ref"]], ["bleu"], False, False, True))
+    assert zipped["scores"] == plain["scores"]
+    with pytest.raises(MtkitError, match="no such file"):
+        evaluate_files([tmp_path / "missing.de"], [files["ref"]], ["bleu"], False, False, False)
+
+
+def test_lc_tok_needs_a_language(tmp_path):
+    hyp, ref = _write(tmp_path / "hyp.txt", ["a b"]), _write(tmp_path / "ref.txt", ["a b"])
+    with pytest.raises(MtkitError, match="--lang"):
+        evaluate_files([hyp], [ref], ["bleu"], False, True, False)
+    doc = json.loads(evaluate_files([hyp], [ref], ["bleu"], False, True, True, lang="en"))
+    assert doc["scores"][-1]["metric"] == "BLEU-lc-tok"
+
+
+def test_lc_tok_against_the_official_multi30k_file():
+    root = Path(os.environ.get("MTKIT_MULTI30K", Path(__file__).resolve().parents[2].parent / "shared/data/multi30k"))
+    raw, official = root / "test_2016_flickr.de", root / "tok/test_2016_flickr.lc.norm.tok.de"
+    if not official.exists():
+        pytest.skip(f"Multi30k test files not found under {root} (set MTKIT_MULTI30K)")
+    doc = json.loads(evaluate_files([raw], [official], ["bleu"], False, True, True))  # lang "de" from the name
+    lctok = doc["scores"][-1]
+    assert lctok["metric"] == "BLEU-lc-tok" and lctok["score"] == pytest.approx(100.0)
+    assert "refs:given" in lctok["signature"]  # the official file is used as it is, not tokenized twice
+
+
+def test_empty_files_are_a_user_error(tmp_path):
+    empty_hyp, empty_ref = _write(tmp_path / "hyp.de", []), _write(tmp_path / "ref.de", [])
+    with pytest.raises(MtkitError, match="ref.de: empty file"):
+        evaluate_files([empty_hyp], [empty_ref], ["bleu"], False, False, False)
