@@ -62,7 +62,7 @@ def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: i
     return batches
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplerState:
     epoch: int = 1
     position: int = 0  # batches of this rank already consumed in this epoch
@@ -96,8 +96,10 @@ class TokenBatchSampler:
         if self.shuffle:
             perm = np.random.default_rng(self.seed * 1_000_003 + epoch).permutation(len(batches))
             batches = [batches[i] for i in perm]
-        per_rank = len(batches) // self.world_size  # equal counts keep the ranks in step
-        return batches[self.rank * per_rank : (self.rank + 1) * per_rank] if self.world_size > 1 else batches
+        # Strided shards of equal length: the ranks stay in step, and update k of a run on
+        # W ranks sees the same W batches as update k of one process with update_freq × W.
+        usable = len(batches) // self.world_size * self.world_size
+        return batches[:usable][self.rank :: self.world_size]
 
     def __iter__(self) -> Iterator[tuple[int, np.ndarray]]:
         """Yields (epoch, batch) forever, starting at ``self.state``; updates the state as it goes."""
@@ -107,7 +109,7 @@ class TokenBatchSampler:
                 raise ValueError("no batch fits: every example is longer than max_tokens")
             while self.state.position < len(batches):
                 batch = batches[self.state.position]
-                self.state.position += 1
+                self.state = SamplerState(self.state.epoch, self.state.position + 1)
                 yield self.state.epoch, batch
             self.state = SamplerState(epoch=self.state.epoch + 1, position=0)
 

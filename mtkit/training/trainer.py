@@ -96,7 +96,10 @@ class Trainer:
             raise MtkitError(f"{self.data_dir}: not a prepared data directory (no manifest.json); run `mtkit prepare` first")
         self.vocab = Vocab.load(self.data_dir)
         self.train_store = ParallelStore.open(self.data_dir, "train")
-        self.valid_store = ParallelStore.open(self.data_dir, "valid") if (self.data_dir / "manifest.json").exists() and _has_split(self.data_dir, "valid") else None
+        has_valid = (self.data_dir / "valid.store.json").is_file()
+        self.valid_store = ParallelStore.open(self.data_dir, "valid") if has_valid else None
+        if self.valid_store is not None and len(self.valid_store) == 0:
+            self.valid_store = None
 
         torch.manual_seed(self.cfg.seed)
         self.model = Transformer(config.model, self.vocab.src_size, self.vocab.tgt_size, pad_id=PAD_ID).to(self.device)
@@ -242,7 +245,7 @@ class Trainer:
 
     def validate_bleu(self) -> float:
         """sacreBLEU of the model's translations of the validation sources against the raw references."""
-        from mtkit.validation import validation_bleu
+        from mtkit.training.validation import validation_bleu
 
         self.model.eval()
         return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device)
@@ -418,11 +421,6 @@ class Trainer:
             draw_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
         except ImportError:  # matplotlib is optional for training
             pass
-
-
-def _has_split(data_dir: Path, split: str) -> bool:
-    manifest = json.loads((data_dir / "manifest.json").read_text())
-    return split in manifest.get("splits", {}) and manifest["splits"][split].get("pairs", 0) > 0
 
 
 def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None, progress: bool | None = None) -> TrainResult:

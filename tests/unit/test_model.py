@@ -272,7 +272,6 @@ def _train(model, make_example, steps=400, lr=3e-3, seed=0):
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_tiny_model_learns_copy_and_reverse(task):
-    torch.set_num_threads(2)
     cfg = ModelConfig(d_model=64, h=4, d_ff=128, encoder_layers=2, decoder_layers=2, dropout=0.0)
     torch.manual_seed(0)
     model = Transformer(cfg, 16, 16)

@@ -1,0 +1,337 @@
+"""The ``mtkit`` command line: parse options, call a command, map errors to exit codes.
+
+Exit codes: 0 success; 1 a user error, printed as one ``error: …`` line on stderr
+(``--debug`` or ``MTKIT_DEBUG=1`` shows the traceback); 2 a usage error.
+Heavy libraries (torch, datasets, sacrebleu) are imported inside the commands, so
+that ``mtkit --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from mtkit import __version__
+from mtkit.errors import MtkitError
+
+app = typer.Typer(
+    name="mtkit",
+    help="Train, run and evaluate Transformer translation models (Vaswani et al., 2017).",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+export_app = typer.Typer(help="Export a checkpoint to another inference engine.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+SetOption = typer.Option(
+    None, "--set", "-s", metavar="KEY=VALUE", help="Override one recipe key, e.g. --set train.max_steps=100 (repeatable)."
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors (or set MTKIT_DEBUG=1)."),
+) -> None:
+    if debug:
+        os.environ["MTKIT_DEBUG"] = "1"
+
+
+def _load(recipe: Optional[Path], overrides: Optional[List[str]]):
+    from mtkit.config import load_config
+
+    return load_config(recipe, overrides or [])
+
+
+# ------------------------------------------------------------------ prepare
+
+
+@app.command()
+def prepare(
+    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe (its data section is used)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory for the prepared data."),
+    src: Optional[Path] = typer.Option(None, "--src", help="Training source file (one sentence per line, .gz ok)."),
+    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Training target file, line-aligned with --src."),
+    tsv: Optional[Path] = typer.Option(None, "--tsv", help="Training pairs as 'source<TAB>target' lines."),
+    hf: Optional[str] = typer.Option(None, "--hf", help="Training data from a Hugging Face dataset (hub name or local folder)."),
+    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="The dataset's configuration, e.g. de-en."),
+    valid_src: Optional[Path] = typer.Option(None, "--valid-src", help="Validation source file."),
+    valid_tgt: Optional[Path] = typer.Option(None, "--valid-tgt", help="Validation target file."),
+    test_src: Optional[Path] = typer.Option(None, "--test-src", help="Test source file."),
+    test_tgt: Optional[Path] = typer.Option(None, "--test-tgt", help="Test target file."),
+    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code (data.src_lang)."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code (data.tgt_lang)."),
+    demo: bool = typer.Option(False, "--demo", help="Use the built-in synthetic corpus (number words, en → de)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date."),
+    set_: Optional[List[str]] = SetOption,
+) -> None:
+    """Clean parallel text, train SentencePiece and write a memory-mapped training set.
+
+    Reads: a recipe's data section and/or the files given as options (plain text, TSV,
+    gzip, or a Hugging Face dataset). Writes to OUT: manifest.json, spm.model,
+    train/valid/test stores, and the cleaned valid/test text.
+
+    Example: mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
+    """
+    from mtkit.commands.prepare import prepare as run_prepare
+
+    overrides = list(set_ or [])
+
+    def files(split: str, s: Optional[Path], t: Optional[Path]) -> None:
+        if (s is None) != (t is None):
+            raise MtkitError(f"--{'' if split == 'train' else split + '-'}src and --{'' if split == 'train' else split + '-'}tgt go together")
+        if s is not None:
+            overrides.extend([f"data.{split}.kind=files", f"data.{split}.src={s}", f"data.{split}.tgt={t}"])
+
+    files("train", src, tgt)
+    files("valid", valid_src, valid_tgt)
+    files("test", test_src, test_tgt)
+    if tsv is not None:
+        overrides.extend(["data.train.kind=tsv", f"data.train.path={tsv}"])
+    if hf is not None:
+        overrides.extend(["data.train.kind=hf", f"data.train.name={hf}", "data.train.split=train"])
+        if hf_config:
+            overrides.append(f"data.train.config={hf_config}")
+    if demo:
+        for split in ("train", "valid", "test"):
+            overrides.extend([f"data.{split}.kind=demo", f"data.{split}.split={split}"])
+    if src_lang:
+        overrides.append(f"data.src_lang={src_lang}")
+    if tgt_lang:
+        overrides.append(f"data.tgt_lang={tgt_lang}")
+    config = _load(recipe, overrides)
+    if config.data.train is None:
+        raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
+    run_prepare(config, out, force=force)
+
+
+# -------------------------------------------------------------------- train
+
+
+@app.command()
+def train(
+    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe (model, train and decode sections)."),
+    data: Path = typer.Option(..., "--data", "-d", help="Prepared data directory (from mtkit prepare)."),
+    run: Path = typer.Option(..., "--run-dir", "-r", help="Run directory for config, checkpoints, metrics and curves."),
+    resume: Optional[bool] = typer.Option(
+        None, "--resume/--no-resume", help="Continue from the run's last checkpoint (default: when there is one)."
+    ),
+    set_: Optional[List[str]] = SetOption,
+) -> None:
+    """Train a Transformer on prepared data; launch with torchrun for several processes or GPUs.
+
+    Reads: the recipe and DATA. Writes to RUN: config.yaml, spm.model, checkpoints/
+    (step_N.pt, last.pt, best.pt, averaged.pt), metrics.jsonl and curves.png.
+
+    Example: mtkit train recipes/multi30k-en-de.yaml -d data/en-de -r runs/en-de --set train.max_steps=2000
+    Several processes: torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
+    """
+    from mtkit.commands.train import train as run_train
+
+    config = _load(recipe, set_)
+    run_train(config, data, run, resume=resume)
+
+
+@app.command()
+def average(
+    run: Path = typer.Argument(..., help="Run directory."),
+    last: int = typer.Option(5, "--last", "-n", help="How many of the last step checkpoints to average (paper: 5 base, 20 big)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output file (default RUN/checkpoints/averaged.pt)."),
+) -> None:
+    """Average the last N checkpoints of a run into one that translate and evaluate accept.
+
+    Reads: RUN/checkpoints/step_*.pt. Writes: RUN/checkpoints/averaged.pt (or --output).
+
+    Example: mtkit average runs/en-de --last 5
+    """
+    from mtkit.training.average import average_run
+
+    path = average_run(run, last, output)
+    typer.echo(str(path), err=True)
+
+
+@app.command()
+def curves(run: Path = typer.Argument(..., help="Run directory.")) -> None:
+    """Redraw a run's training curves (loss and validation BLEU against step).
+
+    Reads: RUN/metrics.jsonl. Writes: RUN/curves.png.
+
+    Example: mtkit curves runs/en-de
+    """
+    from mtkit.training.curves import draw_curves
+
+    typer.echo(str(draw_curves(run / "metrics.jsonl", run / "curves.png")), err=True)
+
+
+# ---------------------------------------------------------------- translate
+
+
+@app.command()
+def translate(
+    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble; "
+                                     "with --engine ctranslate2, an exported model directory)."),
+    inputs: Optional[List[str]] = typer.Argument(None, help="Input files; '-' or none reads stdin."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
+    greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding (same as --beam 1)."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="GNMT length penalty α (paper: 0.6)."),
+    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the K best hypotheses per input."),
+    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
+    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
+    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Source tokens per batch."),
+    no_repeat_ngram_size: Optional[int] = typer.Option(None, "--no-repeat-ngram-size", help="Forbid repeating n-grams of this size."),
+    sampling: bool = typer.Option(False, "--sampling", help="Sample instead of searching (e.g. for back-translation)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature"),
+    top_k: Optional[int] = typer.Option(None, "--top-k"),
+    top_p: Optional[float] = typer.Option(None, "--top-p"),
+    output_format: str = typer.Option("text", "--format", help="text | tokens | scores."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
+    buffer_size: Optional[int] = typer.Option(None, "--buffer-size", help="Lines read per chunk (1 = flush every line)."),
+    attention_png: Optional[Path] = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
+) -> None:
+    """Translate text, one output line per input line, always.
+
+    Reads: files or stdin, one sentence per line. Writes: translations to stdout (or
+    --output); logs and progress to stderr.
+
+    Example: echo "two hundred and five" | mtkit translate -m runs/demo
+    """
+    from mtkit.commands.translate import translate as run_translate
+
+    overrides = {
+        "beam": 1 if greedy else beam, "alpha": alpha, "nbest": nbest, "max_len_a": max_len_a, "max_len_b": max_len_b,
+        "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
+        "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+    }
+    run_translate(
+        model_paths=list(model), inputs=list(inputs or ["-"]), output=output,
+        decode_overrides={k: v for k, v in overrides.items() if v is not None},
+        output_format=output_format, device=device, precision=precision, engine=engine,
+        buffer_size=buffer_size, attention_png=attention_png,
+    )
+
+
+@export_app.command("ctranslate2")
+def export_ctranslate2(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint or run directory."),
+    out_dir: Path = typer.Argument(..., help="Output directory for the CTranslate2 model."),
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="e.g. int8, int8_float32, float16."),
+) -> None:
+    """Write a CTranslate2 model (and the SentencePiece model) for fast inference.
+
+    Needs the export extra: pip install 'mtkit[export]'.
+
+    Example: mtkit export ctranslate2 runs/en-de ct2-en-de && mtkit translate --engine ctranslate2 -m ct2-en-de in.txt
+    """
+    from mtkit.commands.export import export_ctranslate2 as run_export
+
+    run_export(checkpoint, out_dir, quantization)
+
+
+# ----------------------------------------------------------------- evaluate
+
+
+@app.command()
+def evaluate(
+    hyp: Optional[List[Path]] = typer.Option(None, "--hyp", help="Hypothesis file (repeat to compare systems by paired bootstrap)."),
+    ref: Optional[List[Path]] = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score."),
+    src: Optional[Path] = typer.Option(None, "--src", help="Source file to translate with --model."),
+    testset: Optional[str] = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
+    langpair: Optional[str] = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
+    hyp_out: Optional[Path] = typer.Option(None, "--hyp-out", help="Where --model writes its hypotheses (default beside the scores)."),
+    metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter."),
+    chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
+    lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),
+    compound_split: bool = typer.Option(False, "--compound-split", help="Also the WMT14 en-de paper's tokenized BLEU with compound splitting (legacy)."),
+    lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from file suffix)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output (stable schema) instead of a table."),
+    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty for --model."),
+    device: str = typer.Option("auto", "--device"),
+) -> None:
+    """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
+
+    Reads: hypothesis and raw reference files, or translates a source file / named test
+    set with --model first. Writes: the scores to stdout (table or --json); with --model,
+    the hypotheses to --hyp-out.
+
+    Examples: mtkit evaluate --hyp hyp.de --ref test.de ;
+    mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
+    """
+    from mtkit.commands.evaluate_model import evaluate as run_evaluate
+
+    text = run_evaluate(
+        hyp=list(hyp or []), ref=list(ref or []), model=model, src=src, testset=testset, langpair=langpair,
+        hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chrf_plus=chrf_plus,
+        lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
+        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha}.items() if v is not None}, device=device,
+    )
+    typer.echo(text)
+
+
+# ---------------------------------------------------------------------- run
+
+
+@app.command("run")
+def run_recipe(
+    recipe: Path = typer.Argument(..., help="YAML recipe."),
+    work: Optional[Path] = typer.Option(None, "--work", "-w", help="Working directory (default: work/<recipe name>)."),
+    set_: Optional[List[str]] = SetOption,
+) -> None:
+    """Run a whole recipe: prepare → train → average → evaluate, skipping finished stages.
+
+    Reads: the recipe and the data it names. Writes to WORK: data/, run/ and
+    test.hyp, and prints the test scores and a few example translations.
+
+    Example: mtkit run recipes/demo.yaml
+    """
+    from mtkit.commands.run import run_recipe as run_all
+
+    run_all(recipe, work or Path("work") / recipe.stem, set_ or [])
+
+
+# --------------------------------------------------------------------- main
+
+
+def main() -> None:
+    """Entry point: run the app and turn errors into exit codes without tracebacks."""
+    import click
+
+    debug = os.environ.get("MTKIT_DEBUG") == "1" or "--debug" in sys.argv[1:2]
+    try:
+        app(prog_name="mtkit", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:  # usage errors: Click's own message, exit 2
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(1)
+    except MtkitError as e:
+        if debug or os.environ.get("MTKIT_DEBUG") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:  # e.g. `mtkit translate ... | head`
+        sys.stderr.close()
+        sys.exit(0)

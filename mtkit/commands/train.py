@@ -1,0 +1,23 @@
+"""``mtkit train``: glue between the CLI and mtkit.training."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mtkit.config import Config
+
+
+def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None):
+    """Train ``config`` on ``data_dir`` into ``run_dir`` and print a one-line summary on stderr."""
+    from mtkit.training.trainer import train as run_training
+
+    result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)
+    if result.last_checkpoint is not None:  # rank 0 only
+        print(
+            f"trained {result.step} steps in {result.minutes:.1f} min (stopped: {result.stopped_because}); "
+            f"last checkpoint {result.last_checkpoint}"
+            + (f"; averaged {result.averaged_checkpoint}" if result.averaged_checkpoint else ""),
+            file=sys.stderr,
+        )
+    return result

@@ -1,0 +1,70 @@
+"""Shared fixtures: tiny corpora built on the spot, and the location of the shared Multi30k data."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+# One thread: the tiny models gain nothing from more, and they suffer badly when the cores are shared.
+torch.set_num_threads(1)
+
+MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"))
+
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+
+
+def write_reverse_corpus(folder: Path, n_train: int = 3000, n_valid: int = 60, seed: int = 0) -> dict:
+    """Word sequences -> the same words reversed; train/valid/test text files."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_valid)):
+        src, tgt = [], []
+        for _ in range(n):
+            words = [rng.choice(WORDS) for _ in range(rng.randint(2, 7))]
+            src.append(" ".join(words))
+            tgt.append(" ".join(reversed(words)))
+        (folder / f"{split}.src").write_text("\n".join(src) + "\n")
+        (folder / f"{split}.tgt").write_text("\n".join(tgt) + "\n")
+        files[split] = (folder / f"{split}.src", folder / f"{split}.tgt")
+    return files
+
+
+def reverse_data_config(files: dict, vocab_size: int = 100) -> dict:
+    return {
+        "src_lang": "en",
+        "tgt_lang": "de",
+        "train": {"kind": "files", "src": str(files["train"][0]), "tgt": str(files["train"][1])},
+        "valid": {"kind": "files", "src": str(files["valid"][0]), "tgt": str(files["valid"][1])},
+        "test": {"kind": "files", "src": str(files["test"][0]), "tgt": str(files["test"][1])},
+        "spm": {"vocab_size": vocab_size, "model_type": "bpe"},
+        "workers": 1,
+    }
+
+
+TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
+              "max_positions": 128}
+
+
+@pytest.fixture(scope="session")
+def reverse_data(tmp_path_factory) -> tuple[Path, dict]:
+    """A prepared reverse-task data directory and its data config (real SentencePiece, real store)."""
+    from mtkit.commands.prepare import prepare
+    from mtkit.config import config_from_dict
+
+    root = tmp_path_factory.mktemp("reverse")
+    files = write_reverse_corpus(root / "text")
+    data = reverse_data_config(files)
+    prepare(config_from_dict({"data": data}), root / "prepared", progress=False)
+    return root / "prepared", data
+
+
+@pytest.fixture
+def multi30k() -> Path:
+    if not (MULTI30K / "train.en").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K} (set MTKIT_MULTI30K to its folder)")
+    return MULTI30K

@@ -1,0 +1,141 @@
+"""The training loop end to end on a prepared reverse task (CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TINY_MODEL
+from mtkit.config import config_from_dict
+from mtkit.training.checkpoint import load_checkpoint, step_checkpoints
+from mtkit.training.trainer import train
+
+
+def make_config(data: dict, **train_overrides):
+    train_cfg = {"max_tokens": 600, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 40, "label_smoothing": 0.0,
+                 "log_every": 10, "valid_every": 0, "save_every": 0, "max_steps": 60, "seed": 3}
+    train_cfg.update(train_overrides)
+    model = dict(TINY_MODEL)
+    if "dropout" in train_cfg:
+        model["dropout"] = train_cfg.pop("dropout")
+    return config_from_dict({"data": data, "model": model, "train": train_cfg})
+
+
+def losses(run: Path) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if "loss" in r]
+
+
+def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    config = make_config(data, max_steps=500, valid_every=250, bleu_every=250, keep_last=2)
+    result = train(config, data_dir, tmp_path / "run", progress=False)
+    assert result.step == 500
+    assert result.final_loss < 0.1, losses(tmp_path / "run")
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    valid = [r for r in records if "valid_bleu" in r]
+    assert valid and valid[-1]["valid_bleu"] > 90
+    run = tmp_path / "run"
+    assert (run / "config.yaml").is_file() and (run / "spm.model").is_file() and (run / "curves.png").is_file()
+    assert (run / "checkpoints" / "last.pt").is_file() and (run / "checkpoints" / "best.pt").is_file()
+    assert len(step_checkpoints(run)) <= 2
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "sampler", "step", "config", "vocab", "format_version"):
+        assert key in ckpt
+    assert all(r.get("padding", 0) < 0.5 for r in records if "padding" in r)
+
+
+def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    common = dict(max_steps=24, save_every=12, log_every=1, dropout=0.1, update_freq=2)
+    train(make_config(data, **common), data_dir, tmp_path / "straight", progress=False)
+    train(make_config(data, **{**common, "max_steps": 12}), data_dir, tmp_path / "split", progress=False)
+    train(make_config(data, **common), data_dir, tmp_path / "split", resume=True, progress=False)
+    assert losses(tmp_path / "straight") == losses(tmp_path / "split")
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == 24
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
+
+
+def test_bf16_autocast_training_learns_on_cpu(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    result = train(make_config(data, max_steps=500, precision="bf16"), data_dir, tmp_path / "run", progress=False)
+    assert result.final_loss < 0.3, losses(tmp_path / "run")
+
+
+def test_fp16_is_refused_on_cpu(reverse_data, tmp_path):
+    from mtkit.errors import MtkitError
+
+    data_dir, data = reverse_data
+    with pytest.raises(MtkitError, match="fp16 needs a CUDA device"):
+        train(make_config(data, precision="fp16", device="cpu"), data_dir, tmp_path / "run", progress=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 with a loss scaler needs CUDA")
+def test_fp16_with_scaler_on_cuda(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    result = train(make_config(data, max_steps=200, precision="fp16", device="cuda"), data_dir, tmp_path / "run",
+                   progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert all(torch.isfinite(t).all() for t in ckpt["model"].values() if t.is_floating_point())
+    assert result.final_loss < 0.5
+
+
+def test_a_finished_run_is_not_overwritten(reverse_data, tmp_path):
+    from mtkit.errors import MtkitError
+
+    data_dir, data = reverse_data
+    train(make_config(data, max_steps=2), data_dir, tmp_path / "run", progress=False)
+    with pytest.raises(MtkitError, match="already holds a run"):
+        train(make_config(data, max_steps=2), data_dir, tmp_path / "run", resume=False, progress=False)
+
+
+def test_average_at_the_end_of_training(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    result = train(make_config(data, max_steps=6, save_every=2, average_last=3), data_dir, tmp_path / "run",
+                   progress=False)
+    assert result.averaged_checkpoint is not None
+    avg = load_checkpoint(result.averaged_checkpoint)["model"]
+    parts = [load_checkpoint(p)["model"] for p in step_checkpoints(tmp_path / "run")[-3:]]
+    key = "encoder.layers.0.feed_forward.w_1.weight"
+    assert torch.allclose(avg[key], torch.stack([p[key] for p in parts]).mean(0), atol=1e-6)
+
+
+def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
+    """torchrun, 2 processes, gloo: equal to one process accumulating the same 2 batches per update."""
+    import yaml
+
+    data_dir, data = reverse_data
+    common = dict(max_steps=8, log_every=1, save_every=0)
+    single = make_config(data, update_freq=2, **common)
+    train(single, data_dir, tmp_path / "single", progress=False)
+
+    recipe = tmp_path / "ddp.yaml"
+    from mtkit.config import config_to_dict
+
+    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, update_freq=1, **common))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+           "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    a = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")["model"]
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=2e-5), key
+    single_losses, ddp_losses = losses(tmp_path / "single"), losses(tmp_path / "ddp")
+    assert [s for s, _ in ddp_losses] == list(range(1, 9))  # one record per step: only rank 0 logs
+    assert all(abs(x - y) < 1e-4 for (_, x), (_, y) in zip(single_losses, ddp_losses))
+    records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("event") == "start" for r in records) == 1
+    assert records[0]["world_size"] == 2
