@@ -188,6 +188,18 @@ class DecodeConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    """How ``mtkit run`` scores a recipe's test split (cased detokenized sacreBLEU first)."""
+
+    metrics: tuple[str, ...] = ("bleu", "chrf", "ter")
+    lc_tok_ref: Optional[str] = None  # official lowercased tokenized references: also report lc-tok BLEU
+    compound_split: bool = False  # also the WMT14 en-de paper's tokenized BLEU with compound splitting
+    testset: Optional[str] = None  # a sacrebleu test set (e.g. wmt14/full) instead of the test split
+    langpair: Optional[str] = None
+    examples: int = 5  # example translations to print
+
+
+@dataclass(frozen=True)
 class ExpectedConfig:
     """What a recipe should reach, for the record (not used by training)."""
 
@@ -205,6 +217,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     expected: ExpectedConfig = field(default_factory=ExpectedConfig)
 
 
@@ -247,6 +260,11 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if value not in typing.get_args(tp):
             raise MtkitError(f"{path}: expected one of {_type_name(tp)}, got {value!r}")
         return value
+    if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
+        item = typing.get_args(tp)[0]
+        if not isinstance(value, (list, tuple)):
+            raise MtkitError(f"{path}: expected a list, got {value!r}")
+        return tuple(_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):

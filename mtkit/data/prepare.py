@@ -1,0 +1,437 @@
+"""The data pipeline: read -> clean -> SentencePiece -> binarized store, into one prepared directory.
+
+Training data takes two streaming passes and never sits in memory whole:
+
+1. *scan*: normalize each pair and keep a reservoir sample of at most
+   ``spm.sample_size`` sentences (pairs longer than ``clean.max_len`` words are
+   left out of it) to train SentencePiece on (skipped when a model is given);
+2. *encode*: chunks of pairs go to a pool of ``data.workers`` processes that
+   normalize, drop empty sides, encode with SentencePiece and apply the
+   token-length and ratio rules; the main process removes duplicates (8-byte
+   hashes) and appends the ids to the store. At most ``2 * workers`` chunks are
+   in flight, so memory stays flat whatever the corpus size.
+
+Validation and test sets are only normalized (every line kept) and are also
+written as cleaned text, the references evaluation scores against.
+
+Everything is built in a temporary sibling directory whose ``manifest.json``
+is written last; the directory is then renamed onto ``out_dir``. An
+interrupted run therefore never leaves a directory that looks complete.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+import numpy as np
+
+import mtkit
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CleanConfig, DataConfig, SourceConfig, config_to_dict
+from mtkit.data.cleaning import RULES, Deduplicator, length_mask, make_normalizer, pair_hash, within_words
+from mtkit.data.sources import iter_pairs, source_files
+from mtkit.data.store import ParallelStoreWriter, id_dtype
+from mtkit.data.vocab import Vocab, train_model
+from mtkit.errors import MtkitError
+from mtkit.io import atomic_write_text
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+SPLITS = ("train", "valid", "test")
+CHUNK_PAIRS = 8192  # pairs per task sent to an encoding worker
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ fingerprint
+
+
+def resolve_source(source: SourceConfig) -> SourceConfig:
+    """The source with local paths made absolute (hub names stay as they are)."""
+    changes: dict[str, Any] = {}
+    for name in ("src", "tgt", "path"):
+        value = getattr(source, name)
+        if value:
+            changes[name] = str(Path(value).expanduser().resolve())
+    if source.kind == "hf" and source.name and Path(source.name).expanduser().exists():
+        changes["name"] = str(Path(source.name).expanduser().resolve())
+    return dataclasses.replace(source, **changes)
+
+
+def resolve_data(data: DataConfig) -> DataConfig:
+    changes: dict[str, Any] = {s: resolve_source(getattr(data, s)) for s in SPLITS if getattr(data, s) is not None}
+    spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model")
+                   if (v := getattr(data.spm, k))}
+    return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
+
+
+def fingerprint(data: DataConfig) -> str:
+    """Hash of the resolved data config (less ``workers``, which changes no output), mtkit's
+    version and each input file's size and mtime."""
+    files = []
+    for split in SPLITS:
+        source = getattr(data, split)
+        if source is not None:
+            files.extend(source_files(source))
+    files.extend(Path(p) for p in (data.spm.model, data.spm.tgt_model) if p)
+    stamps = []
+    for path in files:
+        with contextlib.suppress(OSError):  # a missing file is reported by the reader
+            st = path.stat()
+            stamps.append([str(path), st.st_size, st.st_mtime_ns])
+    settings = config_to_dict(dataclasses.replace(data, workers=0))
+    blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def read_manifest(out_dir: Path) -> Optional[dict]:
+    path = Path(out_dir) / MANIFEST
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------- workers
+
+_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype]] = None
+
+
+def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str) -> None:
+    global _STATE
+    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype))
+
+
+def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=total)
+
+
+def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
+    """Normalize, encode and length-filter one chunk of training pairs (runs in a worker)."""
+    assert _STATE is not None
+    vocab, normalize, clean, dtype = _STATE
+    srcs, tgts = [], []
+    empty = 0
+    for s, t in pairs:
+        s, t = normalize(s), normalize(t)
+        if clean.drop_empty and (not s or not t):
+            empty += 1
+            continue
+        srcs.append(s)
+        tgts.append(t)
+    src_ids, tgt_ids = vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)
+    src_lens = np.fromiter(map(len, src_ids), dtype=np.int32, count=len(src_ids))
+    tgt_lens = np.fromiter(map(len, tgt_ids), dtype=np.int32, count=len(tgt_ids))
+    keep, too_long, ratio = length_mask(src_lens, tgt_lens, clean)
+    if too_long or ratio:
+        src_ids = list(itertools.compress(src_ids, keep))
+        tgt_ids = list(itertools.compress(tgt_ids, keep))
+        srcs = list(itertools.compress(srcs, keep))
+        tgts = list(itertools.compress(tgts, keep))
+        src_lens, tgt_lens = src_lens[keep], tgt_lens[keep]
+    hashes = None
+    if clean.dedup:
+        hashes = np.fromiter(map(pair_hash, srcs, tgts), dtype=np.uint64, count=len(srcs))
+    return {
+        "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
+        "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
+        "hashes": hashes, "dropped": {"empty": empty, "too_long": too_long, "ratio": ratio},
+    }
+
+
+def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    it = iter(pairs)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _select(ids: np.ndarray, lens: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep whole examples of a flat id array ``(sum(lens),)`` by a per-example mask ``(B,)``."""
+    return ids[np.repeat(keep, lens)], lens[keep]
+
+
+def _progress(progress: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, unit=" pairs", unit_scale=True, disable=not progress, file=sys.stderr,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+# ---------------------------------------------------------------------- passes
+
+
+def _sample_for_spm(data: DataConfig, progress: bool) -> tuple[list[str], list[str], int]:
+    """Pass 1: reservoir-sample sentences for SentencePiece; returns (src, tgt, pairs read)."""
+    clean, spm_cfg = data.clean, data.spm
+    normalize = make_normalizer(clean)
+    # A joint model sees both sides of each sampled pair: sample_size sentences in all.
+    capacity = max(1, spm_cfg.sample_size // 2 if spm_cfg.joint else spm_cfg.sample_size)
+    rng = random.Random(0)
+    reservoir: list[tuple[str, str]] = []
+    seen = read = 0
+    pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train")
+    with _progress(progress, "train: sample for SentencePiece") as bar:
+        for s, t in pairs:
+            read += 1
+            if read % 10000 == 0:
+                bar.update(10000)
+            s, t = normalize(s), normalize(t)
+            if not s or not t or not within_words(s, t, clean.max_len):
+                continue
+            seen += 1
+            if len(reservoir) < capacity:
+                reservoir.append((s, t))
+            else:
+                j = rng.randrange(seen)
+                if j < capacity:
+                    reservoir[j] = (s, t)
+        bar.update(read % 10000)
+    return [s for s, _ in reservoir], [t for _, t in reservoir], read
+
+
+def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool) -> dict:
+    """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops."""
+    clean = data.clean
+    dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
+    skipped: collections.Counter = collections.Counter()
+    dropped = dict.fromkeys(RULES, 0)
+    writer = ParallelStoreWriter(out_dir, "train", dtype)
+    dedup = Deduplicator() if clean.dedup else None
+    read = 0
+
+    def take(result: dict) -> None:
+        for rule, n in result["dropped"].items():
+            dropped[rule] += n
+        src_ids, src_lens = result["src_ids"], result["src_lens"]
+        tgt_ids, tgt_lens = result["tgt_ids"], result["tgt_lens"]
+        if dedup is not None:
+            keep = dedup.keep(result["hashes"])
+            if not keep.all():
+                dropped["duplicate"] += int((~keep).sum())
+                src_ids, src_lens = _select(src_ids, src_lens, keep)
+                tgt_ids, tgt_lens = _select(tgt_ids, tgt_lens, keep)
+        writer.add_batch(src_ids, src_lens, tgt_ids, tgt_lens)
+
+    def counted(chunks: Iterator[list]) -> Iterator[list]:
+        nonlocal read
+        for chunk in chunks:
+            read += len(chunk)
+            yield chunk
+
+    pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train", skipped=skipped)
+    chunks = counted(_chunks(pairs, CHUNK_PAIRS))
+    init_args = (vocab.model_bytes(), clean, dtype.name)
+    with _progress(progress, "train: encode") as bar:
+        if workers <= 1:
+            _init_worker(*init_args)
+            for chunk in chunks:
+                take(_encode_chunk(chunk))
+                bar.update(len(chunk))
+        else:
+            with multiprocessing.get_context().Pool(workers, _init_worker, init_args) as pool:
+                pending: collections.deque = collections.deque()
+                for chunk in chunks:
+                    pending.append((len(chunk), pool.apply_async(_encode_chunk, (chunk,))))
+                    if len(pending) >= 2 * workers:  # bounded: the reader never runs far ahead
+                        n, result = pending.popleft()
+                        take(result.get())
+                        bar.update(n)
+                while pending:
+                    n, result = pending.popleft()
+                    take(result.get())
+                    bar.update(n)
+    dropped["invalid_utf8"] = skipped["invalid_utf8"]
+    stats = writer.close()
+    stats["read"] = read + skipped["invalid_utf8"]
+    return {"stats": stats, "dropped": dropped}
+
+
+def _encode_eval(data: DataConfig, split: str, vocab: Vocab, out_dir: Path) -> dict:
+    """Validation/test: normalize only, keep every line; write the store and the cleaned text."""
+    source: SourceConfig = getattr(data, split)
+    normalize = make_normalizer(data.clean)
+    skipped: collections.Counter = collections.Counter()
+    writer = ParallelStoreWriter(out_dir, split, id_dtype(max(vocab.src_size, vocab.tgt_size)))
+    pairs = iter_pairs(source, data.src_lang, data.tgt_lang, data.clean.invalid_utf8, split, skipped=skipped)
+    with open(out_dir / f"{split}.src.txt", "w", encoding="utf-8") as fs, \
+            open(out_dir / f"{split}.tgt.txt", "w", encoding="utf-8") as ft:
+        for chunk in _chunks(pairs, CHUNK_PAIRS):
+            # A newline inside an HF example would break line alignment of the text files.
+            srcs = [normalize(s).replace("\n", " ") for s, _ in chunk]
+            tgts = [normalize(t).replace("\n", " ") for _, t in chunk]
+            fs.writelines(s + "\n" for s in srcs)
+            ft.writelines(t + "\n" for t in tgts)
+            for s_ids, t_ids in zip(vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)):
+                writer.add(s_ids, t_ids)
+    stats = writer.close()
+    stats["read"] = stats["pairs"] + skipped["invalid_utf8"]
+    if stats["pairs"] == 0:
+        raise MtkitError(f"data.{split}: the {split} set is empty")
+    return {"stats": stats, "dropped": {"invalid_utf8": skipped["invalid_utf8"]}}
+
+
+def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict) -> tuple[Vocab, dict]:
+    spm_cfg = data.spm
+    if spm_cfg.tgt_model and not spm_cfg.model:
+        raise MtkitError("data.spm.tgt_model: needs data.spm.model (the source model) as well")
+    if spm_cfg.model and spm_cfg.joint and spm_cfg.tgt_model:
+        raise MtkitError("data.spm.tgt_model: given with data.spm.joint: true; set data.spm.joint: false")
+    if spm_cfg.model and not spm_cfg.joint and not spm_cfg.tgt_model:
+        raise MtkitError("data.spm.joint is false: give the target model in data.spm.tgt_model as well")
+    if spm_cfg.model:
+        tgt_path = Path(spm_cfg.tgt_model) if spm_cfg.tgt_model else None
+        vocab = Vocab.from_files(Path(spm_cfg.model), tgt_path)
+        info = {"trained": False, "reused": [spm_cfg.model] + ([spm_cfg.tgt_model] if spm_cfg.tgt_model else [])}
+        return vocab, info
+    if data.train is None:
+        raise MtkitError("data.train: no training source to build the vocabulary from (or set data.spm.model)")
+    # Sampling and training run in a child process: the sample and SentencePiece's trainer
+    # take memory that CPython would not give back, and the encoding workers forked later
+    # would each inherit it.
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        models, info, child_timings = pool.submit(_train_vocab, data, workers, progress).result()
+    timings.update(child_timings)
+    return Vocab.from_bytes(*models), info
+
+
+def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
+    """Sample the training data and train SentencePiece on it; returns the serialized model(s)."""
+    spm_cfg, timings = data.spm, {}
+    start = time.perf_counter()
+    srcs, tgts, read = _sample_for_spm(data, progress)
+    timings["sample"] = round(time.perf_counter() - start, 2)
+    if not srcs:
+        raise MtkitError(f"data.train: no training pairs left after cleaning ({read} read, all empty or too long)")
+    start = time.perf_counter()
+    if spm_cfg.joint:
+        models = (train_model(srcs + tgts, spm_cfg, workers), None)
+    else:
+        models = (train_model(srcs, spm_cfg, workers), train_model(tgts, spm_cfg, workers))
+    timings["spm_train"] = round(time.perf_counter() - start, 2)
+    info = {"trained": True, "sample_pairs": len(srcs), "sample_sentences": len(srcs) * (2 if spm_cfg.joint else 1)}
+    return models, info, timings
+
+
+# ------------------------------------------------------------------- pipeline
+
+
+def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str) -> dict:
+    """Build every artefact of a prepared directory into ``out_dir`` (a fresh, empty folder)."""
+    total_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    vocab, vocab_info = _make_vocab(data, workers, progress, timings)
+    files = vocab.save(out_dir)
+    splits: dict[str, dict] = {}
+    dropped: dict[str, dict] = {}
+    if data.train is not None:
+        start = time.perf_counter()
+        result = _encode_train(data, vocab, out_dir, workers, progress)
+        timings["encode_train"] = round(time.perf_counter() - start, 2)
+        splits["train"], dropped["train"] = result["stats"], result["dropped"]
+        drops = ", ".join(f"{rule} {n}" for rule, n in result["dropped"].items())
+        log(f"train: kept {result['stats']['pairs']} of {result['stats']['read']} pairs (dropped: {drops})")
+        if result["stats"]["pairs"] == 0:
+            raise MtkitError(
+                f"data.train: no training pairs left after cleaning ({result['stats']['read']} read; dropped: {drops})"
+            )
+    for split in ("valid", "test"):
+        if getattr(data, split) is not None:
+            start = time.perf_counter()
+            result = _encode_eval(data, split, vocab, out_dir)
+            timings[f"encode_{split}"] = round(time.perf_counter() - start, 2)
+            splits[split], dropped[split] = result["stats"], result["dropped"]
+            log(f"{split}: kept {result['stats']['pairs']} pairs"
+                + (f" (skipped {result['dropped']['invalid_utf8']} invalid UTF-8)" if result["dropped"]["invalid_utf8"]
+                   else ""))
+    timings["total"] = round(time.perf_counter() - total_start, 2)
+    return {
+        "format": MANIFEST_FORMAT,
+        "mtkit_version": mtkit.__version__,
+        "fingerprint": fp,
+        "src_lang": data.src_lang,
+        "tgt_lang": data.tgt_lang,
+        "sources": {s: config_to_dict(getattr(data, s)) for s in SPLITS if getattr(data, s) is not None},
+        "clean": config_to_dict(data.clean),
+        "dropped": dropped,
+        "vocab": {
+            "type": data.spm.model_type if vocab_info["trained"] else "reused",
+            "joint": vocab.joint,
+            "src_size": vocab.src_size,
+            "tgt_size": vocab.tgt_size,
+            "requested_size": data.spm.vocab_size if vocab_info["trained"] else None,
+            "character_coverage": data.spm.character_coverage if vocab_info["trained"] else None,
+            "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+            "files": files,
+            **{k: v for k, v in vocab_info.items() if k != "trained"},
+        },
+        "splits": splits,
+        "workers": workers,
+        "timings_s": timings,
+    }
+
+
+def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None) -> dict:
+    """Run the pipeline on ``data`` into ``out_dir``; reuse a complete result for identical inputs."""
+    out_dir = Path(out_dir).expanduser()
+    if progress is None:
+        progress = sys.stderr.isatty()
+    data = resolve_data(data)
+    if data.train is None and data.valid is None and data.test is None:
+        raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
+    fp = fingerprint(data)
+    existing = read_manifest(out_dir)
+    if existing is not None and existing.get("fingerprint") == fp and not force:
+        log(f"{out_dir}: already prepared from identical inputs; reusing it (pass --force to rebuild)")
+        return existing
+    if out_dir.exists() and not out_dir.is_dir():
+        raise MtkitError(f"{out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and existing is None and any(out_dir.iterdir()) and not force:
+        raise MtkitError(
+            f"{out_dir}: exists, is not empty and holds no {MANIFEST}; choose another directory or pass --force"
+        )
+    workers = data.workers if data.workers > 0 else (os.cpu_count() or 1)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would otherwise stick to out_dir
+    try:
+        manifest = build(data, tmp, workers, progress, fp)
+        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        for path in tmp.iterdir():  # atomic writes create 0600 files; give them the usual mode
+            os.chmod(path, 0o666 & ~umask)
+        _replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
+    return manifest
+
+
+def _replace_dir(new: Path, out_dir: Path) -> None:
+    """Move ``new`` onto ``out_dir``; an old result loses its manifest first, so it never looks complete."""
+    if out_dir.exists():
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / MANIFEST).unlink()
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        os.replace(out_dir, old / "dir")
+        os.replace(new, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out_dir)

@@ -1,0 +1,137 @@
+"""The binarized parallel store: token ids in flat memory-mapped files plus an offsets index.
+
+One split is seven files in the prepared directory::
+
+  {split}.src.bin  {split}.tgt.bin            all ids of a side, concatenated (no bos/eos)
+  {split}.src.idx.npy  {split}.tgt.idx.npy    int64 offsets, (N + 1,): example i is bin[idx[i]:idx[i+1]]
+  {split}.src.len.npy  {split}.tgt.len.npy    int32 lengths, (N,), precomputed for length bucketing
+  {split}.store.json                          count and the id dtype (uint16 if the vocabulary fits)
+
+Why a NumPy memmap and not ``datasets`` Arrow files -- measured on the 2-core
+development machine with a store of 1M pairs (5-29 ids a side, uint16 ids),
+assembling a batch of 4000 random examples (median of 5, warm page cache):
+
+  memmap + offsets (this module)                 10.7 ms, open 0.006 s, RSS 119 MiB
+  Arrow ``load_from_disk``, ``ds[list]`` (numpy)  68.6 ms, open 0.59 s,  RSS 233 MiB
+  Arrow, 4000 single-row ``ds[i]``               359 ms
+
+Both map the files and touch only the pages a batch reads; the difference in
+RSS is pyarrow itself, which every data-loader worker would import. Disk size
+is similar (88 MB here vs 73 MB for Arrow, whose list offsets are int32). The
+memmap is 6x faster at batch assembly and needs no dependency beyond NumPy.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from mtkit.errors import MtkitError
+
+SIDES = ("src", "tgt")
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    """The smallest id dtype for a vocabulary: uint16 halves disk and page-cache traffic."""
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+class ParallelStoreWriter:
+    """Appends encoded pairs to one split's files; ``close()`` writes the index (call it last).
+
+    Only the lengths stay in memory (4 bytes per example and side).
+    """
+
+    def __init__(self, out_dir: Path, split: str, dtype: np.dtype) -> None:
+        self.out_dir = Path(out_dir)
+        self.split = split
+        self.dtype = np.dtype(dtype)
+        self._files: dict[str, BinaryIO] = {
+            side: open(self.out_dir / f"{split}.{side}.bin", "wb") for side in SIDES
+        }
+        self._lengths = {side: array("i") for side in SIDES}
+
+    def add_batch(self, src_ids: np.ndarray, src_lens: np.ndarray, tgt_ids: np.ndarray, tgt_lens: np.ndarray) -> None:
+        """Append a batch given as flat ids ``(sum(lens),)`` and lengths ``(B,)`` per side."""
+        for side, ids, lens in (("src", src_ids, src_lens), ("tgt", tgt_ids, tgt_lens)):
+            self._files[side].write(np.asarray(ids, dtype=self.dtype).tobytes())
+            self._lengths[side].extend(np.asarray(lens, dtype=np.int32).tolist())
+
+    def add(self, src_ids: list[int], tgt_ids: list[int]) -> None:
+        """Append one pair of id lists."""
+        self.add_batch(np.asarray(src_ids), np.asarray([len(src_ids)]), np.asarray(tgt_ids), np.asarray([len(tgt_ids)]))
+
+    def __len__(self) -> int:
+        return len(self._lengths["src"])
+
+    def close(self) -> dict:
+        """Flush the ids and write the index; return the split's statistics."""
+        stats: dict = {"pairs": len(self)}
+        for side in SIDES:
+            self._files[side].close()
+            lens = np.frombuffer(self._lengths[side], dtype=np.int32) if len(self) else np.zeros(0, np.int32)
+            offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            np.save(self.out_dir / f"{self.split}.{side}.idx.npy", offsets)
+            np.save(self.out_dir / f"{self.split}.{side}.len.npy", lens)
+            stats[f"{side}_tokens"] = int(offsets[-1])
+            stats[f"{side}_mean_tokens"] = round(float(lens.mean()), 2) if len(lens) else 0.0
+            stats[f"{side}_max_tokens"] = int(lens.max()) if len(lens) else 0
+        meta = {"format": 1, "count": len(self), "dtype": self.dtype.name}
+        (self.out_dir / f"{self.split}.store.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
+        return stats
+
+
+class ParallelStore:
+    """Read-only, memory-mapped view of one split: nothing is loaded whole into RAM."""
+
+    def __init__(self, src: np.ndarray, tgt: np.ndarray, src_offsets: np.ndarray, tgt_offsets: np.ndarray,
+                 src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> None:
+        self._ids = {"src": src, "tgt": tgt}
+        self._offsets = {"src": src_offsets, "tgt": tgt_offsets}
+        self.src_lengths = src_lengths  # (N,) int32, memory-mapped
+        self.tgt_lengths = tgt_lengths  # (N,) int32, memory-mapped
+
+    @classmethod
+    def open(cls, out_dir: Path, split: str) -> "ParallelStore":
+        out_dir = Path(out_dir)
+        meta_path = out_dir / f"{split}.store.json"
+        if not meta_path.is_file():
+            raise MtkitError(f"{out_dir}: no '{split}' split ({meta_path.name} missing); run 'mtkit prepare' first")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        dtype = np.dtype(meta["dtype"])
+        arrays = {}
+        for side in SIDES:
+            bin_path = out_dir / f"{split}.{side}.bin"
+            # np.memmap refuses empty files; an empty split is a valid (if useless) store.
+            if bin_path.stat().st_size:
+                # A plain ndarray view of the map: slicing a np.memmap subclass costs ~5x more.
+                arrays[side] = np.memmap(bin_path, dtype=dtype, mode="r").view(np.ndarray)
+            else:
+                arrays[side] = np.zeros(0, dtype=dtype)
+            arrays[f"{side}_idx"] = np.load(out_dir / f"{split}.{side}.idx.npy", mmap_mode="r").view(np.ndarray)
+            arrays[f"{side}_len"] = np.load(out_dir / f"{split}.{side}.len.npy", mmap_mode="r").view(np.ndarray)
+        store = cls(arrays["src"], arrays["tgt"], arrays["src_idx"], arrays["tgt_idx"],
+                    arrays["src_len"], arrays["tgt_len"])
+        if len(store) != meta["count"]:
+            raise MtkitError(f"{out_dir}: '{split}' store is inconsistent ({len(store)} != {meta['count']} pairs)")
+        return store
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def _get(self, side: str, i: int) -> np.ndarray:
+        start, end = self._offsets[side][i:i + 2].tolist()
+        return self._ids[side][start:end].astype(np.int64)
+
+    def src(self, i: int) -> np.ndarray:
+        """Source ids of example ``i``, ``(src_lengths[i],)`` int64, without bos/eos."""
+        return self._get("src", i)
+
+    def tgt(self, i: int) -> np.ndarray:
+        """Target ids of example ``i``, ``(tgt_lengths[i],)`` int64, without bos/eos."""
+        return self._get("tgt", i)

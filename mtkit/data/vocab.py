@@ -1,0 +1,169 @@
+"""SentencePiece vocabularies: one joint model (the paper's shared vocabulary, §5.1) or two.
+
+The SentencePiece model is the vocabulary: token ids come from it alone. Every
+model mtkit uses has pad=0, unk=1, bos=2, eos=3 (``mtkit.config``); a model
+passed in with other ids is refused.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import sentencepiece as spm
+
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpmConfig
+from mtkit.errors import MtkitError
+
+JOINT_FILE = "spm.model"
+SRC_FILE = "spm.src.model"
+TGT_FILE = "spm.tgt.model"
+_SPECIAL = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+
+
+def _processor(model: bytes, name: str) -> spm.SentencePieceProcessor:
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.LoadFromSerializedProto(model)
+    except (RuntimeError, OSError) as e:
+        raise MtkitError(f"{name}: not a SentencePiece model ({str(e).strip().splitlines()[0]})") from None
+    found = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
+    if found != _SPECIAL:
+        raise MtkitError(
+            f"{name}: special ids {found} differ from mtkit's {_SPECIAL};"
+            " retrain it with --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3"
+        )
+    return sp
+
+
+def _strip_special(ids: Iterable[int]) -> list[int]:
+    return [int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
+
+
+class Vocab:
+    """One (joint) or two SentencePiece processors; ids exclude bos/eos unless added by the caller."""
+
+    def __init__(self, src: spm.SentencePieceProcessor, tgt: Optional[spm.SentencePieceProcessor],
+                 src_model: bytes, tgt_model: Optional[bytes]) -> None:
+        self._src = src
+        self._tgt = tgt if tgt is not None else src
+        self._models = (src_model, tgt_model)
+        self.joint = tgt is None
+
+    # ----------------------------------------------------------------- loading
+
+    @classmethod
+    def from_bytes(cls, src_model: bytes, tgt_model: Optional[bytes] = None) -> "Vocab":
+        """A joint vocabulary from one model, or separate ones from two serialized models."""
+        src = _processor(src_model, "source SentencePiece model" if tgt_model else "SentencePiece model")
+        tgt = _processor(tgt_model, "target SentencePiece model") if tgt_model is not None else None
+        return cls(src, tgt, src_model, tgt_model)
+
+    @classmethod
+    def from_files(cls, src_path: Path, tgt_path: Optional[Path] = None) -> "Vocab":
+        models = []
+        for path in (src_path, tgt_path):
+            if path is None:
+                models.append(None)
+                continue
+            try:
+                models.append(Path(path).read_bytes())
+            except FileNotFoundError:
+                raise MtkitError(f"{path}: no such file") from None
+            except IsADirectoryError:
+                raise MtkitError(f"{path}: is a directory, expected a SentencePiece model") from None
+        src = _processor(models[0], str(src_path))
+        tgt = _processor(models[1], str(tgt_path)) if tgt_path is not None else None
+        return cls(src, tgt, models[0], models[1])
+
+    @classmethod
+    def load(cls, out_dir: Path) -> "Vocab":
+        """The vocabulary of a prepared directory (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)."""
+        out_dir = Path(out_dir)
+        if (out_dir / JOINT_FILE).is_file():
+            return cls.from_files(out_dir / JOINT_FILE)
+        if (out_dir / SRC_FILE).is_file() and (out_dir / TGT_FILE).is_file():
+            return cls.from_files(out_dir / SRC_FILE, out_dir / TGT_FILE)
+        raise MtkitError(f"{out_dir}: no {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE}); run 'mtkit prepare' first")
+
+    def save(self, out_dir: Path) -> list[str]:
+        """Write the model file(s) into ``out_dir``; return their names."""
+        from mtkit.io import atomic_write_bytes
+
+        src_model, tgt_model = self._models
+        if tgt_model is None:
+            atomic_write_bytes(Path(out_dir) / JOINT_FILE, src_model)
+            return [JOINT_FILE]
+        atomic_write_bytes(Path(out_dir) / SRC_FILE, src_model)
+        atomic_write_bytes(Path(out_dir) / TGT_FILE, tgt_model)
+        return [SRC_FILE, TGT_FILE]
+
+    def model_bytes(self) -> tuple[bytes, Optional[bytes]]:
+        """The serialized model(s): ``(joint, None)`` or ``(source, target)``; enough to rebuild the Vocab."""
+        return self._models
+
+    # ------------------------------------------------------------------- sizes
+
+    @property
+    def src_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    # ------------------------------------------------------------ text <-> ids
+
+    def encode_src(self, text: str) -> list[int]:
+        return self._src.encode(text)
+
+    def encode_tgt(self, text: str) -> list[int]:
+        return self._tgt.encode(text)
+
+    def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._src.encode(list(texts), num_threads=1)
+
+    def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._tgt.encode(list(texts), num_threads=1)
+
+    def decode_src(self, ids: Iterable[int]) -> str:
+        """Text of source ids; pad/bos/eos are dropped."""
+        return self._src.decode(_strip_special(ids))
+
+    def decode_tgt(self, ids: Iterable[int]) -> str:
+        """Text of target ids; pad/bos/eos are dropped."""
+        return self._tgt.decode(_strip_special(ids))
+
+    def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._src.id_to_piece(int(i)) for i in ids]
+
+    def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+
+def train_model(sentences: Sequence[str], spm_config: SpmConfig, threads: int = 1) -> bytes:
+    """Train one SentencePiece model on ``sentences`` (a bounded sample) and return it serialized."""
+    if not sentences:
+        raise MtkitError("data.train: no sentences left to train SentencePiece on")
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=writer,
+            model_type=spm_config.model_type,
+            vocab_size=spm_config.vocab_size,
+            character_coverage=spm_config.character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            hard_vocab_limit=False,
+            input_sentence_size=0,  # the caller's reservoir sample already bounds memory
+            max_sentence_length=1 << 16,
+            num_threads=max(1, threads),
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise MtkitError(f"data.spm: SentencePiece training failed: {str(e).strip().splitlines()[-1]}") from None
+    return writer.getvalue()

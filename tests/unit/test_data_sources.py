@@ -1,0 +1,111 @@
+"""Corpus readers: files, gzip, TSV, Hugging Face (local folders in the hub's schema), and their errors."""
+
+import gzip
+import json
+
+import pytest
+
+from mtkit.config import SourceConfig
+from mtkit.data.sources import iter_pairs
+from mtkit.errors import MtkitError
+
+
+@pytest.fixture(autouse=True)
+def hf_cache(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def write(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if gz:
+        data = gzip.compress(data)
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_files_plain_and_gzip(tmp_path):
+    src = write(tmp_path / "a.en.gz", ["one", " two "], gz=True)
+    tgt = write(tmp_path / "a.de", ["eins", "zwei"])
+    assert list(iter_pairs(SourceConfig(src=src, tgt=tgt), "en", "de")) == [("one", "eins"), (" two ", "zwei")]
+
+
+def test_tsv_gzip_and_missing_tab(tmp_path):
+    path = write(tmp_path / "c.tsv.gz", ["one\teins", "two\tzwei"], gz=True)
+    assert list(iter_pairs(SourceConfig(kind="tsv", path=path), "en", "de")) == [("one", "eins"), ("two", "zwei")]
+    bad = write(tmp_path / "bad.tsv", ["one\teins", "two zwei"])
+    with pytest.raises(MtkitError, match=r"bad\.tsv: line 2: expected 'source<TAB>target'"):
+        list(iter_pairs(SourceConfig(kind="tsv", path=bad), "en", "de"))
+
+
+def test_line_count_mismatch_names_both_files(tmp_path):
+    src = write(tmp_path / "x.en", ["a", "b", "c"])
+    tgt = write(tmp_path / "x.de", ["a", "b"])
+    with pytest.raises(MtkitError) as e:
+        list(iter_pairs(SourceConfig(src=src, tgt=tgt), "en", "de"))
+    assert str(e.value) == f"{src} has 3 lines but {tgt} has 2: parallel files must align"
+
+
+def test_invalid_utf8_error_and_skip(tmp_path):
+    src = tmp_path / "u.en"
+    src.write_bytes(b"ok\nbad \xff here\nfine\n")
+    tgt = write(tmp_path / "u.de", ["gut", "schlecht", "fein"])
+    with pytest.raises(MtkitError, match=r"u\.en: line 2: invalid UTF-8"):
+        list(iter_pairs(SourceConfig(src=str(src), tgt=tgt), "en", "de"))
+    import collections
+
+    skipped = collections.Counter()
+    pairs = list(iter_pairs(SourceConfig(src=str(src), tgt=tgt), "en", "de", invalid_utf8="skip", skipped=skipped))
+    assert pairs == [("ok", "gut"), ("fine", "fein")]
+    assert skipped["invalid_utf8"] == 1
+
+
+def test_missing_file(tmp_path):
+    tgt = write(tmp_path / "y.de", ["a"])
+    with pytest.raises(MtkitError, match=r"nope\.en: no such file"):
+        list(iter_pairs(SourceConfig(src=str(tmp_path / "nope.en"), tgt=tgt), "en", "de"))
+    with pytest.raises(MtkitError, match=r"data\.valid: kind 'files' needs"):
+        list(iter_pairs(SourceConfig(src=tgt), "en", "de", split_name="valid"))
+
+
+def hub_folder(tmp_path, rows_by_split):
+    folder = tmp_path / "wmt-like"
+    folder.mkdir()
+    for split, rows in rows_by_split.items():
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return str(folder)
+
+
+TRANSLATION = [{"translation": {"de": "Hallo Welt", "en": "hello world"}}, {"translation": {"de": "zwei", "en": "two"}}]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_hf_translation_layout(tmp_path, streaming):
+    folder = hub_folder(tmp_path, {"train": TRANSLATION, "validation": TRANSLATION[:1]})
+    source = SourceConfig(kind="hf", name=folder, streaming=streaming)
+    assert list(iter_pairs(source, "en", "de")) == [("hello world", "Hallo Welt"), ("two", "zwei")]
+    assert list(iter_pairs(source, "de", "en", split_name="valid")) == [("Hallo Welt", "hello world")]
+
+
+def test_hf_parquet_and_flat_columns(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = tmp_path / "flat"
+    folder.mkdir()
+    pq.write_table(pa.table({"en": ["one", "two"], "de": ["eins", "zwei"], "id": [1, 2]}), folder / "test.parquet")
+    source = SourceConfig(kind="hf", name=str(folder))
+    assert list(iter_pairs(source, "en", "de", split_name="test")) == [("one", "eins"), ("two", "zwei")]
+    renamed = SourceConfig(kind="hf", name=str(folder), split="test", src_field="de", tgt_field="en")
+    assert list(iter_pairs(renamed, "xx", "yy")) == [("eins", "one"), ("zwei", "two")]
+    with pytest.raises(MtkitError, match=r"no column 'fr'; keys present: en, de, id"):
+        list(iter_pairs(source, "en", "fr", split_name="test"))
+
+
+def test_hf_missing_language_key_lists_keys(tmp_path):
+    folder = hub_folder(tmp_path, {"train": TRANSLATION})
+    with pytest.raises(MtkitError, match=r"no language 'fr' in 'translation'; keys present: de, en"):
+        list(iter_pairs(SourceConfig(kind="hf", name=folder), "en", "fr"))
+    with pytest.raises(MtkitError, match=r"data\.test: cannot load Hugging Face dataset"):
+        list(iter_pairs(SourceConfig(kind="hf", name=folder), "en", "de", split_name="test"))

@@ -1,0 +1,49 @@
+"""SentencePiece vocabularies: special ids, joint and separate, serialization, refusal of other ids."""
+
+import io
+
+import pytest
+import sentencepiece as spm
+
+from mtkit.config import SpmConfig
+from mtkit.data.synthetic import demo_pairs
+from mtkit.data.vocab import Vocab, train_model
+from mtkit.errors import MtkitError
+
+PAIRS = list(demo_pairs(500, seed=5))
+
+
+def test_joint_vocab_round_trip(tmp_path):
+    model = train_model([s for p in PAIRS for s in p], SpmConfig(vocab_size=300))
+    vocab = Vocab.from_bytes(model)
+    assert vocab.joint and vocab.src_size == vocab.tgt_size
+    en, de = PAIRS[0]
+    ids = vocab.encode_tgt(de)
+    assert 2 not in ids and 3 not in ids  # no bos/eos
+    assert vocab.decode_tgt([2] + ids + [3, 0]) == de
+    assert vocab.decode_src(vocab.encode_src(en)) == en
+    assert "".join(vocab.tgt_pieces(ids)).replace("▁", " ").strip() == de
+    assert vocab.src_pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    vocab.save(tmp_path)
+    assert Vocab.load(tmp_path).model_bytes() == (model, None)
+
+
+def test_separate_vocab_and_unigram(tmp_path):
+    cfg = SpmConfig(joint=False, model_type="unigram", vocab_size=200)
+    vocab = Vocab.from_bytes(train_model([e for e, _ in PAIRS], cfg), train_model([d for _, d in PAIRS], cfg))
+    assert not vocab.joint
+    assert vocab.decode_tgt(vocab.encode_tgt(PAIRS[1][1])) == PAIRS[1][1]
+    assert vocab.save(tmp_path) == ["spm.src.model", "spm.tgt.model"]
+    assert not Vocab.load(tmp_path).joint
+
+
+def test_other_special_ids_are_refused(tmp_path):
+    writer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([s for p in PAIRS for s in p]), model_writer=writer,
+                                   vocab_size=100, hard_vocab_limit=False, minloglevel=2)  # unk=0 bos=1 eos=2
+    path = tmp_path / "other.model"
+    path.write_bytes(writer.getvalue())
+    with pytest.raises(MtkitError, match=r"other\.model: special ids .* differ"):
+        Vocab.from_files(path)
+    with pytest.raises(MtkitError, match="no spm.model"):
+        Vocab.load(tmp_path)
