@@ -1,0 +1,99 @@
+"""``mtkit run``: a whole recipe, prepare → train → average → evaluate, skipping finished stages.
+
+Layout of the working directory::
+
+    WORK/data/          the prepared data (reused when complete and up to date)
+    WORK/run/           the training run (resumed when interrupted; skipped when finished)
+    WORK/test.hyp       translations of the test split by the averaged (else last) checkpoint
+    WORK/scores.json    the scores printed at the end
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from mtkit.config import Config, load_config
+
+
+def _say(message: str) -> None:
+    print(f"[mtkit run] {message}", file=sys.stderr, flush=True)
+
+
+def training_finished(run_dir: Path) -> bool:
+    """Whether the run's log ends with the end-of-training record."""
+    log = run_dir / "metrics.jsonl"
+    if not log.is_file():
+        return False
+    lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return bool(lines) and json.loads(lines[-1]).get("event") == "end"
+
+
+def final_checkpoint(run_dir: Path) -> Path:
+    from mtkit.training.checkpoint import resolve_checkpoint
+
+    averaged = run_dir / "checkpoints" / "averaged.pt"
+    return averaged if averaged.is_file() else resolve_checkpoint(run_dir)
+
+
+def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
+    """Run every stage of ``recipe`` in ``work``; print scores and example translations."""
+    from mtkit.commands.evaluate import evaluate_files
+    from mtkit.commands.evaluate_model import translate_lines
+    from mtkit.commands.prepare import prepare
+    from mtkit.commands.train import train
+    from mtkit.io import atomic_write_text, read_lines
+
+    config: Config = load_config(recipe, overrides)
+    work = Path(work)
+    data_dir, run_dir = work / "data", work / "run"
+    started = time.perf_counter()
+
+    _say(f"prepare → {data_dir}")
+    prepare(config, data_dir)
+
+    if training_finished(run_dir):
+        _say(f"train: {run_dir} has finished; skipped")
+    else:
+        _say(f"train → {run_dir}")
+        train(config, data_dir, run_dir)
+
+    checkpoint = final_checkpoint(run_dir)
+    ev = config.eval
+    if ev.testset:
+        from mtkit.metrics import load_testset
+
+        sources, references = load_testset(ev.testset, ev.langpair or f"{config.data.src_lang}-{config.data.tgt_lang}")
+        ref_path = work / "test.ref"
+        atomic_write_text(ref_path, "".join(line + "\n" for line in references[0]))
+    else:
+        sources = list(read_lines(data_dir / "test.src.txt"))
+        ref_path = data_dir / "test.tgt.txt"
+    _say(f"translate {len(sources)} test sentences with {checkpoint} (beam {config.decode.beam}, α {config.decode.alpha})")
+    hypotheses = translate_lines(checkpoint, sources, {})
+    hyp_path = work / "test.hyp"
+    atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
+
+    lang = config.data.tgt_lang
+    report = evaluate_files([hyp_path], [ref_path], list(ev.metrics), False, False, True, lang=lang)
+    scores = json.loads(report)
+    if ev.lc_tok_ref:
+        lc = json.loads(evaluate_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], False, True, True, lang=lang))
+        scores["scores"] += [s for s in lc["scores"] if s["metric"] != "BLEU"]
+    if ev.compound_split:
+        cs = json.loads(evaluate_files([hyp_path], [ref_path], ["bleu"], False, False, True, compound_split=True, lang=lang))
+        scores["scores"] += [s for s in cs["scores"] if s["metric"] != "BLEU"]
+    scores["checkpoint"] = str(checkpoint)
+    scores["minutes"] = (time.perf_counter() - started) / 60
+    atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
+
+    print(f"test set: {ref_path} ({len(sources)} sentences), checkpoint {checkpoint}")
+    for s in scores["scores"]:
+        print(f"{s['metric']:>18} {s['score']:6.2f}   {s['signature']}")
+    if ev.examples:
+        print("examples:")
+        for src, hyp, ref in list(zip(sources, hypotheses, read_lines(ref_path)))[: ev.examples]:
+            print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
+    return scores
