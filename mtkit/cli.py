@@ -197,7 +197,7 @@ def translate(
     temperature: Optional[float] = typer.Option(None, "--temperature"),
     top_k: Optional[int] = typer.Option(None, "--top-k"),
     top_p: Optional[float] = typer.Option(None, "--top-p"),
-    output_format: str = typer.Option("text", "--format", help="text | tokens | scores."),
+    output_format: str = typer.Option("text", "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
@@ -219,10 +219,9 @@ def translate(
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
     }
     run_translate(
-        model_paths=list(model), inputs=list(inputs or ["-"]), output=output,
+        list(model), inputs=list(inputs or ["-"]), output=output, output_format=output_format, device=device,
+        precision=precision, engine=engine, buffer_size=buffer_size or 1000, attention_png=attention_png,
         decode_overrides={k: v for k, v in overrides.items() if v is not None},
-        output_format=output_format, device=device, precision=precision, engine=engine,
-        buffer_size=buffer_size, attention_png=attention_png,
     )
 
 
@@ -310,20 +309,13 @@ def run_recipe(
 
 
 def main() -> None:
-    """Entry point: run the app and turn errors into exit codes without tracebacks."""
-    import click
+    """Entry point: run the app and turn user errors into one line and exit code 1.
 
-    debug = os.environ.get("MTKIT_DEBUG") == "1" or "--debug" in sys.argv[1:2]
+    Typer/Click, in standalone mode, already print usage errors and exit with 2.
+    """
+    debug = "--debug" in sys.argv[1:2]
     try:
-        app(prog_name="mtkit", standalone_mode=False)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.ClickException as e:  # usage errors: Click's own message, exit 2
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        sys.exit(1)
+        app(prog_name="mtkit")
     except MtkitError as e:
         if debug or os.environ.get("MTKIT_DEBUG") == "1":
             raise

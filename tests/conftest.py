@@ -6,8 +6,11 @@ import os
 import random
 from pathlib import Path
 
-import pytest
-import torch
+# OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # One thread: the tiny models gain nothing from more, and they suffer badly when the cores are shared.
 torch.set_num_threads(1)

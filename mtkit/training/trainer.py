@@ -250,10 +250,10 @@ class Trainer:
         self.model.eval()
         return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device)
 
-    def validate(self) -> dict:
+    def validate(self, final: bool = False) -> dict:
         record = self.validate_loss()
         # Every rank computes it, so that early-stopping decisions agree without communication.
-        if self.cfg.bleu_every and self.step % self.cfg.bleu_every == 0:
+        if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
             record["valid_bleu"] = self.validate_bleu()
         return record
 
@@ -301,6 +301,7 @@ class Trainer:
         elapsed_at_start = self.elapsed
         last_save_time = time.perf_counter()
         last_path: Path | None = None
+        validated_step = -1
         stopped = "max_steps"
         position = self.sampler.state
         final_loss = float("nan")
@@ -330,21 +331,8 @@ class Trainer:
 
                 stop_early = False
                 if cfg.valid_every and self.step % cfg.valid_every == 0 and self.valid_store is not None:
-                    record = self.validate()
-                    better = self.is_better(record)
-                    if better is False:
-                        self.bad_validations += 1
-                    elif better:
-                        self.bad_validations = 0
-                    self.log.write({"step": self.step, "epoch": position.epoch, **record})
-                    if bar is not None:
-                        bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
-                    if self.dist.is_main:
-                        last_path = self.save(position)
-                        last_save_time = time.perf_counter()
-                        if better:
-                            link_atomically(last_path, self.ckpt_dir / "best.pt")
-                        self._draw_curves()
+                    last_path = self._validate_and_save(position, bar, final=False)
+                    last_save_time, validated_step = time.perf_counter(), self.step
                     stop_early = bool(cfg.patience) and self.bad_validations >= cfg.patience
                 elif self.dist.is_main and (
                     (cfg.save_every and self.step % cfg.save_every == 0)
@@ -364,9 +352,12 @@ class Trainer:
                 bar.close()
 
         averaged = None
+        if validated_step != self.step and cfg.valid_every and self.valid_store is not None:
+            # Validate the final weights too, so that `best` can be the end of training.
+            last_path = self._validate_and_save(position, None, final=True)
+        elif self.dist.is_main and (last_path is None or last_path.name != f"step_{self.step:07d}.pt"):
+            last_path = self.save(position)
         if self.dist.is_main:
-            if last_path is None or last_path.name != f"step_{self.step:07d}.pt":
-                last_path = self.save(position)
             if cfg.average_last > 1:
                 from mtkit.training.average import average_checkpoints
 
@@ -380,6 +371,25 @@ class Trainer:
                            self.elapsed / 60, stopped)
 
     # ---------------------------------------------------------------- helpers
+
+    def _validate_and_save(self, position: SamplerState, bar, final: bool) -> Path | None:
+        """Validate, log, save a checkpoint (rank 0) and point ``best`` at it when it is the best so far."""
+        record = self.validate(final=final)
+        better = self.is_better(record)
+        if better is False:
+            self.bad_validations += 1
+        elif better:
+            self.bad_validations = 0
+        self.log.write({"step": self.step, "epoch": position.epoch, **record})
+        if bar is not None:
+            bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
+        if not self.dist.is_main:
+            return None
+        path = self.save(position)
+        if better:
+            link_atomically(path, self.ckpt_dir / "best.pt")
+        self._draw_curves()
+        return path
 
     def _log_window(self, window: dict, start: float, stats: dict, bar) -> float:
         totals = torch.tensor([window["loss_sum"], window["nll_sum"], window["tokens"]], dtype=torch.float64)

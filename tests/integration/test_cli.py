@@ -1,0 +1,156 @@
+"""The real CLI end to end: prepare → train → translate → evaluate, exit codes, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
+
+
+def mtkit(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtkit", *args], input=stdin, capture_output=True, text=True,
+                          env=ENV, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """Run prepare and train through the CLI once; return the folder and timings."""
+    root = tmp_path_factory.mktemp("cli")
+    files = write_reverse_corpus(root / "text", n_train=2000, n_valid=40)
+    recipe = root / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": reverse_data_config(files),
+        "model": TINY_MODEL,
+        "train": {"max_tokens": 600, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 40, "max_steps": 400,
+                  "label_smoothing": 0.0, "log_every": 50, "valid_every": 200, "save_every": 200, "keep_last": 2},
+        "decode": {"beam": 2},
+    }))
+    started = time.perf_counter()
+    prep = mtkit("prepare", str(recipe), "--out", str(root / "data"))
+    train = mtkit("train", str(recipe), "--data", str(root / "data"), "--run-dir", str(root / "run"))
+    return root, files, prep, train, time.perf_counter() - started
+
+
+def test_prepare_and_train_write_their_files(pipeline):
+    root, _, prep, train, seconds = pipeline
+    assert prep.returncode == 0, prep.stderr
+    assert train.returncode == 0, train.stderr
+    for name in ("manifest.json", "spm.model", "train.store.json", "valid.src.txt", "test.tgt.txt"):
+        assert (root / "data" / name).is_file(), name
+    for name in ("config.yaml", "spm.model", "metrics.jsonl", "curves.png", "checkpoints/last.pt", "checkpoints/best.pt"):
+        assert (root / "run" / name).is_file(), name
+    assert seconds < 90
+    # Piped output stays quiet: no progress bar on stderr.
+    assert "\r" not in train.stderr and "it/s" not in train.stderr
+
+
+def test_translate_keeps_one_line_per_input_line(pipeline):
+    root, files, *_ = pipeline
+    lines = ["alpha bravo charlie", "", "delta echo", "   ", "kilo lima golf hotel india"]
+    result = mtkit("translate", "-m", str(root / "run"), stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)
+    assert out[1] == "" and out[3] == ""
+    assert out[0] and out[2] and out[4]
+    assert set(out[2].split()) <= {"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+                                   "juliet", "kilo", "lima"}
+    # A file argument and --output work too.
+    result = mtkit("translate", "-m", str(root / "run"), str(files["test"][0]), "-o", str(root / "test.hyp"))
+    assert result.returncode == 0, result.stderr
+    n_in = len(files["test"][0].read_text().splitlines())
+    assert len((root / "test.hyp").read_text().splitlines()) == n_in
+
+
+def test_evaluate_files_and_model(pipeline):
+    root, files, *_ = pipeline
+    hyp = root / "eval.hyp"
+    result = mtkit("evaluate", "-m", str(root / "run"), "--src", str(files["test"][0]), "--ref", str(files["test"][1]),
+                   "--hyp-out", str(hyp), "--json")
+    assert result.returncode == 0, result.stderr
+    scores = {s["metric"]: s for s in json.loads(result.stdout)["scores"]}
+    assert scores["BLEU"]["score"] > 50  # the reverse task is being learned
+    assert scores["BLEU"]["signature"].startswith("nrefs:1|case:mixed")
+    assert len(hyp.read_text().splitlines()) == len(files["test"][0].read_text().splitlines())
+    table = mtkit("evaluate", "--hyp", str(hyp), "--ref", str(files["test"][1]))
+    assert table.returncode == 0 and "BLEU" in table.stdout and "nrefs:1" in table.stdout
+
+
+def test_average_and_curves_commands(pipeline):
+    root, *_ = pipeline
+    result = mtkit("average", str(root / "run"), "--last", "2")
+    assert result.returncode == 0, result.stderr
+    assert (root / "run" / "checkpoints" / "averaged.pt").is_file()
+    (root / "run" / "curves.png").unlink()
+    assert mtkit("curves", str(root / "run")).returncode == 0
+    assert (root / "run" / "curves.png").is_file()
+
+
+def test_help_and_version():
+    result = mtkit("--help")
+    assert result.returncode == 0
+    for command in ("prepare", "train", "translate", "evaluate"):
+        assert command in result.stdout
+    version = mtkit("--version")
+    assert version.returncode == 0 and version.stdout.startswith("mtkit ")
+    for command in ("prepare", "train", "translate", "evaluate"):
+        sub = mtkit(command, "--help")
+        assert sub.returncode == 0 and "Example" in sub.stdout
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = "import sys; sys.argv=['mtkit','--help']\nfrom mtkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n" \
+           "print('HEAVY', sorted(m for m in ('torch','datasets','sacrebleu','sentencepiece') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
+    assert "HEAVY []" in result.stdout
+
+
+def test_usage_error_exits_2():
+    result = mtkit("train", "--no-such-option")
+    assert result.returncode == 2
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_missing_input_file_is_a_one_line_error(tmp_path):
+    message = one_line_error(mtkit("prepare", "--src", str(tmp_path / "nope.en"), "--tgt", str(tmp_path / "nope.de"),
+                                   "--out", str(tmp_path / "out")))
+    assert "nope.en" in message
+
+
+def test_malformed_yaml_names_the_file_and_line(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("model:\n  d_model: 512\n  h: [8\n")
+    message = one_line_error(mtkit("train", str(recipe), "--data", str(tmp_path), "--run-dir", str(tmp_path / "r")))
+    assert "bad.yaml" in message and "line" in message
+
+
+def test_unknown_key_names_the_dotted_key_and_the_closest(tmp_path):
+    recipe = tmp_path / "typo.yaml"
+    recipe.write_text("train:\n  max_stpes: 10\n")
+    message = one_line_error(mtkit("train", str(recipe), "--data", str(tmp_path), "--run-dir", str(tmp_path / "r")))
+    assert "train.max_stpes" in message and "max_steps" in message
+    message = one_line_error(mtkit("train", "--data", str(tmp_path), "--run-dir", str(tmp_path / "r"),
+                                   "--set", "model.d_modle=64"))
+    assert "model.d_modle" in message and "d_model" in message
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = mtkit("--debug", "prepare", "--src", str(tmp_path / "x"), "--tgt", str(tmp_path / "y"), "--out", str(tmp_path / "o"))
+    assert result.returncode == 1 and "Traceback" in result.stderr

@@ -1,0 +1,36 @@
+"""Every recipe loads through the strict config, and the presets in them give the paper's sizes."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtkit.config import load_config
+from mtkit.model import Transformer, count_parameters
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
+
+
+def test_the_recipes_are_there():
+    names = {p.stem for p in RECIPES}
+    assert {"demo", "multi30k-en-de", "multi30k-de-en", "iwslt14-de-en", "wmt14-en-de-transformer-base",
+            "wmt14-en-de-transformer-big", "wmt14-en-fr-transformer-base", "wmt14-en-fr-transformer-big"} <= names
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_loads_strictly_and_states_its_expectation(recipe):
+    config = load_config(recipe)
+    assert config.data.train is not None and config.data.test is not None
+    assert config.expected.metric and config.expected.source and config.expected.hardware
+
+
+@pytest.mark.parametrize(
+    "recipe, millions",
+    [("wmt14-en-de-transformer-base", 65), ("wmt14-en-de-transformer-big", 213)],
+)
+def test_wmt_recipes_give_the_papers_parameter_counts(recipe, millions):
+    config = load_config(Path(RECIPES[0]).parent / f"{recipe}.yaml")
+    v = config.data.spm.vocab_size
+    with torch.device("meta"):
+        model = Transformer(config.model, v, v)
+    assert abs(count_parameters(model) / 1e6 - millions) / millions <= 0.03
