@@ -1,0 +1,279 @@
+"""Export to CTranslate2, and translate with the exported model.
+
+The export describes mtkit's Transformer with CTranslate2's model specs
+(``TransformerSpec.from_config``), sets every weight, and writes what differs
+from CTranslate2's defaults explicitly:
+
+* the positional-encoding table (CTranslate2's built-in sinusoids put all sines
+  before all cosines; the paper interleaves them) -- or the learned table;
+* the LayerNorm epsilon (mtkit: ``model.layer_norm_eps``, 1e-5 by default);
+* post-norm (``pre_norm=False``, the paper) or pre-norm with its final LayerNorm;
+* embeddings scaled by √d_model, ReLU, a bias-free output projection (tied to the
+  target embeddings unless ``share_embeddings='none'``);
+* the source gets EOS appended (``add_source_eos``) and the decoder starts from BOS.
+
+The directory holds ``model.bin``, ``config.json``, the vocabularies, mtkit's
+SentencePiece model(s) (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)
+and ``mtkit.json`` (what was exported, and the recipe's decode settings).
+
+Translating (:class:`Ctranslate2Translator`) never imports torch: CTranslate2
+bound to torch's OpenMP runtime runs several times slower.
+
+Length penalty: CTranslate2 normalizes a score by ``length ** length_penalty``,
+not GNMT's ``((5 + length) / 6) ** alpha``. So the engine asks CTranslate2 for
+``beam`` hypotheses scored by their plain log-probability (``length_penalty=0``,
+which is also how fairseq-style beam search ranks live hypotheses) and rescores
+them with GNMT's penalty itself. The results match mtkit's beam search whenever
+both searches finish the same hypotheses; stopping rules differ slightly (CTranslate2
+stops a sentence once it has ``beam`` finished hypotheses). The maximum length
+``a·S + b`` is applied per batch (CTranslate2 takes one maximum per call) with S
+the longest source of the batch; batches are sorted by length, so S varies little.
+A hypothesis cut at the maximum length is scored without an EOS by CTranslate2
+(mtkit forces EOS there and counts its log-probability). mtkit bans PAD and BOS
+from outputs; CTranslate2 is not asked to (its ``suppress_sequences`` would
+renormalize the distribution and change every score), and a trained model gives
+them next to no probability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from mtkit.config import BOS_ID, EOS_ID, UNK_ID, DecodeConfig
+from mtkit.errors import MtkitError
+from mtkit.translate import LineTranslator
+
+MANIFEST = "mtkit.json"
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha, as mtkit.search.length_penalty (which imports torch)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise MtkitError("CTranslate2 is not installed; run: pip install 'mtkit[export]' "
+                         "(or pip install ctranslate2)") from None
+    return ctranslate2
+
+
+# ------------------------------------------------------------------------ export
+
+
+def build_spec(model, vocab):
+    """The CTranslate2 ``TransformerSpec`` of an mtkit Transformer (weights set, not yet validated)."""
+    _import_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    pre_norm = cfg.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers),
+        cfg.h,
+        pre_norm=pre_norm,
+        activation=common_spec.Activation.RELU,
+    )
+
+    def arr(t):
+        return t.detach().float().cpu().numpy()
+
+    def set_linear(ls, *linears):
+        """One CTranslate2 linear from one or more (fused along the output) torch linears."""
+        import numpy as np
+
+        ls.weight = np.concatenate([arr(m.weight) for m in linears], axis=0)
+        if linears[0].bias is not None:
+            ls.bias = np.concatenate([arr(m.bias) for m in linears], axis=0)
+
+    def set_norm(ns, norm):
+        ns.gamma = arr(norm.weight)
+        ns.beta = arr(norm.bias)
+
+    def set_positions(ps, embeddings):
+        positions = embeddings.positions
+        table = positions.table if hasattr(positions, "table") else positions.weight  # (P, d_model)
+        ps.encodings = arr(table)
+
+    def set_ffn(fs, ff, norm):
+        set_norm(fs.layer_norm, norm)
+        set_linear(fs.linear_0, ff.w_1)
+        set_linear(fs.linear_1, ff.w_2)
+
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = arr(model.encoder.embeddings.tokens.weight)
+    enc.scale_embeddings = True
+    set_positions(enc.position_encodings, model.encoder.embeddings)
+    for ls, layer in zip(enc.layer, model.encoder.layers):
+        a = layer.self_attn
+        set_linear(ls.self_attention.linear[0], a.w_q, a.w_k, a.w_v)
+        set_linear(ls.self_attention.linear[1], a.w_o)
+        set_norm(ls.self_attention.layer_norm, layer.sublayer[0].norm)
+        set_ffn(ls.ffn, layer.feed_forward, layer.sublayer[1].norm)
+    if pre_norm:
+        set_norm(enc.layer_norm, model.encoder.norm)
+
+    dec.embeddings.weight = arr(model.decoder.embeddings.tokens.weight)
+    dec.scale_embeddings = True
+    set_positions(dec.position_encodings, model.decoder.embeddings)
+    for ls, layer in zip(dec.layer, model.decoder.layers):
+        a, c = layer.self_attn, layer.cross_attn
+        set_linear(ls.self_attention.linear[0], a.w_q, a.w_k, a.w_v)
+        set_linear(ls.self_attention.linear[1], a.w_o)
+        set_norm(ls.self_attention.layer_norm, layer.sublayer[0].norm)
+        set_linear(ls.attention.linear[0], c.w_q)
+        set_linear(ls.attention.linear[1], c.w_k, c.w_v)
+        set_linear(ls.attention.linear[2], c.w_o)
+        set_norm(ls.attention.layer_norm, layer.sublayer[1].norm)
+        set_ffn(ls.ffn, layer.feed_forward, layer.sublayer[2].norm)
+    if pre_norm:
+        set_norm(dec.layer_norm, model.decoder.norm)
+    dec.projection.weight = arr(model.output_projection.weight)  # no bias: §3.4's tied projection
+
+    src_pieces = vocab.src_pieces(range(vocab.src_size))
+    tgt_pieces = vocab.tgt_pieces(range(vocab.tgt_size))
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    spec.config.layer_norm_epsilon = float(cfg.layer_norm_eps)
+    spec.config.unk_token = tgt_pieces[UNK_ID]
+    spec.config.bos_token = tgt_pieces[BOS_ID]
+    spec.config.eos_token = tgt_pieces[EOS_ID]
+    spec.config.decoder_start_token = tgt_pieces[BOS_ID]
+    spec.config.add_source_bos = False
+    spec.config.add_source_eos = True
+    return spec
+
+
+def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -> Path:
+    """Write ``loaded`` (a LoadedModel: model, vocab, config, path) as a CTranslate2 model in ``out_dir``.
+
+    The directory is built beside ``out_dir`` and renamed into place, so a failed export
+    leaves nothing behind; an existing non-empty ``out_dir`` is an error.
+    """
+    _import_ctranslate2()
+    from mtkit import __version__
+    from mtkit.config import config_to_dict
+
+    out_dir = Path(out_dir)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise MtkitError(f"unknown quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    spec = build_spec(loaded.model, loaded.vocab)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent) as side:
+        names = loaded.vocab.save(Path(side))
+        manifest = {
+            "mtkit_version": __version__,
+            "checkpoint": str(loaded.path),
+            "spm": names,
+            "quantization": quantization,
+            "model": config_to_dict(loaded.config.model),
+            "decode": config_to_dict(loaded.config.decode),
+        }
+        Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        for name in [*names, MANIFEST]:
+            spec.register_file(os.path.join(side, name))
+        try:
+            spec.validate()
+        except ValueError as e:
+            raise MtkitError(f"CTranslate2 refused the model: {e}") from None
+        spec.optimize(quantization=quantization)
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        try:
+            spec.save(str(tmp_dir))
+            if out_dir.exists():
+                out_dir.rmdir()  # empty, checked above
+            os.replace(tmp_dir, out_dir)
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+    return out_dir
+
+
+# --------------------------------------------------------------------- translate
+
+
+class Ctranslate2Translator(LineTranslator):
+    """Translate with an exported model in CTranslate2, behind mtkit's line pipeline.
+
+    Args:
+        model_dir: written by :func:`export_model`.
+        precision: ``fp32`` keeps the exported weights' type (e.g. int8 stays int8);
+            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type.
+        intra_threads: threads per translation (0: CTranslate2's default). An int8
+            model is given one thread when 0 is asked (fastest on small CPUs).
+        min_len: EOS is banned before this many output tokens (0: never).
+    """
+
+    def __init__(self, model_dir: str | Path, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
+                 intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0) -> None:
+        ctranslate2 = _import_ctranslate2()
+        from mtkit.data.vocab import Vocab
+
+        model_dir = Path(model_dir)
+        if not (model_dir / "model.bin").is_file():
+            raise MtkitError(f"{model_dir}: not a CTranslate2 model directory (no model.bin); "
+                             "create one with 'mtkit export ctranslate2'")
+        manifest = {}
+        if (model_dir / MANIFEST).is_file():
+            manifest = json.loads((model_dir / MANIFEST).read_text(encoding="utf-8"))
+        vocab = Vocab.load(model_dir)
+        max_positions = manifest.get("model", {}).get("max_positions")
+        super().__init__(vocab, decode, max_positions)
+        compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}.get(precision)
+        if compute_type is None:
+            raise MtkitError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
+        if device == "auto":
+            device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        device_index = 0
+        if device.startswith("cuda:"):
+            device, device_index = "cuda", int(device.split(":", 1)[1])
+        if intra_threads <= 0 and str(manifest.get("quantization", "")).startswith("int8") and device == "cpu":
+            intra_threads = 1
+        try:
+            self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=device_index,
+                                                     compute_type=compute_type, intra_threads=intra_threads,
+                                                     inter_threads=inter_threads)
+        except (RuntimeError, ValueError) as e:
+            raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
+        self.min_len = min_len
+        self._tgt_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
+
+    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
+        d = self.decode
+        source = [self.vocab.src_pieces(ids[:-1]) for ids in batch]  # CTranslate2 appends EOS itself
+        longest = max(len(ids) for ids in batch)
+        max_len = max(1, int(d.max_len_a * longest + d.max_len_b))
+        if self.max_out_len is not None:
+            max_len = min(max_len, self.max_out_len)
+        options = dict(max_decoding_length=max_len, min_decoding_length=self.min_len, max_input_length=0,
+                       no_repeat_ngram_size=d.no_repeat_ngram_size, return_scores=True, max_batch_size=0)
+        if d.sampling:
+            n = d.nbest
+            source = [s for s in source for _ in range(n)]
+            results = self.translator.translate_batch(
+                source, beam_size=1, sampling_topk=d.top_k, sampling_topp=d.top_p,
+                sampling_temperature=d.temperature, length_penalty=0.0, **options)
+            grouped = [[h for r in results[i * n : (i + 1) * n] for h in zip(r.hypotheses, r.scores)]
+                       for i in range(len(batch))]
+        else:
+            results = self.translator.translate_batch(
+                source, beam_size=d.beam, num_hypotheses=d.beam, length_penalty=0.0, **options)
+            grouped = [list(zip(r.hypotheses, r.scores)) for r in results]
+        out = []
+        for hyps in grouped:
+            scored = []
+            for tokens, logprob in hyps:
+                ids = [self._tgt_id.get(t, UNK_ID) for t in tokens]
+                scored.append((ids, logprob / length_penalty(len(ids) + 1, d.alpha)))
+            scored.sort(key=lambda h: -h[1])
+            out.append(scored[: d.nbest])
+        return out

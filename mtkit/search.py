@@ -1,0 +1,378 @@
+"""Greedy search, beam search and sampling over the model's encode / decode-step protocol.
+
+Search sees token ids and three methods, nothing else (no files, no vocabulary):
+
+    encode(src (B, S)) -> (memory, src_mask)
+    init_cache(memory, src_mask, beam) -> cache
+    decode_step(tokens (N,), cache) -> (logits (N, V), cache)
+
+and the cache's ``reorder(rows)`` and ``select_sentences(sentences)``. Rows
+``i*beam .. i*beam+beam-1`` of a cache belong to sentence ``i``. A
+:class:`mtkit.model.Transformer` and an :class:`Ensemble` of them both follow it.
+
+Conventions (those of fairseq): the source is padded with ``pad_id`` and ends in
+EOS; every hypothesis starts from BOS; log-probabilities are taken in float32.
+A hypothesis of ``n`` tokens has ``n + 1`` scored tokens (its EOS) and its score
+is ``logprob / lp(n + 1)`` with the GNMT length penalty
+``lp(L) = ((5 + L) / 6) ** alpha`` (Wu et al., 2016; the paper's §6.1 uses
+alpha = 0.6). The maximum length is ``max_len_a * S + max_len_b`` tokens before
+the EOS, where ``S`` counts the source ids including its EOS; at that length EOS
+is forced. Padding and BOS are never generated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Hypothesis:
+    """One output: ``tokens`` without BOS or EOS, ``score`` = ``logprob / lp(len(tokens) + 1)``."""
+
+    tokens: list[int]
+    score: float
+    logprob: float
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, Eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None, pad_id: int = PAD_ID) -> Tensor:
+    """The per-sentence maximum number of tokens before EOS, (B,) int64, at least 1."""
+    src_len = (src != pad_id).sum(dim=1)  # (B,)
+    lengths = (max_len_a * src_len.double() + max_len_b).long().clamp(min=1)
+    if limit is not None:
+        lengths = lengths.clamp(max=max(1, limit))
+    return lengths
+
+
+# --------------------------------------------------------------------- ensembles
+
+
+class EnsembleCache:
+    """The caches of an ensemble's models, reordered and shrunk together."""
+
+    def __init__(self, caches: list) -> None:
+        self.caches = caches
+
+    @property
+    def step(self) -> int:
+        return self.caches[0].step
+
+    def reorder(self, indices: Tensor) -> "EnsembleCache":
+        return EnsembleCache([c.reorder(indices) for c in self.caches])
+
+    def select_sentences(self, sentences: Tensor) -> "EnsembleCache":
+        return EnsembleCache([c.select_sentences(sentences) for c in self.caches])
+
+
+class Ensemble:
+    """Several models with one target vocabulary, decoded as one.
+
+    The next-token distribution is the average of the models' log-probabilities
+    (a normalized geometric mean of their distributions); fairseq instead
+    averages probabilities. ``decode_step`` returns the averaged log-probabilities
+    as its "logits"; search renormalizes them with its log-softmax.
+    """
+
+    def __init__(self, models: Sequence) -> None:
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        self.models = list(models)
+
+    def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
+        """src (B, S) -> each model's memory (B, S, d_model_i) and the common mask (B, 1, 1, S)."""
+        outputs = [m.encode(src) for m in self.models]
+        return [memory for memory, _ in outputs], outputs[0][1]
+
+    def init_cache(self, memory: list[Tensor], src_mask: Tensor, beam: int = 1) -> EnsembleCache:
+        return EnsembleCache([m.init_cache(mem, src_mask, beam) for m, mem in zip(self.models, memory)])
+
+    def decode_step(self, tokens: Tensor, cache: EnsembleCache) -> tuple[Tensor, EnsembleCache]:
+        """tokens (N,) -> mean log-probabilities (N, V) and the new cache."""
+        total, caches = None, []
+        for model, model_cache in zip(self.models, cache.caches):
+            logits, model_cache = model.decode_step(tokens, model_cache)
+            lprobs = torch.log_softmax(logits.float(), dim=-1)
+            total = lprobs if total is None else total + lprobs
+            caches.append(model_cache)
+        return total / len(self.models), EnsembleCache(caches)
+
+
+# ------------------------------------------------------------------- utilities
+
+
+def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_max: bool) -> Tensor:
+    """Float32 log-probabilities (N, V) with PAD/BOS banned, EOS banned before ``min_len``
+    and forced for rows whose maximum length ``max_len`` (N,) is reached (``any_at_max``
+    says whether any is, known to the caller without a device sync)."""
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    banned = [PAD_ID, BOS_ID, EOS_ID] if step < min_len else [PAD_ID, BOS_ID]
+    lprobs[:, banned] = -math.inf
+    if any_at_max:
+        at_max = max_len <= step  # (N,)
+        eos = lprobs[:, EOS_ID].clone()
+        lprobs[at_max] = -math.inf
+        # Forced EOS keeps its probability: the score stays the model's log-probability.
+        lprobs[at_max, EOS_ID] = torch.where(torch.isfinite(eos[at_max]), eos[at_max], torch.zeros_like(eos[at_max]))
+    return lprobs
+
+
+def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> None:
+    """Forbid tokens that would repeat an n-gram of ``history`` (N, t) (BOS excluded), in place."""
+    N, t = history.shape
+    if n == 1 and t > 0:
+        lprobs.scatter_(1, history, -math.inf)
+    if n <= 1 or t < n:
+        return
+    windows = history.unfold(1, n, 1)  # (N, t-n+1, n)
+    prefix = history[:, t - n + 1 :]  # (N, n-1): the n-gram the next token would complete
+    match = (windows[:, :, : n - 1] == prefix.unsqueeze(1)).all(dim=-1)  # (N, t-n+1)
+    V = lprobs.size(1)
+    banned = torch.where(match, windows[:, :, n - 1], torch.full_like(match, V, dtype=torch.long))
+    mask = torch.zeros(N, V + 1, dtype=torch.bool, device=lprobs.device)
+    mask.scatter_(1, banned, True)
+    lprobs.masked_fill_(mask[:, :V], -math.inf)
+
+
+# ------------------------------------------------------------------ greedy / sample
+
+
+@torch.inference_mode()
+def greedy_search(
+    model,
+    src: Tensor,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    alpha: float = 0.6,
+    min_len: int = 0,
+    no_repeat_ngram_size: int = 0,
+    max_len_limit: int | None = None,
+) -> list[list[Hypothesis]]:
+    """The most probable next token at every step, for a batch of sentences.
+
+    Args:
+        model: follows the protocol of this module.
+        src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+        alpha: only for the reported score (the GNMT-normalized log-probability).
+        min_len: EOS is banned before this many tokens.
+        max_len_limit: a cap on the output length (e.g. the model's position table).
+
+    Returns:
+        one list holding one :class:`Hypothesis` per sentence.
+    """
+    return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
+                             max_len_limit, sampler=None)
+
+
+@torch.inference_mode()
+def sample(
+    model,
+    src: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    alpha: float = 0.6,
+    min_len: int = 0,
+    no_repeat_ngram_size: int = 0,
+    max_len_limit: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Ancestral sampling from the model, optionally restricted to the ``top_k`` tokens and/or
+    the nucleus of probability ``top_p`` (Holtzman et al., 2020), at ``temperature``.
+
+    The reported ``logprob`` is the model's own (temperature 1, unrestricted). The same
+    ``generator`` seed gives the same samples for the same batch.
+    """
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+
+    def sampler(lprobs: Tensor) -> Tensor:
+        scores = lprobs / temperature
+        if top_k > 0:
+            kth = scores.topk(min(top_k, scores.size(1)), dim=1).values[:, -1:]  # (N, 1)
+            scores = scores.masked_fill(scores < kth, -math.inf)
+        if top_p < 1.0:
+            sorted_scores, order = scores.sort(dim=1, descending=True)
+            cumulative = sorted_scores.softmax(dim=1).cumsum(dim=1)
+            # Drop a token when the tokens before it already reach top_p (the first always stays).
+            drop_sorted = (cumulative - sorted_scores.softmax(dim=1)) >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+            scores = scores.masked_fill(drop, -math.inf)
+        probs = scores.softmax(dim=1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
+                             max_len_limit, sampler=sampler)
+
+
+def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size, max_len_limit,
+                      sampler) -> list[list[Hypothesis]]:
+    B = src.size(0)
+    device = src.device
+    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    memory, src_mask = model.encode(src)
+    cache = model.init_cache(memory, src_mask, 1)
+    alive = torch.arange(B, device=device)  # original sentence of each row
+    history = torch.full((B, 0), BOS_ID, dtype=torch.long, device=device)  # generated tokens, (B', t)
+    logprob = torch.zeros(B, dtype=torch.float32, device=device)
+    last = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+    results: list[list[Hypothesis]] = [[] for _ in range(B)]
+    min_max_len = int(max_len.min())
+    step = 0
+    while alive.numel() > 0:
+        logits, cache = model.decode_step(last, cache)  # (B', V)
+        lprobs = _log_probs(logits, step, min_len, max_len, step >= min_max_len)
+        if no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
+        token = lprobs.argmax(dim=1) if sampler is None else sampler(lprobs)  # (B',)
+        logprob = logprob + lprobs.gather(1, token.unsqueeze(1)).squeeze(1)
+        done = token == EOS_ID
+        if bool(done.any()):
+            lp = length_penalty(step + 1, alpha)
+            for row in done.nonzero().squeeze(1).tolist():
+                lpr = float(logprob[row])
+                results[int(alive[row])] = [Hypothesis(history[row].tolist(), lpr / lp, lpr)]
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            cache = cache.select_sentences(keep)
+            alive, history, logprob, token, max_len = (
+                alive[keep], history[keep], logprob[keep], token[keep], max_len[keep])
+        history = torch.cat([history, token.unsqueeze(1)], dim=1)
+        last = token
+        step += 1
+    return results
+
+
+# ------------------------------------------------------------------------ beam
+
+
+@torch.inference_mode()
+def beam_search(
+    model,
+    src: Tensor,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    no_repeat_ngram_size: int = 0,
+    min_len: int = 0,
+    max_len_limit: int | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search batched over sentences × beams, with the model's cached keys and values.
+
+    fairseq's scheme: at each step the ``2·beam`` best extensions of a sentence's beams
+    (by cumulative log-probability) are taken; those among the first ``beam`` that end
+    in EOS are finished (scored with the length penalty), and the first ``beam`` others
+    carry on. A sentence stops when it holds ``beam`` finished hypotheses, when its best
+    finished score can no longer be beaten (every live hypothesis can only lose
+    log-probability, and its length penalty is at most lp(max length + 1)) and it holds
+    ``nbest`` finished ones, or at its maximum length (where EOS is forced). Finished
+    sentences leave the batch. With ``beam=1`` this is exactly :func:`greedy_search`.
+
+    Args:
+        model: follows the protocol of this module.
+        src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+
+    Returns:
+        per sentence, its ``nbest`` best hypotheses, best first.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError("need 1 <= nbest <= beam")
+    B = src.size(0)
+    K = beam
+    device = src.device
+    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    max_len_list = max_len.tolist()
+    memory, src_mask = model.encode(src)
+    cache = model.init_cache(memory, src_mask, K)
+
+    alive = list(range(B))  # original sentence of each batch position
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
+    scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
+    history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
+    last = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
+    cand_pos = torch.arange(2 * K, device=device)
+    step = 0
+    while alive:
+        Bc = len(alive)
+        logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
+        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive))
+        if no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
+        V = lprobs.size(1)
+        cand = (scores.view(-1, 1) + lprobs).view(Bc, K * V)  # (Bc, K·V)
+        top_scores, top_index = cand.topk(min(2 * K, K * V), dim=1)  # (Bc, 2K)
+        top_beam = top_index // V  # (Bc, 2K) the beam each candidate extends
+        top_token = top_index % V
+        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
+        eos_first = is_eos[:, :K]  # only candidates among the best K may finish
+
+        # Finish: collect the hypotheses that ended (a short Python loop over few items).
+        lp = length_penalty(step + 1, alpha)
+        eos_hits = eos_first.nonzero().tolist() if bool(eos_first.any()) else []
+        if eos_hits:
+            base = torch.arange(Bc, device=device).unsqueeze(1) * K
+            rows = (base + top_beam)[:, :K]
+            fin_rows = rows[eos_first].tolist()
+            fin_scores = top_scores[:, :K][eos_first].tolist()
+            for (b, _), row, s in zip(eos_hits, fin_rows, fin_scores):
+                if len(finished[alive[b]]) < K:
+                    finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
+
+        # Continue: the first K candidates that are not EOS.
+        order = torch.topk(is_eos.long() * (2 * K) + cand_pos, K, dim=1, largest=False).indices  # (Bc, K)
+        next_beam = top_beam.gather(1, order)
+        next_token = top_token.gather(1, order)
+        scores = top_scores.gather(1, order)  # (Bc, K)
+        rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + next_beam).view(-1)  # (Bc·K,)
+
+        # Which sentences are done?
+        done = []
+        if eos_hits or step >= min(max_len_list[s] for s in alive):
+            best_live = scores[:, 0].tolist()  # candidates are sorted: the first live is the best
+            for b, sent in enumerate(alive):
+                fin = finished[sent]
+                if step >= max_len_list[sent] or len(fin) >= K:
+                    done.append(b)
+                elif len(fin) >= nbest:
+                    # The best score a live hypothesis could still reach (its log-probability only falls).
+                    bound_len = max_len_list[sent] + 1 if alpha >= 0 else step + 2
+                    bound_lp = length_penalty(bound_len, alpha)
+                    if max(h.score for h in fin) >= best_live[b] / bound_lp:
+                        done.append(b)
+
+        history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
+        cache = cache.reorder(rows)
+        last = next_token.view(-1)
+        if done:
+            done_set = set(done)
+            keep_list = [b for b in range(Bc) if b not in done_set]
+            if not keep_list:
+                break
+            keep = torch.tensor(keep_list, device=device)
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+            cache = cache.select_sentences(keep)
+            scores = scores.index_select(0, keep)
+            history = history.index_select(0, keep_rows)
+            last = last.index_select(0, keep_rows)
+            row_max_len = row_max_len.index_select(0, keep_rows)
+            alive = [alive[b] for b in keep_list]
+        step += 1
+
+    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]

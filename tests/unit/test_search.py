@@ -1,0 +1,159 @@
+"""Search invariants: beam 1 = greedy, beam beats greedy where it should, scores are what they claim."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from mtkit.model import Transformer
+from mtkit.search import Ensemble, beam_search, greedy_search, length_penalty, sample
+
+torch.set_num_threads(1)
+V = 40
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
+    m = Transformer(cfg, V, V).eval()
+    with torch.no_grad():  # larger logits: less repetitive, more varied outputs than the default init
+        m.output_projection.weight.mul_(3.0)
+    return m
+
+
+@pytest.fixture(scope="module")
+def src() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    lengths = [7, 3, 9, 5, 1, 6]
+    batch = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
+    for i, n in enumerate(lengths):
+        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
+        batch[i, n] = EOS_ID
+    return batch
+
+
+def teacher_forced_logprob(model, src_row: torch.Tensor, tokens: list[int]) -> float:
+    """log P(tokens + EOS | src) by one full (uncached) forward pass."""
+    src_row = src_row[src_row != PAD_ID].unsqueeze(0)
+    tgt = torch.tensor([[BOS_ID, *tokens]])
+    with torch.no_grad():
+        lprobs = torch.log_softmax(model(src_row, tgt).float(), dim=-1)[0]  # (T, V)
+    targets = [*tokens, EOS_ID]
+    return float(sum(lprobs[t, y] for t, y in enumerate(targets)))
+
+
+def test_length_penalty_formula():
+    assert length_penalty(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.0) == 1.0
+
+
+def test_beam_size_one_equals_greedy(model, src):
+    for kwargs in (dict(), dict(no_repeat_ngram_size=2), dict(min_len=4)):
+        greedy = greedy_search(model, src, 1.0, 5, alpha=0.6, **kwargs)
+        beam = beam_search(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5, **kwargs)
+        for g, b in zip(greedy, beam):
+            assert g[0].tokens == b[0].tokens
+            assert g[0].score == b[0].score
+
+
+def test_scores_are_normalized_model_logprobs(model, src):
+    hyps = beam_search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=3)
+    for i, sentence in enumerate(hyps):
+        for h in sentence:
+            assert h.logprob == pytest.approx(teacher_forced_logprob(model, src[i], h.tokens), abs=1e-4)
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 0.6))
+
+
+def test_nbest_distinct_and_sorted(model, src):
+    hyps = beam_search(model, src, beam=5, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=5)
+    for sentence in hyps:
+        assert len(sentence) == 5
+        assert len({tuple(h.tokens) for h in sentence}) == 5
+        scores = [h.score for h in sentence]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_max_length_and_min_length(model, src):
+    for h, row in zip(greedy_search(model, src, 0.0, 3, min_len=3), src):
+        assert len(h[0].tokens) == 3
+    lengths = (src != PAD_ID).sum(1).tolist()
+    for sentence, n in zip(beam_search(model, src, beam=3, max_len_a=0.5, max_len_b=2, nbest=3), lengths):
+        assert all(len(h.tokens) <= int(0.5 * n + 2) for h in sentence)
+
+
+def test_no_repeat_ngram(model, src):
+    for sentence in beam_search(model, src, beam=3, max_len_a=2.0, max_len_b=5, nbest=3, no_repeat_ngram_size=2):
+        for h in sentence:
+            bigrams = list(zip(h.tokens, h.tokens[1:]))
+            assert len(bigrams) == len(set(bigrams))
+
+
+def test_ensemble_of_one_model_twice_equals_the_model(model, src):
+    single = beam_search(model, src, beam=3, max_len_b=4)
+    double = beam_search(Ensemble([model, model]), src, beam=3, max_len_b=4)
+    assert [s[0].tokens for s in single] == [s[0].tokens for s in double]
+
+
+def test_sampling_seeded_and_top_k_one_is_greedy(model, src):
+    a = sample(model, src, generator=torch.Generator().manual_seed(3), max_len_b=5)
+    b = sample(model, src, generator=torch.Generator().manual_seed(3), max_len_b=5)
+    assert [x[0].tokens for x in a] == [x[0].tokens for x in b]
+    top1 = sample(model, src, top_k=1, generator=torch.Generator().manual_seed(3), max_len_b=5)
+    assert [x[0].tokens for x in top1] == [x[0].tokens for x in greedy_search(model, src, max_len_b=5)]
+    nucleus = sample(model, src, top_p=1e-6, generator=torch.Generator().manual_seed(4), max_len_b=5)
+    assert [x[0].tokens for x in nucleus] == [x[0].tokens for x in top1]
+
+
+# A model whose next-token distribution is a hand-set table over the last token.
+A, B = 4, 5
+TABLE = {  # last token -> {next token: probability}
+    BOS_ID: {A: 0.6, B: 0.4},
+    A: {A: 0.5, EOS_ID: 0.3, B: 0.2},
+    B: {EOS_ID: 0.95, A: 0.05},
+}
+
+
+@dataclass
+class TableCache:
+    beam: int
+    step: int = 0
+
+    def reorder(self, indices):
+        return self
+
+    def select_sentences(self, sentences):
+        return self
+
+
+class TableModel:
+    """encode / init_cache / decode_step over TABLE; the cache holds nothing but the step."""
+
+    def encode(self, src):
+        return src, (src != PAD_ID)[:, None, None, :]
+
+    def init_cache(self, memory, src_mask, beam=1):
+        return TableCache(beam)
+
+    def decode_step(self, tokens, cache):
+        logits = torch.full((tokens.size(0), 6), -math.inf)
+        for row, last in enumerate(tokens.tolist()):
+            for tok, p in TABLE[last].items():
+                logits[row, tok] = math.log(p)
+        return logits, TableCache(cache.beam, cache.step + 1)
+
+
+def test_beam_finds_what_greedy_misses():
+    src = torch.tensor([[7, EOS_ID], [8, EOS_ID]])
+    greedy = greedy_search(TableModel(), src, 0.0, 3, alpha=0.0)
+    beam = beam_search(TableModel(), src, beam=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+    assert greedy[0][0].tokens == [A, A, A]  # 0.6 * 0.5 * 0.5 * 0.3 (EOS at max length)
+    assert greedy[0][0].logprob == pytest.approx(math.log(0.6 * 0.5 * 0.5 * 0.3))
+    assert beam[0][0].tokens == [B]  # 0.4 * 0.95 = 0.38 beats everything
+    assert beam[0][0].score == pytest.approx(math.log(0.38))
+    assert beam[1][0].tokens == [B]

@@ -1,0 +1,122 @@
+"""The translation pipeline: one output per input line, order restored, batch-size invariance, formats."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mtkit import __version__
+from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
+from mtkit.data.synthetic import english, german
+from mtkit.data.vocab import Vocab, train_model
+from mtkit.model import Transformer
+from mtkit.translate import Translator, format_translation, read_text_lines
+
+torch.set_num_threads(1)
+CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
+    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
+    torch.manual_seed(0)
+    model = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
+    with torch.no_grad():
+        model.output_projection.weight.mul_(3.0)  # more varied outputs than the default init
+    return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
+
+
+LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 17, 342, 999, 40, 1, 77, 610)]
+
+
+def translate(loaded, lines, buffer_size=1000, **decode):
+    decode = DecodeConfig(**{"beam": 3, "max_len_b": 8, **decode})
+    return list(Translator(loaded, decode).translate(lines, buffer_size=buffer_size))
+
+
+def test_same_output_whatever_the_batching(loaded):
+    reference = [t.best.ids for t in translate(loaded, LINES)]
+    for batch_tokens, buffer_size in ((1, 1000), (12, 3), (40, 1), (10_000, 5)):
+        found = translate(loaded, LINES, buffer_size=buffer_size, batch_tokens=batch_tokens)
+        assert [t.best.ids for t in found] == reference
+        assert [t.index for t in found] == list(range(len(LINES)))
+
+
+def test_input_order_restored(loaded):
+    one_by_one = [translate(loaded, [line])[0].best.ids for line in LINES]
+    assert [t.best.ids for t in translate(loaded, LINES)] == one_by_one
+
+
+def test_messy_input_stays_line_aligned(loaded, capsys):
+    raw = b"".join([
+        b"five\n",
+        b"\n",  # empty
+        b"   \n",  # blank
+        b"bad \xff\xfe utf-8\n",
+        b"control \x0b\x0c\x1c\x85 chars\r\n",
+        (" ".join(["seven hundred"] * 40)).encode() + b"\n",  # over-long
+        b"no final newline",
+    ])
+    lines = list(read_text_lines(io.BytesIO(raw)))
+    assert len(lines) == 7
+    decode = DecodeConfig(beam=2, max_len_b=5, max_input_len=10)
+    results = list(Translator(loaded, decode).translate(lines, buffer_size=3))
+    assert [t.index for t in results] == list(range(7))
+    assert results[1].best.text == "" and results[2].best.text == ""
+    assert len(results[5].src_ids) == 10
+    assert "line 6" in capsys.readouterr().err
+    for fmt in ("text", "tokens", "scores"):
+        out = "".join(line + "\n" for t in results for line in format_translation(t, fmt))
+        assert len(out.splitlines()) == 7
+
+
+def test_nbest_format(loaded):
+    results = translate(loaded, LINES[:3] + [""], beam=4, nbest=3)
+    lines = [line for t in results for line in format_translation(t, "nbest", 3)]
+    assert len(lines) == 12
+    assert [line.split(" ||| ")[0] for line in lines] == [str(i) for i in range(4) for _ in range(3)]
+    for t in results[:3]:
+        scores = [c.score for c in t.candidates]
+        assert scores == sorted(scores, reverse=True) and len(t.candidates) == 3
+
+
+def test_ensemble_needs_one_vocabulary(loaded):
+    from mtkit.errors import MtkitError
+
+    other_vocab = Vocab.from_bytes(train_model(LINES * 3, SpmConfig(vocab_size=40)))
+    other = SimpleNamespace(model=loaded.model, vocab=other_vocab, path=Path("other.pt"))
+    with pytest.raises(MtkitError, match="one vocabulary"):
+        Translator([loaded, other], DecodeConfig())
+    ensemble = [t.best.ids for t in Translator([loaded, loaded], DecodeConfig(beam=3, max_len_b=8)).translate(LINES)]
+    assert ensemble == [t.best.ids for t in translate(loaded, LINES)]
+
+
+def save_checkpoint(loaded, path: Path) -> Path:
+    torch.save({
+        "format_version": 1, "mtkit_version": __version__,
+        "config": config_to_dict(Config(model=CFG, decode=DecodeConfig(beam=2, max_len_b=6))),
+        "model": loaded.model.state_dict(),
+        "vocab": {"src": loaded.vocab.model_bytes()[0], "tgt": None},
+        "src_vocab_size": loaded.vocab.src_size, "tgt_vocab_size": loaded.vocab.tgt_size,
+    }, path)
+    return path
+
+
+def test_command_end_to_end(loaded, tmp_path):
+    from mtkit.commands.translate import translate as translate_command
+
+    ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"five\n\nthree hundred\n\xff\n")
+    out = tmp_path / "out.txt"
+    translate_command(ckpt, [str(src)], out, None, "scores", attention_png=tmp_path / "att.png")
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4
+    assert (tmp_path / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    translate_command([ckpt, ckpt], [str(src)], out, DecodeConfig(beam=3, nbest=2, max_len_b=4), "nbest")
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 8
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
