@@ -84,7 +84,9 @@ def prepare(
     gzip, or a Hugging Face dataset). Writes to OUT: manifest.json, spm.model,
     train/valid/test stores, and the cleaned valid/test text.
 
-    Example: mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
+    \b
+    Example:
+      mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
     """
     from mtkit.commands.prepare import prepare as run_prepare
 
@@ -136,8 +138,10 @@ def train(
     Reads: the recipe and DATA. Writes to RUN: config.yaml, spm.model, checkpoints/
     (step_N.pt, last.pt, best.pt, averaged.pt), metrics.jsonl and curves.png.
 
-    Example: mtkit train recipes/multi30k-en-de.yaml -d data/en-de -r runs/en-de --set train.max_steps=2000
-    Several processes: torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
+    \b
+    Example:
+      mtkit train recipes/multi30k-en-de.yaml -d data/en-de -r runs/en-de --set train.max_steps=2000
+      torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
     """
     from mtkit.commands.train import train as run_train
 
@@ -155,7 +159,9 @@ def average(
 
     Reads: RUN/checkpoints/step_*.pt. Writes: RUN/checkpoints/averaged.pt (or --output).
 
-    Example: mtkit average runs/en-de --last 5
+    \b
+    Example:
+      mtkit average runs/en-de --last 5
     """
     from mtkit.training.average import average_run
 
@@ -169,7 +175,9 @@ def curves(run: Path = typer.Argument(..., help="Run directory.")) -> None:
 
     Reads: RUN/metrics.jsonl. Writes: RUN/curves.png.
 
-    Example: mtkit curves runs/en-de
+    \b
+    Example:
+      mtkit curves runs/en-de
     """
     from mtkit.training.curves import draw_curves
 
@@ -203,13 +211,17 @@ def translate(
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
     buffer_size: Optional[int] = typer.Option(None, "--buffer-size", help="Lines read per chunk (1 = flush every line)."),
     attention_png: Optional[Path] = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
+    attention_layer: Optional[int] = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
 ) -> None:
     """Translate text, one output line per input line, always.
 
     Reads: files or stdin, one sentence per line. Writes: translations to stdout (or
     --output); logs and progress to stderr.
 
-    Example: echo "two hundred and five" | mtkit translate -m runs/demo
+    \b
+    Example:
+      echo "two hundred five" | mtkit translate -m work/demo/run
     """
     from mtkit.commands.translate import translate as run_translate
 
@@ -221,7 +233,7 @@ def translate(
     run_translate(
         list(model), inputs=list(inputs or ["-"]), output=output, output_format=output_format, device=device,
         precision=precision, engine=engine, buffer_size=buffer_size or 1000, attention_png=attention_png,
-        decode_overrides={k: v for k, v in overrides.items() if v is not None},
+        attention_layer=attention_layer, threads=threads, decode_overrides={k: v for k, v in overrides.items() if v is not None},
     )
 
 
@@ -235,7 +247,9 @@ def export_ctranslate2(
 
     Needs the export extra: pip install 'mtkit[export]'.
 
-    Example: mtkit export ctranslate2 runs/en-de ct2-en-de && mtkit translate --engine ctranslate2 -m ct2-en-de in.txt
+    \b
+    Example:
+      mtkit export ctranslate2 runs/en-de ct2-en-de && mtkit translate --engine ctranslate2 -m ct2-en-de in.txt
     """
     from mtkit.commands.export import export_ctranslate2 as run_export
 
@@ -270,8 +284,10 @@ def evaluate(
     set with --model first. Writes: the scores to stdout (table or --json); with --model,
     the hypotheses to --hyp-out.
 
-    Examples: mtkit evaluate --hyp hyp.de --ref test.de ;
-    mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
+    \b
+    Examples:
+      mtkit evaluate --hyp hyp.de --ref test.de
+      mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
     """
     from mtkit.commands.evaluate_model import evaluate as run_evaluate
 
@@ -298,7 +314,9 @@ def run_recipe(
     Reads: the recipe and the data it names. Writes to WORK: data/, run/ and
     test.hyp, and prints the test scores and a few example translations.
 
-    Example: mtkit run recipes/demo.yaml
+    \b
+    Example:
+      mtkit run recipes/demo.yaml
     """
     from mtkit.commands.run import run_recipe as run_all
 
