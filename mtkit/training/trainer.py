@@ -54,9 +54,16 @@ def select_device(name: str, local_rank: int) -> torch.device:
 class MetricsLog:
     """``metrics.jsonl``: one JSON object per line (training logs and validations)."""
 
-    def __init__(self, path: Path, enabled: bool) -> None:
+    def __init__(self, path: Path, enabled: bool, tensorboard: bool = False) -> None:
         self.path = path
         self.enabled = enabled
+        self.tensorboard = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise MtkitError("train.tensorboard needs the tensorboard package: pip install 'mtkit[tensorboard]'") from None
+            self.tensorboard = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
 
     def truncate_after(self, step: int) -> None:
         """On resume, forget what an interrupted run logged after its last checkpoint."""
@@ -69,6 +76,15 @@ class MetricsLog:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.tensorboard.add_scalar(key, value, record.get("step", 0))
+            self.tensorboard.flush()
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
 
 class Trainer:
@@ -118,7 +134,7 @@ class Trainer:
         self.best: float | None = None
         self.bad_validations = 0
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main)
+        self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
         self.train_model = self.model
         if self.dist.enabled:
@@ -364,6 +380,7 @@ class Trainer:
                 paths = step_checkpoints(self.run_dir)[-cfg.average_last:]
                 averaged = average_checkpoints(paths, self.ckpt_dir / "averaged.pt")
             self.log.write({"step": self.step, "event": "end", "stopped": stopped, "minutes": self.elapsed / 60})
+            self.log.close()
             self._draw_curves()
         distributed.barrier()
         best = self.ckpt_dir / "best.pt"

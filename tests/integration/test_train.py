@@ -139,3 +139,52 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert sum(r.get("event") == "start" for r in records) == 1
     assert records[0]["world_size"] == 2
+
+
+def test_tensorboard_logging(reverse_data, tmp_path):
+    pytest.importorskip("tensorboard")
+    data_dir, data = reverse_data
+    train(make_config(data, max_steps=4, log_every=2, tensorboard=True), data_dir, tmp_path / "run", progress=False)
+    events = list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+
+FAILING_RANK = """
+import os, sys
+from mtkit.training import trainer
+
+real_step = trainer.Trainer.train_step
+
+def failing_step(self, batches):
+    if self.dist.rank == 1 and self.step == 2:
+        raise RuntimeError("rank 1 fails on purpose")
+    return real_step(self, batches)
+
+trainer.Trainer.train_step = failing_step
+from mtkit.cli import main
+sys.argv = ["mtkit"] + sys.argv[1:]
+main()
+"""
+
+
+def test_a_failing_rank_ends_the_whole_job_with_an_error(reverse_data, tmp_path):
+    """torchrun tears the job down when one rank dies, instead of leaving rank 0 waiting in all-reduce."""
+    import time
+
+    import yaml
+
+    from mtkit.config import config_to_dict
+
+    data_dir, data = reverse_data
+    recipe = tmp_path / "ddp.yaml"
+    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, max_steps=50, log_every=1))))
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_RANK)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+           str(script), "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0
+    assert "rank 1 fails on purpose" in proc.stderr
+    assert time.perf_counter() - started < 200
