@@ -154,3 +154,27 @@ def test_unknown_key_names_the_dotted_key_and_the_closest(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     result = mtkit("--debug", "prepare", "--src", str(tmp_path / "x"), "--tgt", str(tmp_path / "y"), "--out", str(tmp_path / "o"))
     assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
+    files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": reverse_data_config(files),
+        "model": TINY_MODEL,
+        "train": {"max_tokens": 600, "max_steps": 6, "log_every": 2, "valid_every": 3, "save_every": 3,
+                  "average_last": 2},
+        "decode": {"beam": 2},
+        "eval": {"metrics": ["bleu", "chrf"], "examples": 2},
+    }))
+    first = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
+    assert first.returncode == 0, first.stderr
+    assert "BLEU" in first.stdout and "examples:" in first.stdout
+    assert (tmp_path / "work" / "run" / "checkpoints" / "averaged.pt").is_file()
+    assert len((tmp_path / "work" / "test.hyp").read_text().splitlines()) == 20
+    scores = json.loads((tmp_path / "work" / "scores.json").read_text())
+    assert [s["metric"] for s in scores["scores"]] == ["BLEU", "chrF2"]
+    second = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
+    assert second.returncode == 0, second.stderr
+    assert "has finished; skipped" in second.stderr and "train →" not in second.stderr
+    assert "already prepared from identical inputs" in second.stderr
