@@ -93,21 +93,30 @@ class Embeddings(nn.Module):
 # ------------------------------------------------------------ §3.2 attention
 
 
-def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention written out, softmax(QKᵀ/√d_k)·V (§3.2.1, Eq. 1).
 
     Args:
         q: (B, h, T, d_k); k, v: (B, h, S, d_k).
         mask: boolean, broadcastable to (B, h, T, S); True where attention is allowed.
+        causal: also mask every future position (query t sees keys ≤ t, as ``is_causal`` of SDPA).
+        dropout_p: dropout on the weights (training only; the weights returned are before it).
 
     Returns:
         the output (B, h, T, d_k) and the weights (B, h, T, S).
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
+    if causal:
+        T, S = scores.shape[-2:]
+        future = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S)
+        mask = future if mask is None else mask & future
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, h, T, S)
-    return weights @ v, weights
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ v, weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -146,9 +155,15 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
         """Attention of projected q (B, h, T, d_k) over k, v (B, h, S, d_k) -> (B, T, d_model) after W_O."""
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
-        )  # (B, h, T, d_k)
+        dropout_p = self.dropout if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype != torch.float32 and torch.is_grad_enabled():
+            # Training in bf16 on CPU: at sentence lengths, the fused (flash) kernel's backward is
+            # 3-6x slower than the plain formula's (benchmarks/README.md); in fp32 it is faster.
+            out = reference_attention(q, k, v, mask, causal, dropout_p)[0]  # (B, h, T, d_k)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
+            )  # (B, h, T, d_k)
         return self.w_o(self.merge_heads(out))
 
     def forward(self, query: Tensor, memory: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -236,12 +251,17 @@ class LayerCache:
         (N = sentences × beam rows).
     cross_k, cross_v: (B, h, S, d_k), the encoder output projected once per sentence;
         the ``beam`` rows of a sentence share them.
+    w_qkv, b_qkv: (3·d_model, d_model) and (3·d_model,), the self-attention's W_Q, W_K, W_V
+        stacked once per ``init_cache`` so that a step projects all three in one matmul
+        (the parameters stay separate: their names are the checkpoint format).
     """
 
     self_k: Tensor
     self_v: Tensor
     cross_k: Tensor
     cross_v: Tensor
+    w_qkv: Tensor
+    b_qkv: Tensor
 
 
 @dataclass
@@ -275,11 +295,12 @@ class DecoderCache:
         """Keep only the given sentences (B',) and their beam rows, e.g. to drop finished ones."""
         rows = (sentences.unsqueeze(1) * self.beam + torch.arange(self.beam, device=sentences.device)).flatten()
         layers = [
-            LayerCache(
-                lc.self_k.index_select(0, rows),
-                lc.self_v.index_select(0, rows),
-                lc.cross_k.index_select(0, sentences),
-                lc.cross_v.index_select(0, sentences),
+            replace(
+                lc,
+                self_k=lc.self_k.index_select(0, rows),
+                self_v=lc.self_v.index_select(0, rows),
+                cross_k=lc.cross_k.index_select(0, sentences),
+                cross_v=lc.cross_v.index_select(0, sentences),
             )
             for lc in self.layers
         ]
@@ -314,12 +335,13 @@ class DecoderLayer(nn.Module):
 
         def self_attention(x: Tensor) -> Tensor:
             nonlocal cache
-            q = self.self_attn.split_heads(self.self_attn.w_q(x))  # (N, h, 1, d_k)
-            k, v = self.self_attn.project_kv(x)  # (N, h, 1, d_k)
+            attn = self.self_attn
+            qkv = F.linear(x.squeeze(1), cache.w_qkv, cache.b_qkv).view(-1, 3, attn.h, attn.d_k)  # (N, 3, h, d_k)
+            q, k, v = qkv.unsqueeze(3).unbind(1)  # each (N, h, 1, d_k)
             cache = replace(
                 cache, self_k=torch.cat([cache.self_k, k], dim=2), self_v=torch.cat([cache.self_v, v], dim=2)
             )  # (N, h, t+1, d_k)
-            return self.self_attn.attend(q, cache.self_k, cache.self_v, None)
+            return attn.attend(q, cache.self_k, cache.self_v, None)
 
         def cross_attention(x: Tensor) -> Tensor:
             attn = self.cross_attn
@@ -456,7 +478,10 @@ class Transformer(nn.Module):
         layers = []
         for layer in self.decoder.layers:
             k, v = layer.cross_attn.project_kv(memory)  # (B, h, S, d_k)
-            layers.append(LayerCache(empty, empty, k, v))
+            q_k_v = (layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
+            w_qkv = torch.cat([w.weight for w in q_k_v])  # (3·d_model, d_model)
+            b_qkv = torch.cat([w.bias for w in q_k_v])  # (3·d_model,)
+            layers.append(LayerCache(empty, empty, k, v, w_qkv, b_qkv))
         return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
