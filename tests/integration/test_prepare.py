@@ -187,7 +187,7 @@ def bad_inputs(tmp_path: Path) -> dict:
     write(hf / "train.jsonl", [json.dumps({"translation": {"de": "eins", "fr": "un"}})])
     return {
         "line counts": ({"train": {"src": files["src"], "tgt": short}},
-                        rf"c\.en has 100 lines but .*short\.de has 99"),
+                        r"c\.en has 100 lines but .*short\.de has 99"),
         "invalid utf-8": ({"train": {"src": str(binary), "tgt": files["tgt"]}}, r"bin\.en: line 1: invalid UTF-8"),
         "missing file": ({"train": {"src": files["src"], "tgt": str(tmp_path / "gone.de")}}, r"gone\.de: no such file"),
         "empty after filtering": ({"train": {"src": files["src"], "tgt": empty_tgt}},
