@@ -110,6 +110,7 @@ def prepare(
     if demo:
         for split in ("train", "valid", "test"):
             overrides.extend([f"data.{split}.kind=demo", f"data.{split}.split={split}"])
+        overrides[:0] = ["data.valid.size=500", "data.test.size=500", "data.spm.vocab_size=400"]  # --set still wins
     if src_lang:
         overrides.append(f"data.src_lang={src_lang}")
     if tgt_lang:
