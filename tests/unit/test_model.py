@@ -283,3 +283,16 @@ def test_tiny_model_learns_copy_and_reverse(task):
     loss, accuracy = _train(model, example)
     assert loss < 0.1
     assert accuracy > 0.98
+
+
+def test_fused_self_attention_projection_keeps_parameter_names():
+    model = tiny()
+    names = {n for n, _ in model.named_parameters()}
+    assert {"decoder.layers.0.self_attn.w_q.weight", "decoder.layers.0.self_attn.w_k.bias"} <= names
+    src, _ = random_batch()
+    memory, mask = model.encode(src)
+    layer, lc = model.decoder.layers[0], model.init_cache(memory, mask).layers[0]
+    attn = layer.self_attn
+    assert torch.equal(lc.w_qkv, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(lc.b_qkv, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+    assert not any("qkv" in n for n, _ in model.state_dict().items())
