@@ -188,3 +188,14 @@ def test_a_failing_rank_ends_the_whole_job_with_an_error(reverse_data, tmp_path)
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stderr
     assert time.perf_counter() - started < 200
+
+
+def test_early_stopping_and_max_epochs(reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    # A learning rate of ~0 never improves the validation loss after the first check: patience 2 stops it.
+    stalled = make_config(data, max_steps=200, lr=1e-12, warmup=1, valid_every=2, patience=2)
+    result = train(stalled, data_dir, tmp_path / "stalled", progress=False)
+    assert result.stopped_because == "early_stopping" and result.step <= 8
+    # One epoch of the 3000-pair corpus is a few dozen batches of 600 tokens.
+    result = train(make_config(data, max_steps=10_000, max_epochs=1), data_dir, tmp_path / "epoch", progress=False)
+    assert result.stopped_because == "max_epochs" and 10 < result.step < 200
