@@ -137,10 +137,12 @@ class Trainer:
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
         self.train_model = self.model
+        self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.train_model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            self.train_model = self.ddp
         if self.cfg.compile:
             self.train_model = torch.compile(self.train_model)
 
@@ -207,7 +209,7 @@ class Trainer:
         self.train_model.train()
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
-            sync = contextlib.nullcontext() if (last or not self.dist.enabled) else self.train_model.no_sync()
+            sync = contextlib.nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
             with sync:
                 with autocast(self.cfg.precision, self.device.type):
                     logits = self.train_model(batch.src, batch.tgt_in)  # (B, T, V)

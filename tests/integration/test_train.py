@@ -111,18 +111,20 @@ def test_average_at_the_end_of_training(reverse_data, tmp_path):
 
 
 def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
-    """torchrun, 2 processes, gloo: equal to one process accumulating the same 2 batches per update."""
+    """torchrun, 2 processes × 2 accumulated batches (no_sync), gloo: equal to one process accumulating 4."""
     import yaml
 
     data_dir, data = reverse_data
-    common = dict(max_steps=8, log_every=1, save_every=0)
-    single = make_config(data, update_freq=2, **common)
+    # 6 updates × 4 batches stay inside the first epoch (~31 batches), where the single process and
+    # the ranks (which drop an odd last batch to stay in step) read the same batches.
+    common = dict(max_steps=6, log_every=1, save_every=0)
+    single = make_config(data, update_freq=4, **common)
     train(single, data_dir, tmp_path / "single", progress=False)
 
     recipe = tmp_path / "ddp.yaml"
     from mtkit.config import config_to_dict
 
-    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, update_freq=1, **common))))
+    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, update_freq=2, **common))))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
@@ -132,9 +134,13 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     a = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")["model"]
     b = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")["model"]
     for key in a:
+        if key.endswith("w_k.bias"):
+            # Softmax is shift-invariant, so the key bias has no true gradient, only rounding noise
+            # that depends on the summation order, and Adam scales noise up to full-size steps.
+            continue
         assert torch.allclose(a[key], b[key], atol=2e-5), key
     single_losses, ddp_losses = losses(tmp_path / "single"), losses(tmp_path / "ddp")
-    assert [s for s, _ in ddp_losses] == list(range(1, 9))  # one record per step: only rank 0 logs
+    assert [s for s, _ in ddp_losses] == list(range(1, 7))  # one record per step: only rank 0 logs
     assert all(abs(x - y) < 1e-4 for (_, x), (_, y) in zip(single_losses, ddp_losses))
     records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert sum(r.get("event") == "start" for r in records) == 1
