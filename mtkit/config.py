@@ -421,3 +421,10 @@ def save_config(config: Config, path: str | Path) -> None:
     from mtkit.io import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def override_section(value: Any, section: str, changes: dict) -> Any:
+    """A copy of one config section (e.g. ``decode``) with ``changes``, through the recipe's strict checks."""
+    if not changes:
+        return value
+    return getattr(config_from_dict({section: {**config_to_dict(value), **changes}}), section)

@@ -19,9 +19,9 @@ from mtkit.errors import MtkitError
 
 def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict, device: str = "auto") -> list[str]:
     """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory."""
-    from dataclasses import replace
-
     import torch
+
+    from mtkit.config import override_section
 
     from mtkit.training.checkpoint import load_model
     from mtkit.translate import Translator
@@ -29,7 +29,7 @@ def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict, 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     loaded = load_model(model_path, device)
-    decode = replace(loaded.config.decode, **decode_overrides)
+    decode = override_section(loaded.config.decode, "decode", decode_overrides)
     return Translator(loaded, decode, device=device).translate_text(lines)
 
 

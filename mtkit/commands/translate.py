@@ -88,7 +88,7 @@ def translate(
         threads: CPU threads for the engine (0: the engine's default).
         decode_overrides: single decode keys (from the command line) set on top of ``decode``.
     """
-    from dataclasses import replace
+    from mtkit.config import override_section
 
     from mtkit.translate import OUTPUT_FORMATS, format_translation
 
@@ -109,7 +109,8 @@ def translate(
             raise MtkitError("--attention-png needs --engine torch")
         from mtkit.export.ctranslate2 import Ctranslate2Translator
 
-        translator = Ctranslate2Translator(paths[0], replace(decode or DecodeConfig(), **(decode_overrides or {})), device=device, precision=precision,
+        decode = override_section(decode or DecodeConfig(), "decode", decode_overrides or {})
+        translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
                                            intra_threads=threads)
         first_model = None
     else:
@@ -123,7 +124,7 @@ def translate(
         loaded = [load_model(p, device) for p in paths]
         from mtkit.translate import Translator
 
-        decode = replace(decode or loaded[0].config.decode, **(decode_overrides or {}))
+        decode = override_section(decode or loaded[0].config.decode, "decode", decode_overrides or {})
         translator = Translator(loaded, decode, device=device, precision=precision)
         first_model = loaded[0].model
 

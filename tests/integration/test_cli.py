@@ -178,3 +178,9 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert second.returncode == 0, second.stderr
     assert "has finished; skipped" in second.stderr and "train →" not in second.stderr
     assert "already prepared from identical inputs" in second.stderr
+
+
+def test_decode_options_go_through_the_strict_check(pipeline):
+    root, *_ = pipeline
+    message = one_line_error(mtkit("translate", "-m", str(root / "run"), "--beam", "2", "--nbest", "3", stdin="alpha\n"))
+    assert "nbest" in message
