@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from mtkit.config import PAD_ID, ModelConfig, config_from_dict
+from mtkit.host_memory import keep_freed_memory
 from mtkit.training.batching import Batch, collate, make_batches
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +59,7 @@ def setup_threads(threads: int) -> None:
         print("warning: OMP_WAIT_POLICY=PASSIVE is not set; on a shared machine spinning OpenMP threads "
               "can make every figure much slower", flush=True)
     torch.set_num_threads(threads)
+    keep_freed_memory()  # as the mtkit CLI does; it applies to every runner of the process alike
 
 
 def machine() -> str:

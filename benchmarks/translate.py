@@ -47,6 +47,7 @@ import torch  # noqa: E402
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
+from mtkit.host_memory import keep_freed_memory  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
 from mtkit.translate import Translator  # noqa: E402
 
@@ -193,6 +194,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the mtkit CLI does; the same for every engine of this process
     shape = SHAPES[args.shape]
     batch_size = args.batch or shape["batch"]
     n = args.forced_len

@@ -332,7 +332,10 @@ def main() -> None:
 
     Typer/Click, in standalone mode, already print usage errors and exit with 2.
     """
+    from mtkit.host_memory import keep_freed_memory
+
     debug = "--debug" in sys.argv[1:2]
+    keep_freed_memory()
     try:
         app(prog_name="mtkit")
     except MtkitError as e:
