@@ -14,7 +14,7 @@ import torch
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, config_from_dict
 from mtkit.model import Transformer, count_parameters
-from mtkit.training.loss import label_smoothed_loss
+from mtkit.training.loss import TranslationLoss
 from mtkit.training.precision import autocast, grad_scaler
 
 PAPER_STEPS = {"transformer-base": 100_000, "transformer-big": 300_000}
@@ -36,6 +36,7 @@ def train_speed(preset: str, precision: str, steps: int, tokens: int, vocab: int
     cfg = config_from_dict({"model": {"preset": preset}}).model
     torch.manual_seed(0)
     model = Transformer(cfg, vocab, vocab).to(device)
+    criterion = TranslationLoss(model, 0.1, PAD_ID)  # what `mtkit train` runs: model + fused projection and loss
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     scaler = grad_scaler(precision, device.type)
     src, tgt_in, tgt_out = synthetic_batch(tokens, vocab, device)
@@ -48,8 +49,7 @@ def train_speed(preset: str, precision: str, steps: int, tokens: int, vocab: int
             sync()
             start = time.perf_counter()
         with autocast(precision, device.type):
-            logits = model(src, tgt_in)
-        loss, _, n = label_smoothed_loss(logits, tgt_out, 0.1, PAD_ID)
+            loss, _, n = criterion(src, tgt_in, tgt_out)
         scaler.scale(loss / n).backward()
         scaler.step(opt)
         scaler.update()

@@ -15,8 +15,9 @@ same precision on the model's own matmul sizes; FLOPs are counted as described i
 benchmarks/common.py (6 × matmul parameters × real tokens, plus attention).
 
 Then, for ``--lever-shapes``, each speed lever is measured on its own against the
-mtkit default (eager model, chunked loss, token batches):
-  * the loss: the reference formula (a float32 log-softmax of the whole N × V matrix);
+mtkit default (eager model, output projection fused into the chunked loss, token batches):
+  * the loss: the full (N, V) logits, then the chunked loss (not fused), or the reference
+    formula (a float32 log-softmax of the whole N × V matrix);
   * ``torch.compile`` of the model, and of the model and the reference loss;
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
@@ -45,7 +46,7 @@ import common  # noqa: E402
 from common import Runner, make_runner, precision_context  # noqa: E402
 
 from mtkit.config import PAD_ID  # noqa: E402
-from mtkit.training.loss import label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
+from mtkit.training.loss import TranslationLoss, label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
 
 EPS = 0.1
 
@@ -54,12 +55,20 @@ def log(msg: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def mtkit_step(model, precision: str, loss_fn=label_smoothed_loss, autocast: bool = True):
+def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True):
+    """One step of mtkit: by default what training runs (TranslationLoss: the output projection fused
+    into the loss); with ``loss_fn``, the model's logits and that loss."""
+    criterion = TranslationLoss(model, EPS, PAD_ID)
+
     def step(batch) -> None:
         model.zero_grad(set_to_none=True)
         with precision_context(precision if autocast else "fp32"):
-            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        loss, _, n = loss_fn(logits, batch.tgt_out, EPS, PAD_ID)
+            if loss_fn is None:
+                loss, _, n = criterion(batch.src, batch.tgt_in, batch.tgt_out)
+            else:
+                logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+        if loss_fn is not None:
+            loss, _, n = loss_fn(logits, batch.tgt_out, EPS, PAD_ID)
         (loss / n).backward()
 
     return step
@@ -136,14 +145,15 @@ def main() -> None:
         if levers:
             naive = common.sentence_batches(store, naive_bs, args.warmup + args.steps)
             for p in precisions:
-                runners.append((p, make_runner(f"mtkit {p}, reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, logits + chunked loss (not fused)", mtkit_step(mt, p, label_smoothed_loss), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
                     runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))
                 if args.compile:
                     cm = torch.compile(common.build_mtkit(shape).train(), dynamic=True)
-                    runners.append((p, make_runner(f"mtkit {p}, compile(model)", mtkit_step(cm, p), batches)))
+                    runners.append((p, make_runner(f"mtkit {p}, compile(model) + chunked loss", mtkit_step(cm, p, label_smoothed_loss), batches)))
                     cm2 = torch.compile(common.build_mtkit(shape).train(), dynamic=True)
                     runners.append((p, make_runner(f"mtkit {p}, compile(model) + compile(reference loss)",
                                                    mtkit_step(cm2, p, compiled_loss(reference_label_smoothed_loss)), batches)))

@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import make_runner, precision_context  # noqa: E402
 
-from mtkit.config import config_from_dict  # noqa: E402
+from mtkit.config import PAD_ID, config_from_dict  # noqa: E402
 from mtkit.training import distributed  # noqa: E402
+from mtkit.training.loss import TranslationLoss  # noqa: E402
 from mtkit.training.optim import build_optimizer  # noqa: E402
 from mtkit.training.precision import grad_scaler  # noqa: E402
 from mtkit.training.trainer import Trainer  # noqa: E402
@@ -72,7 +73,8 @@ def mtkit_trainer(shape: str, precision: str, compile: bool = False) -> Trainer:
     trainer.dist = distributed.DistContext()
     trainer.device = torch.device("cpu")
     trainer.model = common.build_mtkit(shape)
-    trainer.train_model = torch.compile(trainer.model, dynamic=True) if compile else trainer.model
+    trainer.criterion = TranslationLoss(trainer.model, 0.1, PAD_ID)
+    trainer.train_model = torch.compile(trainer.criterion, dynamic=True) if compile else trainer.criterion
     trainer.optimizer = build_optimizer(trainer.model.parameters(), trainer.cfg, "cpu")
     trainer.scaler = grad_scaler(precision, "cpu")
     trainer.step = 0

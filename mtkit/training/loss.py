@@ -3,19 +3,22 @@
 :func:`reference_label_smoothed_loss` is the formula written out with a float32
 log-softmax; :func:`label_smoothed_loss`, used for training, computes the same
 values and gradients without materializing float32 log-probabilities of the whole
-(N, V) matrix: it works through row chunks and writes the gradient straight into
-the logits' dtype (tests/unit/test_fast_paths.py checks the equivalence).
+(N, V) matrix: it works through row chunks and computes the gradient in the same
+pass, straight into the logits' dtype (tests/unit/test_fast_paths.py checks the
+equivalence).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 # Rows per chunk are chosen so that one float32 chunk of (rows, V) is about this many
 # elements (4 MiB): large enough for efficient kernels, small enough to stay in cache.
 CHUNK_ELEMENTS = 1 << 20
+# On a GPU, cache is not the point: fewer, larger chunks (256 MiB of float32 logits).
+GPU_CHUNK_ELEMENTS = 1 << 26
 
 
 def _drop_padding(logits: Tensor, target: Tensor, pad_id: int) -> tuple[Tensor, Tensor]:
@@ -49,11 +52,13 @@ def reference_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float
 class _ChunkedSmoothedCE(torch.autograd.Function):
     """Per-token label-smoothed loss and NLL of logits (N, V), chunk by chunk; zero at padding.
 
-    With lse = logsumexp(logits): NLL = lse - logit[target], mean_v(-log p_v) =
-    lse - mean_v(logit), and d loss / d logits = softmax - (1-ε)·onehot(target) - ε/V.
-    Only (rows, V) float32 chunks ever exist; the gradient is written in the logits' dtype.
-    Padding rows are masked rather than cut out: with length-bucketed batches they are
-    few, and cutting them out would copy the whole matrix forward and scatter it backward.
+    With log p = log_softmax(logits): NLL = -log p[target], mean_v(-log p_v) is the
+    smoothing term, and d loss / d logits = p - (1-ε)·onehot(target) - ε/V. The loss is
+    the last node of the graph, so the gradient is computed in the forward pass, from the
+    same float32 chunk of log-probabilities, and kept in the logits' dtype; the backward
+    pass only scales it by the incoming per-token gradient. Only (rows, V) float32 chunks
+    ever exist. Padding rows are masked rather than cut out: with length-bucketed batches
+    they are few, and cutting them out would copy the whole matrix.
     """
 
     @staticmethod
@@ -61,37 +66,38 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
         N, V = logits.shape
         rows = max(1, CHUNK_ELEMENTS // V)
         keep = target != pad_id  # (N,)
-        lse = logits.new_empty(N, dtype=torch.float32)
+        want_grad = ctx.needs_input_grad[0]
+        grad = torch.empty_like(logits) if want_grad else None  # (N, V), d loss_i / d logits_i
         loss = logits.new_empty(N, dtype=torch.float32)
         nll = logits.new_empty(N, dtype=torch.float32)
         for i in range(0, N, rows):
-            x = logits[i : i + rows].float()  # (rows, V)
+            lprobs = F.log_softmax(logits[i : i + rows], dim=-1, dtype=torch.float32)  # (rows, V)
             t = target[i : i + rows].unsqueeze(1)  # (rows, 1)
-            chunk_lse = torch.logsumexp(x, dim=-1)  # (rows,)
-            lse[i : i + rows] = chunk_lse
-            nll[i : i + rows] = chunk_lse - x.gather(1, t).squeeze(1)
-            loss[i : i + rows] = chunk_lse - x.mean(dim=-1)  # the smoothing term, for now
+            nll[i : i + rows] = -lprobs.gather(1, t).squeeze(1)
+            loss[i : i + rows] = -lprobs.mean(dim=-1)  # the smoothing term, for now
+            if want_grad:
+                # A second fused kernel: faster than exp() of the log-probabilities.
+                probs = F.softmax(logits[i : i + rows], dim=-1, dtype=torch.float32)  # (rows, V)
+                probs.scatter_add_(1, t, probs.new_full((probs.size(0), 1), epsilon - 1.0))
+                torch.sub(probs, epsilon / V, out=grad[i : i + rows])  # written in the logits' dtype
         loss.mul_(epsilon).add_(nll, alpha=1.0 - epsilon).mul_(keep)
         nll.mul_(keep)
-        ctx.save_for_backward(logits, target, lse, keep)
-        ctx.epsilon = epsilon
+        ctx.consumed = False
+        if want_grad:
+            ctx.save_for_backward(grad, keep)
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        logits, target, lse, keep = ctx.saved_tensors
-        N, V = logits.shape
-        eps = ctx.epsilon
-        rows = max(1, CHUNK_ELEMENTS // V)
-        grad_loss = grad_loss.float() * keep  # (N,), zero at padding
-        grad = torch.empty_like(logits)
-        for i in range(0, N, rows):
-            p = logits[i : i + rows].float().sub_(lse[i : i + rows].unsqueeze(1)).exp_()  # softmax, (rows, V)
-            p.sub_(eps / V)
-            p.scatter_add_(1, target[i : i + rows].unsqueeze(1), p.new_full((p.size(0), 1), eps - 1.0))
-            grad[i : i + rows] = p.mul_(grad_loss[i : i + rows].unsqueeze(1))
-        return grad, None, None, None
+        if ctx.consumed:  # the gradient is scaled in place, so it can serve one backward pass
+            raise RuntimeError("label_smoothed_loss: backward can run only once (retain_graph is not supported)")
+        ctx.consumed = True
+        grad, keep = ctx.saved_tensors
+        # (N, 1), zero at padding; in the gradient's dtype, as a mixed-dtype in-place product is
+        # several times slower (in bf16 the scale is rounded to 8 bits, the same for every row).
+        scale = (grad_loss.float() * keep).to(grad.dtype).unsqueeze(1)
+        return grad.mul_(scale), None, None, None
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor, int]:
@@ -105,3 +111,104 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
 
 def perplexity(nll_per_token: float) -> float:
     return float(torch.tensor(nll_per_token).clamp(max=50).exp())
+
+
+class _LinearSmoothedCE(torch.autograd.Function):
+    """Summed label-smoothed loss and NLL of logits = hidden · Wᵀ, a chunk of rows at a time.
+
+    The (N, V) logits never exist whole: each chunk of rows is projected, turned into
+    its loss and its gradient, and multiplied back into the gradients of ``hidden`` and
+    ``W`` while it is still in cache. The gradients are computed in the forward pass
+    (the loss is the end of the graph) and scaled in the backward pass by the incoming
+    gradient of the sum. Matmuls run in ``dtype`` (the autocast dtype, or the inputs');
+    softmax, the loss and W's gradient are accumulated in float32.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
+                dtype: torch.dtype, rows: int) -> tuple[Tensor, Tensor]:
+        N, V = hidden.size(0), weight.size(0)
+        want_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        with torch.autocast(hidden.device.type, enabled=False):
+            h = hidden.to(dtype)  # (N, d)
+            w = weight.to(dtype)  # (V, d)
+            keep = target != pad_id  # (N,)
+            loss_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            nll_sum = torch.zeros((), dtype=torch.float32, device=hidden.device)
+            grad_h = torch.empty_like(h) if want_grad else None  # (N, d)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grad else None
+            for i in range(0, N, rows):
+                h_c, t, k = h[i : i + rows], target[i : i + rows].unsqueeze(1), keep[i : i + rows]
+                logits = h_c @ w.t()  # (rows, V)
+                lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
+                nll = -lprobs.gather(1, t).squeeze(1) * k  # (rows,)
+                smooth = -lprobs.mean(dim=-1) * k  # (rows,)
+                loss_sum += (1.0 - epsilon) * nll.sum() + epsilon * smooth.sum()
+                nll_sum += nll.sum()
+                if want_grad:
+                    probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
+                    probs.scatter_add_(1, t, probs.new_full(t.shape, epsilon - 1.0))
+                    g = probs.sub_(epsilon / V).mul_(k.unsqueeze(1)).to(dtype)  # (rows, V), d loss / d logits
+                    torch.mm(g, w, out=grad_h[i : i + rows])  # (rows, d)
+                    grad_w += g.t() @ h_c  # (V, d)
+        if want_grad:
+            ctx.save_for_backward(grad_h, grad_w)
+        ctx.input_dtypes = (hidden.dtype, weight.dtype)
+        ctx.mark_non_differentiable(nll_sum)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        grad_h, grad_w = ctx.saved_tensors
+        h_dtype, w_dtype = ctx.input_dtypes
+        g_h = grad_h.to(h_dtype).mul_(grad_loss.to(h_dtype)) if ctx.needs_input_grad[0] else None
+        g_w = grad_w.mul_(grad_loss).to(w_dtype) if ctx.needs_input_grad[1] else None
+        return g_h, g_w, None, None, None, None, None
+
+
+def linear_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
+                               rows: int = 0) -> tuple[Tensor, Tensor, int]:
+    """:func:`label_smoothed_loss` of ``hidden @ weight.T`` without the (N, V) logits.
+
+    Args:
+        hidden: (B, T, d_model) decoder output; weight: (V, d_model), the output projection.
+        target: (B, T) ids, ``pad_id`` where there is no token.
+        rows: rows per chunk (0: about ``CHUNK_ELEMENTS`` logits on CPU, ``GPU_CHUNK_ELEMENTS``
+            elsewhere, at least 256 rows).
+
+    Returns:
+        (loss_sum, nll_sum, n_tokens), as :func:`label_smoothed_loss`.
+    """
+    hidden = hidden.reshape(-1, hidden.size(-1))  # (B*T, d_model)
+    target = target.reshape(-1)  # (B*T,)
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
+    else:
+        dtype = torch.promote_types(hidden.dtype, weight.dtype)
+    chunk = CHUNK_ELEMENTS if device_type == "cpu" else GPU_CHUNK_ELEMENTS
+    rows = rows or max(256, chunk // weight.size(0))
+    loss, nll = _LinearSmoothedCE.apply(hidden, weight, target, float(epsilon), pad_id, dtype, rows)
+    return loss, nll.detach(), int((target != pad_id).sum())
+
+
+class TranslationLoss(nn.Module):
+    """The training objective (§5.4): label-smoothed cross-entropy of the model's translations.
+
+    One forward from a batch to its summed loss, so that a DDP wrapper around this module
+    sees the whole computation. The output projection (§3.4) is fused into the loss
+    (:func:`linear_label_smoothed_loss`), which needs the projection's weight: the model's
+    ``output_projection``, a linear map without bias.
+    """
+
+    def __init__(self, model: nn.Module, epsilon: float, pad_id: int) -> None:
+        super().__init__()
+        self.model = model
+        self.epsilon = epsilon
+        self.pad_id = pad_id
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
+        """src (B, S), tgt_in (B, T) (BOS first), tgt_out (B, T) (EOS last) -> (loss_sum, nll_sum, n_tokens)."""
+        memory, src_mask = self.model.encode(src)
+        hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
+        return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon, self.pad_id)

@@ -27,7 +27,7 @@ from mtkit.training.checkpoint import (
     save_checkpoint,
     step_checkpoints,
 )
-from mtkit.training.loss import label_smoothed_loss, perplexity
+from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
 from mtkit.training.precision import allow_tf32, autocast, check_precision, grad_scaler
 
@@ -136,12 +136,13 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
-        self.train_model = self.model
+        self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID)
+        self.train_model = self.criterion  # model + loss: (src, tgt_in, tgt_out) -> (loss_sum, nll_sum, n)
         self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            self.ddp = DDP(self.criterion, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.train_model = self.ddp
         if self.cfg.compile:
             self.train_model = torch.compile(self.train_model)
@@ -212,8 +213,7 @@ class Trainer:
             sync = contextlib.nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
             with sync:
                 with autocast(self.cfg.precision, self.device.type):
-                    logits = self.train_model(batch.src, batch.tgt_in)  # (B, T, V)
-                loss_sum, nll_sum, _ = label_smoothed_loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD_ID)
+                    loss_sum, nll_sum, _ = self.train_model(batch.src, batch.tgt_in, batch.tgt_out)
                 # DDP averages gradients over ranks; scaling by world size makes it a global token mean.
                 self.scaler.scale(loss_sum * (world / n_tokens)).backward()
             loss_total += float(loss_sum.detach())
@@ -254,8 +254,7 @@ class Trainer:
         for indices in make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0):
             batch = collate(self.valid_store, indices).to(self.device)
             with autocast(self.cfg.precision, self.device.type):
-                logits = self.model(batch.src, batch.tgt_in)
-            loss, nll, count = label_smoothed_loss(logits, batch.tgt_out, self.cfg.label_smoothing, PAD_ID)
+                loss, nll, count = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
             loss_sum += float(loss)
             nll_sum += float(nll)
             n += count

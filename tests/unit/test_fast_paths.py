@@ -1,11 +1,22 @@
 """The training fast paths equal the plain formulas they replace."""
 
+import platform
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from mtkit.model import MultiHeadAttention, reference_attention
-from mtkit.training.loss import label_smoothed_loss, reference_label_smoothed_loss
+from mtkit.model import Dropout, MultiHeadAttention, dropout, reference_attention
+from mtkit.config import ModelConfig
+from mtkit.model import Transformer
+from mtkit.training.loss import (
+    TranslationLoss,
+    label_smoothed_loss,
+    linear_label_smoothed_loss,
+    reference_label_smoothed_loss,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -55,3 +66,96 @@ def test_bf16_cpu_attention_path_equals_sdpa(causal):
     g_ref = torch.autograd.grad(ref.float().sum(), (qb, kb, vb))
     for a, b in zip(g_out, g_ref):
         assert torch.allclose(a.float(), b.float(), atol=5e-2)
+
+
+def test_chunked_loss_without_gradients_and_a_single_backward():
+    logits, target = torch.randn(6, 30), torch.randint(1, 30, (6,))
+    with torch.no_grad():
+        loss, nll, n = label_smoothed_loss(logits, target, 0.1, 0)
+    ref = reference_label_smoothed_loss(logits, target, 0.1, 0)
+    assert n == 6 and torch.allclose(loss, ref[0], rtol=1e-5) and torch.allclose(nll, ref[1], rtol=1e-5)
+    x = logits.clone().requires_grad_()
+    loss = label_smoothed_loss(x, target, 0.1, 0)[0]
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="only once"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_cpu_dropout_is_inverted_dropout(dtype, p):
+    """Kept entries are x / (1 - p), dropped ones 0, at rate p; the gradient flows through the same mask."""
+    torch.manual_seed(0)
+    x = (torch.rand(400, 500) + 0.5).to(dtype).requires_grad_()
+    y = dropout(x, p, training=True)
+    assert y.dtype == dtype and y.shape == x.shape
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - p) < 0.005
+    assert torch.allclose(y[kept].float(), x[kept].float() / (1 - p), rtol=1e-2 if dtype == torch.bfloat16 else 1e-6)
+    (g,) = torch.autograd.grad(y.float().sum(), x)
+    assert torch.equal(g != 0, kept)
+    assert torch.allclose(g[kept].float(), torch.full_like(g[kept].float(), 1 / (1 - p)), rtol=1e-2)
+    # Seeded like every other torch random op: the same seed gives the same mask.
+    torch.manual_seed(5)
+    a = dropout(x.detach(), p, True)
+    torch.manual_seed(5)
+    assert torch.equal(a, dropout(x.detach(), p, True))
+
+
+def test_dropout_module_is_the_identity_in_eval_mode_and_at_zero():
+    x = torch.randn(4, 8)
+    assert dropout(x, 0.0, True) is x and dropout(x, 0.5, False) is x
+    m = Dropout(0.5).eval()
+    assert m(x) is x
+    assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))
+
+
+def test_keep_freed_memory_sets_glibc_thresholds_and_can_be_turned_off():
+    code = "from mtkit.host_memory import keep_freed_memory; print(keep_freed_memory())"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"MTKIT_KEEP_FREED_MEMORY": "0", "PATH": ""}).stdout.strip()
+    assert off == "False"
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert on == "True"
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("rows", [3, 256])
+def test_fused_projection_and_loss_equal_logits_then_the_reference_loss(bf16, rows):
+    """Values and gradients (of the hidden states and of W) match; padding rows get no gradient."""
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 5, 16, requires_grad=True)
+    weight = (0.5 * torch.randn(300, 16)).requires_grad_()
+    target = torch.randint(1, 300, (4, 5))
+    target[2, 3:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        ref = reference_label_smoothed_loss(hidden @ weight.t(), target, 0.1, 0)
+        fused = linear_label_smoothed_loss(hidden, weight, target, 0.1, 0, rows=rows)
+    assert ref[2] == fused[2] == int((target != 0).sum())
+    tol = dict(rtol=2e-3) if bf16 else dict(rtol=1e-5)
+    assert torch.allclose(fused[0], ref[0], **tol) and torch.allclose(fused[1], ref[1], **tol)
+    g_ref = torch.autograd.grad(0.7 * ref[0], (hidden, weight))
+    g_fused = torch.autograd.grad(0.7 * fused[0], (hidden, weight))
+    for a, b in zip(g_fused, g_ref):
+        assert a.dtype == torch.float32
+        assert torch.allclose(a, b, atol=2e-2 if bf16 else 1e-5)
+    assert (g_fused[0][2, 3:] == 0).all()
+
+
+@pytest.mark.parametrize("share", ["all", "none"])
+def test_translation_loss_equals_the_model_logits_and_loss(share):
+    """The training objective gives the model's own loss and the same parameter gradients (tied or not)."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, share_embeddings=share)
+    model = Transformer(cfg, 50, 50)
+    src, tgt = torch.randint(4, 50, (3, 6)), torch.randint(4, 50, (3, 5))
+    tgt_in, tgt_out = tgt.clone(), tgt.clone()
+    tgt_out[1, 3:] = 0
+    ref = reference_label_smoothed_loss(model(src, tgt_in), tgt_out, 0.1, 0)
+    g_ref = torch.autograd.grad(ref[0], list(model.parameters()))
+    loss, nll, n = TranslationLoss(model, 0.1, 0)(src, tgt_in, tgt_out)
+    g = torch.autograd.grad(loss, list(model.parameters()))
+    assert n == ref[2] and torch.allclose(loss, ref[0], rtol=1e-5) and torch.allclose(nll, ref[1], rtol=1e-5)
+    for a, b in zip(g, g_ref):
+        assert torch.allclose(a, b, atol=1e-5)
