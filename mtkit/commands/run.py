@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from mtkit.config import Config, load_config
+from mtkit.config import Config, config_to_dict, load_config
 
 
 def _say(message: str) -> None:
@@ -72,7 +72,8 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         sources = list(read_lines(data_dir / "test.src.txt"))
         ref_path = data_dir / "test.tgt.txt"
     _say(f"translate {len(sources)} test sentences with {checkpoint} (beam {config.decode.beam}, α {config.decode.alpha})")
-    hypotheses = translate_lines(checkpoint, sources, {})
+    # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
+    hypotheses = translate_lines(checkpoint, sources, config_to_dict(config.decode))
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
 
