@@ -142,9 +142,9 @@ class TrainConfig:
     max_steps: int = 100_000
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-time limit; 0 = no limit
-    lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"
+    lr_schedule: Literal["noam", "inverse_sqrt", "linear"] = "noam"
     warmup: int = 4000
-    lr: float = 5e-4  # peak learning rate of inverse_sqrt
+    lr: float = 5e-4  # peak learning rate of inverse_sqrt and linear
     lr_scale: float = 1.0  # factor on the paper's (noam) schedule
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
@@ -332,6 +332,9 @@ def _validate(config: Config) -> None:
     for name in ("max_tokens", "update_freq"):
         if getattr(t, name) <= 0:
             raise MtkitError(f"train.{name} must be positive")
+    if t.lr_schedule == "linear" and t.max_steps <= t.warmup:
+        raise MtkitError(f"train.lr_schedule=linear decays to 0 at train.max_steps ({t.max_steps}), "
+                         f"which must exceed train.warmup ({t.warmup})")
     if config.decode.beam < 1 or config.decode.nbest < 1 or config.decode.nbest > config.decode.beam:
         raise MtkitError("decode: need 1 <= decode.nbest <= decode.beam")
 

@@ -23,12 +23,17 @@ def learning_rate(step: int, cfg: TrainConfig, d_model: int) -> float:
 
     noam (§5.3, Eq. 3): lr_scale · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
     inverse_sqrt (fairseq): linear warm-up to ``lr`` over ``warmup`` steps, then lr · sqrt(warmup / step).
+    linear (fairseq's polynomial_decay with power 1): the same warm-up, then a straight line
+    from ``lr`` down to 0 at ``max_steps``: for a fixed budget of updates, ending at 0
+    anneals the weights, where inverse_sqrt stops at lr · sqrt(warmup / max_steps).
     """
     step = max(step, 1)
     if cfg.lr_schedule == "noam":
         return cfg.lr_scale * d_model**-0.5 * min(step**-0.5, step * cfg.warmup**-1.5)
     if step < cfg.warmup:
         return cfg.lr * step / cfg.warmup
+    if cfg.lr_schedule == "linear":
+        return cfg.lr * max(0.0, (cfg.max_steps - step) / (cfg.max_steps - cfg.warmup))
     return cfg.lr * math.sqrt(cfg.warmup / step)
 
 

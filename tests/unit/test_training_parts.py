@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mtkit.config import TrainConfig
+from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.training.average import average_checkpoints
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
@@ -138,6 +138,16 @@ def test_inverse_sqrt_schedule():
     assert learning_rate(50, cfg, 512) == pytest.approx(5e-4)
     assert learning_rate(100, cfg, 512) == pytest.approx(1e-3)
     assert learning_rate(400, cfg, 512) == pytest.approx(1e-3 * math.sqrt(100 / 400))
+
+
+def test_linear_schedule_warms_up_then_decays_to_zero_at_max_steps():
+    cfg = TrainConfig(lr_schedule="linear", warmup=100, lr=1e-3, max_steps=1100)
+    assert learning_rate(50, cfg, 512) == pytest.approx(5e-4)
+    assert learning_rate(100, cfg, 512) == pytest.approx(1e-3)
+    assert learning_rate(600, cfg, 512) == pytest.approx(5e-4)
+    assert learning_rate(1100, cfg, 512) == 0.0 and learning_rate(2000, cfg, 512) == 0.0
+    with pytest.raises(MtkitError, match="max_steps"):
+        config_from_dict({"train": {"lr_schedule": "linear", "warmup": 100, "max_steps": 100}})
 
 
 def _payload(seed):
