@@ -25,9 +25,10 @@ M_MMAP_THRESHOLD = -3
 THRESHOLD = 1 << 30  # 1 GiB: larger single requests still get their own mapping
 
 
-def keep_freed_memory() -> bool:
-    """Set glibc's thresholds for this process; True when they were set."""
-    if not sys.platform.startswith("linux") or os.environ.get("MTKIT_KEEP_FREED_MEMORY") == "0":
+def set_thresholds(size: int) -> bool:
+    """glibc's mmap and trim thresholds, in bytes (benchmarks set 128 KiB, glibc's initial value,
+    to measure without :func:`keep_freed_memory`); True when they were set."""
+    if not sys.platform.startswith("linux"):
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -35,4 +36,11 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD))
+    return bool(mallopt(M_MMAP_THRESHOLD, size)) and bool(mallopt(M_TRIM_THRESHOLD, size))
+
+
+def keep_freed_memory() -> bool:
+    """Raise glibc's thresholds for this process; True when they were set."""
+    if os.environ.get("MTKIT_KEEP_FREED_MEMORY") == "0":
+        return False
+    return set_thresholds(THRESHOLD)

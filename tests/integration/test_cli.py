@@ -178,6 +178,14 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert second.returncode == 0, second.stderr
     assert "has finished; skipped" in second.stderr and "train →" not in second.stderr
     assert "already prepared from identical inputs" in second.stderr
+    # Evaluation decodes with the recipe's decode section and its --set overrides, not the checkpoint's:
+    # an output limit of a·S + b = 0 leaves every hypothesis one token at most.
+    assert max(len(h.split()) for h in (tmp_path / "work" / "test.hyp").read_text().splitlines()) > 1
+    third = mtkit("run", str(recipe), "-w", str(tmp_path / "work"), "--set", "decode.max_len_a=0", "--set",
+                  "decode.max_len_b=0")
+    assert third.returncode == 0, third.stderr
+    hyps = (tmp_path / "work" / "test.hyp").read_text().splitlines()
+    assert len(hyps) == 20 and all(len(h.split()) <= 1 for h in hyps)
 
 
 def test_decode_options_go_through_the_strict_check(pipeline):
