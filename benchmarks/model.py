@@ -23,8 +23,6 @@ mtkit default (eager model, output projection fused into the chunked loss, token
     upper bound on what fewer dtype casts could give; not used for training);
   * padding: naive fixed-size sentence batches instead of token batches;
   * dropout: ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout (torch.rand masks);
-  * memory: glibc's mmap/trim thresholds back at 128 KiB during the step, undoing
-    ``keep_freed_memory`` (large tensors page-faulted afresh each time);
   * the optimizer step alone: AdamW fused / foreach / for-loop (ms per step).
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py
@@ -50,7 +48,6 @@ import common  # noqa: E402
 from common import Runner, make_runner, precision_context  # noqa: E402
 
 from mtkit.config import PAD_ID  # noqa: E402
-from mtkit.host_memory import keep_freed_memory, set_thresholds  # noqa: E402
 from mtkit.training.loss import TranslationLoss, label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
 
 EPS = 0.1
@@ -90,19 +87,6 @@ def with_bernoulli_dropout(step):
             step(batch)
         finally:
             mtkit.model.dropout = fast
-
-    return run
-
-
-def with_glibc_default_thresholds(step):
-    """The same step with glibc's mmap/trim thresholds back at 128 KiB (keep_freed_memory undone)."""
-
-    def run(batch) -> None:
-        set_thresholds(128 * 1024)
-        try:
-            step(batch)
-        finally:
-            keep_freed_memory()
 
     return run
 
@@ -182,8 +166,6 @@ def main() -> None:
                 runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
                 runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", with_bernoulli_dropout(mtkit_step(mt, p)), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, glibc thresholds 128 KiB (freed memory returned)",
-                                               with_glibc_default_thresholds(mtkit_step(mt, p)), batches)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
                     runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))
