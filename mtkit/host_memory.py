@@ -16,7 +16,6 @@ turns it off.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -25,22 +24,12 @@ M_MMAP_THRESHOLD = -3
 THRESHOLD = 1 << 30  # 1 GiB: larger single requests still get their own mapping
 
 
-def set_thresholds(size: int) -> bool:
-    """glibc's mmap and trim thresholds, in bytes (benchmarks set 128 KiB, glibc's initial value,
-    to measure without :func:`keep_freed_memory`); True when they were set."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (e.g. musl has no mallopt)
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_THRESHOLD, size)) and bool(mallopt(M_TRIM_THRESHOLD, size))
-
-
 def keep_freed_memory() -> bool:
     """Raise glibc's thresholds for this process; True when they were set."""
-    if os.environ.get("MTKIT_KEEP_FREED_MEMORY") == "0":
+    if not sys.platform.startswith("linux") or os.environ.get("MTKIT_KEEP_FREED_MEMORY") == "0":
         return False
-    return set_thresholds(THRESHOLD)
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the process's own libc: no library search
+    if mallopt is None:  # not glibc (e.g. musl has no mallopt)
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, THRESHOLD))

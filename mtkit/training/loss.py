@@ -49,13 +49,28 @@ def reference_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float
     return loss.sum(), nll.sum().detach(), int(target.numel())
 
 
+def _chunk_loss_and_grad(logits: Tensor, target: Tensor, epsilon: float, grad_out: Tensor | None):
+    """One chunk of rows: logits (rows, V), target (rows, 1) -> NLL (rows,) and the smoothing
+    term mean_v(-log p_v) (rows,). With ``grad_out`` (rows, V), of any float dtype, also writes
+    d loss / d logits = p - (1-ε)·onehot - ε/V there (the last step fused with the cast).
+    Softmax and log-softmax are two fused kernels, faster than exp() of the log-probabilities."""
+    lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
+    nll = -lprobs.gather(1, target).squeeze(1)
+    smooth = -lprobs.mean(dim=-1)
+    if grad_out is not None:
+        probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
+        probs.scatter_add_(1, target, probs.new_full(target.shape, epsilon - 1.0))
+        torch.sub(probs, epsilon / logits.size(-1), out=grad_out)
+    return nll, smooth
+
+
 class _ChunkedSmoothedCE(torch.autograd.Function):
     """Per-token label-smoothed loss and NLL of logits (N, V), chunk by chunk; zero at padding.
 
     With log p = log_softmax(logits): NLL = -log p[target], mean_v(-log p_v) is the
     smoothing term, and d loss / d logits = p - (1-ε)·onehot(target) - ε/V. The loss is
     the last node of the graph, so the gradient is computed in the forward pass, from the
-    same float32 chunk of log-probabilities, and kept in the logits' dtype; the backward
+    same chunk (:func:`_chunk_loss_and_grad`), and kept in the logits' dtype; the backward
     pass only scales it by the incoming per-token gradient. Only (rows, V) float32 chunks
     ever exist. Padding rows are masked rather than cut out: with length-bucketed batches
     they are few, and cutting them out would copy the whole matrix.
@@ -71,15 +86,10 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
         loss = logits.new_empty(N, dtype=torch.float32)
         nll = logits.new_empty(N, dtype=torch.float32)
         for i in range(0, N, rows):
-            lprobs = F.log_softmax(logits[i : i + rows], dim=-1, dtype=torch.float32)  # (rows, V)
             t = target[i : i + rows].unsqueeze(1)  # (rows, 1)
-            nll[i : i + rows] = -lprobs.gather(1, t).squeeze(1)
-            loss[i : i + rows] = -lprobs.mean(dim=-1)  # the smoothing term, for now
-            if want_grad:
-                # A second fused kernel: faster than exp() of the log-probabilities.
-                probs = F.softmax(logits[i : i + rows], dim=-1, dtype=torch.float32)  # (rows, V)
-                probs.scatter_add_(1, t, probs.new_full((probs.size(0), 1), epsilon - 1.0))
-                torch.sub(probs, epsilon / V, out=grad[i : i + rows])  # written in the logits' dtype
+            chunk_grad = grad[i : i + rows] if want_grad else None  # written in the logits' dtype
+            nll[i : i + rows], loss[i : i + rows] = _chunk_loss_and_grad(logits[i : i + rows], t, epsilon, chunk_grad)
+            # loss holds the smoothing term for now
         loss.mul_(epsilon).add_(nll, alpha=1.0 - epsilon).mul_(keep)
         nll.mul_(keep)
         ctx.consumed = False
@@ -127,7 +137,7 @@ class _LinearSmoothedCE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, epsilon: float, pad_id: int,
                 dtype: torch.dtype, rows: int) -> tuple[Tensor, Tensor]:
-        N, V = hidden.size(0), weight.size(0)
+        N = hidden.size(0)
         want_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         with torch.autocast(hidden.device.type, enabled=False):
             h = hidden.to(dtype)  # (N, d)
@@ -139,16 +149,13 @@ class _LinearSmoothedCE(torch.autograd.Function):
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grad else None
             for i in range(0, N, rows):
                 h_c, t, k = h[i : i + rows], target[i : i + rows].unsqueeze(1), keep[i : i + rows]
-                logits = h_c @ w.t()  # (rows, V)
-                lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
-                nll = -lprobs.gather(1, t).squeeze(1) * k  # (rows,)
-                smooth = -lprobs.mean(dim=-1) * k  # (rows,)
+                g = h.new_empty(h_c.size(0), w.size(0)) if want_grad else None  # (rows, V), d loss / d logits
+                nll, smooth = _chunk_loss_and_grad(h_c @ w.t(), t, epsilon, g)  # logits (rows, V)
+                nll, smooth = nll * k, smooth * k  # (rows,), zero at padding
                 loss_sum += (1.0 - epsilon) * nll.sum() + epsilon * smooth.sum()
                 nll_sum += nll.sum()
                 if want_grad:
-                    probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
-                    probs.scatter_add_(1, t, probs.new_full(t.shape, epsilon - 1.0))
-                    g = probs.sub_(epsilon / V).mul_(k.unsqueeze(1)).to(dtype)  # (rows, V), d loss / d logits
+                    g.mul_(k.unsqueeze(1).to(dtype))
                     torch.mm(g, w, out=grad_h[i : i + rows])  # (rows, d)
                     grad_w += g.t() @ h_c  # (V, d)
         if want_grad:
@@ -161,8 +168,8 @@ class _LinearSmoothedCE(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         grad_h, grad_w = ctx.saved_tensors
         h_dtype, w_dtype = ctx.input_dtypes
-        g_h = grad_h.to(h_dtype).mul_(grad_loss.to(h_dtype)) if ctx.needs_input_grad[0] else None
-        g_w = grad_w.mul_(grad_loss).to(w_dtype) if ctx.needs_input_grad[1] else None
+        g_h = (grad_h * grad_loss).to(h_dtype) if ctx.needs_input_grad[0] else None  # (N, d): small, no in-place
+        g_w = (grad_w * grad_loss).to(w_dtype) if ctx.needs_input_grad[1] else None
         return g_h, g_w, None, None, None, None, None
 
 
