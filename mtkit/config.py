@@ -151,6 +151,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 = no clipping
     label_smoothing: float = 0.1
+    bpe_dropout: float = 0.0  # BPE-dropout of training sentences (Provilkov et al. 2020); 0 = off
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False
@@ -332,6 +333,8 @@ def _validate(config: Config) -> None:
     for name in ("max_tokens", "update_freq"):
         if getattr(t, name) <= 0:
             raise MtkitError(f"train.{name} must be positive")
+    if not 0.0 <= t.bpe_dropout < 1.0:
+        raise MtkitError(f"train.bpe_dropout must be in [0, 1), got {t.bpe_dropout}")
     if t.lr_schedule == "linear" and t.max_steps <= t.warmup:
         raise MtkitError(f"train.lr_schedule=linear decays to 0 at train.max_steps ({t.max_steps}), "
                          f"which must exceed train.warmup ({t.warmup})")

@@ -127,6 +127,22 @@ class Vocab:
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._tgt.encode(list(texts), num_threads=1)
 
+    def sample_batch(self, side: str, texts: Sequence[str], dropout: float) -> list[list[int]]:
+        """Sampled segmentations of ``texts`` (BPE-dropout ``dropout`` for a BPE model), seeded by
+        ``sentencepiece.set_random_generator_seed``."""
+        sp = self._src if side == "src" else self._tgt
+        return sp.encode(list(texts), enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
+
+    def model_type(self, side: str) -> Optional[str]:
+        """"bpe", "unigram", "char" or "word" for the ``side`` ("src" or "tgt") model; None if unknown."""
+        try:
+            from sentencepiece import sentencepiece_model_pb2
+        except ImportError:  # pragma: no cover - protobuf is missing
+            return None
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self._models[0] if side == "src" or self.joint else self._models[1])
+        return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type).lower()
+
     def decode_src(self, ids: Iterable[int]) -> str:
         """Text of source ids; pad/bos/eos are dropped."""
         return self._src.decode(_strip_special(ids))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -142,10 +142,18 @@ class Batch:
         return Batch(self.src.to(device, **nb), self.tgt_in.to(device, **nb), self.tgt_out.to(device, **nb), self.epoch, self.position)
 
 
-def collate(store: Store, indices: Sequence[int]) -> Batch:
-    """Assemble padded tensors for the examples ``indices`` of ``store``."""
+Resegment = Callable[[list, list], tuple[list, list]]
+
+
+def collate(store: Store, indices: Sequence[int], resegment: Resegment | None = None) -> Batch:
+    """Assemble padded tensors for the examples ``indices`` of ``store``.
+
+    ``resegment`` maps the stored (source, target) id lists to new ones (BPE-dropout).
+    """
     srcs = [store.src(int(i)) for i in indices]
     tgts = [store.tgt(int(i)) for i in indices]
+    if resegment is not None:
+        srcs, tgts = resegment(srcs, tgts)
     B = len(indices)
     S = max(len(s) for s in srcs) + 1
     T = max(len(t) for t in tgts) + 1
@@ -162,11 +170,12 @@ def collate(store: Store, indices: Sequence[int]) -> Batch:
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
 
 
-def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8) -> Iterator[Batch]:
+def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment: Resegment | None = None) -> Iterator[Batch]:
     """Assemble batches in a background thread, ``depth`` ahead, so the step never waits for data.
 
     Each Batch carries the sampler position after it, which is what a checkpoint must
-    record (the thread runs ahead of the training step).
+    record (the thread runs ahead of the training step). ``resegment`` (BPE-dropout,
+    mtkit.training.bpe_dropout) re-segments each batch's sentences in the same thread.
     """
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -174,7 +183,7 @@ def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8) -> Iterat
     def work() -> None:
         try:
             for _epoch, indices in sampler:
-                batch = collate(store, indices)
+                batch = collate(store, indices, resegment)
                 # Read right after the yield: the state is the position after this batch.
                 batch.epoch, batch.position = sampler.state.epoch, sampler.state.position
                 while not stop.is_set():
@@ -198,3 +207,6 @@ def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8) -> Iterat
             yield item
     finally:
         stop.set()
+        # Wait for the batch in progress: a thread still inside native code (SentencePiece)
+        # when the interpreter exits aborts the process.
+        thread.join(timeout=60)

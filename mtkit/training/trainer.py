@@ -129,6 +129,16 @@ class Trainer:
             rank=self.dist.rank,
             world_size=self.dist.world_size,
         )
+        self.bpe_dropout = None
+        self.length_growth = (1.0, 1.0)
+        if self.cfg.bpe_dropout > 0:
+            from mtkit.training.bpe_dropout import BPEDropout
+
+            self.bpe_dropout = BPEDropout(self.vocab, self.cfg.bpe_dropout, self.cfg.seed,
+                                          max_len=config.model.max_positions - 1)
+            # Averaged over ranks so that every rank cuts the same batches; a resumed run reuses the saved one.
+            growth = self.bpe_dropout.growth(self.train_store)
+            self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size for g in growth))
         self.step = 0
         self.elapsed = 0.0  # training seconds, summed over resumed runs
         self.best: float | None = None
@@ -148,6 +158,14 @@ class Trainer:
             self.train_model = torch.compile(self.train_model)
 
     # ------------------------------------------------------------------ state
+
+    def _set_length_growth(self, growth: tuple[float, float]) -> None:
+        """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout)."""
+        from mtkit.training.bpe_dropout import scaled_lengths
+
+        self.length_growth = (float(growth[0]), float(growth[1]))
+        self.sampler.src_lengths = scaled_lengths(self.train_store.src_lengths, self.length_growth[0])
+        self.sampler.tgt_lengths = scaled_lengths(self.train_store.tgt_lengths, self.length_growth[1])
 
     def state_dict(self, position: SamplerState) -> dict:
         src_bytes, tgt_bytes = self.vocab.model_bytes()
@@ -172,6 +190,7 @@ class Trainer:
             "elapsed": self.elapsed,
             "best": self.best,
             "bad_validations": self.bad_validations,
+            "length_growth": list(self.length_growth),
         }
 
     def load_state_dict(self, ckpt: dict) -> None:
@@ -184,6 +203,8 @@ class Trainer:
         torch.set_rng_state(ckpt["rng"]["torch"])
         if "cuda" in ckpt["rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        if self.bpe_dropout is not None and "length_growth" in ckpt:
+            self._set_length_growth(tuple(ckpt["length_growth"]))
         self.sampler.state = SamplerState(ckpt["sampler"]["epoch"], ckpt["sampler"]["position"])
         self.step = ckpt["step"]
         self.elapsed = ckpt.get("elapsed", 0.0)
@@ -303,10 +324,11 @@ class Trainer:
             self._copy_vocab()
             if self.step == 0:
                 self.log.write({"step": 0, "event": "start", "parameters": count_parameters(self.model),
-                                "world_size": self.dist.world_size, "device": str(self.device)})
+                                "world_size": self.dist.world_size, "device": str(self.device),
+                                **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
 
         cfg = self.cfg
-        batches = prefetch(self.train_store, self.sampler)
+        batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout)
         bar = None
         if self.progress:
             from tqdm import tqdm

@@ -205,3 +205,27 @@ def test_early_stopping_and_max_epochs(reverse_data, tmp_path):
     # One epoch of the 3000-pair corpus is a few dozen batches of 600 tokens.
     result = train(make_config(data, max_steps=10_000, max_epochs=1), data_dir, tmp_path / "epoch", progress=False)
     assert result.stopped_because == "max_epochs" and 10 < result.step < 200
+
+
+def test_bpe_dropout_trains_and_resumes_with_its_saved_batch_sizing(reverse_data, tmp_path):
+    from mtkit.training.trainer import Trainer
+
+    data_dir, data = reverse_data
+    common = dict(max_steps=40, save_every=20, bpe_dropout=0.1, log_every=10)
+    train(make_config(data, **{**common, "max_steps": 20}), data_dir, tmp_path / "run", progress=False)
+    start = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    src_growth, tgt_growth = start["bpe_dropout_growth"]
+    assert 1.0 < src_growth < 2.0 and 1.0 < tgt_growth < 2.0
+    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")["length_growth"]
+    assert saved == [src_growth, tgt_growth]
+
+    # A resumed run budgets its batches with the saved growth, not with a new measurement.
+    trainer = Trainer(make_config(data, **common), data_dir, tmp_path / "run", progress=False)
+    trainer.length_growth = (9.0, 9.0)
+    trainer.load_state_dict(load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt"))
+    assert trainer.length_growth == (src_growth, tgt_growth)
+    assert (trainer.sampler.tgt_lengths >= trainer.train_store.tgt_lengths * tgt_growth).all()
+
+    result = train(make_config(data, **common), data_dir, tmp_path / "run", resume=True, progress=False)
+    assert result.step == 40
+    assert losses(tmp_path / "run")[-1][1] < losses(tmp_path / "run")[0][1]
