@@ -7,7 +7,7 @@ from mtkit.config import PAD_ID, UNK_ID, SpmConfig
 from mtkit.data.synthetic import demo_pairs
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.errors import MtkitError
-from mtkit.training.batching import TokenBatchSampler, prefetch
+from mtkit.training.batching import TokenBatchSampler, pad_batch, prefetch, repack
 from mtkit.training.bpe_dropout import BPEDropout, scaled_lengths
 
 PAIRS = list(demo_pairs(600, seed=11))
@@ -96,3 +96,19 @@ def test_unigram_models_and_bad_probabilities_are_refused():
 
     with pytest.raises(MtkitError, match="bpe_dropout"):
         config_from_dict({"train": {"bpe_dropout": 1.0}})
+
+
+def test_repack_deals_the_pool_out_by_length_keeping_sizes_and_positions(vocab):
+    store = ListStore(vocab, PAIRS)
+    dropout = BPEDropout(vocab, 0.1, seed=1)
+    sampler = TokenBatchSampler(store.src_lengths, store.tgt_lengths, 300, seed=1)
+    pool = [(ix, 1, k + 1) for k, ix in enumerate(sampler.epoch_batches(1)[:16])]
+    batches = repack(store, pool, dropout)
+    assert [b.src.shape[0] for b in batches] == [len(ix) for ix, _, _ in pool]
+    assert [(b.epoch, b.position) for b in batches] == [(1, k + 1) for k in range(16)]
+    texts = sorted(vocab.decode_src(row.tolist()) for b in batches for row in b.src)
+    assert texts == sorted(PAIRS[int(i)][0] for ix, _, _ in pool for i in ix)
+    # Far less padding than re-segmenting each batch on its own.
+    alone = [pad_batch(*dropout([store.src(int(i)) for i in ix], [store.tgt(int(i)) for i in ix])) for ix, _, _ in pool]
+    padding = lambda bs: np.mean([b.padding_fraction for b in bs])  # noqa: E731
+    assert padding(batches) < 0.7 * padding(alone)
