@@ -102,6 +102,23 @@ def test_cpu_dropout_is_inverted_dropout(dtype, p):
     assert torch.equal(a, dropout(x.detach(), p, True))
 
 
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_keep_mask_has_no_structure(p):
+    """Every one of the four 16-bit lanes of a 64-bit draw keeps at rate 1 - p, independently of its neighbour."""
+    from mtkit.model import keep_mask
+
+    torch.manual_seed(1)
+    mask = keep_mask(torch.Size([1000, 400]), p, torch.float32)
+    assert set(mask.unique().tolist()) <= {0.0, 1.0}
+    lanes = mask.view(-1, 4).mean(0)
+    assert torch.allclose(lanes, torch.full_like(lanes, 1 - p), atol=0.005), lanes
+    flat = mask.view(-1)
+    both = (flat[1:] * flat[:-1]).mean().item()
+    assert abs(both - (1 - p) ** 2) < 0.005  # neighbours independent
+    odd = keep_mask(torch.Size([7, 3]), p, torch.bfloat16)  # sizes that are not a multiple of 4
+    assert odd.shape == (7, 3) and odd.dtype == torch.bfloat16
+
+
 def test_dropout_module_is_the_identity_in_eval_mode_and_at_zero():
     x = torch.randn(4, 8)
     assert dropout(x, 0.0, True) is x and dropout(x, 0.5, False) is x
