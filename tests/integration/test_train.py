@@ -229,3 +229,25 @@ def test_bpe_dropout_trains_and_resumes_with_its_saved_batch_sizing(reverse_data
     result = train(make_config(data, **common), data_dir, tmp_path / "run", resume=True, progress=False)
     assert result.step == 40
     assert losses(tmp_path / "run")[-1][1] < losses(tmp_path / "run")[0][1]
+
+
+def test_ddp_with_bpe_dropout_keeps_the_ranks_in_step(reverse_data, tmp_path):
+    """Each rank measures the length growth and re-segments its own batches; the ranks must agree on
+    the batches they cut (the growth is averaged over ranks), or the job would hang at an epoch's end."""
+    import yaml
+
+    from mtkit.config import config_to_dict
+
+    data_dir, data = reverse_data
+    recipe = tmp_path / "ddp.yaml"
+    # ~15 updates per epoch on 2 ranks: 40 updates cross two epoch ends.
+    config = make_config(data, max_steps=40, log_every=10, save_every=20, bpe_dropout=0.1, max_epochs=3)
+    recipe.write_text(yaml.safe_dump(config_to_dict(config)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
+           "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["world_size"] == 2 and records[0]["bpe_dropout_growth"][0] > 1.0
+    assert records[-1]["event"] == "end" and records[-1]["step"] == 40
