@@ -9,6 +9,7 @@ from pathlib import Path
 # OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -47,6 +48,24 @@ def reverse_data_config(files: dict, vocab_size: int = 100) -> dict:
         "spm": {"vocab_size": vocab_size, "model_type": "bpe"},
         "workers": 1,
     }
+
+
+class ListStore:
+    """An in-memory parallel store of (source ids, target ids) pairs: what batching reads of a split."""
+
+    def __init__(self, pairs) -> None:
+        self.pairs = [(np.asarray(s), np.asarray(t)) for s, t in pairs]
+        self.src_lengths = np.array([len(s) for s, _ in self.pairs])
+        self.tgt_lengths = np.array([len(t) for _, t in self.pairs])
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def src(self, i: int):
+        return self.pairs[i][0]
+
+    def tgt(self, i: int):
+        return self.pairs[i][1]
 
 
 TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,

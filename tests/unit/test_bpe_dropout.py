@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from conftest import ListStore
 from mtkit.config import PAD_ID, UNK_ID, SpmConfig
 from mtkit.data.synthetic import demo_pairs
 from mtkit.data.vocab import Vocab, train_model
@@ -13,21 +14,8 @@ from mtkit.training.bpe_dropout import BPEDropout, scaled_lengths
 PAIRS = list(demo_pairs(600, seed=11))
 
 
-class ListStore:
-    def __init__(self, vocab: Vocab, pairs) -> None:
-        self.srcs = [np.asarray(vocab.encode_src(s), dtype=np.uint16) for s, _ in pairs]
-        self.tgts = [np.asarray(vocab.encode_tgt(t), dtype=np.uint16) for _, t in pairs]
-        self.src_lengths = np.array([len(s) for s in self.srcs], dtype=np.int32)
-        self.tgt_lengths = np.array([len(t) for t in self.tgts], dtype=np.int32)
-
-    def __len__(self) -> int:
-        return len(self.srcs)
-
-    def src(self, i: int) -> np.ndarray:
-        return self.srcs[i]
-
-    def tgt(self, i: int) -> np.ndarray:
-        return self.tgts[i]
+def encoded_store(vocab: Vocab, pairs) -> ListStore:
+    return ListStore([(vocab.encode_src(s), vocab.encode_tgt(t)) for s, t in pairs])
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +24,18 @@ def vocab() -> Vocab:
 
 
 def test_sampled_segmentations_decode_to_the_same_text_and_differ(vocab):
-    store = ListStore(vocab, PAIRS[:200])
+    store = encoded_store(vocab, PAIRS[:200])
     dropout = BPEDropout(vocab, 0.1, seed=1)
     srcs, tgts = dropout([store.src(i) for i in range(200)], [store.tgt(i) for i in range(200)])
     assert [vocab.decode_src(s) for s in srcs] == [p[0] for p in PAIRS[:200]]
     assert [vocab.decode_tgt(t) for t in tgts] == [p[1] for p in PAIRS[:200]]
-    changed = sum(list(a) != list(b) for a, b in zip(srcs, store.srcs[:200]))
+    changed = sum(list(a) != list(b) for a, b in zip(srcs, [store.src(i) for i in range(200)]))
     assert changed > 50  # most sentences get another segmentation
-    assert sum(map(len, srcs)) > sum(map(len, store.srcs[:200]))  # skipped merges: more, shorter pieces
+    assert sum(map(len, srcs)) > sum(map(len, [store.src(i) for i in range(200)]))  # skipped merges: more, shorter pieces
 
 
 def test_each_reading_draws_a_new_segmentation(vocab):
-    store = ListStore(vocab, PAIRS[:50])
+    store = encoded_store(vocab, PAIRS[:50])
     dropout = BPEDropout(vocab, 0.1, seed=1)
     batch = ([store.src(i) for i in range(50)], [store.tgt(i) for i in range(50)])
     as_lists = lambda pair: [[list(map(int, s)) for s in side] for side in pair]  # noqa: E731
@@ -64,7 +52,7 @@ def test_unknown_pieces_and_overlong_samples_keep_the_stored_ids(vocab):
 
 
 def test_growth_sizes_the_batches_to_max_tokens(vocab):
-    store = ListStore(vocab, PAIRS)
+    store = encoded_store(vocab, PAIRS)
     dropout = BPEDropout(vocab, 0.1, seed=1)
     src_growth, tgt_growth = dropout.growth(store)
     assert 1.05 < src_growth < 3.0 and 1.05 < tgt_growth < 3.0
@@ -99,7 +87,7 @@ def test_unigram_models_and_bad_probabilities_are_refused():
 
 
 def test_repack_deals_the_pool_out_by_length_keeping_sizes_and_positions(vocab):
-    store = ListStore(vocab, PAIRS)
+    store = encoded_store(vocab, PAIRS)
     dropout = BPEDropout(vocab, 0.1, seed=1)
     sampler = TokenBatchSampler(store.src_lengths, store.tgt_lengths, 300, seed=1)
     pool = [(ix, 1, k + 1) for k, ix in enumerate(sampler.epoch_batches(1)[:16])]

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import ListStore
 from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.training.average import average_checkpoints
@@ -14,22 +15,6 @@ from mtkit.training.batching import TokenBatchSampler, collate, make_batches
 from mtkit.training.checkpoint import link_atomically, load_checkpoint, save_checkpoint
 from mtkit.training.loss import label_smoothed_loss
 from mtkit.training.optim import learning_rate
-
-
-class ListStore:
-    def __init__(self, pairs):
-        self.pairs = [(np.array(s), np.array(t)) for s, t in pairs]
-        self.src_lengths = np.array([len(s) for s, _ in pairs])
-        self.tgt_lengths = np.array([len(t) for _, t in pairs])
-
-    def __len__(self):
-        return len(self.pairs)
-
-    def src(self, i):
-        return self.pairs[i][0]
-
-    def tgt(self, i):
-        return self.pairs[i][1]
 
 
 def random_lengths(n=500, seed=0):
