@@ -80,6 +80,8 @@ class SpmConfig:
     model_type: Literal["bpe", "unigram"] = "bpe"
     vocab_size: int = 8000
     character_coverage: float = 1.0
+    lowercase: bool = False  # case-fold inside the model (SentencePiece's nmt_nfkc_cf), as the
+    # Multi30k and IWSLT literature's lowercased training data; outputs are then lowercase
     sample_size: int = 1_000_000  # sentences sampled for training; bounds memory
     model: Optional[str] = None  # reuse this model (joint) instead of training one
     tgt_model: Optional[str] = None  # reuse this target model (separate vocabularies)

@@ -376,6 +376,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
             "tgt_size": vocab.tgt_size,
             "requested_size": data.spm.vocab_size if vocab_info["trained"] else None,
             "character_coverage": data.spm.character_coverage if vocab_info["trained"] else None,
+            "lowercase": {"src": vocab.lowercases("src"), "tgt": vocab.lowercases("tgt")},
             "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
             "files": files,
             **{k: v for k, v in vocab_info.items() if k != "trained"},

@@ -133,15 +133,30 @@ class Vocab:
         sp = self._src if side == "src" else self._tgt
         return sp.encode(list(texts), enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
 
-    def model_type(self, side: str) -> Optional[str]:
-        """"bpe", "unigram", "char" or "word" for the ``side`` ("src" or "tgt") model; None if unknown."""
+    def _proto(self, side: str):
+        """The parsed ModelProto of the ``side`` ("src" or "tgt") model; None without protobuf."""
         try:
             from sentencepiece import sentencepiece_model_pb2
         except ImportError:  # pragma: no cover - protobuf is missing
             return None
         proto = sentencepiece_model_pb2.ModelProto()
         proto.ParseFromString(self._models[0] if side == "src" or self.joint else self._models[1])
+        return proto
+
+    def model_type(self, side: str) -> Optional[str]:
+        """"bpe", "unigram", "char" or "word" for the ``side`` ("src" or "tgt") model; None if unknown."""
+        proto = self._proto(side)
+        if proto is None:  # pragma: no cover
+            return None
+        from sentencepiece import sentencepiece_model_pb2
+
         return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type).lower()
+
+    def lowercases(self, side: str) -> bool:
+        """True if the ``side`` model case-folds its input (a ``*_cf`` normalization rule), so that
+        its decoded text is lowercase."""
+        proto = self._proto(side)
+        return proto is not None and proto.normalizer_spec.name.endswith("_cf")
 
     def decode_src(self, ids: Iterable[int]) -> str:
         """Text of source ids; pad/bos/eos are dropped."""
@@ -170,6 +185,7 @@ def train_model(sentences: Sequence[str], spm_config: SpmConfig, threads: int = 
             model_type=spm_config.model_type,
             vocab_size=spm_config.vocab_size,
             character_coverage=spm_config.character_coverage,
+            normalization_rule_name="nmt_nfkc_cf" if spm_config.lowercase else "nmt_nfkc",
             pad_id=PAD_ID,
             unk_id=UNK_ID,
             bos_id=BOS_ID,

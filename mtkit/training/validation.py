@@ -11,7 +11,8 @@ from mtkit.io import read_lines
 
 
 def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device) -> float:
-    """Cased detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (``valid.{src,tgt}.txt``)."""
+    """Detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (``valid.{src,tgt}.txt``): cased,
+    or case-insensitive when the target vocabulary lowercases (``data.spm.lowercase``)."""
     import sacrebleu
 
     from mtkit.translate import Translator
@@ -21,4 +22,5 @@ def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: in
     translator = Translator(SimpleNamespace(model=model, vocab=vocab), replace(decode, beam=beam, nbest=1),
                             device=str(device), log=lambda message: None)
     hypotheses = translator.translate_text(sources)
-    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    lowercase = vocab.lowercases("tgt")
+    return float(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score)

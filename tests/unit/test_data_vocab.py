@@ -47,3 +47,17 @@ def test_other_special_ids_are_refused(tmp_path):
         Vocab.from_files(path)
     with pytest.raises(MtkitError, match="no spm.model"):
         Vocab.load(tmp_path)
+
+
+def test_lowercase_vocab_case_folds_inside_the_model():
+    sentences = [v for p in PAIRS for s in p for v in (s, s.capitalize(), s.upper())]
+    cased = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=300)))
+    folded = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=300, lowercase=True)))
+    assert not cased.lowercases("src") and folded.lowercases("src") and folded.lowercases("tgt")
+    text = PAIRS[0][1].capitalize().replace(" ", " " + PAIRS[1][1].upper() + " ", 1)
+    assert cased.decode_src(cased.encode_src(text)) == text
+    # the model itself folds case, so translation input needs no separate lowercasing step
+    assert folded.encode_src(text) == folded.encode_src(text.lower())
+    assert folded.decode_src(folded.encode_src(text)) == text.lower()
+    assert not any(p != p.lower() for i in range(folded.src_size) for p in [folded.src_pieces([i])[0]]
+                   if not p.startswith("<"))
