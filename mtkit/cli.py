@@ -272,6 +272,7 @@ def evaluate(
     metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter."),
     chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
     lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),
+    lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF, as sacrebleu -lc --chrf-lowercase (on by itself for a model with data.spm.lowercase)."),
     compound_split: bool = typer.Option(False, "--compound-split", help="Also the WMT14 en-de paper's tokenized BLEU with compound splitting (legacy)."),
     lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from file suffix)."),
     as_json: bool = typer.Option(False, "--json", help="JSON output (stable schema) instead of a table."),
@@ -297,6 +298,7 @@ def evaluate(
         hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chrf_plus=chrf_plus,
         lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha}.items() if v is not None}, device=device,
+        lowercase=lowercase,
     )
     typer.echo(text)
 

@@ -208,6 +208,7 @@ def _plan(
     lang: str | None,
     moses_lang: str | None,
     refs_tokenized: bool | None,
+    lowercase: bool = False,
 ) -> list[_Job]:
     from sacrebleu.metrics import BLEU, CHRF, TER
 
@@ -222,9 +223,10 @@ def _plan(
     jobs: list[_Job] = []
     for m in dict.fromkeys(m.lower() for m in metrics):
         if m == "bleu":
-            jobs.append(_Job(None, lambda: BLEU(trg_lang=sacrebleu_lang), _identity, refs, ""))
+            jobs.append(_Job(None, lambda: BLEU(trg_lang=sacrebleu_lang, lowercase=lowercase), _identity, refs, ""))
         elif m == "chrf":
-            jobs.append(_Job(None, lambda: CHRF(word_order=2 if chrf_plus else 0), _identity, refs, ""))
+            jobs.append(_Job(None, lambda: CHRF(word_order=2 if chrf_plus else 0, lowercase=lowercase),
+                             _identity, refs, ""))
         else:
             jobs.append(_Job(None, TER, _identity, refs, ""))
 
@@ -298,6 +300,7 @@ def score(
     lang: str | None = None,
     moses_lang: str | None = None,
     refs_tokenized: bool | None = None,
+    lowercase: bool = False,
 ) -> list[MetricScore]:
     """Score detokenized hypotheses against raw references.
 
@@ -312,6 +315,8 @@ def score(
             zh/ja/ko (as ``sacrebleu -l xx-zh`` does; otherwise ``13a``, as ``sacrebleu`` without ``-l``).
         moses_lang: the Moses rules only, leaving sacreBLEU's tokenizer at its default (overrides ``lang``).
         refs_tokenized: for lc-tok, whether ``refs`` are already lc-tok (None: detect per stream).
+        lowercase: case-insensitive BLEU and chrF (``sacrebleu -lc --chrf-lowercase``; TER is case-insensitive
+            by default).
 
     Returns:
         One result per metric, in order, the tokenized BLEU variants last.
@@ -320,7 +325,8 @@ def score(
     refs = [list(stream) for stream in refs]
     _check_shapes(hyps, refs)
     results = []
-    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized):
+    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized,
+                     lowercase):
         metric = _build(job)
         sb_score = metric.corpus_score(job.prepare_hyps(hyps), job.refs)
         results.append(_to_result(job.name, sb_score, metric.get_signature().format() + job.signature_suffix))
@@ -338,6 +344,7 @@ def paired_bootstrap(
     moses_lang: str | None = None,
     refs_tokenized: bool | None = None,
     n_samples: int = 1000,
+    lowercase: bool = False,
 ) -> list[list[BootstrapScore]]:
     """Paired bootstrap resampling (Koehn, 2004) with sacrebleu's ``PairedTest(test_type='bs')``.
 
@@ -360,7 +367,8 @@ def paired_bootstrap(
         _check_shapes(list(hyps), refs)
 
     table: list[list[BootstrapScore]] = [[] for _ in systems]
-    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized):
+    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized,
+                     lowercase):
         metric = _build(job)
         named = [(name, job.prepare_hyps(list(hyps))) for name, hyps in systems]
         test = PairedTest(named, {"m": metric}, references=job.refs, test_type="bs", n_samples=n_samples)

@@ -92,6 +92,7 @@ def evaluate_files(
     compound_split: bool = False,
     lang: str | None = None,
     n_samples: int = 1000,
+    lowercase: bool = False,
 ) -> str:
     """Score hypothesis files against reference files; return the table or JSON text to print.
 
@@ -106,6 +107,8 @@ def evaluate_files(
         lang: target language (``--lang``): Moses rules, and sacreBLEU's zh/ja/ko tokenizers as with
             ``sacrebleu -l``; without it, tokenized BLEU infers the Moses language from the file name.
         n_samples: bootstrap resamples for the paired test.
+        lowercase: case-insensitive BLEU and chrF (as ``sacrebleu -lc``), e.g. for a model trained
+            on lowercased text.
     """
     if not hyp_paths:
         raise MtkitError("no hypothesis file given: pass --hyp FILE")
@@ -138,6 +141,7 @@ def evaluate_files(
         compound_split=compound_split,
         lang=lang,
         moses_lang=moses_lang,
+        lowercase=lowercase,
     )
     results = score(hyps[0], refs, **options)
     paired = None

@@ -17,8 +17,10 @@ from pathlib import Path
 from mtkit.errors import MtkitError
 
 
-def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict, device: str = "auto") -> list[str]:
-    """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory."""
+def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict,
+                    device: str = "auto") -> tuple[list[str], bool]:
+    """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory, and
+    whether the model's target vocabulary lowercases (``data.spm.lowercase``)."""
     import torch
 
     from mtkit.config import override_section
@@ -30,7 +32,7 @@ def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict, 
         device = "cuda" if torch.cuda.is_available() else "cpu"
     loaded = load_model(model_path, device)
     decode = override_section(loaded.config.decode, "decode", decode_overrides)
-    return Translator(loaded, decode, device=device).translate_text(lines)
+    return Translator(loaded, decode, device=device).translate_text(lines), loaded.vocab.lowercases("tgt")
 
 
 def default_hyp_out(model: Path, name: str) -> Path:
@@ -56,6 +58,7 @@ def evaluate(
     as_json: bool,
     decode_overrides: dict,
     device: str = "auto",
+    lowercase: bool = False,
 ) -> str:
     """Run the evaluation the options describe; return the text to print."""
     from mtkit.commands.evaluate import evaluate_files
@@ -88,7 +91,10 @@ def evaluate(
         if hyp:
             raise MtkitError("give either --hyp or --model, not both")
         out = hyp_out or default_hyp_out(model, name)
-        hypotheses = translate_lines(model, src_lines, decode_overrides, device)
+        hypotheses, folds_case = translate_lines(model, src_lines, decode_overrides, device)
+        if folds_case and not lowercase:
+            print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
+            lowercase = True
         atomic_write_text(out, "".join(line + "\n" for line in hypotheses))
         print(f"hypotheses: {out}", file=sys.stderr)
         hyp = [out]
@@ -97,4 +103,5 @@ def evaluate(
             lang = suffix if len(suffix) == 2 else None
     if not hyp or not ref:
         raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
-    return evaluate_files(hyp, ref, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang)
+    return evaluate_files(hyp, ref, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang,
+                          lowercase=lowercase)

@@ -73,12 +73,15 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         ref_path = data_dir / "test.tgt.txt"
     _say(f"translate {len(sources)} test sentences with {checkpoint} (beam {config.decode.beam}, α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
-    hypotheses = translate_lines(checkpoint, sources, config_to_dict(config.decode))
+    hypotheses, lowercase = translate_lines(checkpoint, sources, config_to_dict(config.decode))
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
 
     lang = config.data.tgt_lang
-    report = evaluate_files([hyp_path], [ref_path], list(ev.metrics), False, False, True, lang=lang)
+    if lowercase:
+        _say("the model's vocabulary lowercases its output (data.spm.lowercase): BLEU and chrF are case-insensitive")
+    report = evaluate_files([hyp_path], [ref_path], list(ev.metrics), False, False, True, lang=lang,
+                            lowercase=lowercase)
     scores = json.loads(report)
     if ev.lc_tok_ref:
         lc = json.loads(evaluate_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], False, True, True, lang=lang))

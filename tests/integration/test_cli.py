@@ -188,6 +188,27 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert len(hyps) == 20 and all(len(h.split()) <= 1 for h in hyps)
 
 
+def test_run_of_a_lowercasing_vocabulary_scores_case_insensitively(tmp_path):
+    files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
+    for path in files["train"] + files["test"]:  # cased text, so that folding has something to do
+        path.write_text("".join(line.capitalize() + "\n" for line in path.read_text().splitlines()))
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": {**reverse_data_config(files), "spm": {"vocab_size": 100, "model_type": "bpe", "lowercase": True}},
+        "model": TINY_MODEL,
+        "train": {"max_tokens": 600, "max_steps": 4, "log_every": 2, "valid_every": 4, "save_every": 4},
+        "decode": {"beam": 1},
+        "eval": {"metrics": ["bleu", "chrf"], "examples": 0},
+    }))
+    done = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
+    assert done.returncode == 0, done.stderr
+    assert "lowercases its output" in done.stderr
+    hyps = (tmp_path / "work" / "test.hyp").read_text().splitlines()
+    assert len(hyps) == 20 and all(h == h.lower() for h in hyps)
+    scores = json.loads((tmp_path / "work" / "scores.json").read_text())["scores"]
+    assert "case:lc" in scores[0]["signature"] and "case:lc" in scores[1]["signature"]
+
+
 def test_decode_options_go_through_the_strict_check(pipeline):
     root, *_ = pipeline
     message = one_line_error(mtkit("translate", "-m", str(root / "run"), "--beam", "2", "--nbest", "3", stdin="alpha\n"))

@@ -80,6 +80,18 @@ def test_scores_equal_the_sacrebleu_command_line(files, n_refs, chrf_plus):
     assert f"hyp_len = {bleu['sys_len']} ref_len = {bleu['ref_len']}" in theirs[0]["verbose_score"]
 
 
+def test_lowercase_scores_equal_sacrebleu_lc(files):
+    ours = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], False, False, True,
+                                     lowercase=True))
+    theirs = _sacrebleu_cli([files["ref"]], files["hyp"], "-lc", "--chrf-lowercase")
+    for mine, cli in zip(ours["scores"], theirs):
+        assert round(mine["score"], 4) == pytest.approx(cli["score"], abs=1e-9)
+        assert mine["signature"] == cli["signature"]
+    assert "case:lc" in ours["scores"][0]["signature"]
+    cased = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, False, True))["scores"][0]
+    assert "case:mixed" in cased["signature"]
+
+
 # The documented schema (module docstring of mtkit.commands.evaluate) as data: key -> type.
 _COMMON = {"metric": str, "score": float, "signature": str}
 _BLEU = {**_COMMON, "counts": [int], "totals": [int], "precisions": [float], "bp": float, "sys_len": int,
