@@ -239,7 +239,7 @@ def test_works_under_torch_compile():
     assert torch.allclose(compiled(src, tgt), model(src, tgt), atol=1e-6)
 
 
-def _train(model, make_example, steps=500, lr=3e-3, seed=0):
+def _train(model, make_example, steps=800, lr=3e-3, seed=0):
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     g = torch.Generator().manual_seed(seed)
