@@ -15,14 +15,16 @@ same precision on the model's own matmul sizes; FLOPs are counted as described i
 benchmarks/common.py (6 × matmul parameters × real tokens, plus attention).
 
 Then, for ``--lever-shapes``, each speed lever is measured on its own against the
-mtkit default (eager model, output projection fused into the chunked loss, token batches):
-  * the loss: the full (N, V) logits, then the chunked loss (not fused), or the reference
-    formula (a float32 log-softmax of the whole N × V matrix);
+mtkit default (eager model, the (N, V) logits then the chunked loss, token batches):
+  * the loss: the output projection fused into the chunked loss (the logits never whole; the
+    GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix);
   * ``torch.compile`` of the model, and of the model and the reference loss;
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
   * padding: naive fixed-size sentence batches instead of token batches;
-  * dropout: ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout (torch.rand masks);
+  * dropout: ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout (16-bit masks);
+  * attention projections: W_Q, W_K, W_V (self-attention) and W_K, W_V (cross-attention) stacked
+    into one matmul, instead of one matmul each (as MarianMT);
   * the optimizer step alone: AdamW fused / foreach / for-loop (ms per step).
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py
@@ -57,10 +59,11 @@ def log(msg: str) -> None:
     print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True):
-    """One step of mtkit: by default what training runs (TranslationLoss: the output projection fused
-    into the loss); with ``loss_fn``, the model's logits and that loss."""
-    criterion = TranslationLoss(model, EPS, PAD_ID)
+def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True, fuse_projection=None):
+    """One step of mtkit: by default what training runs (TranslationLoss: on CPU the logits, then the
+    chunked loss); ``fuse_projection=True``: the output projection fused into the loss (the GPU
+    default); with ``loss_fn``, the model's logits and that loss."""
+    criterion = TranslationLoss(model, EPS, PAD_ID, fuse_projection=fuse_projection)
 
     def step(batch) -> None:
         model.zero_grad(set_to_none=True)
@@ -87,6 +90,30 @@ def with_bernoulli_dropout(step):
             step(batch)
         finally:
             mtkit.model.dropout = fast
+
+    return run
+
+
+def with_stacked_projections(step):
+    """The same step with W_Q, W_K, W_V of self-attention (and W_K, W_V of cross-attention) stacked
+    into one matmul each, instead of one matmul per projection (mtkit's default, as MarianMT)."""
+    from mtkit.model import MultiHeadAttention
+
+    def stacked(self, query, memory, mask=None, causal=False):
+        linears = (self.w_q, self.w_k, self.w_v) if query is memory else (self.w_k, self.w_v)
+        weight = torch.cat([w.weight for w in linears])
+        bias = torch.cat([w.bias for w in linears])
+        heads = [self.split_heads(y) for y in F.linear(memory, weight, bias).chunk(len(linears), dim=-1)]
+        q = heads.pop(0) if query is memory else self.split_heads(self.w_q(query))
+        return self.attend(q, heads[0], heads[1], mask, causal)
+
+    def run(batch) -> None:
+        separate = MultiHeadAttention.forward
+        MultiHeadAttention.forward = stacked
+        try:
+            step(batch)
+        finally:
+            MultiHeadAttention.forward = separate
 
     return run
 
@@ -162,10 +189,11 @@ def main() -> None:
         if levers:
             naive = common.sentence_batches(store, naive_bs, args.warmup + args.steps)
             for p in precisions:
-                runners.append((p, make_runner(f"mtkit {p}, logits + chunked loss (not fused)", mtkit_step(mt, p, label_smoothed_loss), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss", mtkit_step(mt, p, fuse_projection=True), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
                 runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", with_bernoulli_dropout(mtkit_step(mt, p)), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, stacked Q/K/V matmul", with_stacked_projections(mtkit_step(mt, p)), batches)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
                     runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))

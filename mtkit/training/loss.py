@@ -203,19 +203,28 @@ class TranslationLoss(nn.Module):
     """The training objective (§5.4): label-smoothed cross-entropy of the model's translations.
 
     One forward from a batch to its summed loss, so that a DDP wrapper around this module
-    sees the whole computation. The output projection (§3.4) is fused into the loss
-    (:func:`linear_label_smoothed_loss`), which needs the projection's weight: the model's
-    ``output_projection``, a linear map without bias.
+    sees the whole computation. On GPUs the output projection (§3.4) is fused into the loss
+    (:func:`linear_label_smoothed_loss`: the (N, V) logits never exist, which is what bounds
+    the batch in memory); on CPU, where memory is plentiful and the fused path measured no
+    faster (0.89-1.05x of the unfused one at the tiny and small shapes, benchmarks/README.md),
+    the logits are made whole and go through the chunked :func:`label_smoothed_loss`.
+    ``fuse_projection`` forces either path (None: by device). The fused path needs the
+    projection's weight: the model's ``output_projection``, a linear map without bias.
     """
 
-    def __init__(self, model: nn.Module, epsilon: float, pad_id: int) -> None:
+    def __init__(self, model: nn.Module, epsilon: float, pad_id: int, fuse_projection: bool | None = None) -> None:
         super().__init__()
         self.model = model
         self.epsilon = epsilon
         self.pad_id = pad_id
+        self.fuse_projection = fuse_projection
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
         """src (B, S), tgt_in (B, T) (BOS first), tgt_out (B, T) (EOS last) -> (loss_sum, nll_sum, n_tokens)."""
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
-        return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon, self.pad_id)
+        fuse = self.fuse_projection if self.fuse_projection is not None else hidden.device.type != "cpu"
+        if fuse:
+            return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon,
+                                              self.pad_id)
+        return label_smoothed_loss(self.model.logits(hidden), tgt_out, self.epsilon, self.pad_id)  # logits (B, T, V)

@@ -160,8 +160,9 @@ def test_fused_projection_and_loss_equal_logits_then_the_reference_loss(bf16, ro
     assert (g_fused[0][2, 3:] == 0).all()
 
 
+@pytest.mark.parametrize("fuse", [True, False, None])
 @pytest.mark.parametrize("share", ["all", "none"])
-def test_translation_loss_equals_the_model_logits_and_loss(share):
+def test_translation_loss_equals_the_model_logits_and_loss(share, fuse):
     """The training objective gives the model's own loss and the same parameter gradients (tied or not)."""
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, share_embeddings=share)
@@ -171,7 +172,7 @@ def test_translation_loss_equals_the_model_logits_and_loss(share):
     tgt_out[1, 3:] = 0
     ref = reference_label_smoothed_loss(model(src, tgt_in), tgt_out, 0.1, 0)
     g_ref = torch.autograd.grad(ref[0], list(model.parameters()))
-    loss, nll, n = TranslationLoss(model, 0.1, 0)(src, tgt_in, tgt_out)
+    loss, nll, n = TranslationLoss(model, 0.1, 0, fuse_projection=fuse)(src, tgt_in, tgt_out)
     g = torch.autograd.grad(loss, list(model.parameters()))
     assert n == ref[2] and torch.allclose(loss, ref[0], rtol=1e-5) and torch.allclose(nll, ref[1], rtol=1e-5)
     for a, b in zip(g, g_ref):
