@@ -148,9 +148,7 @@ class Vocab:
         proto = self._proto(side)
         if proto is None:  # pragma: no cover
             return None
-        from sentencepiece import sentencepiece_model_pb2
-
-        return sentencepiece_model_pb2.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type).lower()
+        return proto.trainer_spec.ModelType.Name(proto.trainer_spec.model_type).lower()
 
     def lowercases(self, side: str) -> bool:
         """True if the ``side`` model case-folds its input (a ``*_cf`` normalization rule), so that
