@@ -5,8 +5,9 @@ d_model 256, 3+3 layers, 4 heads, FFN 1024, vocab 8k; ``base``: transformer-base
 vocab 32k) and precision (fp32; bf16 = CPU autocast), both models run forward, the
 label-smoothed loss (ε = 0.1, summed over real target tokens) and backward on the
 same synthetic batches: random ids with Multi30k-like lengths (10-30 source tokens),
-cut by mtkit's token batching (``--max-tokens``, ~4k; ``--base-tokens`` for base,
-smaller so that it runs in reasonable time). MarianMT is randomly initialized with
+cut by mtkit's token batching (``--max-tokens``, 4,096 tokens; ``--base-tokens`` for base,
+by default the same 4,096, which takes about 3 minutes at base on 2 cores; real base training
+batches 25k tokens per update). MarianMT is randomly initialized with
 the same dimensions and dropout, and its loss is ``F.cross_entropy(label_smoothing=0.1)``.
 Steps of all runners are interleaved round by round and the median is kept.
 
@@ -28,7 +29,7 @@ mtkit default (eager model, the (N, V) logits then the chunked loss, token batch
   * the optimizer step alone: AdamW fused / foreach / for-loop (ms per step).
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py --shapes base --steps 3 --lever-shapes none
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py --shapes base --steps 5 --lever-shapes none
 
 Needs ``pip install 'mtkit[bench]'`` (transformers, psutil).
 """
@@ -158,7 +159,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps per runner first")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=4096, help="token budget of a batch (tiny, small)")
-    ap.add_argument("--base-tokens", type=int, default=1024, help="token budget of a batch at the base shape")
+    ap.add_argument("--base-tokens", type=int, default=4096, help="token budget of a batch at the base shape")
     ap.add_argument("--lever-shapes", default="small", help="shapes to measure the levers at ('none': skip)")
     ap.add_argument("--compile", action="store_true",
                     help="also measure the torch.compile levers (each compile takes minutes on 2 cores)")
