@@ -9,7 +9,17 @@ from mtkit.config import Config
 
 
 def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None):
-    """Train ``config`` on ``data_dir`` into ``run_dir`` and print a one-line summary on stderr."""
+    """Train ``config`` on ``data_dir`` into ``run_dir`` and print a one-line summary on stderr.
+
+    With ``train.processes`` > 1 (and not already under torchrun) the training runs in that
+    many torchrun ranks started here, which print the summary; the result is then None.
+    """
+    from mtkit.training.launch import launch_local, under_torchrun
+
+    if config.train.processes > 1 and not under_torchrun():
+        launch_local(config, Path(data_dir), Path(run_dir), resume=resume)
+        return None
+
     from mtkit.training.trainer import train as run_training
 
     result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)

@@ -53,6 +53,25 @@ def all_reduce_sum(value: float, device: torch.device) -> float:
     return float(t.item())
 
 
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Whether ``flag`` is true on at least one rank (``flag`` itself in one process).
+    Decisions that end a loop of collectives (a time limit) must be the same on every rank."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([int(flag)], dtype=torch.int32, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def all_gather_objects(obj) -> list:
+    """``obj`` of every rank, in rank order (``[obj]`` in one process); picklable objects."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def barrier() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()

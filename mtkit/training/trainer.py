@@ -267,18 +267,23 @@ class Trainer:
 
     @torch.no_grad()
     def validate_loss(self) -> dict:
-        """Loss, NLL and perplexity per target token on the validation split (all of it, on every rank)."""
+        """Loss, NLL and perplexity per target token on the validation split (each rank takes every
+        world_size-th batch; the sums are all-reduced, so every rank gets the same values)."""
         assert self.valid_store is not None
         self.model.eval()
-        loss_sum = nll_sum = 0.0
-        n = 0
-        for indices in make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0):
+        totals = torch.zeros(3, dtype=torch.float64)  # loss, NLL, target tokens
+        batches = make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0)
+        for indices in batches[self.dist.rank :: self.dist.world_size]:
             batch = collate(self.valid_store, indices).to(self.device)
             with autocast(self.cfg.precision, self.device.type):
                 loss, nll, count = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            n += count
+            totals += torch.tensor([float(loss), float(nll), count], dtype=torch.float64)
+        if self.dist.enabled:
+            import torch.distributed as dist
+
+            totals = totals.to(self.device)
+            dist.all_reduce(totals)
+        loss_sum, nll_sum, n = totals.tolist()
         return {"valid_loss": loss_sum / n, "valid_nll": nll_sum / n, "valid_ppl": perplexity(nll_sum / n)}
 
     def validate_bleu(self) -> float:
@@ -286,11 +291,13 @@ class Trainer:
         from mtkit.training.validation import validation_bleu
 
         self.model.eval()
-        return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device)
+        return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device,
+                               self.dist.rank, self.dist.world_size)
 
     def validate(self, final: bool = False) -> dict:
         record = self.validate_loss()
-        # Every rank computes it, so that early-stopping decisions agree without communication.
+        # Every rank gets the same values (the loss over the whole set, BLEU gathered), so that
+        # early-stopping decisions agree.
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
             record["valid_bleu"] = self.validate_bleu()
         return record
@@ -382,7 +389,8 @@ class Trainer:
                 if stop_early:
                     stopped = "early_stopping"
                     break
-                if cfg.max_minutes and self.elapsed >= 60 * cfg.max_minutes:
+                # Each rank has its own clock: all stop at the same step, or DDP would wait forever.
+                if cfg.max_minutes and distributed.any_rank(self.elapsed >= 60 * cfg.max_minutes, self.device):
                     stopped = "max_minutes"
                     break
         finally:
@@ -436,6 +444,7 @@ class Trainer:
         if self.dist.enabled:
             import torch.distributed as dist
 
+            totals = totals.to(self.device)  # nccl reduces only GPU tensors
             dist.all_reduce(totals)
         loss_sum, nll_sum, tokens = totals.tolist()
         seconds = max(time.perf_counter() - start, 1e-9)

@@ -10,17 +10,23 @@ from mtkit.config import DecodeConfig
 from mtkit.io import read_lines
 
 
-def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device) -> float:
+def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device,
+                    rank: int = 0, world_size: int = 1) -> float:
     """Detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (``valid.{src,tgt}.txt``): cased,
-    or case-insensitive when the target vocabulary lowercases (``data.spm.lowercase``)."""
+    or case-insensitive when the target vocabulary lowercases (``data.spm.lowercase``).
+
+    With several ranks each translates every ``world_size``-th sentence from ``rank`` on, and the
+    translations are gathered so that every rank scores the whole set (and gets the same BLEU)."""
     import sacrebleu
 
+    from mtkit.training.distributed import all_gather_objects
     from mtkit.translate import Translator
 
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
     references = list(read_lines(Path(data_dir) / "valid.tgt.txt"))
     translator = Translator(SimpleNamespace(model=model, vocab=vocab), replace(decode, beam=beam, nbest=1),
                             device=str(device), log=lambda message: None)
-    hypotheses = translator.translate_text(sources)
+    shards = all_gather_objects(translator.translate_text(sources[rank::world_size]))  # shard r: sentences r::world
+    hypotheses = [shards[i % world_size][i // world_size] for i in range(len(sources))]
     lowercase = vocab.lowercases("tgt")
     return float(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score)
