@@ -134,7 +134,7 @@ def train(
     ),
     set_: Optional[List[str]] = SetOption,
 ) -> None:
-    """Train a Transformer on prepared data; launch with torchrun for several processes or GPUs.
+    """Train a Transformer on prepared data; several processes or GPUs: train.processes or torchrun.
 
     Reads: the recipe and DATA. Writes to RUN: config.yaml, spm.model, checkpoints/
     (step_N.pt, last.pt, best.pt, averaged.pt), metrics.jsonl and curves.png.
@@ -142,6 +142,7 @@ def train(
     \b
     Example:
       mtkit train recipes/multi30k-en-de.yaml -d data/en-de -r runs/en-de --set train.max_steps=2000
+      mtkit train recipe.yaml -d DATA -r RUN --set train.processes=2    # 2 local DDP ranks via torchrun
       torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
     """
     from mtkit.commands.train import train as run_train

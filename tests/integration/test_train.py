@@ -147,6 +147,51 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     assert records[0]["world_size"] == 2
 
 
+def test_train_processes_launches_ranks_that_stop_together_and_share_validation(reverse_data, tmp_path):
+    """train.processes=2: `mtkit train` starts two torchrun ranks itself; they stop at the same step
+    on max_minutes (each rank has its own clock); the sharded, gathered validation BLEU equals a
+    one-process evaluation of the same weights."""
+    import yaml
+
+    from mtkit.config import config_to_dict
+    from mtkit.training.checkpoint import load_model
+    from mtkit.training.validation import validation_bleu
+
+    data_dir, data = reverse_data
+    config = make_config(data, processes=2, max_steps=100_000, max_minutes=0.4, valid_every=100_000,
+                         bleu_every=100_000, clip_norm=1.0)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(config_to_dict(config)))
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("trained ") == 1 and "(stopped: max_minutes)" in proc.stderr  # rank 0 reports
+
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["world_size"] == 2
+    assert records[-1]["event"] == "end" and records[-1]["stopped"] == "max_minutes"
+    final = [r for r in records if "valid_bleu" in r][-1]  # validation of the final weights
+    assert final["step"] == records[-1]["step"] > 100
+    assert final["valid_bleu"] > 20  # learned enough that wrongly paired shards would score far lower
+
+    loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
+    one_process = validation_bleu(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu")
+    assert abs(one_process - final["valid_bleu"]) < 0.5  # shards batched differently: rounding may flip a token
+
+
+def test_launched_ranks_share_the_cores(reverse_data, monkeypatch):
+    from mtkit.training import launch
+
+    _, data = reverse_data
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(launch, "usable_cores", lambda: 16)
+    assert launch.rank_environment(make_config(data, processes=4))["OMP_NUM_THREADS"] == "4"
+    assert launch.rank_environment(make_config(data, processes=32))["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting wins
+    assert launch.rank_environment(make_config(data, processes=4))["OMP_NUM_THREADS"] == "3"
+
+
 def test_tensorboard_logging(reverse_data, tmp_path):
     pytest.importorskip("tensorboard")
     data_dir, data = reverse_data
