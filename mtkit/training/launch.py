@@ -2,9 +2,9 @@
 
 ``mtkit train`` and ``mtkit run`` call :func:`launch_local` when the config asks for
 more than one process and the current process was not itself started by torchrun.
-It runs ``python -m torch.distributed.run --standalone --nproc_per_node N -m mtkit
-train`` on the resolved config (written to a temporary YAML file), so the ranks are
-torchrun's and the training code is the same as under a hand-typed torchrun command.
+It does what ``torchrun --standalone --nproc_per_node N -m mtkit train`` does, through
+torchrun's own launcher API, on the resolved config (written to a temporary YAML file),
+so the training code is the same as under a hand-typed torchrun command.
 
 On CPU each rank gets an equal share of the cores as its intra-op threads: several
 single-threaded ranks keep small models busier than one process whose threads
@@ -14,7 +14,6 @@ split every small matmul (benchmarks/README.md, "DDP ranks against threads").
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,12 +34,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def rank_environment(config: Config) -> dict[str, str]:
-    """The environment of the ranks: threads per rank on CPU (OMP_NUM_THREADS), unless already set."""
-    env = dict(os.environ)
-    if "OMP_NUM_THREADS" not in env:
-        env["OMP_NUM_THREADS"] = str(max(1, usable_cores() // config.train.processes))
-    return env
+def rank_threads(config: Config) -> str:
+    """OMP_NUM_THREADS for each rank: the user's setting, else an equal share of the cores."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, usable_cores() // config.train.processes))
 
 
 def check_devices(config: Config) -> None:
@@ -55,17 +51,44 @@ def check_devices(config: Config) -> None:
 
 
 def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None) -> None:
-    """Train ``config`` in ``config.train.processes`` torchrun ranks on this machine; wait for them."""
+    """Train ``config`` in ``config.train.processes`` torchrun ranks on this machine; wait for them.
+
+    torchrun's own launcher (``elastic_launch``, what ``torchrun --standalone`` runs) starts
+    ``python -m mtkit train`` in each rank; the ranks print their own messages, and a failed
+    rank becomes one error line here instead of torchrun's report."""
+    import logging
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from mtkit.training.trainer import check_prepared
+
+    check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
     check_devices(config)
+    n = config.train.processes
+    launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5)
+    saved_threads = os.environ.get("OMP_NUM_THREADS")
+    elastic_log = logging.getLogger("torch.distributed.elastic")
+    saved_level = elastic_log.level
     with tempfile.TemporaryDirectory(prefix="mtkit-launch-") as tmp:
         recipe = Path(tmp) / "config.yaml"
         save_config(config, recipe)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={config.train.processes}",
-               "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(run_dir)]
+        args = ["-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(run_dir)]
         if resume is not None:
-            cmd.append("--resume" if resume else "--no-resume")
-        code = subprocess.call(cmd, env=rank_environment(config))
-    if code != 0:
-        raise MtkitError(f"training in {config.train.processes} processes failed (torchrun exit code {code}); "
-                         "the ranks' messages are above")
+            args.append("--resume" if resume else "--no-resume")
+        os.environ["OMP_NUM_THREADS"] = rank_threads(config)  # the ranks inherit this environment
+        elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
+        try:
+            elastic_launch(launch, sys.executable)(*args)
+        except ChildFailedError as e:
+            codes = sorted({f.exitcode for f in e.failures.values()})
+            raise MtkitError(f"training in {n} processes failed (exit code {', '.join(map(str, codes))}); "
+                             "the ranks' messages are above") from None
+        finally:
+            elastic_log.setLevel(saved_level)
+            if saved_threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved_threads

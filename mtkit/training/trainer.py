@@ -43,6 +43,11 @@ class TrainResult:
     stopped_because: str
 
 
+def check_prepared(data_dir: Path) -> None:
+    if not (Path(data_dir) / "manifest.json").is_file():
+        raise MtkitError(f"{data_dir}: not a prepared data directory (no manifest.json); run `mtkit prepare` first")
+
+
 def select_device(name: str, local_rank: int) -> torch.device:
     if name == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
@@ -108,8 +113,7 @@ class Trainer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.progress = self.progress and self.dist.is_main
 
-        if not (self.data_dir / "manifest.json").is_file():
-            raise MtkitError(f"{self.data_dir}: not a prepared data directory (no manifest.json); run `mtkit prepare` first")
+        check_prepared(self.data_dir)
         self.vocab = Vocab.load(self.data_dir)
         self.train_store = ParallelStore.open(self.data_dir, "train")
         has_valid = (self.data_dir / "valid.store.json").is_file()

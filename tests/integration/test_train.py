@@ -186,10 +186,10 @@ def test_launched_ranks_share_the_cores(reverse_data, monkeypatch):
     _, data = reverse_data
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(launch, "usable_cores", lambda: 16)
-    assert launch.rank_environment(make_config(data, processes=4))["OMP_NUM_THREADS"] == "4"
-    assert launch.rank_environment(make_config(data, processes=32))["OMP_NUM_THREADS"] == "1"
+    assert launch.rank_threads(make_config(data, processes=4)) == "4"
+    assert launch.rank_threads(make_config(data, processes=32)) == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting wins
-    assert launch.rank_environment(make_config(data, processes=4))["OMP_NUM_THREADS"] == "3"
+    assert launch.rank_threads(make_config(data, processes=4)) == "3"
 
 
 def test_tensorboard_logging(reverse_data, tmp_path):
