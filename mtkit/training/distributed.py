@@ -44,13 +44,18 @@ def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> DistCon
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank)
 
 
+def all_reduce_sums(values: list[float], device: torch.device) -> list[float]:
+    """Each of ``values`` summed over all ranks, in one all-reduce (identity in one process)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)  # on the device: nccl reduces only GPU tensors
+    dist.all_reduce(t)
+    return t.tolist()
+
+
 def all_reduce_sum(value: float, device: torch.device) -> float:
     """The sum of ``value`` over all ranks (identity in one process)."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return float(t.item())
+    return all_reduce_sums([value], device)[0]
 
 
 def any_rank(flag: bool, device: torch.device) -> bool:

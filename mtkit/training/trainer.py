@@ -275,19 +275,17 @@ class Trainer:
         world_size-th batch; the sums are all-reduced, so every rank gets the same values)."""
         assert self.valid_store is not None
         self.model.eval()
-        totals = torch.zeros(3, dtype=torch.float64)  # loss, NLL, target tokens
+        loss_sum = nll_sum = 0.0
+        n = 0
         batches = make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0)
         for indices in batches[self.dist.rank :: self.dist.world_size]:
             batch = collate(self.valid_store, indices).to(self.device)
             with autocast(self.cfg.precision, self.device.type):
                 loss, nll, count = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
-            totals += torch.tensor([float(loss), float(nll), count], dtype=torch.float64)
-        if self.dist.enabled:
-            import torch.distributed as dist
-
-            totals = totals.to(self.device)
-            dist.all_reduce(totals)
-        loss_sum, nll_sum, n = totals.tolist()
+            loss_sum += float(loss)
+            nll_sum += float(nll)
+            n += count
+        loss_sum, nll_sum, n = distributed.all_reduce_sums([loss_sum, nll_sum, n], self.device)
         return {"valid_loss": loss_sum / n, "valid_nll": nll_sum / n, "valid_ppl": perplexity(nll_sum / n)}
 
     def validate_bleu(self) -> float:
@@ -444,13 +442,8 @@ class Trainer:
         return path
 
     def _log_window(self, window: dict, start: float, stats: dict, bar) -> float:
-        totals = torch.tensor([window["loss_sum"], window["nll_sum"], window["tokens"]], dtype=torch.float64)
-        if self.dist.enabled:
-            import torch.distributed as dist
-
-            totals = totals.to(self.device)  # nccl reduces only GPU tensors
-            dist.all_reduce(totals)
-        loss_sum, nll_sum, tokens = totals.tolist()
+        loss_sum, nll_sum, tokens = distributed.all_reduce_sums(
+            [window["loss_sum"], window["nll_sum"], window["tokens"]], self.device)
         seconds = max(time.perf_counter() - start, 1e-9)
         loss = loss_sum / max(tokens, 1)
         record = {
