@@ -199,6 +199,71 @@ def linear_label_smoothed_loss(hidden: Tensor, weight: Tensor, target: Tensor, e
     return loss, nll.detach(), int((target != pad_id).sum())
 
 
+def reference_symmetric_kl(logits_a: Tensor, logits_b: Tensor, target: Tensor, pad_id: int) -> Tensor:
+    """Summed KL(P_a‖P_b) + KL(P_b‖P_a) over the non-padding target tokens (R-Drop's consistency term).
+
+    Written as Σ_v (p_a - p_b)(log p_a - log p_b), which is the sum of the two divergences.
+
+    Args:
+        logits_a, logits_b: (B, T, V), two predictions of the same tokens; the softmax runs in float32.
+        target: (B, T) ids, ``pad_id`` where there is no token.
+    """
+    lp_a = F.log_softmax(logits_a.float(), dim=-1)  # (B, T, V)
+    lp_b = F.log_softmax(logits_b.float(), dim=-1)
+    per_token = ((lp_a.exp() - lp_b.exp()) * (lp_a - lp_b)).sum(dim=-1)  # (B, T)
+    return (per_token * (target != pad_id)).sum()
+
+
+class _ChunkedSymmetricKL(torch.autograd.Function):
+    """Per-token KL(P_a‖P_b) + KL(P_b‖P_a) of logits (N, V) and (N, V), chunk by chunk; zero at padding.
+
+    With d = log p_a - log p_b and KL_ab = Σ p_a·d, KL_ba = -Σ p_b·d:
+    d KL / d logits_a = p_a ⊙ (d - KL_ab) + p_a - p_b and d KL / d logits_b = -p_b ⊙ (d + KL_ba) + p_b - p_a.
+    As in :class:`_ChunkedSmoothedCE`, the gradients are computed in the forward pass from float32
+    chunks that stay in cache, kept in the logits' dtype, and scaled in the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, logits_a: Tensor, logits_b: Tensor, keep: Tensor) -> Tensor:
+        N, V = logits_a.shape
+        rows = max(1, CHUNK_ELEMENTS // V)
+        grad_a, grad_b = torch.empty_like(logits_a), torch.empty_like(logits_b)
+        kl = logits_a.new_empty(N, dtype=torch.float32)
+        for i in range(0, N, rows):
+            lp_a = F.log_softmax(logits_a[i : i + rows], dim=-1, dtype=torch.float32)  # (rows, V)
+            lp_b = F.log_softmax(logits_b[i : i + rows], dim=-1, dtype=torch.float32)
+            d = lp_a - lp_b
+            p_a, p_b = lp_a.exp_(), lp_b.exp_()  # in place: the log-probabilities are not needed after d
+            kl_ab = (p_a * d).sum(-1, keepdim=True)  # (rows, 1)
+            kl_ba = -(p_b * d).sum(-1, keepdim=True)
+            kl[i : i + rows] = (kl_ab + kl_ba).squeeze(1)
+            diff = p_a - p_b
+            grad_a[i : i + rows] = p_a * (d - kl_ab) + diff
+            grad_b[i : i + rows] = p_b * (d + kl_ba) + diff  # negated below
+        grad_b.neg_()
+        kl.mul_(keep)
+        ctx.save_for_backward(grad_a, grad_b, keep)
+        ctx.consumed = False
+        return kl
+
+    @staticmethod
+    def backward(ctx, grad_kl: Tensor):
+        if ctx.consumed:
+            raise RuntimeError("symmetric_kl: backward can run only once (retain_graph is not supported)")
+        ctx.consumed = True
+        grad_a, grad_b, keep = ctx.saved_tensors
+        scale = (grad_kl.float() * keep).to(grad_a.dtype).unsqueeze(1)  # (N, 1), zero at padding
+        return grad_a.mul_(scale), grad_b.mul_(scale), None
+
+
+def symmetric_kl(logits_a: Tensor, logits_b: Tensor, target: Tensor, pad_id: int) -> Tensor:
+    """The same as :func:`reference_symmetric_kl` (same arguments and result), computed chunk-wise
+    with its gradient, without float32 copies of the whole (N, V) matrices."""
+    V = logits_a.size(-1)
+    keep = (target.reshape(-1) != pad_id)
+    return _ChunkedSymmetricKL.apply(logits_a.reshape(-1, V), logits_b.reshape(-1, V), keep).sum()
+
+
 class TranslationLoss(nn.Module):
     """The training objective (§5.4): label-smoothed cross-entropy of the model's translations.
 
@@ -210,17 +275,27 @@ class TranslationLoss(nn.Module):
     the logits are made whole and go through the chunked :func:`label_smoothed_loss`.
     ``fuse_projection`` forces either path (None: by device). The fused path needs the
     projection's weight: the model's ``output_projection``, a linear map without bias.
+
+    With ``rdrop_alpha`` > 0 and the model in training mode, the loss is R-Drop's (Liang et al.
+    2021, eq. 3), halved: every sentence goes through the model twice in one batch (so two
+    dropout masks), and loss = ½(CE₁ + CE₂) + (α/4)·(KL(P₁‖P₂) + KL(P₂‖P₁)), summed over the
+    tokens; NLL is ½(NLL₁ + NLL₂) and the token count that of one copy, so that the loss per
+    token stays comparable with plain training. This path always makes the logits whole.
     """
 
-    def __init__(self, model: nn.Module, epsilon: float, pad_id: int, fuse_projection: bool | None = None) -> None:
+    def __init__(self, model: nn.Module, epsilon: float, pad_id: int, fuse_projection: bool | None = None,
+                 rdrop_alpha: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.epsilon = epsilon
         self.pad_id = pad_id
         self.fuse_projection = fuse_projection
+        self.rdrop_alpha = rdrop_alpha
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
         """src (B, S), tgt_in (B, T) (BOS first), tgt_out (B, T) (EOS last) -> (loss_sum, nll_sum, n_tokens)."""
+        if self.rdrop_alpha > 0 and self.model.training:
+            return self._rdrop(src, tgt_in, tgt_out)
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
         fuse = self.fuse_projection if self.fuse_projection is not None else hidden.device.type != "cpu"
@@ -228,3 +303,12 @@ class TranslationLoss(nn.Module):
             return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon,
                                               self.pad_id)
         return label_smoothed_loss(self.model.logits(hidden), tgt_out, self.epsilon, self.pad_id)  # logits (B, T, V)
+
+    def _rdrop(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
+        B = src.size(0)
+        memory, src_mask = self.model.encode(torch.cat([src, src]))  # (2B, S, d_model): two dropout masks
+        logits = self.model.logits(self.model.decode(torch.cat([tgt_in, tgt_in]), memory, src_mask))  # (2B, T, V)
+        target = torch.cat([tgt_out, tgt_out])  # (2B, T)
+        ce, nll, n = label_smoothed_loss(logits, target, self.epsilon, self.pad_id)
+        kl = symmetric_kl(logits[:B], logits[B:], tgt_out, self.pad_id)
+        return 0.5 * ce + 0.25 * self.rdrop_alpha * kl, 0.5 * nll, n // 2

@@ -150,7 +150,7 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
-        self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID)
+        self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID, rdrop_alpha=self.cfg.rdrop_alpha)
         self.train_model = self.criterion  # model + loss: (src, tgt_in, tgt_out) -> (loss_sum, nll_sum, n)
         self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:

@@ -16,6 +16,8 @@ from mtkit.training.loss import (
     label_smoothed_loss,
     linear_label_smoothed_loss,
     reference_label_smoothed_loss,
+    reference_symmetric_kl,
+    symmetric_kl,
 )
 
 
@@ -177,3 +179,105 @@ def test_translation_loss_equals_the_model_logits_and_loss(share, fuse):
     assert n == ref[2] and torch.allclose(loss, ref[0], rtol=1e-5) and torch.allclose(nll, ref[1], rtol=1e-5)
     for a, b in zip(g, g_ref):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_symmetric_kl_is_the_sum_of_both_divergences_over_real_tokens():
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4, 20), torch.randn(3, 4, 20)
+    target = torch.randint(4, 20, (3, 4))
+    target[2, 1:] = 0
+    keep = target != 0
+    lp_a, lp_b = F.log_softmax(a, -1)[keep], F.log_softmax(b, -1)[keep]
+    expected = (F.kl_div(lp_b, lp_a, log_target=True, reduction="sum")  # KL(P_a || P_b)
+                + F.kl_div(lp_a, lp_b, log_target=True, reduction="sum"))
+    assert torch.allclose(reference_symmetric_kl(a, b, target, 0), expected, rtol=1e-5)
+    assert float(reference_symmetric_kl(a, a, target, 0)) == 0.0
+    b2 = b.clone()
+    b2[2, 1:] += 5 * torch.randn(3, 20)  # padding positions do not count
+    assert torch.allclose(reference_symmetric_kl(a, b2, target, 0), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_symmetric_kl_equals_the_reference_with_its_gradients(dtype, monkeypatch):
+    monkeypatch.setattr("mtkit.training.loss.CHUNK_ELEMENTS", 4 * 300)  # several chunks
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(2, 5, 7, 300)).to(dtype).requires_grad_()  # two passes as views of one tensor
+    target = torch.randint(4, 300, (5, 7))
+    target[1, 4:] = 0
+    ref = reference_symmetric_kl(logits[0], logits[1], target, 0)
+    fast = symmetric_kl(logits[0], logits[1], target, 0)
+    assert torch.allclose(fast, ref, rtol=1e-4)
+    (g_ref,) = torch.autograd.grad(3 * ref, logits)
+    (g_fast,) = torch.autograd.grad(3 * fast, logits)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2  # bf16: the gradient is rounded to 8 bits
+    assert torch.allclose(g_fast.float(), g_ref.float(), rtol=tol, atol=tol)
+    assert (g_fast[:, target == 0] == 0).all()
+
+
+def _rdrop_case(dropout):
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=dropout)
+    model = Transformer(cfg, 50, 50)
+    src, tgt = torch.randint(4, 50, (3, 6)), torch.randint(4, 50, (3, 5))
+    src[2, 4:] = 0
+    tgt_out = tgt.clone()
+    tgt_out[1, 3:] = 0
+    return model, src, tgt, tgt_out
+
+
+def test_rdrop_without_dropout_is_the_plain_loss_and_gradient():
+    """Two passes of a deterministic model agree, so the KL term is 0: R-Drop's halved loss is then
+    exactly the plain objective, with the same gradients."""
+    model, src, tgt_in, tgt_out = _rdrop_case(dropout=0.0)
+    model.train()
+    plain = TranslationLoss(model, 0.1, 0)(src, tgt_in, tgt_out)
+    g_plain = torch.autograd.grad(plain[0], list(model.parameters()))
+    rdrop = TranslationLoss(model, 0.1, 0, rdrop_alpha=5.0)(src, tgt_in, tgt_out)
+    g_rdrop = torch.autograd.grad(rdrop[0], list(model.parameters()))
+    assert rdrop[2] == plain[2] == int((tgt_out != 0).sum())
+    assert torch.allclose(rdrop[0], plain[0], rtol=1e-5) and torch.allclose(rdrop[1], plain[1], rtol=1e-5)
+    for a, b in zip(g_rdrop, g_plain):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_rdrop_adds_the_disagreement_of_two_dropout_passes_in_training_only():
+    model, src, tgt_in, tgt_out = _rdrop_case(dropout=0.3)
+    criterion = TranslationLoss(model, 0.1, 0, rdrop_alpha=5.0)
+    model.train()
+    torch.manual_seed(1)
+    loss, nll, n = criterion(src, tgt_in, tgt_out)
+    # The same two passes by hand: the same dropout masks come from the same seed.
+    torch.manual_seed(1)
+    memory, mask = model.encode(torch.cat([src, src]))
+    logits = model.logits(model.decode(torch.cat([tgt_in, tgt_in]), memory, mask))
+    ce = reference_label_smoothed_loss(logits, torch.cat([tgt_out, tgt_out]), 0.1, 0)
+    kl = reference_symmetric_kl(logits[:3], logits[3:], tgt_out, 0)
+    assert float(kl.detach()) > 0.01  # the two passes differ
+    assert torch.allclose(loss, 0.5 * ce[0] + 1.25 * kl, rtol=1e-5) and torch.allclose(nll, 0.5 * ce[1], rtol=1e-5)
+    model.eval()  # validation: one deterministic pass, no consistency term
+    assert torch.allclose(criterion(src, tgt_in, tgt_out)[0], TranslationLoss(model, 0.1, 0)(src, tgt_in, tgt_out)[0])
+
+
+def test_a_tiny_model_learns_to_copy_with_rdrop():
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=64, h=4, d_ff=128, encoder_layers=2, decoder_layers=2, dropout=0.1)
+    model = Transformer(cfg, 16, 16)
+    criterion = TranslationLoss(model, 0.1, 0, rdrop_alpha=5.0)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
+    g = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(400):
+        seqs = torch.randint(4, 14, (32, 6), generator=g)
+        src = torch.cat([seqs, torch.full((32, 1), 3)], dim=1)
+        loss, _, n = criterion(src, torch.cat([torch.full((32, 1), 2), seqs], 1), src)
+        opt.zero_grad()
+        (loss / n).backward()
+        opt.step()
+    model.eval()
+    seqs = torch.randint(4, 14, (64, 6), generator=torch.Generator().manual_seed(99))
+    src = torch.cat([seqs, torch.full((64, 1), 3)], dim=1)
+    tokens = torch.full((64, 1), 2)
+    with torch.no_grad():
+        for _ in range(6):  # greedy, full forward each step
+            tokens = torch.cat([tokens, model(src, tokens)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert (tokens[:, 1:] == seqs).float().mean() > 0.98
