@@ -64,6 +64,20 @@ def _chunk_loss_and_grad(logits: Tensor, target: Tensor, epsilon: float, grad_ou
     return nll, smooth
 
 
+def _scale_rows_once(ctx, name: str, grad_out: Tensor) -> tuple[Tensor, ...]:
+    """The backward pass of a per-row loss whose gradients (N, V) were computed in its forward pass
+    and saved as ``ctx.saved_tensors = (*grads, keep)``: scales each row by its incoming gradient
+    (N,), zero at padding, in place, so that they can serve one backward pass only."""
+    if ctx.consumed:
+        raise RuntimeError(f"{name}: backward can run only once (retain_graph is not supported)")
+    ctx.consumed = True
+    *grads, keep = ctx.saved_tensors
+    # (N, 1), zero at padding; in the gradients' dtype, as a mixed-dtype in-place product is
+    # several times slower (in bf16 the scale is rounded to 8 bits, the same for every row).
+    scale = (grad_out.float() * keep).to(grads[0].dtype).unsqueeze(1)
+    return tuple(g.mul_(scale) for g in grads)
+
+
 class _ChunkedSmoothedCE(torch.autograd.Function):
     """Per-token label-smoothed loss and NLL of logits (N, V), chunk by chunk; zero at padding.
 
@@ -100,14 +114,8 @@ class _ChunkedSmoothedCE(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        if ctx.consumed:  # the gradient is scaled in place, so it can serve one backward pass
-            raise RuntimeError("label_smoothed_loss: backward can run only once (retain_graph is not supported)")
-        ctx.consumed = True
-        grad, keep = ctx.saved_tensors
-        # (N, 1), zero at padding; in the gradient's dtype, as a mixed-dtype in-place product is
-        # several times slower (in bf16 the scale is rounded to 8 bits, the same for every row).
-        scale = (grad_loss.float() * keep).to(grad.dtype).unsqueeze(1)
-        return grad.mul_(scale), None, None, None
+        (grad,) = _scale_rows_once(ctx, "label_smoothed_loss", grad_loss)
+        return grad, None, None, None
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor, int]:
@@ -239,8 +247,7 @@ class _ChunkedSymmetricKL(torch.autograd.Function):
             kl[i : i + rows] = (kl_ab + kl_ba).squeeze(1)
             diff = p_a - p_b
             grad_a[i : i + rows] = p_a * (d - kl_ab) + diff
-            grad_b[i : i + rows] = p_b * (d + kl_ba) + diff  # negated below
-        grad_b.neg_()
+            grad_b[i : i + rows] = -(p_b * (d + kl_ba)) - diff
         kl.mul_(keep)
         ctx.save_for_backward(grad_a, grad_b, keep)
         ctx.consumed = False
@@ -248,12 +255,8 @@ class _ChunkedSymmetricKL(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_kl: Tensor):
-        if ctx.consumed:
-            raise RuntimeError("symmetric_kl: backward can run only once (retain_graph is not supported)")
-        ctx.consumed = True
-        grad_a, grad_b, keep = ctx.saved_tensors
-        scale = (grad_kl.float() * keep).to(grad_a.dtype).unsqueeze(1)  # (N, 1), zero at padding
-        return grad_a.mul_(scale), grad_b.mul_(scale), None
+        grad_a, grad_b = _scale_rows_once(ctx, "symmetric_kl", grad_kl)
+        return grad_a, grad_b, None
 
 
 def symmetric_kl(logits_a: Tensor, logits_b: Tensor, target: Tensor, pad_id: int) -> Tensor:
