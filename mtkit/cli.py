@@ -265,7 +265,7 @@ def export_ctranslate2(
 def evaluate(
     hyp: Optional[List[Path]] = typer.Option(None, "--hyp", help="Hypothesis file (repeat to compare systems by paired bootstrap)."),
     ref: Optional[List[Path]] = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
-    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score."),
+    model: Optional[List[Path]] = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score (repeat for an ensemble)."),
     src: Optional[Path] = typer.Option(None, "--src", help="Source file to translate with --model."),
     testset: Optional[str] = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
     langpair: Optional[str] = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
@@ -291,11 +291,12 @@ def evaluate(
     Examples:
       mtkit evaluate --hyp hyp.de --ref test.de
       mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
+      mtkit evaluate -m runs/en-de -m runs/en-de-2 --src test.en --ref test.de   # an ensemble
     """
     from mtkit.commands.evaluate_model import evaluate as run_evaluate
 
     text = run_evaluate(
-        hyp=list(hyp or []), ref=list(ref or []), model=model, src=src, testset=testset, langpair=langpair,
+        hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset, langpair=langpair,
         hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chrf_plus=chrf_plus,
         lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha}.items() if v is not None}, device=device,

@@ -142,6 +142,7 @@ class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (the larger of source and target)
     update_freq: int = 1  # batches accumulated per update
     processes: int = 1  # local DDP ranks that `mtkit train`/`run` start through torchrun (ignored under torchrun)
+    ensemble: int = 1  # independent models (seeds seed, seed+1, …) in RUN, RUN-2, …; `mtkit run` decodes with all
     max_steps: int = 100_000
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-time limit; 0 = no limit
@@ -334,7 +335,7 @@ def _validate(config: Config) -> None:
         if getattr(m, name) <= 0:
             raise MtkitError(f"model.{name} must be positive")
     t = config.train
-    for name in ("max_tokens", "update_freq", "processes"):
+    for name in ("max_tokens", "update_freq", "processes", "ensemble"):
         if getattr(t, name) <= 0:
             raise MtkitError(f"train.{name} must be positive")
     if t.rdrop_alpha < 0:

@@ -2,7 +2,8 @@
 
 * ``--hyp H --ref R``: score H against R (see :mod:`mtkit.commands.evaluate`).
 * ``--model M --src S --ref R``: translate S with M (the checkpoint's decode settings,
-  overridden by the options), write the hypotheses to ``--hyp-out``, then score them.
+  overridden by the options; ``--model`` repeated: an ensemble), write the hypotheses to
+  ``--hyp-out``, then score them.
 * ``--testset wmt14/full --langpair en-de``: sources and references from sacrebleu;
   with ``--model`` they are translated, else ``--hyp`` is scored against them.
 
@@ -17,10 +18,11 @@ from pathlib import Path
 from mtkit.errors import MtkitError
 
 
-def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict,
+def translate_lines(model_path: Path | list[Path], lines: list[str], decode_overrides: dict,
                     device: str = "auto") -> tuple[list[str], bool]:
-    """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory, and
-    whether the model's target vocabulary lowercases (``data.spm.lowercase``)."""
+    """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
+    list of them: an ensemble, decoding with the first one's settings), and whether the model's
+    target vocabulary lowercases (``data.spm.lowercase``)."""
     import torch
 
     from mtkit.config import override_section
@@ -30,9 +32,11 @@ def translate_lines(model_path: Path, lines: list[str], decode_overrides: dict,
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    loaded = load_model(model_path, device)
-    decode = override_section(loaded.config.decode, "decode", decode_overrides)
-    return Translator(loaded, decode, device=device).translate_text(lines), loaded.vocab.lowercases("tgt")
+    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
+    loaded = [load_model(p, device) for p in paths]
+    decode = override_section(loaded[0].config.decode, "decode", decode_overrides)
+    translator = Translator(loaded if len(loaded) > 1 else loaded[0], decode, device=device)
+    return translator.translate_text(lines), loaded[0].vocab.lowercases("tgt")
 
 
 def default_hyp_out(model: Path, name: str) -> Path:
@@ -45,7 +49,7 @@ def default_hyp_out(model: Path, name: str) -> Path:
 def evaluate(
     hyp: list[Path],
     ref: list[Path],
-    model: Path | None,
+    model: list[Path] | None,
     src: Path | None,
     testset: str | None,
     langpair: str | None,
@@ -73,7 +77,7 @@ def evaluate(
             raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
         sources, references = load_testset(testset, langpair)
         name = f"{testset.replace('/', '_')}.{langpair}"
-        folder = (default_hyp_out(model, name).parent if model is not None else Path(hyp[0]).parent) if (model or hyp) else Path(".")
+        folder = (default_hyp_out(model[0], name).parent if model is not None else Path(hyp[0]).parent) if (model or hyp) else Path(".")
         ref = []
         for k, stream in enumerate(references):
             path = folder / f"{name}.ref{k}.{langpair.split('-')[1]}"
@@ -90,7 +94,7 @@ def evaluate(
     if model is not None:
         if hyp:
             raise MtkitError("give either --hyp or --model, not both")
-        out = hyp_out or default_hyp_out(model, name)
+        out = hyp_out or default_hyp_out(model[0], name)
         hypotheses, folds_case = translate_lines(model, src_lines, decode_overrides, device)
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)

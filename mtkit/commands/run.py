@@ -4,7 +4,9 @@ Layout of the working directory::
 
     WORK/data/          the prepared data (reused when complete and up to date)
     WORK/run/           the training run (resumed when interrupted; skipped when finished)
-    WORK/test.hyp       translations of the test split by the averaged (else last) checkpoint
+    WORK/run-2/, …      the other members when ``train.ensemble`` > 1 (each resumed or skipped alike)
+    WORK/test.hyp       translations of the test split by the averaged (else last) checkpoint,
+                        or by the ensemble of the members' averaged (else last) checkpoints
     WORK/scores.json    the scores printed at the end
 """
 
@@ -54,13 +56,27 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     _say(f"prepare → {data_dir}")
     prepare(config, data_dir)
 
-    if training_finished(run_dir):
-        _say(f"train: {run_dir} has finished; skipped")
-    else:
-        _say(f"train → {run_dir}")
-        train(config, data_dir, run_dir)
+    members = config.train.ensemble
+    if members > 1:
+        from mtkit.training.ensemble import member_run_dirs, train_members
 
-    checkpoint = final_checkpoint(run_dir)
+        run_dirs = member_run_dirs(run_dir, members)
+        todo = [k for k, d in enumerate(run_dirs, 1) if not training_finished(d)]
+        for k, d in enumerate(run_dirs, 1):
+            _say(f"train member {k} of {members} → {d}" if k in todo else f"train: {d} has finished; skipped")
+        if todo:
+            train_members(config, data_dir, run_dir, members=todo)
+    else:
+        run_dirs = [run_dir]
+        if training_finished(run_dir):
+            _say(f"train: {run_dir} has finished; skipped")
+        else:
+            _say(f"train → {run_dir}")
+            train(config, data_dir, run_dir)
+
+    checkpoints = [final_checkpoint(d) for d in run_dirs]
+    checkpoint = checkpoints[0] if members == 1 else checkpoints
+    described = str(checkpoint) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"
     ev = config.eval
     if ev.testset:
         from mtkit.metrics import load_testset
@@ -71,7 +87,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     else:
         sources = list(read_lines(data_dir / "test.src.txt"))
         ref_path = data_dir / "test.tgt.txt"
-    _say(f"translate {len(sources)} test sentences with {checkpoint} (beam {config.decode.beam}, α {config.decode.alpha})")
+    _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
     hypotheses, lowercase = translate_lines(checkpoint, sources, config_to_dict(config.decode))
     hyp_path = work / "test.hyp"
@@ -89,11 +105,11 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     if ev.compound_split:
         cs = json.loads(evaluate_files([hyp_path], [ref_path], ["bleu"], False, False, True, compound_split=True, lang=lang))
         scores["scores"] += [s for s in cs["scores"] if s["metric"] != "BLEU"]
-    scores["checkpoint"] = str(checkpoint)
+    scores["checkpoint"] = str(checkpoint) if members == 1 else [str(c) for c in checkpoints]
     scores["minutes"] = (time.perf_counter() - started) / 60
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
 
-    print(f"test set: {ref_path} ({len(sources)} sentences), checkpoint {checkpoint}")
+    print(f"test set: {ref_path} ({len(sources)} sentences), {'checkpoint' if members == 1 else 'models'} {described}")
     for s in scores["scores"]:
         print(f"{s['metric']:>18} {s['score']:6.2f}   {s['signature']}")
     if ev.examples:
