@@ -197,7 +197,8 @@ def translate(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding (same as --beam 1)."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="GNMT length penalty α (paper: 0.6)."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α (paper: GNMT's, 0.6)."),
+    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt: ((5+L)/6)^α (paper); power: L^α (fairseq --lenpen, Marian --normalize)."),
     nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the K best hypotheses per input."),
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
@@ -228,7 +229,7 @@ def translate(
     from mtkit.commands.translate import translate as run_translate
 
     overrides = {
-        "beam": 1 if greedy else beam, "alpha": alpha, "nbest": nbest, "max_len_a": max_len_a, "max_len_b": max_len_b,
+        "beam": 1 if greedy else beam, "alpha": alpha, "length_penalty": length_penalty, "nbest": nbest, "max_len_a": max_len_a, "max_len_b": max_len_b,
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
     }
@@ -278,7 +279,8 @@ def evaluate(
     lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from file suffix)."),
     as_json: bool = typer.Option(False, "--json", help="JSON output (stable schema) instead of a table."),
     beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty for --model."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α for --model."),
+    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
     device: str = typer.Option("auto", "--device"),
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
@@ -299,7 +301,8 @@ def evaluate(
         hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset, langpair=langpair,
         hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chrf_plus=chrf_plus,
         lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
-        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha}.items() if v is not None}, device=device,
+        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}.items()
+                          if v is not None}, device=device,
         lowercase=lowercase,
     )
     typer.echo(text)

@@ -180,7 +180,8 @@ class TrainConfig:
 @dataclass(frozen=True)
 class DecodeConfig:
     beam: int = 4  # §6.1
-    alpha: float = 0.6  # GNMT length penalty (§6.1)
+    alpha: float = 0.6  # length penalty exponent (§6.1: GNMT's, α = 0.6)
+    length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+L)/6)^α (§6.1); power: L^α (fairseq --lenpen, Marian --normalize)
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50)
     max_len_b: int = 50
     nbest: int = 1

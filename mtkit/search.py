@@ -15,7 +15,9 @@ EOS; every hypothesis starts from BOS; log-probabilities are taken in float32.
 A hypothesis of ``n`` tokens has ``n + 1`` scored tokens (its EOS) and its score
 is ``logprob / lp(n + 1)`` with the GNMT length penalty
 ``lp(L) = ((5 + L) / 6) ** alpha`` (Wu et al., 2016; the paper's §6.1 uses
-alpha = 0.6). The maximum length is ``max_len_a * S + max_len_b`` tokens before
+alpha = 0.6), or with ``penalty="power"`` ``lp(L) = L ** alpha``, the length
+normalization of fairseq's ``--lenpen`` and Marian's ``--normalize`` (alpha = 1:
+the mean log-probability per token). The maximum length is ``max_len_a * S + max_len_b`` tokens before
 the EOS, where ``S`` counts the source ids including its EOS; at that length EOS
 is forced. Padding and BOS are never generated.
 """
@@ -41,9 +43,17 @@ class Hypothesis:
     logprob: float
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, Eq. 14)."""
-    return ((5.0 + length) / 6.0) ** alpha
+PENALTIES = ("gnmt", "power")
+
+
+def length_penalty(length: int | Tensor, alpha: float, penalty: str = "gnmt") -> float | Tensor:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, Eq. 14), or with
+    ``penalty="power"`` lp(Y) = |Y| ** alpha (fairseq's ``--lenpen``, Marian's ``--normalize``)."""
+    if penalty == "gnmt":
+        return ((5.0 + length) / 6.0) ** alpha
+    if penalty == "power":
+        return length ** alpha
+    raise ValueError(f"unknown length penalty {penalty!r}; expected one of {', '.join(PENALTIES)}")
 
 
 def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None, pad_id: int = PAD_ID) -> Tensor:
@@ -194,13 +204,14 @@ def greedy_search(
     min_len: int = 0,
     no_repeat_ngram_size: int = 0,
     max_len_limit: int | None = None,
+    penalty: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """The most probable next token at every step, for a batch of sentences.
 
     Args:
         model: follows the protocol of this module.
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
-        alpha: only for the reported score (the GNMT-normalized log-probability).
+        alpha, penalty: only for the reported score (the length-normalized log-probability).
         min_len: EOS is banned before this many tokens.
         max_len_limit: a cap on the output length (e.g. the model's position table).
 
@@ -208,7 +219,7 @@ def greedy_search(
         one list holding one :class:`Hypothesis` per sentence.
     """
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, sampler=None)
+                             max_len_limit, penalty, sampler=None)
 
 
 @torch.inference_mode()
@@ -225,6 +236,7 @@ def sample(
     min_len: int = 0,
     no_repeat_ngram_size: int = 0,
     max_len_limit: int | None = None,
+    penalty: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """Ancestral sampling from the model, optionally restricted to the ``top_k`` tokens and/or
     the nucleus of probability ``top_p`` (Holtzman et al., 2020), at ``temperature``.
@@ -251,11 +263,11 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, sampler=sampler)
+                             max_len_limit, penalty, sampler=sampler)
 
 
 def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size, max_len_limit,
-                      sampler) -> list[list[Hypothesis]]:
+                      penalty, sampler) -> list[list[Hypothesis]]:
     B = src.size(0)
     device = src.device
     max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
@@ -277,7 +289,7 @@ def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repea
         logprob = logprob + lprobs.gather(1, token.unsqueeze(1)).squeeze(1)
         done = token == EOS_ID
         if bool(done.any()):
-            lp = length_penalty(step + 1, alpha)
+            lp = length_penalty(step + 1, alpha, penalty)
             for row in done.nonzero().squeeze(1).tolist():
                 lpr = float(logprob[row])
                 results[int(alive[row])] = [Hypothesis(history[row].tolist(), lpr / lp, lpr)]
@@ -308,6 +320,7 @@ def beam_search(
     no_repeat_ngram_size: int = 0,
     min_len: int = 0,
     max_len_limit: int | None = None,
+    penalty: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences × beams, with the model's cached keys and values.
 
@@ -329,6 +342,7 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError("need 1 <= nbest <= beam")
+    length_penalty(1, alpha, penalty)  # an unknown penalty fails here, before any work
     B = src.size(0)
     K = beam
     device = src.device
@@ -360,7 +374,7 @@ def beam_search(
         eos_first = is_eos[:, :K]  # only candidates among the best K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(step + 1, alpha)
+        lp = length_penalty(step + 1, alpha, penalty)
         eos_hits = eos_first.nonzero().tolist() if bool(eos_first.any()) else []
         if eos_hits:
             base = torch.arange(Bc, device=device).unsqueeze(1) * K
@@ -389,7 +403,7 @@ def beam_search(
                 elif len(fin) >= nbest:
                     # The best score a live hypothesis could still reach (its log-probability only falls).
                     bound_len = max_len_list[sent] + 1 if alpha >= 0 else step + 2
-                    bound_lp = length_penalty(bound_len, alpha)
+                    bound_lp = length_penalty(bound_len, alpha, penalty)
                     if max(h.score for h in fin) >= best_live[b] / bound_lp:
                         done.append(b)
 

@@ -261,7 +261,7 @@ class Translator(LineTranslator):
         for row, ids in enumerate(batch):
             src[row, : len(ids)] = torch.tensor(ids)
         src = src.to(self.device)
-        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha,
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
                       no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
                       min_len=self.min_len)
         with torch.inference_mode(), autocast(self.precision, self.device.type):

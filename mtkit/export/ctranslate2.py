@@ -23,7 +23,7 @@ Length penalty: CTranslate2 normalizes a score by ``length ** length_penalty``,
 not GNMT's ``((5 + length) / 6) ** alpha``. So the engine asks CTranslate2 for
 ``beam`` hypotheses scored by their plain log-probability (``length_penalty=0``,
 which is also how fairseq-style beam search ranks live hypotheses) and rescores
-them with GNMT's penalty itself. The results match mtkit's beam search whenever
+them with mtkit's penalty itself (GNMT's, or ``length ** alpha`` for ``length_penalty: power``). The results match mtkit's beam search whenever
 both searches finish the same hypotheses; stopping rules differ slightly (CTranslate2
 stops a sentence once it has ``beam`` finished hypotheses). The maximum length
 ``a·S + b`` is applied per batch (CTranslate2 takes one maximum per call) with S
@@ -51,9 +51,9 @@ MANIFEST = "mtkit.json"
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's ((5 + |Y|) / 6) ** alpha, as mtkit.search.length_penalty (which imports torch)."""
-    return ((5.0 + length) / 6.0) ** alpha
+def length_penalty(length: int, alpha: float, penalty: str = "gnmt") -> float:
+    """GNMT's ((5 + |Y|) / 6) ** alpha, or |Y| ** alpha, as mtkit.search.length_penalty (which imports torch)."""
+    return ((5.0 + length) / 6.0) ** alpha if penalty == "gnmt" else float(length) ** alpha
 
 
 def _import_ctranslate2():
@@ -273,7 +273,7 @@ class Ctranslate2Translator(LineTranslator):
             scored = []
             for tokens, logprob in hyps:
                 ids = [self._tgt_id.get(t, UNK_ID) for t in tokens]
-                scored.append((ids, logprob / length_penalty(len(ids) + 1, d.alpha)))
+                scored.append((ids, logprob / length_penalty(len(ids) + 1, d.alpha, d.length_penalty)))
             scored.sort(key=lambda h: -h[1])
             out.append(scored[: d.nbest])
         return out

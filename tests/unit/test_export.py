@@ -101,15 +101,20 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
         assert result.log_probs == pytest.approx(expected, abs=1e-3)
 
 
-def test_beam_search_through_ctranslate2(vocab, tmp_path):
+@pytest.mark.parametrize("penalty", ["gnmt", "power"])
+def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty):
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
-    decode = DecodeConfig(beam=4, alpha=0.6, max_len_a=0.0, max_len_b=12, nbest=2)
+    decode = DecodeConfig(beam=4, alpha=0.6 if penalty == "gnmt" else 1.0, length_penalty=penalty, max_len_a=0.0,
+                          max_len_b=12, nbest=2)
     ours = list(Translator(loaded, decode).translate(LINES))
     theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
+    assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
     assert all(len(t.candidates) == 2 for t in theirs)
-    assert length_penalty(9, 0.6) == pytest.approx(search_length_penalty(9, 0.6))
+    for length in (1, 9):
+        assert length_penalty(length, decode.alpha, penalty) == pytest.approx(
+            search_length_penalty(length, decode.alpha, penalty))
 
 
 def test_int8_export_and_existing_directory(vocab, tmp_path):

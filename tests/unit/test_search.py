@@ -51,6 +51,28 @@ def test_length_penalty_formula():
     assert length_penalty(10, 0.6) == pytest.approx(((5 + 10) / 6) ** 0.6)
     assert length_penalty(1, 0.6) == pytest.approx(1.0)
     assert length_penalty(7, 0.0) == 1.0
+    # fairseq's --lenpen / Marian's --normalize: the score is logprob / L^alpha.
+    assert length_penalty(10, 1.0, "power") == pytest.approx(10.0)
+    assert length_penalty(10, 0.6, "power") == pytest.approx(10**0.6)
+    with pytest.raises(ValueError, match="unknown length penalty"):
+        length_penalty(3, 1.0, "linear")
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.0])
+def test_power_penalty_scores_and_ranks_by_logprob_per_length(model, src, alpha):
+    hyps = beam_search(model, src, beam=5, alpha=alpha, max_len_a=1.0, max_len_b=6, nbest=5, penalty="power")
+    for sentence in hyps:
+        for h in sentence:
+            assert h.score == pytest.approx(h.logprob / (len(h.tokens) + 1) ** alpha)
+        assert [h.score for h in sentence] == sorted((h.score for h in sentence), reverse=True)
+    for sentence in greedy_search(model, src, 1.0, 6, alpha=alpha, penalty="power"):
+        assert sentence[0].score == pytest.approx(sentence[0].logprob / (len(sentence[0].tokens) + 1) ** alpha)
+    # Among the same finished hypotheses, normalizing by length never prefers a shorter one.
+    plain = beam_search(model, src, beam=5, alpha=0.0, max_len_a=1.0, max_len_b=6, nbest=5)
+    for sentence in plain:
+        most_probable = max(sentence, key=lambda h: h.logprob)
+        per_token = max(sentence, key=lambda h: h.logprob / (len(h.tokens) + 1) ** alpha)
+        assert len(per_token.tokens) >= len(most_probable.tokens)
 
 
 def test_beam_size_one_equals_greedy(model, src):
