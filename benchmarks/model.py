@@ -19,8 +19,7 @@ Then, for ``--lever-shapes``, each speed lever is measured on its own against th
 mtkit default (eager model, the (N, V) logits then the chunked loss, token batches):
   * the loss: the output projection fused into the chunked loss (the logits never whole; the
     GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix);
-  * ``torch.compile`` of the model, of the model and the reference loss, and of each encoder and
-    decoder layer alone ("regional" compilation: the layer code compiled once, dynamic shapes);
+  * ``torch.compile`` of the model, and of the model and the reference loss;
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
   * padding: naive fixed-size sentence batches instead of token batches;
@@ -120,15 +119,6 @@ def with_stacked_projections(step):
     return run
 
 
-def regionally_compiled(shape: str):
-    """A model whose encoder and decoder layers are each compiled (dynamic shapes), the rest eager:
-    PyTorch's "regional compilation", one compile of the layer code shared by every layer."""
-    model = common.build_mtkit(shape).train()
-    for layer in list(model.encoder.layers) + list(model.decoder.layers):
-        layer.compile(dynamic=True)
-    return model
-
-
 def compiled_loss(loss_fn):
     compiled = torch.compile(loss_fn, dynamic=True)
     return compiled
@@ -214,8 +204,6 @@ def main() -> None:
                     cm2 = torch.compile(common.build_mtkit(shape).train(), dynamic=True)
                     runners.append((p, make_runner(f"mtkit {p}, compile(model) + compile(reference loss)",
                                                    mtkit_step(cm2, p, compiled_loss(reference_label_smoothed_loss)), batches)))
-                    runners.append((p, make_runner(f"mtkit {p}, compile(each layer) + chunked loss",
-                                                   mtkit_step(regionally_compiled(shape), p), batches)))
         run = [r for _, r in runners]
         log(f"{shape}: {len(run)} runners, {args.warmup}+{args.steps} steps each")
         common.interleaved(run + [make_runner(f"peak {p}", probes[p], batches) for p in precisions],
