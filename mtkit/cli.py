@@ -229,7 +229,8 @@ def translate(
     from mtkit.commands.translate import translate as run_translate
 
     overrides = {
-        "beam": 1 if greedy else beam, "alpha": alpha, "length_penalty": length_penalty, "nbest": nbest, "max_len_a": max_len_a, "max_len_b": max_len_b,
+        "beam": 1 if greedy else beam, "alpha": alpha, "length_penalty": length_penalty, "nbest": nbest,
+        "max_len_a": max_len_a, "max_len_b": max_len_b,
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
     }

@@ -87,7 +87,8 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     else:
         sources = list(read_lines(data_dir / "test.src.txt"))
         ref_path = data_dir / "test.tgt.txt"
-    _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, α {config.decode.alpha})")
+    _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, "
+         f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
     hypotheses, lowercase = translate_lines(checkpoint, sources, config_to_dict(config.decode))
     hyp_path = work / "test.hyp"

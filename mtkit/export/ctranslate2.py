@@ -23,8 +23,9 @@ Length penalty: CTranslate2 normalizes a score by ``length ** length_penalty``,
 not GNMT's ``((5 + length) / 6) ** alpha``. So the engine asks CTranslate2 for
 ``beam`` hypotheses scored by their plain log-probability (``length_penalty=0``,
 which is also how fairseq-style beam search ranks live hypotheses) and rescores
-them with mtkit's penalty itself (GNMT's, or ``length ** alpha`` for ``length_penalty: power``). The results match mtkit's beam search whenever
-both searches finish the same hypotheses; stopping rules differ slightly (CTranslate2
+them with mtkit's penalty itself (GNMT's, or ``length ** alpha`` for ``length_penalty:
+power``). The results match mtkit's beam search whenever both searches finish the same
+hypotheses; stopping rules differ slightly (CTranslate2
 stops a sentence once it has ``beam`` finished hypotheses). The maximum length
 ``a·S + b`` is applied per batch (CTranslate2 takes one maximum per call) with S
 the longest source of the batch; batches are sorted by length, so S varies little.
