@@ -35,8 +35,7 @@ def translate_lines(model_path: Path | list[Path], lines: list[str], decode_over
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
     decode = override_section(loaded[0].config.decode, "decode", decode_overrides)
-    translator = Translator(loaded if len(loaded) > 1 else loaded[0], decode, device=device)
-    return translator.translate_text(lines), loaded[0].vocab.lowercases("tgt")
+    return Translator(loaded, decode, device=device).translate_text(lines), loaded[0].vocab.lowercases("tgt")
 
 
 def default_hyp_out(model: Path, name: str) -> Path:

@@ -75,8 +75,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
             train(config, data_dir, run_dir)
 
     checkpoints = [final_checkpoint(d) for d in run_dirs]
-    checkpoint = checkpoints[0] if members == 1 else checkpoints
-    described = str(checkpoint) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"
+    described = str(checkpoints[0]) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"
     ev = config.eval
     if ev.testset:
         from mtkit.metrics import load_testset
@@ -90,7 +89,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, "
          f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
-    hypotheses, lowercase = translate_lines(checkpoint, sources, config_to_dict(config.decode))
+    hypotheses, lowercase = translate_lines(checkpoints, sources, config_to_dict(config.decode))
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
 
@@ -106,7 +105,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     if ev.compound_split:
         cs = json.loads(evaluate_files([hyp_path], [ref_path], ["bleu"], False, False, True, compound_split=True, lang=lang))
         scores["scores"] += [s for s in cs["scores"] if s["metric"] != "BLEU"]
-    scores["checkpoint"] = str(checkpoint) if members == 1 else [str(c) for c in checkpoints]
+    scores["checkpoint"] = str(checkpoints[0]) if members == 1 else [str(c) for c in checkpoints]
     scores["minutes"] = (time.perf_counter() - started) / 60
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mtkit.config import Config, save_config
 from mtkit.errors import MtkitError
-from mtkit.training.launch import usable_cores
+from mtkit.training.launch import usable_cores, wants_cuda
 
 
 def member_run_dirs(run_dir: Path, members: int) -> list[Path]:
@@ -53,17 +53,6 @@ def core_shares(members: int) -> list[set[int] | None]:
     return [set(cores[k * per:(k + 1) * per]) for k in range(members)]
 
 
-def _wants_cuda(config: Config) -> bool:
-    device = config.train.device
-    if device.startswith("cuda"):
-        return True
-    if device != "auto":
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _last_line(path: Path) -> str:
     try:
         lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
@@ -85,7 +74,7 @@ def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | 
     n = config.train.ensemble
     run_dirs = member_run_dirs(run_dir, n)
     todo = members if members is not None else list(range(1, n + 1))
-    side_by_side = not _wants_cuda(config)
+    side_by_side = not wants_cuda(config)
     shares = core_shares(len(todo)) if side_by_side else [None] * len(todo)
     user_threads = os.environ.get("OMP_NUM_THREADS")
 

@@ -39,13 +39,19 @@ def rank_threads(config: Config) -> str:
     return os.environ.get("OMP_NUM_THREADS") or str(max(1, usable_cores() // config.train.processes))
 
 
+def wants_cuda(config: Config) -> bool:
+    """Whether the recipe trains on GPUs (``train.device`` cuda, or auto with CUDA available)."""
+    import torch
+
+    device = config.train.device
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
 def check_devices(config: Config) -> None:
     """One GPU per rank: refuse more CUDA ranks than visible GPUs before starting any."""
     import torch
 
-    device = config.train.device
-    wants_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    if wants_cuda and config.train.processes > torch.cuda.device_count():
+    if wants_cuda(config) and config.train.processes > torch.cuda.device_count():
         raise MtkitError(f"train.processes={config.train.processes} needs one GPU per process, "
                          f"but {torch.cuda.device_count()} are visible")
 
