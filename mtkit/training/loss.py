@@ -52,15 +52,25 @@ def reference_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float
 def _chunk_loss_and_grad(logits: Tensor, target: Tensor, epsilon: float, grad_out: Tensor | None):
     """One chunk of rows: logits (rows, V), target (rows, 1) -> NLL (rows,) and the smoothing
     term mean_v(-log p_v) (rows,). With ``grad_out`` (rows, V), of any float dtype, also writes
-    d loss / d logits = p - (1-ε)·onehot - ε/V there (the last step fused with the cast).
-    Softmax and log-softmax are two fused kernels, faster than exp() of the log-probabilities."""
+    d loss / d logits = p - (1-ε)·onehot - ε/V there.
+
+    Which kernels, measured on CPU (benchmarks/README.md): for float32 logits a second fused
+    softmax, then the subtraction written straight into ``grad_out``; for bf16/fp16 logits the
+    log-probabilities turned into probabilities in place (``exp_``) and cast at the end, 1.37x
+    faster there, as a subtraction whose output has another dtype is slow."""
     lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
     nll = -lprobs.gather(1, target).squeeze(1)
     smooth = -lprobs.mean(dim=-1)
-    if grad_out is not None:
+    if grad_out is None:
+        return nll, smooth
+    if grad_out.dtype == torch.float32:
         probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # (rows, V)
         probs.scatter_add_(1, target, probs.new_full(target.shape, epsilon - 1.0))
         torch.sub(probs, epsilon / logits.size(-1), out=grad_out)
+    else:
+        probs = lprobs.exp_()  # (rows, V); nll and smooth are already computed from it
+        probs.scatter_add_(1, target, probs.new_full(target.shape, epsilon - 1.0))
+        grad_out.copy_(probs.sub_(epsilon / logits.size(-1)))
     return nll, smooth
 
 
@@ -275,7 +285,9 @@ class TranslationLoss(nn.Module):
     (:func:`linear_label_smoothed_loss`: the (N, V) logits never exist, which is what bounds
     the batch in memory); on CPU, where memory is plentiful and the fused path measured no
     faster (0.89-1.05x of the unfused one at the tiny and small shapes, benchmarks/README.md),
-    the logits are made whole and go through the chunked :func:`label_smoothed_loss`.
+    the logits are made whole and go through the chunked :func:`label_smoothed_loss`. Either way
+    the decoder states of padding positions are dropped first (a copy of (N, d_model)), so that the
+    projection, the loss and their gradients run on real target tokens only.
     ``fuse_projection`` forces either path (None: by device). The fused path needs the
     projection's weight: the model's ``output_projection``, a linear map without bias.
 
@@ -301,11 +313,13 @@ class TranslationLoss(nn.Module):
             return self._rdrop(src, tgt_in, tgt_out)
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
+        keep = tgt_out != self.pad_id  # (B, T)
+        hidden, target = hidden[keep], tgt_out[keep]  # (N, d_model), (N,): padding never reaches the vocabulary
         fuse = self.fuse_projection if self.fuse_projection is not None else hidden.device.type != "cpu"
         if fuse:
-            return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon,
+            return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, target, self.epsilon,
                                               self.pad_id)
-        return label_smoothed_loss(self.model.logits(hidden), tgt_out, self.epsilon, self.pad_id)  # logits (B, T, V)
+        return label_smoothed_loss(self.model.logits(hidden), target, self.epsilon, self.pad_id)  # logits (N, V)
 
     def _rdrop(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
         B = src.size(0)
