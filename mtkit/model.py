@@ -215,9 +215,10 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
         """Attention of projected q (B, h, T, d_k) over k, v (B, h, S, d_k) -> (B, T, d_model) after W_O."""
         dropout_p = self.dropout if self.training else 0.0
-        if q.device.type == "cpu" and q.dtype != torch.float32 and torch.is_grad_enabled():
-            # Training in bf16 on CPU: at sentence lengths, the fused (flash) kernel's backward is
-            # 3-6x slower than the plain formula's (benchmarks/README.md); in fp32 it is faster.
+        if q.device.type == "cpu" and torch.is_grad_enabled() and (q.dtype != torch.float32 or self.d_k < 64):
+            # Training on CPU at sentence lengths: the fused (flash) kernel's backward is 3-6x slower
+            # than the plain formula's in bf16, and in fp32 too with heads of d_k 32 (a whole
+            # Transformer-Tiny step 1.08x faster); fp32 with d_k 64 keeps it (benchmarks/README.md).
             out = reference_attention(q, k, v, mask, causal, dropout_p)[0]  # (B, h, T, d_k)
         else:
             out = F.scaled_dot_product_attention(

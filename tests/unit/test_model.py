@@ -242,6 +242,9 @@ def test_works_under_torch_compile():
 def _train(model, make_example, steps=800, lr=3e-3, seed=0):
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    # Decaying to 0 ends on a settled model: at a constant rate the last steps' noise alone moved
+    # greedy accuracy between 0.96 and 1.0 across seeds and attention kernels.
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
     g = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(steps):
@@ -254,6 +257,7 @@ def _train(model, make_example, steps=800, lr=3e-3, seed=0):
         opt.zero_grad()
         loss.backward()
         opt.step()
+        schedule.step()
     model.eval()
     seqs = torch.randint(4, 14, (64, 6), generator=torch.Generator().manual_seed(99))
     src, out = make_example(seqs)
