@@ -18,12 +18,15 @@ benchmarks/common.py (6 × matmul parameters × real tokens, plus attention).
 Then, for ``--lever-shapes``, each speed lever is measured on its own against the
 mtkit default (eager model, the (N, V) logits then the chunked loss, token batches):
   * the loss: the output projection fused into the chunked loss (the logits never whole; the
-    GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix);
+    GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix),
+    or the logits of every position, padding included (mtkit before 2026-12-02);
   * ``torch.compile`` of the model, and of the model and the reference loss;
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
   * padding: naive fixed-size sentence batches instead of token batches;
   * dropout: ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout (16-bit masks);
+  * attention: always the fused ``scaled_dot_product_attention`` kernel, where mtkit's CPU
+    training uses the plain formula in bf16 and for heads with d_k < 64;
   * attention projections: W_Q, W_K, W_V (self-attention) and W_K, W_V (cross-attention) stacked
     into one matmul, instead of one matmul each (as MarianMT);
   * the optimizer step alone: AdamW fused / foreach / for-loop (ms per step).
@@ -80,6 +83,21 @@ def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True, fuse_
     return step
 
 
+def mtkit_step_padded_logits(model, precision: str):
+    """mtkit's CPU step as it was before 2026-12-02: the logits of every position, padding
+    included, then the chunked loss (which zeroes the padding rows)."""
+    from mtkit.training.loss import label_smoothed_loss
+
+    def step(batch) -> None:
+        model.zero_grad(set_to_none=True)
+        with precision_context(precision):
+            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            loss, _, n = label_smoothed_loss(logits, batch.tgt_out, EPS, PAD_ID)
+        (loss / n).backward()
+
+    return step
+
+
 def with_bernoulli_dropout(step):
     """The same step with ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout."""
     import mtkit.model
@@ -91,6 +109,27 @@ def with_bernoulli_dropout(step):
             step(batch)
         finally:
             mtkit.model.dropout = fast
+
+    return run
+
+
+def with_sdpa_attention(step):
+    """The same step with attention always through ``F.scaled_dot_product_attention`` (its CPU
+    flash kernel), where mtkit's CPU training uses the plain formula (bf16, or d_k < 64)."""
+    from mtkit.model import MultiHeadAttention
+
+    def sdpa(self, q, k, v, mask, causal=False):
+        dropout_p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
+        return self.w_o(self.merge_heads(out))
+
+    def run(batch) -> None:
+        plain = MultiHeadAttention.attend
+        MultiHeadAttention.attend = sdpa
+        try:
+            step(batch)
+        finally:
+            MultiHeadAttention.attend = plain
 
     return run
 
@@ -192,9 +231,11 @@ def main() -> None:
             for p in precisions:
                 runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss", mtkit_step(mt, p, fuse_projection=True), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, logits of padding too", mtkit_step_padded_logits(mt, p), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
                 runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", with_bernoulli_dropout(mtkit_step(mt, p)), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, stacked Q/K/V matmul", with_stacked_projections(mtkit_step(mt, p)), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, SDPA (flash) attention", with_sdpa_attention(mtkit_step(mt, p)), batches)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
                     runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))
