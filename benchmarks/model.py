@@ -98,19 +98,25 @@ def mtkit_step_padded_logits(model, precision: str):
     return step
 
 
+def patched(step, owner, name: str, value):
+    """The same step with ``owner.name`` replaced by ``value`` while it runs."""
+
+    def run(batch) -> None:
+        saved = getattr(owner, name)
+        setattr(owner, name, value)
+        try:
+            step(batch)
+        finally:
+            setattr(owner, name, saved)
+
+    return run
+
+
 def with_bernoulli_dropout(step):
     """The same step with ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout."""
     import mtkit.model
 
-    def run(batch) -> None:
-        fast = mtkit.model.dropout
-        mtkit.model.dropout = lambda x, p, training: F.dropout(x, p, training)
-        try:
-            step(batch)
-        finally:
-            mtkit.model.dropout = fast
-
-    return run
+    return patched(step, mtkit.model, "dropout", lambda x, p, training: F.dropout(x, p, training))
 
 
 def with_sdpa_attention(step):
@@ -123,15 +129,7 @@ def with_sdpa_attention(step):
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
         return self.w_o(self.merge_heads(out))
 
-    def run(batch) -> None:
-        plain = MultiHeadAttention.attend
-        MultiHeadAttention.attend = sdpa
-        try:
-            step(batch)
-        finally:
-            MultiHeadAttention.attend = plain
-
-    return run
+    return patched(step, MultiHeadAttention, "attend", sdpa)
 
 
 def with_stacked_projections(step):
@@ -147,15 +145,7 @@ def with_stacked_projections(step):
         q = heads.pop(0) if query is memory else self.split_heads(self.w_q(query))
         return self.attend(q, heads[0], heads[1], mask, causal)
 
-    def run(batch) -> None:
-        separate = MultiHeadAttention.forward
-        MultiHeadAttention.forward = stacked
-        try:
-            step(batch)
-        finally:
-            MultiHeadAttention.forward = separate
-
-    return run
+    return patched(step, MultiHeadAttention, "forward", stacked)
 
 
 def compiled_loss(loss_fn):
