@@ -18,8 +18,7 @@ benchmarks/common.py (6 × matmul parameters × real tokens, plus attention).
 Then, for ``--lever-shapes``, each speed lever is measured on its own against the
 mtkit default (eager model, the (N, V) logits then the chunked loss, token batches):
   * the loss: the output projection fused into the chunked loss (the logits never whole; the
-    GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix),
-    or the logits of every position, padding included (mtkit before 2026-12-02);
+    GPU default), or the reference formula (a float32 log-softmax of the whole N × V matrix);
   * ``torch.compile`` of the model, and of the model and the reference loss;
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
@@ -78,21 +77,6 @@ def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True, fuse_
                 logits = model(batch.src, batch.tgt_in)  # (B, T, V)
         if loss_fn is not None:
             loss, _, n = loss_fn(logits, batch.tgt_out, EPS, PAD_ID)
-        (loss / n).backward()
-
-    return step
-
-
-def mtkit_step_padded_logits(model, precision: str):
-    """mtkit's CPU step as it was before 2026-12-02: the logits of every position, padding
-    included, then the chunked loss (which zeroes the padding rows)."""
-    from mtkit.training.loss import label_smoothed_loss
-
-    def step(batch) -> None:
-        model.zero_grad(set_to_none=True)
-        with precision_context(precision):
-            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-            loss, _, n = label_smoothed_loss(logits, batch.tgt_out, EPS, PAD_ID)
         (loss / n).backward()
 
     return step
@@ -221,7 +205,6 @@ def main() -> None:
             for p in precisions:
                 runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss", mtkit_step(mt, p, fuse_projection=True), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, logits of padding too", mtkit_step_padded_logits(mt, p), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
                 runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", with_bernoulli_dropout(mtkit_step(mt, p)), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, stacked Q/K/V matmul", with_stacked_projections(mtkit_step(mt, p)), batches)))

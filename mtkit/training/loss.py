@@ -285,9 +285,7 @@ class TranslationLoss(nn.Module):
     (:func:`linear_label_smoothed_loss`: the (N, V) logits never exist, which is what bounds
     the batch in memory); on CPU, where memory is plentiful and the fused path measured no
     faster (0.89-1.05x of the unfused one at the tiny and small shapes, benchmarks/README.md),
-    the logits are made whole and go through the chunked :func:`label_smoothed_loss`. Either way
-    the decoder states of padding positions are dropped first (a copy of (N, d_model)), so that the
-    projection, the loss and their gradients run on real target tokens only.
+    the logits are made whole and go through the chunked :func:`label_smoothed_loss`.
     ``fuse_projection`` forces either path (None: by device). The fused path needs the
     projection's weight: the model's ``output_projection``, a linear map without bias.
 
@@ -313,13 +311,11 @@ class TranslationLoss(nn.Module):
             return self._rdrop(src, tgt_in, tgt_out)
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
-        keep = tgt_out != self.pad_id  # (B, T)
-        hidden, target = hidden[keep], tgt_out[keep]  # (N, d_model), (N,): padding never reaches the vocabulary
         fuse = self.fuse_projection if self.fuse_projection is not None else hidden.device.type != "cpu"
         if fuse:
-            return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, target, self.epsilon,
+            return linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out, self.epsilon,
                                               self.pad_id)
-        return label_smoothed_loss(self.model.logits(hidden), target, self.epsilon, self.pad_id)  # logits (N, V)
+        return label_smoothed_loss(self.model.logits(hidden), tgt_out, self.epsilon, self.pad_id)  # logits (B, T, V)
 
     def _rdrop(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
         B = src.size(0)
