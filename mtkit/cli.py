@@ -14,12 +14,36 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from mtkit import __version__
 from mtkit.errors import MtkitError
 
+class _Stop(Exception):
+    """How a command ended when Click would otherwise swallow it: ``code`` and an optional message."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Group(TyperGroup):
+    """Click turns Ctrl-C into a silent exit 130 and a broken pipe into exit 1 before ``main``
+    sees them: catch both here, around the command itself."""
+
+    def invoke(self, ctx):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Stop(130, "interrupted") from None
+        except BrokenPipeError:  # e.g. `mtkit translate ... | head -1`: the reader has all it wants
+            raise _Stop(0) from None
+
+
 app = typer.Typer(
     name="mtkit",
+    cls=_Group,
     help="Train, run and evaluate Transformer translation models (Vaswani et al., 2017).",
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     no_args_is_help=True,
@@ -50,10 +74,10 @@ def root(
         os.environ["MTKIT_DEBUG"] = "1"
 
 
-def _load(recipe: Optional[Path], overrides: Optional[List[str]]):
+def _load(recipe: Optional[Path], overrides: Optional[List[str]], flags=None, defaults=None):
     from mtkit.config import load_config
 
-    return load_config(recipe, overrides or [])
+    return load_config(recipe, overrides or [], flags, defaults)
 
 
 # ------------------------------------------------------------------ prepare
@@ -90,32 +114,38 @@ def prepare(
     """
     from mtkit.commands.prepare import prepare as run_prepare
 
-    overrides = list(set_ or [])
+    # The options are typed values, never YAML: a file named 1.50 or a language code `no` stays a string.
+    flags: dict[str, tuple[str, object]] = {}
+    defaults: dict[str, tuple[str, object]] = {}
 
     def files(split: str, s: Optional[Path], t: Optional[Path]) -> None:
+        prefix = "--" if split == "train" else f"--{split}-"
         if (s is None) != (t is None):
-            raise MtkitError(f"--{'' if split == 'train' else split + '-'}src and --{'' if split == 'train' else split + '-'}tgt go together")
+            raise MtkitError(f"{prefix}src and {prefix}tgt go together")
         if s is not None:
-            overrides.extend([f"data.{split}.kind=files", f"data.{split}.src={s}", f"data.{split}.tgt={t}"])
+            flags.update({f"data.{split}.kind": (f"{prefix}src", "files"), f"data.{split}.src": (f"{prefix}src", str(s)),
+                          f"data.{split}.tgt": (f"{prefix}tgt", str(t))})
 
     files("train", src, tgt)
     files("valid", valid_src, valid_tgt)
     files("test", test_src, test_tgt)
     if tsv is not None:
-        overrides.extend(["data.train.kind=tsv", f"data.train.path={tsv}"])
+        flags.update({"data.train.kind": ("--tsv", "tsv"), "data.train.path": ("--tsv", str(tsv))})
     if hf is not None:
-        overrides.extend(["data.train.kind=hf", f"data.train.name={hf}", "data.train.split=train"])
+        flags.update({"data.train.kind": ("--hf", "hf"), "data.train.name": ("--hf", hf),
+                      "data.train.split": ("--hf", "train")})
         if hf_config:
-            overrides.append(f"data.train.config={hf_config}")
+            flags["data.train.config"] = ("--hf-config", hf_config)
     if demo:
         for split in ("train", "valid", "test"):
-            overrides.extend([f"data.{split}.kind=demo", f"data.{split}.split={split}"])
-        overrides[:0] = ["data.valid.size=500", "data.test.size=500", "data.spm.vocab_size=400"]  # --set still wins
-    if src_lang:
-        overrides.append(f"data.src_lang={src_lang}")
-    if tgt_lang:
-        overrides.append(f"data.tgt_lang={tgt_lang}")
-    config = _load(recipe, overrides)
+            flags.update({f"data.{split}.kind": ("--demo", "demo"), f"data.{split}.split": ("--demo", split)})
+        defaults = {"data.valid.size": ("--demo", 500), "data.test.size": ("--demo", 500),  # --set still wins
+                    "data.spm.vocab_size": ("--demo", 400)}
+    if src_lang is not None:
+        flags["data.src_lang"] = ("--src-lang", src_lang)
+    if tgt_lang is not None:
+        flags["data.tgt_lang"] = ("--tgt-lang", tgt_lang)
+    config = _load(recipe, set_, flags, defaults)
     if config.data.train is None:
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
     run_prepare(config, out, force=force)
@@ -336,9 +366,10 @@ def run_recipe(
 
 
 def main() -> None:
-    """Entry point: run the app and turn user errors into one line and exit code 1.
+    """Entry point: run the app and turn user errors into one line and their exit code.
 
-    Typer/Click, in standalone mode, already print usage errors and exit with 2.
+    Exit codes: 0 success (also when the reader of stdout goes away: a broken pipe); 1 a user
+    error; 2 a usage error (Click prints it); 130 / 143 interrupted by SIGINT / SIGTERM.
     """
     from mtkit.host_memory import keep_freed_memory
 
@@ -346,14 +377,22 @@ def main() -> None:
     keep_freed_memory()
     try:
         app(prog_name="mtkit")
+    except _Stop as e:
+        if e.code == 0:
+            # stdout's reader is gone: point stdout at /dev/null so that the final flush cannot fail
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        elif e.message:
+            print(f"error: {e.message}", file=sys.stderr)
+        sys.exit(e.code)
     except MtkitError as e:
         if debug or os.environ.get("MTKIT_DEBUG") == "1":
             raise
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except OSError as e:  # the machine's, not mtkit's: a full disk, a permission, a missing device
+        if debug or os.environ.get("MTKIT_DEBUG") == "1":
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         sys.exit(1)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:  # e.g. `mtkit translate ... | head`
-        sys.stderr.close()
-        sys.exit(0)

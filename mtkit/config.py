@@ -10,8 +10,11 @@ overrides (``train.max_steps=100``) pass through the same check.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +22,16 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from mtkit.errors import MtkitError
+
+
+class ConfigError(MtkitError):
+    """A bad config value; ``key`` is its dotted path (``train.lr``), so that the loader can say
+    where the value came from (the recipe file, a ``--set`` or a command-line flag)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
 
 # Special token ids, fixed for every SentencePiece model mtkit trains
 # (and required of a model passed in with ``data.spm.model``).
@@ -247,12 +260,29 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+class Plain(str):
+    """A scalar as the user typed it, unquoted, in a recipe or a ``--set``: its type comes from the
+    schema, never from YAML's guess (``src_lang: no`` is Norwegian, a file named ``1.50`` a string)."""
+
+
+def _implied(value: "Plain") -> Any:
+    """What YAML would make of a plain scalar (for the schema's bool, int and float fields)."""
+    import yaml
+
+    if not value.strip():
+        return None
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return str(value)
+
+
 def _convert(value: Any, tp: Any, path: str) -> Any:
     """Check ``value`` against the annotation ``tp``; return the typed value."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None and type(None) in args:
+        if type(None) in args and (value is None or (isinstance(value, Plain) and _implied(value) is None)):
             return None
         errors = []
         for arg in args:
@@ -260,42 +290,47 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 continue
             try:
                 return _convert(value, arg, path)
-            except MtkitError as e:
+            except ConfigError as e:
                 errors.append(e)
-        raise errors[0] if len(errors) == 1 else MtkitError(f"{path}: expected {_type_name(tp)}, got {value!r}")
+        raise errors[0] if len(errors) == 1 else ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+    if isinstance(value, Plain) and tp in (bool, int, float):
+        value = _implied(value)
     if origin is Literal:
         if value not in typing.get_args(tp):
-            raise MtkitError(f"{path}: expected one of {_type_name(tp)}, got {value!r}")
-        return value
+            raise ConfigError(path, f"expected one of {_type_name(tp)}, got {str(value)!r}")
+        return str(value) if isinstance(value, str) else value
     if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
         item = typing.get_args(tp)[0]
         if not isinstance(value, (list, tuple)):
-            raise MtkitError(f"{path}: expected a list, got {value!r}")
+            raise ConfigError(path, f"expected a list, got {value!r}")
         return tuple(_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise MtkitError(f"{path}: expected a list of {len(args)} values, got {value!r}")
+            raise ConfigError(path, f"expected a list of {len(args)} values, got {value!r}")
         return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise MtkitError(f"{path}: expected a mapping, got {value!r}")
+            raise ConfigError(path, f"expected a mapping, got {value!r}")
         return _build(tp, value, path)
     if tp is bool:
         if not isinstance(value, bool):
-            raise MtkitError(f"{path}: expected true or false, got {value!r}")
+            raise ConfigError(path, f"expected true or false, got {value!r}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise MtkitError(f"{path}: expected an integer, got {value!r}")
+            raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise MtkitError(f"{path}: expected a number, got {value!r}")
+        if isinstance(value, str):  # YAML 1.1 reads 5e-4 (no dot) as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(path, f"expected a number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise MtkitError(f"{path}: expected a string, got {value!r}")
+            raise ConfigError(path, f"expected a string, got {value!r}")
         return str(value)
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug, not a user error
 
@@ -305,15 +340,15 @@ def _build(cls: type, raw: dict, path: str = "") -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
     if cls is ModelConfig and raw.get("preset") is not None:
-        preset = raw["preset"]
+        preset = str(raw["preset"])
         if preset not in PRESETS:
-            raise MtkitError(f"{path}.preset: unknown preset {preset!r}{_closest(str(preset), PRESETS)}")
+            raise ConfigError(f"{path}.preset", f"unknown preset {preset!r}{_closest(preset, PRESETS)}")
         raw = {**PRESETS[preset], **raw}
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else str(key)
         if key not in names:
-            raise MtkitError(f"unknown config key '{dotted}'{_closest(str(key), names)}")
-        kwargs[key] = _convert(value, hints[key], dotted)
+            raise ConfigError(dotted, f"unknown config key{_closest(str(key), names)}")
+        kwargs[str(key)] = _convert(value, hints[key], dotted)
     return cls(**kwargs)
 
 
@@ -328,40 +363,118 @@ def config_from_dict(raw: dict | None) -> Config:
     return config
 
 
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def _check(ok: bool, key: str, rule: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(key, f"must be {rule}, got {value!r}")
+
+
 def _validate(config: Config) -> None:
+    """Ranges and combinations that the types alone do not catch, before any work starts."""
+    d = config.data
+    for name in ("src_lang", "tgt_lang"):
+        _check(bool(getattr(d, name).strip()), f"data.{name}", "a language code such as 'en'", getattr(d, name))
+    _check(d.workers >= 0, "data.workers", ">= 0 (0: one per core)", d.workers)
+    _check(d.spm.vocab_size >= 8, "data.spm.vocab_size", ">= 8", d.spm.vocab_size)
+    _check(0 < d.spm.character_coverage <= 1, "data.spm.character_coverage", "in (0, 1]", d.spm.character_coverage)
+    _check(d.spm.sample_size >= 1, "data.spm.sample_size", ">= 1", d.spm.sample_size)
+    _check(d.clean.max_len >= 0, "data.clean.max_len", ">= 0 (0: no limit)", d.clean.max_len)
+    _check(d.clean.max_ratio == 0 or d.clean.max_ratio >= 1, "data.clean.max_ratio", ">= 1 (0: no limit)",
+           d.clean.max_ratio)
+    for split in ("train", "valid", "test"):
+        source = getattr(d, split)
+        if source is not None:
+            _check(source.size >= 1, f"data.{split}.size", ">= 1", source.size)
+
     m = config.model
-    if m.d_model % m.h:
-        raise MtkitError(f"model.d_model ({m.d_model}) must be divisible by model.h ({m.h})")
     for name in ("d_model", "h", "d_ff", "encoder_layers", "decoder_layers", "max_positions"):
-        if getattr(m, name) <= 0:
-            raise MtkitError(f"model.{name} must be positive")
+        _check(getattr(m, name) > 0, f"model.{name}", "positive", getattr(m, name))
+    if m.d_model % m.h:
+        raise ConfigError("model.d_model", f"({m.d_model}) must be divisible by model.h ({m.h})")
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        _check(0 <= getattr(m, name) < 1, f"model.{name}", "in [0, 1)", getattr(m, name))
+    _check(m.layer_norm_eps > 0, "model.layer_norm_eps", "> 0", m.layer_norm_eps)
+
     t = config.train
-    for name in ("max_tokens", "update_freq", "processes", "ensemble"):
-        if getattr(t, name) <= 0:
-            raise MtkitError(f"train.{name} must be positive")
-    if t.rdrop_alpha < 0:
-        raise MtkitError(f"train.rdrop_alpha must be >= 0, got {t.rdrop_alpha}")
-    if not 0.0 <= t.bpe_dropout < 1.0:
-        raise MtkitError(f"train.bpe_dropout must be in [0, 1), got {t.bpe_dropout}")
+    for name in ("max_tokens", "update_freq", "processes", "ensemble", "max_steps", "warmup", "log_every",
+                 "keep_last", "bleu_beam"):
+        _check(getattr(t, name) >= 1, f"train.{name}", ">= 1", getattr(t, name))
+    for name in ("max_epochs", "max_minutes", "valid_every", "bleu_every", "save_every", "save_every_minutes",
+                 "patience", "average_last", "weight_decay", "clip_norm", "rdrop_alpha"):
+        _check(getattr(t, name) >= 0, f"train.{name}", ">= 0", getattr(t, name))
+    for name in ("lr", "lr_scale", "eps"):
+        _check(getattr(t, name) > 0, f"train.{name}", "> 0", getattr(t, name))
+    _check(all(0 <= b < 1 for b in t.betas), "train.betas", "two numbers in [0, 1)", list(t.betas))
+    _check(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
+    _check(0 <= t.bpe_dropout < 1, "train.bpe_dropout", "in [0, 1)", t.bpe_dropout)
+    _check(bool(DEVICE_PATTERN.match(t.device)), "train.device", "auto, cpu, cuda or cuda:N", t.device)
     if t.lr_schedule == "linear" and t.max_steps <= t.warmup:
-        raise MtkitError(f"train.lr_schedule=linear decays to 0 at train.max_steps ({t.max_steps}), "
-                         f"which must exceed train.warmup ({t.warmup})")
-    if config.decode.beam < 1 or config.decode.nbest < 1 or config.decode.nbest > config.decode.beam:
-        raise MtkitError("decode: need 1 <= decode.nbest <= decode.beam")
+        raise ConfigError("train.max_steps", f"train.lr_schedule=linear decays to 0 at train.max_steps "
+                          f"({t.max_steps}), which must exceed train.warmup ({t.warmup})")
+
+    c = config.decode
+    _check(c.beam >= 1, "decode.beam", ">= 1", c.beam)
+    _check(1 <= c.nbest <= c.beam, "decode.nbest", f"between 1 and decode.beam ({c.beam})", c.nbest)
+    _check(c.alpha >= 0, "decode.alpha", ">= 0", c.alpha)
+    _check(c.max_len_a >= 0, "decode.max_len_a", ">= 0", c.max_len_a)
+    for name in ("batch_tokens", "max_input_len"):
+        _check(getattr(c, name) >= 1, f"decode.{name}", ">= 1", getattr(c, name))
+    _check(c.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size", ">= 0 (0: off)", c.no_repeat_ngram_size)
+    _check(c.temperature > 0, "decode.temperature", "> 0", c.temperature)
+    _check(c.top_k >= 0, "decode.top_k", ">= 0 (0: off)", c.top_k)
+    _check(0 < c.top_p <= 1, "decode.top_p", "in (0, 1]", c.top_p)
+
+    e = config.eval
+    for metric in e.metrics:
+        _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
+    _check(e.examples >= 0, "eval.examples", ">= 0", e.examples)
+
+
+def _raw_loader():
+    """A YAML loader whose plain scalars stay :class:`Plain` strings (quoted ones plain ``str``)."""
+    import yaml
+
+    class RawLoader(yaml.SafeLoader):
+        yaml_implicit_resolvers: dict = {}
+
+    def scalar(loader, node):
+        text = loader.construct_scalar(node)
+        return Plain(text) if node.style is None else str(text)
+
+    RawLoader.add_constructor("tag:yaml.org,2002:str", scalar)
+    return RawLoader
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    """``'train.max_steps=100'`` -> (['train', 'max_steps'], 100); values are YAML."""
+    """``'train.max_steps=100'`` -> (['train', 'max_steps'], Plain('100')): the schema types the value.
+
+    A value in brackets or braces is a YAML flow list or mapping (``train.betas=[0.9,0.98]``), a quoted
+    one a string; anything else is taken as typed, ``#`` and all.
+    """
     import yaml
 
     if "=" not in text:
-        raise MtkitError(f"override '{text}': expected KEY=VALUE, e.g. train.max_steps=100")
+        raise MtkitError(f"--set {text}: expected KEY=VALUE, e.g. train.max_steps=100")
     key, value = text.split("=", 1)
-    try:
-        parsed = yaml.safe_load(value) if value != "" else None
-    except yaml.YAMLError:
-        parsed = value
+    stripped = value.strip()
+    parsed: Any = Plain(stripped)
+    if stripped[:1] in ("[", "{", "'", '"'):
+        try:
+            parsed = yaml.load(stripped, Loader=_raw_loader())  # noqa: S506 (a safe loader)
+        except yaml.YAMLError:
+            raise MtkitError(f"--set {text}: malformed value") from None
     return key.strip().split("."), parsed
+
+
+def _set(raw: dict, keys: list[str], value: Any) -> None:
+    node = raw
+    for k in keys[:-1]:
+        if not isinstance(node.get(k), dict):
+            node[k] = {}
+        node = node[k]
+    node[keys[-1]] = value
 
 
 def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> dict:
@@ -370,29 +483,27 @@ def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> dict:
 
     raw = copy.deepcopy(raw) if raw else {}
     for text in overrides:
-        keys, value = parse_override(text)
-        node = raw
-        for k in keys[:-1]:
-            if not isinstance(node.get(k), dict):
-                node[k] = {}
-            node = node[k]
-        node[keys[-1]] = value
+        _set(raw, *parse_override(text))
     return raw
 
 
 def read_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping with ``yaml.safe_load``; errors name the file and line."""
+    """Read a YAML mapping (plain scalars as :class:`Plain`); errors name the file and line."""
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise MtkitError(f"{path}: is a directory, expected a YAML recipe file")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MtkitError(f"{path}: no such file") from None
     except UnicodeDecodeError as e:
         raise MtkitError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_raw_loader())  # noqa: S506 (a safe loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -405,14 +516,39 @@ def read_yaml(path: str | Path) -> dict:
     return raw
 
 
-def load_config(path: str | Path | None, overrides: typing.Sequence[str] = ()) -> Config:
-    """Load a recipe (or the defaults when ``path`` is None) and apply overrides."""
+def load_config(
+    path: str | Path | None,
+    overrides: typing.Sequence[str] = (),
+    flags: typing.Mapping[str, tuple[str, Any]] | None = None,
+    defaults: typing.Mapping[str, tuple[str, Any]] | None = None,
+) -> Config:
+    """Load a recipe (or the defaults when ``path`` is None), then apply, in this order:
+    ``defaults`` ({dotted key: (flag, value)}, e.g. what ``--demo`` implies), the ``--set``
+    ``overrides``, and ``flags`` ({dotted key: (flag, value)}, the command's own options, typed).
+
+    An error names where the bad value came from: the flag, the ``--set``, or the recipe file.
+    """
     raw = read_yaml(path) if path is not None else {}
+    origin: dict[str, str] = {}
+    for dotted, (flag, value) in (defaults or {}).items():
+        _set(raw, dotted.split("."), value)
+        origin[dotted] = flag
+    for text in overrides:
+        keys, value = parse_override(text)
+        _set(raw, keys, value)
+        origin[".".join(keys)] = f"--set {text}"
+    for dotted, (flag, value) in (flags or {}).items():
+        _set(raw, dotted.split("."), value)
+        origin[dotted] = flag
     try:
-        return config_from_dict(apply_overrides(raw, overrides))
-    except MtkitError as e:
-        where = f"{path}: " if path is not None else ""
-        raise MtkitError(f"{where}{e}") from None
+        return config_from_dict(raw)
+    except ConfigError as e:
+        key = e.key.split("[")[0]
+        parts = key.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in origin:
+                raise MtkitError(f"{origin['.'.join(parts[:n])]}: {e.problem}") from None
+        raise MtkitError(f"{path}: {e}" if path is not None else str(e)) from None
 
 
 def config_to_dict(config: Any) -> dict:

@@ -55,7 +55,7 @@ def test_members_get_their_own_seed_directory_and_cores(monkeypatch):
 def test_ensemble_size_is_checked():
     from mtkit.errors import MtkitError
 
-    with pytest.raises(MtkitError, match="train.ensemble must be positive"):
+    with pytest.raises(MtkitError, match="train.ensemble: must be >= 1"):
         config_from_dict({"train": {"ensemble": 0}})
 
 
