@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -45,16 +46,56 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class _GzipReader(gzip.GzipFile):
+    """A gzip reader whose errors on damaged data are one-line MtkitErrors naming the file.
+
+    ``gzip`` only finds damage while reading (``BadGzipFile``, ``EOFError`` for a truncated
+    file, ``zlib.error``), deep inside the caller's loop; every read path goes through
+    these methods, so each caller gets the same message.
+    """
+
+    def _checked(self, method, *args):
+        try:
+            return method(*args)
+        except EOFError:
+            raise MtkitError(f"{self.name}: gzip data ends early (the file is truncated)") from None
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise MtkitError(f"{self.name}: damaged gzip data ({e})") from None
+
+    def read(self, size=-1):
+        return self._checked(super().read, size)
+
+    def read1(self, size=-1):
+        return self._checked(super().read1, size)
+
+    def peek(self, n):
+        return self._checked(super().peek, n)
+
+    def readline(self, size=-1):
+        return self._checked(super().readline, size)
+
+
 def open_binary(path: str | Path) -> IO[bytes]:
-    """Open a file for reading bytes, transparently decompressing ``.gz``."""
+    """Open a file for reading bytes, transparently decompressing ``.gz``.
+
+    A ``.gz`` file that is not gzip data is refused at once; damage found later
+    while reading raises :class:`MtkitError` naming the file.
+    """
     path = Path(path)
     if not path.exists():
         raise MtkitError(f"{path}: no such file")
     if path.is_dir():
         raise MtkitError(f"{path}: is a directory, expected a file")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    if path.suffix != ".gz":
+        return open(path, "rb")
+    with open(path, "rb") as f:
+        magic = f.read(len(GZIP_MAGIC))
+    if magic and magic != GZIP_MAGIC:  # an empty file reads as empty, as gzip itself has it
+        raise MtkitError(f"{path}: not a gzip file (its name ends in .gz); decompress or rename it")
+    return _GzipReader(path, "rb")  # type: ignore[return-value]
 
 
 def read_lines(path: str | Path, invalid_utf8: str = "error") -> Iterator[str | None]:

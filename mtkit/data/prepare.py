@@ -17,6 +17,19 @@ written as cleaned text, the references evaluation scores against.
 Everything is built in a temporary sibling directory whose ``manifest.json``
 is written last; the directory is then renamed onto ``out_dir``. An
 interrupted run therefore never leaves a directory that looks complete.
+
+Safety rules for what already exists:
+
+* ``out_dir`` is replaced (``--force`` or changed inputs) only if it is empty or
+  holds an mtkit ``manifest.json`` and nothing but the files prepare writes, so
+  that no rebuild ever deletes a file mtkit did not write; the current directory
+  and its parents are never replaced.
+* The temporaries beside ``out_dir`` carry their owner's PID and host
+  (``.{name}.tmp-{pid}@{host}-*``, ``.{name}.old-{pid}@{host}-*``); the next run on
+  the same host removes those whose owner is gone (after a crash or a SIGKILL), never
+  those of a live process or of another host sharing the folder.
+* The encoding workers and the SentencePiece child ask Linux to kill them when
+  their parent dies, so a killed ``mtkit prepare`` leaves no orphan holding memory.
 """
 
 from __future__ import annotations
@@ -31,7 +44,10 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 import time
@@ -44,13 +60,11 @@ import mtkit
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CleanConfig, DataConfig, SourceConfig, config_to_dict
 from mtkit.data.cleaning import RULES, Deduplicator, length_mask, make_normalizer, pair_hash, within_words
 from mtkit.data.sources import iter_pairs, source_files
-from mtkit.data.store import ParallelStoreWriter, id_dtype
+from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, ParallelStoreWriter, id_dtype, load_manifest
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_write_text
 
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
 SPLITS = ("train", "valid", "test")
 CHUNK_PAIRS = 8192  # pairs per task sent to an encoding worker
 
@@ -101,11 +115,120 @@ def fingerprint(data: DataConfig) -> str:
 
 
 def read_manifest(out_dir: Path) -> Optional[dict]:
-    path = Path(out_dir) / MANIFEST
+    """The manifest of a complete mtkit result in ``out_dir``, or None (missing, damaged or unknown)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return load_manifest(out_dir)
+    except MtkitError:
         return None
+
+
+# -------------------------------------------------------------- process hygiene
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """Have Linux SIGKILL this process when its parent ``parent`` dies (a no-op elsewhere).
+
+    Without it a child of a SIGKILLed ``mtkit prepare`` can live on, adopted by init and
+    holding its memory: the SentencePiece trainer, for one, then waits forever on a
+    queue that nobody feeds.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):  # no prctl in this libc: the orphan risk stays as before
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    # On Linux, fork makes this process the workers' direct parent, which die_with_parent
+    # relies on; the forkserver (Python 3.14's default there) would be their parent instead.
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _owner() -> str:
+    """``{pid}@{host}``: who made a temporary; a PID alone means nothing on another host."""
+    return f"{os.getpid()}@{re.sub(r'[^A-Za-z0-9.-]', '_', socket.gethostname())}"
+
+
+def _remove_dead_leftovers(out_dir: Path) -> None:
+    """Remove the temporaries beside ``out_dir`` of earlier runs on this host whose process is gone."""
+    if os.name != "posix" or not out_dir.parent.is_dir():  # on Windows, os.kill(pid, 0) sends a Ctrl-C
+        return
+    host = _owner().partition("@")[2]
+    pattern = re.compile(rf"\.{re.escape(out_dir.name)}\.(?:tmp|old)-(\d+)@{re.escape(host)}-[a-z0-9_]+")
+    for path in out_dir.parent.iterdir():
+        match = pattern.fullmatch(path.name)
+        if match is None or not path.is_dir() or path.is_symlink():
+            continue
+        pid = int(match.group(1))
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            log(f"{path}: removed; left behind by process {pid}, which no longer runs")
+
+
+# ------------------------------------------------------------- out_dir safety
+
+# Every file a prepared directory may hold; anything else there is the user's.
+_OUTPUT_NAME = re.compile(
+    r"(?:manifest\.json|spm(?:\.src|\.tgt)?\.model"
+    r"|(?:train|valid|test)\.(?:store\.json|(?:src|tgt)\.(?:bin|idx\.npy|len\.npy|txt)))"
+)
+
+
+def _written_by_mtkit(manifest_path: Path) -> bool:
+    """True if ``manifest_path`` is a JSON object with mtkit's ``format`` key (of any version)."""
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and type(manifest.get("format")) is int
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    """Raise MtkitError unless writing ``out_dir`` (replacing what is there) deletes nothing of the user's."""
+    resolved = out_dir.resolve()
+    try:
+        cwd = Path.cwd().resolve()
+    except FileNotFoundError:  # the current directory was deleted: nothing of it to protect
+        cwd = None
+    if cwd is not None and (resolved == cwd or resolved in cwd.parents):
+        raise MtkitError(f"{out_dir}: is the current directory or one of its parents; choose another directory")
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if not out_dir.is_dir():
+        raise MtkitError(f"{out_dir}: exists already and is not a directory; check it or choose another path")
+    entries = sorted(p.name for p in out_dir.iterdir())
+    if not entries:
+        return
+    if MANIFEST not in entries:
+        raise MtkitError(f"{out_dir}: holds files mtkit did not write (no {MANIFEST}); choose another directory")
+    if not _written_by_mtkit(out_dir / MANIFEST):
+        raise MtkitError(f"{out_dir}: holds files mtkit did not write ({MANIFEST} is not mtkit's);"
+                         " choose another directory")
+    foreign = [name for name in entries if not _OUTPUT_NAME.fullmatch(name) or (out_dir / name).is_dir()]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise MtkitError(f"{out_dir}: holds files mtkit did not write ({shown}); move them out or choose"
+                         " another directory")
 
 
 # --------------------------------------------------------------------- workers
@@ -113,8 +236,11 @@ def read_manifest(out_dir: Path) -> Optional[dict]:
 _STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype]] = None
 
 
-def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str) -> None:
+def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str,
+                 parent: Optional[int] = None) -> None:
     global _STATE
+    if parent is not None:
+        die_with_parent(parent)
     _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype))
 
 
@@ -244,7 +370,7 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
                 take(_encode_chunk(chunk))
                 bar.update(len(chunk))
         else:
-            with multiprocessing.get_context().Pool(workers, _init_worker, init_args) as pool:
+            with _pool_context().Pool(workers, _init_worker, (*init_args, os.getpid())) as pool:
                 pending: collections.deque = collections.deque()
                 for chunk in chunks:
                     pending.append((len(chunk), pool.apply_async(_encode_chunk, (chunk,))))
@@ -304,10 +430,19 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict) -
     # Sampling and training run in a child process: the sample and SentencePiece's trainer
     # take memory that CPython would not give back, and the encoding workers forked later
     # would each inherit it.
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+    fork = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(1, fork, die_with_parent, (os.getpid(),)) as pool:
         models, info, child_timings = pool.submit(_train_vocab, data, workers, progress).result()
     timings.update(child_timings)
-    return Vocab.from_bytes(*models), info
+    vocab = Vocab.from_bytes(*models)
+    sizes = {"vocabulary": vocab.src_size} if vocab.joint else \
+        {"source vocabulary": vocab.src_size, "target vocabulary": vocab.tgt_size}
+    for name, size in sizes.items():
+        # hard_vocab_limit=False lets SentencePiece stop early on a small sample; say so.
+        if size < spm_cfg.vocab_size:
+            log(f"warning: data.spm.vocab_size {spm_cfg.vocab_size} is more than this training sample supports;"
+                f" the {name} has {size} pieces")
+    return vocab, info
 
 
 def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
@@ -389,26 +524,22 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
 
 def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None) -> dict:
     """Run the pipeline on ``data`` into ``out_dir``; reuse a complete result for identical inputs."""
-    out_dir = Path(out_dir).expanduser()
+    out_dir = Path(os.path.abspath(Path(out_dir).expanduser()))  # "." and ".." have no name to put beside
     if progress is None:
         progress = sys.stderr.isatty()
     data = resolve_data(data)
     if data.train is None and data.valid is None and data.test is None:
         raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
     fp = fingerprint(data)
-    existing = read_manifest(out_dir)
+    _remove_dead_leftovers(out_dir)
+    existing = read_manifest(out_dir) if out_dir.is_dir() else None
     if existing is not None and existing.get("fingerprint") == fp and not force:
-        log(f"{out_dir}: already prepared from identical inputs; reusing it (pass --force to rebuild)")
+        log(f"{out_dir}: already prepared from identical inputs; reusing it (`mtkit prepare --force` rebuilds it)")
         return existing
-    if out_dir.exists() and not out_dir.is_dir():
-        raise MtkitError(f"{out_dir}: exists and is not a directory")
-    if out_dir.is_dir() and existing is None and any(out_dir.iterdir()) and not force:
-        raise MtkitError(
-            f"{out_dir}: exists, is not empty and holds no {MANIFEST}; choose another directory or pass --force"
-        )
+    _check_out_dir(out_dir)  # before the work, so that a refusal costs nothing
     workers = data.workers if data.workers > 0 else (os.cpu_count() or 1)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{_owner()}-", dir=out_dir.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would otherwise stick to out_dir
@@ -427,10 +558,11 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
 
 def _replace_dir(new: Path, out_dir: Path) -> None:
     """Move ``new`` onto ``out_dir``; an old result loses its manifest first, so it never looks complete."""
+    _check_out_dir(out_dir)  # again: the user may have added files during a long build
     if out_dir.exists():
         with contextlib.suppress(FileNotFoundError):
             (out_dir / MANIFEST).unlink()
-        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-{_owner()}-", dir=out_dir.parent))
         os.replace(out_dir, old / "dir")
         os.replace(new, out_dir)
         shutil.rmtree(old, ignore_errors=True)

@@ -224,13 +224,17 @@ def test_failed_rebuild_never_looks_complete_for_new_inputs(tmp_path):
     assert_nothing_complete(tmp_path / "elsewhere")
 
 
-def test_refuses_foreign_nonempty_dir(tmp_path):
+@pytest.mark.parametrize("force", [False, True])
+def test_refuses_foreign_nonempty_dir(tmp_path, force):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(MtkitError, match="not empty and holds no manifest.json"):
-        prepare(config(train=demo_files(tmp_path, 50)), out, progress=False)
-    assert (out / "notes.txt").exists()
+    with pytest.raises(MtkitError, match=r"mine: holds files mtkit did not write \(no manifest\.json\);"
+                                         r" choose another directory$") as e:
+        prepare(config(train=demo_files(tmp_path, 50)), out, force=force, progress=False)
+    assert "--force" not in str(e.value)  # forcing would not help, and must not delete the user's files
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert_nothing_complete(out)
 
 
 def test_store_ids_are_unpadded(tmp_path):

@@ -109,3 +109,19 @@ def test_hf_missing_language_key_lists_keys(tmp_path):
         list(iter_pairs(SourceConfig(kind="hf", name=folder), "en", "fr"))
     with pytest.raises(MtkitError, match=r"data\.test: cannot load Hugging Face dataset"):
         list(iter_pairs(SourceConfig(kind="hf", name=folder), "en", "de", split_name="test"))
+
+
+def test_damaged_gzip_is_a_one_line_error_naming_the_file(tmp_path):
+    tgt = write(tmp_path / "g.de", [f"zeile {i}" for i in range(5000)])
+    plain = write(tmp_path / "plain.en.gz", [f"line {i}" for i in range(5000)])
+    with pytest.raises(MtkitError, match=r"plain\.en\.gz: not a gzip file \(its name ends in \.gz\)"):
+        list(iter_pairs(SourceConfig(src=plain, tgt=tgt), "en", "de"))
+    whole = gzip.compress("".join(f"line {i}\t{i * i}\n" for i in range(5000)).encode())
+    (tmp_path / "cut.en.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(MtkitError, match=r"cut\.en\.gz: gzip data ends early \(the file is truncated\)"):
+        list(iter_pairs(SourceConfig(src=str(tmp_path / "cut.en.gz"), tgt=tgt), "en", "de"))
+    with pytest.raises(MtkitError, match=r"cut\.en\.gz: gzip data ends early"):
+        list(iter_pairs(SourceConfig(kind="tsv", path=str(tmp_path / "cut.en.gz")), "en", "de"))
+    (tmp_path / "bad.en.gz").write_bytes(whole[:-8] + bytes(8))  # the CRC and length trailer zeroed
+    with pytest.raises(MtkitError, match=r"bad\.en\.gz: damaged gzip data \(CRC check failed"):
+        list(iter_pairs(SourceConfig(src=str(tmp_path / "bad.en.gz"), tgt=tgt), "en", "de"))
