@@ -339,8 +339,8 @@ def _build(cls: type, raw: dict, path: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
-    if cls is ModelConfig and raw.get("preset") is not None:
-        preset = str(raw["preset"])
+    preset = _convert(raw.get("preset"), Optional[str], f"{path}.preset") if cls is ModelConfig else None
+    if preset is not None:
         if preset not in PRESETS:
             raise ConfigError(f"{path}.preset", f"unknown preset {preset!r}{_closest(preset, PRESETS)}")
         raw = {**PRESETS[preset], **raw}

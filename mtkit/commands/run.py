@@ -26,18 +26,18 @@ def _say(message: str) -> None:
 
 def training_finished(run_dir: Path) -> bool:
     """Whether the run's log ends with the end-of-training record."""
+    from mtkit.training.curves import read_metrics
+
     log = run_dir / "metrics.jsonl"
-    if not log.is_file():
-        return False
-    lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return bool(lines) and json.loads(lines[-1]).get("event") == "end"
+    records = read_metrics(log) if log.is_file() else []
+    return bool(records) and records[-1].get("event") == "end"
 
 
 def final_checkpoint(run_dir: Path) -> Path:
+    """The run's averaged checkpoint (unless training went on past it), else its best or last."""
     from mtkit.training.checkpoint import resolve_checkpoint
 
-    averaged = run_dir / "checkpoints" / "averaged.pt"
-    return averaged if averaged.is_file() else resolve_checkpoint(run_dir)
+    return resolve_checkpoint(run_dir)
 
 
 def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:

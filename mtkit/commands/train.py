@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
-from mtkit.config import Config
+from mtkit.config import Config, ModelConfig
+
+
+def default_model_note(config: Config, data_dir: Path) -> str | None:
+    """A notice when the recipe has no model section: the default is the paper's transformer-base,
+    hundreds of MB per checkpoint, which a recipe for a small task rarely means to train."""
+    if config.model != ModelConfig():
+        return None
+    size = ""
+    try:
+        vocab = json.loads((Path(data_dir) / "manifest.json").read_text(encoding="utf-8"))["vocab"]
+        sizes = int(vocab["src_size"]), int(vocab["tgt_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        sizes = None
+    if sizes is not None:
+        import torch
+
+        from mtkit.config import PAD_ID
+        from mtkit.model import Transformer, count_parameters
+
+        with torch.device("meta"):  # shapes only: no memory, no time
+            size = f" ({count_parameters(Transformer(config.model, *sizes, pad_id=PAD_ID)) / 1e6:.1f}M parameters)"
+    return f"note: no model section in the recipe; training the paper's transformer-base{size}"
 
 
 def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None):
@@ -15,6 +39,9 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     many torchrun ranks started here, which print the summary; the result is then None.
     With ``train.ensemble`` > 1 it trains that many models, in ``run_dir`` and its siblings
     ``run_dir``-2, … (:mod:`mtkit.training.ensemble`); the result is then None.
+
+    Raises:
+        mtkit.errors.Interrupted: SIGINT or SIGTERM stopped it after saving a checkpoint.
     """
     from mtkit.training.launch import launch_local, under_torchrun
 
@@ -27,6 +54,9 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
         launch_local(config, Path(data_dir), Path(run_dir), resume=resume)
         return None
 
+    # Here this process trains: the one that trains alone, or rank 0, says it once.
+    if os.environ.get("RANK", "0") == "0" and (note := default_model_note(config, Path(data_dir))):
+        print(note, file=sys.stderr, flush=True)
     from mtkit.training.trainer import train as run_training
 
     result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)

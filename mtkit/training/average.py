@@ -19,9 +19,11 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
         raise MtkitError("no checkpoints to average")
     total: dict = {}
     first: dict | None = None
+    step = 0
     for path in paths:
         ckpt = load_checkpoint(path)
         state = ckpt["model"]
+        step = ckpt.get("step", step)
         if first is None:
             first = ckpt
             total = {k: v.double().clone() if v.is_floating_point() else v for k, v in state.items()}
@@ -34,16 +36,19 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
     assert first is not None
     dtype_of = {k: v.dtype for k, v in first["model"].items()}
     model = {k: (v / len(paths)).to(dtype_of[k]) if v.is_floating_point() else v for k, v in total.items()}
-    keep = ("format_version", "mtkit_version", "config", "vocab", "src_vocab_size", "tgt_vocab_size")
-    payload = {k: first[k] for k in keep}
+    keep = ("format_version", "mtkit_version", "config", "vocab", "src_vocab_size", "tgt_vocab_size", "vocab_sha256",
+            "data_fingerprint")
+    payload = {k: first[k] for k in keep if k in first}
     payload["model"] = model
     payload["averaged_from"] = [str(p) for p in paths]
-    payload["step"] = load_checkpoint(paths[-1])["step"] if len(paths) > 1 else first.get("step", 0)
+    payload["step"] = step  # the newest averaged: resolve_checkpoint compares it with the run's newest
     return save_checkpoint(payload, output)
 
 
 def average_run(run_dir: Path, last: int, output: Path | None = None) -> Path:
     """Average the last ``last`` step checkpoints of a run into ``checkpoints/averaged.pt`` (or ``output``)."""
+    if last < 1:  # paths[-0:] would be every checkpoint, and paths[1:] all but the first
+        raise MtkitError(f"--last must be at least 1, got {last}")
     paths = step_checkpoints(run_dir)
     if not paths:
         raise MtkitError(f"{run_dir}: no step checkpoints to average (expected checkpoints/step_*.pt)")

@@ -9,18 +9,25 @@ A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded wit
     model            the raw (uncompiled, unwrapped) model state_dict
     vocab            {"src": bytes, "tgt": bytes | None}: the SentencePiece model(s)
     src_vocab_size, tgt_vocab_size
-    step, epoch      training position (absent in averaged checkpoints)
+    step, epoch      training position (in averaged checkpoints: the last averaged one's step)
     optimizer, scheduler, scaler, rng, sampler   training state for exact resume
+    vocab_sha256     {"src": hex, "tgt": hex | None} of the vocab bytes (training checkpoints)
+    data_fingerprint the prepared data's manifest fingerprint, or None (training checkpoints)
+    averaged_from    the averaged files (averaged checkpoints only)
 
 A run directory holds ``checkpoints/step_NNNNNNN.pt`` files, ``last.pt`` and
 ``best.pt`` (hard links to a step file, swapped in atomically, so they never point
-at a partial file) and ``averaged.pt`` written by ``mtkit average``.
+at a partial file) and ``averaged.pt`` written by ``mtkit average``. While a
+training runs, it holds an exclusive lock on ``RUN/.lock`` (:class:`RunLock`).
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,18 +37,47 @@ from mtkit.io import atomic_path
 
 CHECKPOINT_FORMAT = 1
 STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
+REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
+# What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
+# only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
+PARTIAL_SAVES = {
+    "checkpoints": re.compile(r"^\.(step_\d+\.pt|last\.pt|best\.pt)\..+\.tmp$"),
+    ".": re.compile(r"^\.(config\.yaml|spm\.model|spm\.src\.model|spm\.tgt\.model)\..+\.tmp$"),
+}
+# torch.save reports a failed write to a path as a RuntimeError ("unexpected pos 704 vs 598",
+# "PytorchStreamWriter failed writing file ..."), not as the OSError beneath it.
+_WRITE_FAILURE = re.compile(r"unexpected pos|fail\w* writ|write fail", re.IGNORECASE)
 
 
 def save_checkpoint(payload: dict, path: str | Path) -> Path:
-    """Write ``payload`` to ``path`` atomically (temporary file, fsync, rename)."""
+    """Write ``payload`` to ``path`` atomically (temporary file, fsync, rename).
+
+    Raises:
+        MtkitError: the disk or quota is full; the temporary file is gone and ``path``
+            (and every other checkpoint) is as it was.
+    """
     import torch
 
     path = Path(path)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise MtkitError(f"{path}: no space left on device while saving the checkpoint; "
+                             "the previous checkpoints are intact") from None
+        if e.errno == errno.EDQUOT:
+            raise MtkitError(f"{path}: disk quota exceeded while saving the checkpoint; "
+                             "the previous checkpoints are intact") from None
+        raise
+    except RuntimeError as e:
+        if not _WRITE_FAILURE.search(str(e)):
+            raise
+        raise MtkitError(f"{path}: writing the checkpoint failed (is the disk full?); "
+                         "the previous checkpoints are intact") from None
     return path
 
 
@@ -58,7 +94,8 @@ def link_atomically(target: Path, link: Path) -> None:
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
-    """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors."""
+    """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors,
+    among them a file without one of :data:`REQUIRED_KEYS`."""
     import torch
 
     path = Path(path)
@@ -75,7 +112,63 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
             f"{path}: checkpoint format {ckpt['format_version']} is newer than this mtkit "
             f"understands ({CHECKPOINT_FORMAT}); upgrade mtkit"
         )
+    for key in REQUIRED_KEYS:
+        if key not in ckpt:
+            raise MtkitError(f"{path}: not a complete mtkit checkpoint (no '{key}')")
+    if not isinstance(ckpt["vocab"], dict) or not isinstance(ckpt["vocab"].get("src"), bytes):
+        raise MtkitError(f"{path}: not a complete mtkit checkpoint (no 'vocab.src' SentencePiece model)")
+    if not isinstance(ckpt["model"], dict):
+        raise MtkitError(f"{path}: not a complete mtkit checkpoint ('model' is not a state_dict)")
     return ckpt
+
+
+def checkpoint_config(ckpt: dict, path: str | Path):
+    """The checkpoint's Config; a config that no longer passes the checks names the file."""
+    from mtkit.config import config_from_dict
+
+    try:
+        return config_from_dict(ckpt["config"])
+    except MtkitError as e:
+        raise MtkitError(f"{path}: its config: {e}") from None
+
+
+def check_weights_fit(model, state: dict, path: str | Path) -> None:
+    """Refuse ``state`` unless it has exactly ``model``'s tensor names and shapes (one line, where
+    ``load_state_dict`` would print every mismatch over dozens of lines)."""
+    expected = model.state_dict()
+    problems = [f"no '{k}'" for k in expected if k not in state]
+    problems += [f"an unexpected '{k}'" for k in state if k not in expected]
+    problems += [
+        f"'{k}' is {tuple(getattr(state[k], 'shape', ()))} where the config makes it {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state and getattr(state[k], "shape", None) != v.shape
+    ]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise MtkitError(f"{path}: its weights do not fit its config: {problems[0]}{more}")
+
+
+def vocab_sha256(vocab: dict) -> dict:
+    """SHA-256 (hex) of a checkpoint's ``vocab`` bytes: ``{"src": …, "tgt": … | None}``."""
+    return {side: hashlib.sha256(vocab[side]).hexdigest() if vocab.get(side) is not None else None
+            for side in ("src", "tgt")}
+
+
+def stored_step(path: Path) -> int | None:
+    """The ``step`` a checkpoint file records, read without loading its tensors (None if unknown)."""
+    import torch
+
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # unreadable: whoever loads it reports why
+        return None
+    if not isinstance(ckpt, dict):
+        return None
+    if isinstance(ckpt.get("step"), int):
+        return ckpt["step"]
+    sources = ckpt.get("averaged_from") or []  # averaged files written before they recorded a step
+    m = STEP_PATTERN.match(Path(sources[-1]).name) if sources else None
+    return int(m.group(1)) if m else None
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -87,14 +180,35 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def step_of(path: Path) -> int:
+    """The step in a ``step_N.pt`` file name."""
+    m = STEP_PATTERN.match(path.name)
+    assert m is not None, path
+    return int(m.group(1))
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or a run directory (its averaged, else best, else last checkpoint)."""
+    """A checkpoint file, or a run directory (its averaged, else best, else last checkpoint).
+
+    A run's ``averaged.pt`` that averages only checkpoints older than the run's newest
+    (training went on after ``mtkit average``) is passed over, with a note on stderr.
+    """
     path = Path(path)
     if path.is_dir():
-        for name in ("averaged.pt", "best.pt", "last.pt"):
-            candidate = path / "checkpoints" / name
-            if candidate.is_file():
-                return candidate
+        ckpt_dir = path / "checkpoints"
+        steps = step_checkpoints(path)
+        fallback = next((c for c in (ckpt_dir / "best.pt", ckpt_dir / "last.pt", *steps[-1:]) if c.is_file()), None)
+        averaged = ckpt_dir / "averaged.pt"
+        if averaged.is_file():
+            newest = step_of(steps[-1]) if steps else None
+            upto = stored_step(averaged) if newest is not None else None
+            if fallback is None or newest is None or upto is None or upto >= newest:
+                return averaged
+            print(f"note: {averaged} averages up to step {upto}, older than step {newest}; using "
+                  f"{fallback.name} (run mtkit average to refresh)", file=sys.stderr)
+            return fallback
+        if fallback is not None:
+            return fallback
         raise MtkitError(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
     if not path.exists():
         raise MtkitError(f"{path}: no such checkpoint or run directory")
@@ -109,19 +223,90 @@ class LoadedModel:
     vocab: Any  # mtkit.data.vocab.Vocab
     config: Any  # mtkit.config.Config
     path: Path
+    step: int | None = None  # the training step (an average's: its last checkpoint's)
+
+
+def describe(loaded: LoadedModel) -> str:
+    """``RUN/checkpoints/best.pt (step 600)``: which weights a command uses, for its log line."""
+    return f"{loaded.path} (step {loaded.step})" if loaded.step is not None else str(loaded.path)
 
 
 def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
-    """Build the model of a checkpoint (file or run directory) in eval mode on ``device``."""
-    from mtkit.config import config_from_dict
+    """Build the model of a checkpoint (file or run directory) in eval mode on ``device``.
+
+    Prints nothing (but :func:`resolve_checkpoint`'s note); callers log :func:`describe`.
+    """
     from mtkit.data.vocab import Vocab
     from mtkit.model import Transformer
 
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path)
-    config = config_from_dict(ckpt["config"])
+    config = checkpoint_config(ckpt, path)
     model = Transformer(config.model, ckpt["src_vocab_size"], ckpt["tgt_vocab_size"])
+    check_weights_fit(model, ckpt["model"], path)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"))
-    return LoadedModel(model=model, vocab=vocab, config=config, path=path)
+    step = ckpt.get("step")
+    return LoadedModel(model=model, vocab=vocab, config=config, path=path, step=step if isinstance(step, int) else None)
+
+
+class RunLock:
+    """Exclusive ownership of a run directory: ``flock`` on ``RUN/.lock``, which holds the owner's pid.
+
+    The kernel drops the lock when its process ends, however it ends, so a crashed run's
+    directory is free again at once: there is no stale lock file to remove by hand.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / ".lock"
+        self._file = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise MtkitError naming the pid that holds it."""
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: the directory goes unguarded
+            return
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise MtkitError(f"{self.run_dir}: exists and is not a directory; choose a run directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+", encoding="utf-8")  # "a+": never truncates the holder's pid
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise MtkitError(f"{self.run_dir}: another mtkit train{who} is using this run directory") from None
+        except OSError as e:  # e.g. ENOLCK on a network file system without locks
+            f.close()
+            print(f"warning: {self.path}: cannot lock the run directory ({e.strerror}); "
+                  "make sure no other training uses it", file=sys.stderr)
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor releases the flock
+            self._file = None
+
+
+def remove_partial_saves(run_dir: Path) -> list[Path]:
+    """Delete the temporary files of saves that a killed process left in ``run_dir``; call it
+    only while holding the :class:`RunLock`, so that no live writer owns them."""
+    removed = []
+    for folder, pattern in PARTIAL_SAVES.items():
+        directory = Path(run_dir) / folder
+        if directory.is_dir():
+            for p in directory.iterdir():
+                if pattern.match(p.name) and p.is_file():
+                    p.unlink(missing_ok=True)
+                    removed.append(p)
+    return removed

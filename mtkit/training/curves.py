@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from mtkit.errors import MtkitError
@@ -10,15 +11,29 @@ from mtkit.io import atomic_path
 
 
 def read_metrics(path: Path) -> list[dict]:
+    """The records of ``metrics.jsonl``, one JSON object per line.
+
+    A process killed while appending leaves a cut-short last line: it is dropped with a
+    warning on stderr. A bad line before the last one is not a torn append; it is an error.
+    """
+    path = Path(path)
     if not path.is_file():
         raise MtkitError(f"{path}: no such metrics file")
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+             if line.strip()]
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise MtkitError(f"{path}: line {number}: not valid JSON") from None
+    for i, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError
+        except ValueError:
+            if i == len(lines) - 1:
+                print(f"warning: {path}: line {number} is cut short (a crash while writing it?); ignored",
+                      file=sys.stderr)
+                break
+            raise MtkitError(f"{path}: line {number}: not a JSON object") from None
+        records.append(record)
     return records
 
 

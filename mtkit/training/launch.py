@@ -14,12 +14,13 @@ split every small matmul (benchmarks/README.md, "DDP ranks against threads").
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
 from mtkit.config import Config, save_config
-from mtkit.errors import MtkitError
+from mtkit.errors import Interrupted, MtkitError
 
 
 def under_torchrun() -> bool:
@@ -65,6 +66,7 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     import logging
     import uuid
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -88,8 +90,14 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
         elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
         try:
             elastic_launch(launch, sys.executable)(*args)
+        except SignalException as e:  # the launcher passed the signal on; rank 0 saved its step
+            raise Interrupted(f"interrupted by {e.sigval.name}; the ranks stopped after saving their step; "
+                              "run the same command to resume", e.sigval.value) from None
         except ChildFailedError as e:
             codes = sorted({f.exitcode for f in e.failures.values()})
+            if set(codes) <= {128 + signal.SIGINT, 128 + signal.SIGTERM}:
+                raise Interrupted("the ranks were interrupted and saved their step; run the same command to resume",
+                                  codes[-1] - 128) from None
             raise MtkitError(f"training in {n} processes failed (exit code {', '.join(map(str, codes))}); "
                              "the ranks' messages are above") from None
         finally:

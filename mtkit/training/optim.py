@@ -26,15 +26,19 @@ def learning_rate(step: int, cfg: TrainConfig, d_model: int) -> float:
     linear (fairseq's polynomial_decay with power 1): the same warm-up, then a straight line
     from ``lr`` down to 0 at ``max_steps``: for a fixed budget of updates, ending at 0
     anneals the weights, where inverse_sqrt stops at lr · sqrt(warmup / max_steps).
+
+    ``warmup`` 0 means no warm-up, the peak rate at step 1: noam and inverse_sqrt then
+    decay as step^-0.5 from there (as with warmup 1), instead of dividing by zero.
     """
     step = max(step, 1)
     if cfg.lr_schedule == "noam":
-        return cfg.lr_scale * d_model**-0.5 * min(step**-0.5, step * cfg.warmup**-1.5)
+        return cfg.lr_scale * d_model**-0.5 * min(step**-0.5, step * max(cfg.warmup, 1) ** -1.5)
     if step < cfg.warmup:
         return cfg.lr * step / cfg.warmup
     if cfg.lr_schedule == "linear":
-        return cfg.lr * max(0.0, (cfg.max_steps - step) / (cfg.max_steps - cfg.warmup))
-    return cfg.lr * math.sqrt(cfg.warmup / step)
+        # The config requires max_steps > warmup, so the span is never 0.
+        return cfg.lr * max(0.0, (cfg.max_steps - step) / max(cfg.max_steps - cfg.warmup, 1))
+    return cfg.lr * math.sqrt(max(cfg.warmup, 1) / step)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

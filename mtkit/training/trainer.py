@@ -1,5 +1,9 @@
 """The training loop: token batches → label-smoothed loss → Adam with warm-up, with
 gradient accumulation, mixed precision, DDP, validation, checkpoints and exact resume.
+
+A training owns its run directory (a lock on ``RUN/.lock``), resumes only on the data and
+vocabulary it was trained on, and on SIGINT / SIGTERM saves the step it finished and stops
+(:class:`StopSignals`), so that running the same command again continues exactly.
 """
 
 from __future__ import annotations
@@ -7,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +22,22 @@ from pathlib import Path
 import torch
 
 from mtkit import __version__
-from mtkit.config import PAD_ID, Config, config_from_dict, config_to_dict, save_config
-from mtkit.errors import MtkitError
+from mtkit.config import PAD_ID, Config, config_to_dict, save_config
+from mtkit.errors import Interrupted, MtkitError
 from mtkit.model import Transformer, count_parameters
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, collate, make_batches, prefetch
 from mtkit.training.checkpoint import (
     CHECKPOINT_FORMAT,
+    RunLock,
+    check_weights_fit,
+    checkpoint_config,
     link_atomically,
     load_checkpoint,
+    remove_partial_saves,
     save_checkpoint,
     step_checkpoints,
+    vocab_sha256,
 )
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
@@ -43,9 +55,69 @@ class TrainResult:
     stopped_because: str
 
 
-def check_prepared(data_dir: Path) -> None:
-    if not (Path(data_dir) / "manifest.json").is_file():
-        raise MtkitError(f"{data_dir}: not a prepared data directory (no manifest.json); run `mtkit prepare` first")
+def check_prepared(data_dir: Path) -> dict:
+    """The data directory's manifest, verified (a missing, damaged or newer one is a one-line error)."""
+    from mtkit.data.store import load_manifest
+
+    return load_manifest(data_dir)
+
+
+def data_fingerprint(data_dir: Path) -> str | None:
+    """The prepared data's identity (``manifest.json``'s fingerprint), saved in every checkpoint."""
+    return check_prepared(data_dir).get("fingerprint")
+
+
+def describe_vocab(src: bytes, tgt: bytes | None, src_size: int, tgt_size: int) -> str:
+    """``spm.model is 8000 pieces sha256 1a2b3c4d…`` (or the src + tgt pair), for error messages."""
+    digest = vocab_sha256({"src": src, "tgt": tgt})
+    if tgt is None:
+        return f"spm.model is {src_size} pieces sha256 {digest['src'][:8]}…"
+    return (f"spm.src.model + spm.tgt.model are {src_size} + {tgt_size} pieces "
+            f"sha256 {digest['src'][:8]}… + {digest['tgt'][:8]}…")
+
+
+def clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class StopSignals:
+    """SIGINT and SIGTERM ask the training to stop at the next step boundary, after saving;
+    a second one ends the process at once, unsaved (exit 128 + signal).
+
+    Installed only in the main thread (Python allows no other), and not over a signal the
+    parent set to be ignored (``nohup``, a background job), as a well-behaved command does.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._saved: dict = {}
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous is not signal.SIG_IGN:
+                    self._saved[sig] = previous if previous is not None else signal.SIG_DFL
+                    signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, previous in self._saved.items():
+            signal.signal(sig, previous)
+        self._saved.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        # os.write, not print: the handler may interrupt a print to stderr, whose buffer is not reentrant.
+        if self.signum is not None:
+            os.write(2, f"\n{name} again: stopping at once, without saving\n".encode())
+            os._exit(128 + signum)
+        self.signum = signum
+        os.write(2, f"\n{name}: saving a checkpoint after this step, then stopping "
+                    f"(send it again to stop at once, unsaved)\n".encode())
 
 
 def select_device(name: str, local_rank: int) -> torch.device:
@@ -71,11 +143,20 @@ class MetricsLog:
             self.tensorboard = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
 
     def truncate_after(self, step: int) -> None:
-        """On resume, forget what an interrupted run logged after its last checkpoint."""
+        """On resume, forget what an interrupted run logged after its last checkpoint (and a
+        line cut short by a crash, with a warning: :func:`mtkit.training.curves.read_metrics`)."""
+        from mtkit.io import atomic_write_text
+        from mtkit.training.curves import read_metrics
+
         if not (self.enabled and self.path.exists()):
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def reset(self) -> None:
+        """On a fresh start, drop what a run that never saved a checkpoint logged: none of it goes on."""
+        if self.enabled:
+            self.path.unlink(missing_ok=True)
 
     def write(self, record: dict) -> None:
         if self.enabled:
@@ -114,6 +195,7 @@ class Trainer:
         self.progress = self.progress and self.dist.is_main
 
         check_prepared(self.data_dir)
+        self.data_fingerprint = data_fingerprint(self.data_dir)
         self.vocab = Vocab.load(self.data_dir)
         self.train_store = ParallelStore.open(self.data_dir, "train")
         has_valid = (self.data_dir / "valid.store.json").is_file()
@@ -147,6 +229,8 @@ class Trainer:
         self.elapsed = 0.0  # training seconds, summed over resumed runs
         self.best: float | None = None
         self.bad_validations = 0
+        self.saved_step: int | None = None  # the step of the newest step_N.pt of this run
+        self._session = (time.perf_counter(), 0)  # when and at which step this process began training
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
@@ -182,6 +266,8 @@ class Trainer:
             "config": config_to_dict(self.config),
             "model": self.model.state_dict(),
             "vocab": {"src": src_bytes, "tgt": tgt_bytes},
+            "vocab_sha256": vocab_sha256({"src": src_bytes, "tgt": tgt_bytes}),
+            "data_fingerprint": self.data_fingerprint,
             "src_vocab_size": self.vocab.src_size,
             "tgt_vocab_size": self.vocab.tgt_size,
             "step": self.step,
@@ -197,10 +283,28 @@ class Trainer:
             "length_growth": list(self.length_growth),
         }
 
-    def load_state_dict(self, ckpt: dict) -> None:
-        saved = config_from_dict(ckpt["config"])
-        if saved.model != self.config.model:
+    def check_resumable(self, ckpt: dict, path: Path) -> None:
+        """Refuse to resume on another vocabulary (the ids would mean other pieces, silently, or
+        the embeddings would not fit), on other data, or with another model shape."""
+        src, tgt = self.vocab.model_bytes()
+        if (ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")) != (src, tgt):
+            run = describe_vocab(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["src_vocab_size"],
+                                 ckpt["tgt_vocab_size"])
+            now = describe_vocab(src, tgt, self.vocab.src_size, self.vocab.tgt_size)
+            raise MtkitError(f"{self.run_dir}: resuming with a different vocabulary: the run's {run}, "
+                             f"{self.data_dir}'s {now}; resume with the run's data or start a new run directory")
+        trained_on = ckpt.get("data_fingerprint")  # absent in checkpoints older than the check
+        if trained_on and self.data_fingerprint and trained_on != self.data_fingerprint:
+            raise MtkitError(f"{self.run_dir}: resuming on different data: the run trained on data fingerprint "
+                             f"{trained_on[:12]}…, {self.data_dir}/manifest.json has {self.data_fingerprint[:12]}…; "
+                             f"resume with the run's data or start a new run directory")
+        if checkpoint_config(ckpt, path).model != self.config.model:
             raise MtkitError(f"{self.ckpt_dir}: the checkpoint's model config differs from this recipe's; use a new run directory")
+        check_weights_fit(self.model, ckpt["model"], path)
+
+    def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
+        """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
+        self.check_resumable(ckpt, path or self.ckpt_dir / "last.pt")
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scaler.load_state_dict(ckpt["scaler"])
@@ -219,6 +323,7 @@ class Trainer:
         """Write step_N.pt, point last.pt at it, prune old step files (rank 0 only)."""
         path = self.ckpt_dir / f"step_{self.step:07d}.pt"
         save_checkpoint(self.state_dict(position), path)
+        self.saved_step = self.step
         link_atomically(path, self.ckpt_dir / "last.pt")
         keep = max(self.cfg.keep_last, self.cfg.average_last, 1)
         for old in step_checkpoints(self.run_dir)[:-keep]:
@@ -316,26 +421,68 @@ class Trainer:
         return better
 
     def run(self, resume: bool | None = None) -> TrainResult:
-        """Train until max_steps / max_epochs / max_minutes / early stopping. ``resume``:
-        None = continue from ``last.pt`` when the run directory has one; True = must; False = must not."""
+        """Train until max_steps / max_epochs / max_minutes / early stopping / a signal. ``resume``:
+        None = continue from ``last.pt`` when the run directory has one; True = must; False = must not.
+
+        Raises:
+            Interrupted: SIGINT or SIGTERM stopped the training after saving its last step.
+        """
+        if resume and not (self.ckpt_dir / "last.pt").exists():  # before the lock creates the directory
+            raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
+        lock = RunLock(self.run_dir) if self.dist.is_main else None
+        self._own_run_dir(lock)
+        try:
+            with StopSignals() as signals:
+                self._start(resume)
+                return self._train(signals)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _own_run_dir(self, lock: RunLock | None) -> None:
+        """Rank 0 takes the run directory's lock; every rank learns whether it did, so that all stop."""
+        failure = None
+        if lock is not None:
+            try:
+                lock.acquire()
+            except MtkitError as e:
+                failure = e
+        if distributed.any_rank(failure is not None, self.device):
+            raise failure or MtkitError(f"{self.run_dir}: rank 0 could not lock the run directory (see its message)")
+
+    def _start(self, resume: bool | None) -> None:
+        """Resume from last.pt, or start afresh; with the lock held, so nobody else writes here."""
+        if self.dist.is_main:
+            removed = remove_partial_saves(self.run_dir)
+            if removed:
+                print(f"note: {self.run_dir}: removed {len(removed)} partial file(s) of an interrupted save",
+                      file=sys.stderr)
         last = self.ckpt_dir / "last.pt"
         if last.exists() and resume is not False:
-            self.load_state_dict(load_checkpoint(last))
+            self.load_state_dict(load_checkpoint(last), last)
+            self.saved_step = self.step
             self.log.truncate_after(self.step)
+            if self.dist.is_main:
+                named = self.ckpt_dir / f"step_{self.step:07d}.pt"
+                print(f"resuming {self.run_dir} from step {self.step} (checkpoint {named if named.exists() else last})",
+                      file=sys.stderr, flush=True)
         elif resume:
             raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
         elif last.exists():
             raise MtkitError(f"{self.run_dir}: already holds a run; resume it or choose a new run directory")
+        else:
+            self.log.reset()
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
             save_config(self.config, self.run_dir / "config.yaml")
-            self._copy_vocab()
+            self.vocab.save(self.run_dir)  # the checkpoint's own vocabulary (checked on resume)
             if self.step == 0:
                 self.log.write({"step": 0, "event": "start", "parameters": count_parameters(self.model),
                                 "world_size": self.dist.world_size, "device": str(self.device),
                                 **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
 
+    def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg
         batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout)
         bar = None
@@ -346,6 +493,7 @@ class Trainer:
         window = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0, "padding": 0.0, "updates": 0, "skipped": 0}
         window_start = time.perf_counter()
         session_start = time.perf_counter()
+        self._session = (session_start, self.step)
         elapsed_at_start = self.elapsed
         last_save_time = time.perf_counter()
         last_path: Path | None = None
@@ -395,10 +543,17 @@ class Trainer:
                 if cfg.max_minutes and distributed.any_rank(self.elapsed >= 60 * cfg.max_minutes, self.device):
                     stopped = "max_minutes"
                     break
+                # Checked here, at the end of a whole step (its validation and save included), so that
+                # the resumed run continues exactly as this one would have; the ranks stop together.
+                if distributed.any_rank(signals.signum is not None, self.device):
+                    stopped = "signal"
+                    break
         finally:
             batches.close()
             if bar is not None:
                 bar.close()
+        if stopped == "signal":
+            self._stop_on_signal(signals.signum or signal.SIGTERM, position)
 
         averaged = None
         if validated_step != self.step and cfg.valid_every and self.valid_store is not None:
@@ -420,6 +575,20 @@ class Trainer:
         return TrainResult(self.step, last_path, best if best.exists() else None, averaged, final_loss,
                            self.elapsed / 60, stopped)
 
+    def _stop_on_signal(self, signum: int, position: SamplerState) -> None:
+        """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank."""
+        name = signal.Signals(signum).name
+        path = self.ckpt_dir / f"step_{self.step:07d}.pt"
+        if self.dist.is_main:
+            if self.step > 0 and self.saved_step != self.step:
+                path = self.save(position)
+            self.log.close()
+        distributed.barrier()  # the other ranks wait: torchrun would kill rank 0 mid-save when they exit
+        if self.step == 0:
+            raise Interrupted(f"interrupted by {name} before the first update; nothing to save", signum)
+        raise Interrupted(f"interrupted by {name} at step {self.step}; saved {path}; "
+                          "run the same command to resume", signum)
+
     # ---------------------------------------------------------------- helpers
 
     def _validate_and_save(self, position: SamplerState, bar, final: bool) -> Path | None:
@@ -431,8 +600,11 @@ class Trainer:
         elif better:
             self.bad_validations = 0
         self.log.write({"step": self.step, "epoch": position.epoch, **record})
+        line = f"step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items())
         if bar is not None:
-            bar.write(f"step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
+            bar.write(line)
+        elif self.dist.is_main:
+            print(line, file=sys.stderr, flush=True)
         if not self.dist.is_main:
             return None
         path = self.save(position)
@@ -461,14 +633,21 @@ class Trainer:
         self.log.write(record)
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{stats['lr']:.2e}", tok_s=f"{tokens / seconds:.0f}")
+        elif self.dist.is_main:  # no terminal (a log file, a scheduler): one line per log_every steps
+            print(f"step {self.step}/{self.cfg.max_steps} | loss {loss:.3f} | lr {stats['lr']:.2e} | "
+                  f"{tokens / seconds:.0f} tok/s | elapsed {clock(self.elapsed)} | ETA {self._eta()}",
+                  file=sys.stderr, flush=True)
         return loss
 
-    def _copy_vocab(self) -> None:
-        import shutil
-
-        for name in ("spm.model", "spm.src.model", "spm.tgt.model"):
-            if (self.data_dir / name).exists() and not (self.run_dir / name).exists():
-                shutil.copyfile(self.data_dir / name, self.run_dir / name)
+    def _eta(self) -> str:
+        """Time to max_steps at this session's pace, or to max_minutes if that comes first."""
+        started, first_step = self._session
+        left = []
+        if self.step > first_step:
+            left.append((self.cfg.max_steps - self.step) * (time.perf_counter() - started) / (self.step - first_step))
+        if self.cfg.max_minutes:
+            left.append(60 * self.cfg.max_minutes - self.elapsed)
+        return clock(min(left)) if left else "?"
 
     def _draw_curves(self) -> None:
         try:

@@ -27,6 +27,14 @@ def make_config(data: dict, **train_overrides):
     return config_from_dict({"data": data, "model": model, "train": train_cfg})
 
 
+def write_recipe(path: Path, config) -> Path:
+    """The config as a recipe file, as mtkit saves it."""
+    from mtkit.config import save_config
+
+    save_config(config, path)
+    return path
+
+
 def losses(run: Path) -> list[tuple[int, float]]:
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [(r["step"], r["loss"]) for r in records if "loss" in r]
@@ -112,8 +120,6 @@ def test_average_at_the_end_of_training(reverse_data, tmp_path):
 
 def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     """torchrun, 2 processes × 2 accumulated batches (no_sync), gloo: equal to one process accumulating 4."""
-    import yaml
-
     data_dir, data = reverse_data
     # 6 updates × 4 batches stay inside the first epoch (~31 batches), where the single process and
     # the ranks (which drop an odd last batch to stay in step) read the same batches.
@@ -122,9 +128,7 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     train(single, data_dir, tmp_path / "single", progress=False)
 
     recipe = tmp_path / "ddp.yaml"
-    from mtkit.config import config_to_dict
-
-    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, update_freq=2, **common))))
+    write_recipe(recipe, make_config(data, update_freq=2, **common))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
@@ -151,9 +155,6 @@ def test_train_processes_launches_ranks_that_stop_together_and_share_validation(
     """train.processes=2: `mtkit train` starts two torchrun ranks itself; they stop at the same step
     on max_minutes (each rank has its own clock); the sharded, gathered validation BLEU equals a
     one-process evaluation of the same weights."""
-    import yaml
-
-    from mtkit.config import config_to_dict
     from mtkit.training.checkpoint import load_model
     from mtkit.training.validation import validation_bleu
 
@@ -161,7 +162,7 @@ def test_train_processes_launches_ranks_that_stop_together_and_share_validation(
     config = make_config(data, processes=2, max_steps=100_000, max_minutes=0.4, valid_every=100_000,
                          bleu_every=100_000, clip_norm=1.0)
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(yaml.safe_dump(config_to_dict(config)))
+    write_recipe(recipe, config)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -222,13 +223,9 @@ def test_a_failing_rank_ends_the_whole_job_with_an_error(reverse_data, tmp_path)
     """torchrun tears the job down when one rank dies, instead of leaving rank 0 waiting in all-reduce."""
     import time
 
-    import yaml
-
-    from mtkit.config import config_to_dict
-
     data_dir, data = reverse_data
     recipe = tmp_path / "ddp.yaml"
-    recipe.write_text(yaml.safe_dump(config_to_dict(make_config(data, max_steps=50, log_every=1))))
+    write_recipe(recipe, make_config(data, max_steps=50, log_every=1))
     script = tmp_path / "failing.py"
     script.write_text(FAILING_RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -279,15 +276,11 @@ def test_bpe_dropout_trains_and_resumes_with_its_saved_batch_sizing(reverse_data
 def test_ddp_with_bpe_dropout_keeps_the_ranks_in_step(reverse_data, tmp_path):
     """Each rank measures the length growth and re-segments its own batches; the ranks must agree on
     the batches they cut (the growth is averaged over ranks), or the job would hang at an epoch's end."""
-    import yaml
-
-    from mtkit.config import config_to_dict
-
     data_dir, data = reverse_data
     recipe = tmp_path / "ddp.yaml"
     # ~15 updates per epoch on 2 ranks: 40 updates cross two epoch ends.
     config = make_config(data, max_steps=40, log_every=10, save_every=20, bpe_dropout=0.1, max_epochs=3)
-    recipe.write_text(yaml.safe_dump(config_to_dict(config)))
+    write_recipe(recipe, config)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]

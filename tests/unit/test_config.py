@@ -90,3 +90,13 @@ def test_flags_are_named_in_errors_and_win_over_set():
 def test_a_recipe_that_is_a_directory_is_a_one_line_error(tmp_path):
     with pytest.raises(MtkitError, match="is a directory"):
         load_config(tmp_path)
+
+
+def test_a_saved_config_loads_back_as_itself(tmp_path):
+    from mtkit.config import Config, config_from_dict, save_config
+
+    config = config_from_dict({"data": {"src_lang": "no", "train": {"src": "1.50", "tgt": "on"}},
+                               "model": {"preset": "transformer-tiny"}, "train": {"lr": 5e-4}})
+    for c in (Config(), config):
+        save_config(c, tmp_path / "config.yaml")
+        assert load_config(tmp_path / "config.yaml") == c

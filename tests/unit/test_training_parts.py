@@ -1,6 +1,9 @@
 """Batching, loss, schedule, averaging and atomic checkpoints."""
 
+import errno
 import math
+import os
+import re
 
 import numpy as np
 import pytest
@@ -10,9 +13,9 @@ import torch.nn.functional as F
 from conftest import ListStore
 from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
-from mtkit.training.average import average_checkpoints
+from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
-from mtkit.training.checkpoint import link_atomically, load_checkpoint, save_checkpoint
+from mtkit.training.checkpoint import link_atomically, load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.training.loss import label_smoothed_loss
 from mtkit.training.optim import learning_rate
 
@@ -188,3 +191,102 @@ def test_checkpoints_load_without_executing_code(tmp_path):
         pickle.dump({"format_version": 1, "x": Evil()}, f)
     with pytest.raises(MtkitError, match="not a readable mtkit checkpoint"):
         load_checkpoint(path)
+
+
+@pytest.mark.parametrize("failure, message", [
+    (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "no space left on device while saving the checkpoint"),
+    (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "disk quota exceeded while saving the checkpoint"),
+    # what torch.save raises when it writes to a path on a full disk
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+     r"writing the checkpoint failed \(is the disk full\?\)"),
+], ids=["ENOSPC", "EDQUOT", "torch"])
+def test_a_full_disk_is_one_line_and_leaves_the_previous_checkpoint(tmp_path, monkeypatch, failure, message):
+    link_atomically(save_checkpoint(_payload(1), tmp_path / "step_1.pt"), tmp_path / "last.pt")
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"\0" * 100)
+        raise failure
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    expected = f"^{re.escape(str(tmp_path / 'step_2.pt'))}: {message}; the previous checkpoints are intact$"
+    with pytest.raises(MtkitError, match=expected):
+        save_checkpoint(_payload(2), tmp_path / "step_2.pt")
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "step_1.pt"]  # no temporary file left
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 1
+
+
+def test_other_save_failures_are_not_disguised(tmp_path, monkeypatch):
+    def broken(obj, f, *args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        save_checkpoint(_payload(2), tmp_path / "step_2.pt")
+
+
+@pytest.mark.parametrize("missing", ["config", "model", "vocab", "src_vocab_size"])
+def test_a_hand_made_checkpoint_without_a_key_is_one_error_line(tmp_path, missing):
+    payload = _payload(1)
+    del payload[missing]
+    path = save_checkpoint(payload, tmp_path / "hand.pt")
+    with pytest.raises(MtkitError, match=rf"^{re.escape(str(path))}: not a complete mtkit checkpoint \(no '{missing}'"):
+        load_checkpoint(path)
+
+
+def test_warmup_0_starts_at_the_peak_and_divides_by_nothing():
+    for schedule in ("noam", "inverse_sqrt", "linear"):
+        cfg = TrainConfig(lr_schedule=schedule, warmup=0, lr=1e-3, max_steps=100)
+        rates = [learning_rate(step, cfg, 512) for step in range(1, 100)]
+        assert all(math.isfinite(r) and r > 0 for r in rates), schedule
+        assert rates == sorted(rates, reverse=True), schedule  # no warm-up: it only decays
+    assert learning_rate(9, TrainConfig(lr_schedule="inverse_sqrt", warmup=0, lr=1e-3), 512) == pytest.approx(1e-3 / 3)
+    assert learning_rate(9, TrainConfig(lr_schedule="noam", warmup=0), 512) == pytest.approx(512**-0.5 / 3)
+
+
+@pytest.mark.parametrize("last", [0, -1])
+def test_average_refuses_fewer_than_one_checkpoint(tmp_path, last):
+    for s in (1, 2, 3):
+        save_checkpoint(_payload(s), tmp_path / "checkpoints" / f"step_{s:07d}.pt")
+    with pytest.raises(MtkitError, match=f"^--last must be at least 1, got {last}$"):
+        average_run(tmp_path, last)
+
+
+def test_a_run_directory_passes_over_an_averaged_checkpoint_older_than_its_newest(tmp_path, capsys):
+    ckpt_dir = tmp_path / "checkpoints"
+    paths = [save_checkpoint(_payload(s), ckpt_dir / f"step_{s:07d}.pt") for s in (2, 4, 6)]
+    link_atomically(paths[1], ckpt_dir / "best.pt")
+    link_atomically(paths[2], ckpt_dir / "last.pt")
+    average_run(tmp_path, 2, output=None)  # steps 4 and 6
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "averaged.pt"
+    assert capsys.readouterr().err == ""
+
+    paths.append(save_checkpoint(_payload(8), ckpt_dir / "step_0000008.pt"))  # training went on
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "best.pt"
+    assert capsys.readouterr().err == (f"note: {ckpt_dir / 'averaged.pt'} averages up to step 6, older than step 8; "
+                                       "using best.pt (run mtkit average to refresh)\n")
+
+    old = load_checkpoint(ckpt_dir / "averaged.pt")  # written before averages recorded their step
+    del old["step"]
+    save_checkpoint(old, ckpt_dir / "averaged.pt")
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "best.pt"
+    average_run(tmp_path, 2)
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "averaged.pt"
+
+
+def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys):
+    from mtkit.training.curves import read_metrics
+    from mtkit.training.trainer import MetricsLog
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo')
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]
+    assert capsys.readouterr().err == f"warning: {path}: line 3 is cut short (a crash while writing it?); ignored\n"
+    MetricsLog(path, enabled=True).truncate_after(5)
+    assert path.read_text() == '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
+
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo\n{"step": 3, "loss": 1.0}\n')
+    with pytest.raises(MtkitError, match=rf"^{re.escape(str(path))}: line 2: not a JSON object$"):
+        MetricsLog(path, enabled=True).truncate_after(5)
+    with pytest.raises(MtkitError, match=rf"^{re.escape(str(path))}: line 2: not a JSON object$"):
+        read_metrics(path)
