@@ -90,9 +90,8 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
         elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
         try:
             elastic_launch(launch, sys.executable)(*args)
-        except SignalException as e:  # the launcher passed the signal on; rank 0 saved its step
-            raise Interrupted(f"interrupted by {e.sigval.name}; the ranks stopped after saving their step; "
-                              "run the same command to resume", e.sigval.value) from None
+        except SignalException as e:  # the launcher passed the signal on to the ranks
+            raise Interrupted("", e.sigval.value) from None  # rank 0 said where it saved
         except ChildFailedError as e:
             codes = sorted({f.exitcode for f in e.failures.values()})
             if set(codes) <= {128 + signal.SIGINT, 128 + signal.SIGTERM}:

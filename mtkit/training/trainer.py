@@ -584,6 +584,8 @@ class Trainer:
                 path = self.save(position)
             self.log.close()
         distributed.barrier()  # the other ranks wait: torchrun would kill rank 0 mid-save when they exit
+        if not self.dist.is_main:
+            raise Interrupted("", signum)  # rank 0 says it, once
         if self.step == 0:
             raise Interrupted(f"interrupted by {name} before the first update; nothing to save", signum)
         raise Interrupted(f"interrupted by {name} at step {self.step}; saved {path}; "

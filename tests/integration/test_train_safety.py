@@ -129,6 +129,28 @@ def test_a_signal_saves_the_step_and_resuming_equals_an_uninterrupted_run(revers
         assert torch.equal(tensor, b[key]), key
 
 
+def test_a_signal_to_launched_ranks_saves_their_step_with_one_line(reverse_data, tmp_path):
+    """train.processes=2: SIGTERM to `mtkit train` reaches both ranks through torchrun's launcher;
+    rank 0 saves the step they finished together and alone says so."""
+    data_dir, data = reverse_data
+    run, err = tmp_path / "run", tmp_path / "train.err"
+    recipe = write_recipe(tmp_path / "recipe.yaml", make_config(data, max_steps=1_000_000, log_every=1, save_every=0,
+                                                                processes=2))
+    proc = start(mtkit_train(recipe, data_dir, run), err)
+    try:
+        wait_until(lambda: logged_steps(run) >= 3, proc, err)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = err.read_text()
+    assert code == 143, stderr[-3000:]
+    step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
+    assert_one_error_line(stderr, f"interrupted by SIGTERM at step {step}; "
+                                  f"saved {run / 'checkpoints' / f'step_{step:07d}.pt'}; run the same command to resume")
+
+
 def test_signal_handlers_are_restored_after_training(reverse_data, tmp_path):
     data_dir, data = reverse_data
     before = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
