@@ -99,7 +99,8 @@ def prepare(
     src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code (data.src_lang)."),
     tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code (data.tgt_lang)."),
     demo: bool = typer.Option(False, "--demo", help="Use the built-in synthetic corpus (number words, en → de)."),
-    force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date "
+                               "(it replaces only an earlier mtkit output, never other files)."),
     set_: Optional[List[str]] = SetOption,
 ) -> None:
     """Clean parallel text, train SentencePiece and write a memory-mapped training set.
@@ -229,32 +230,34 @@ def translate(
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding (same as --beam 1)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α (paper: GNMT's, 0.6)."),
     length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt: ((5+L)/6)^α (paper); power: L^α (fairseq --lenpen, Marian --normalize)."),
-    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the K best hypotheses per input."),
+    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the K best hypotheses per input (K <= --beam, as fairseq; implies --format nbest)."),
     max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
     max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
     batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Source tokens per batch."),
     no_repeat_ngram_size: Optional[int] = typer.Option(None, "--no-repeat-ngram-size", help="Forbid repeating n-grams of this size."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of searching (e.g. for back-translation)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature"),
-    top_k: Optional[int] = typer.Option(None, "--top-k"),
-    top_p: Optional[float] = typer.Option(None, "--top-p"),
-    output_format: str = typer.Option("text", "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
+    output_format: Optional[str] = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE); default text, nbest with --nbest K > 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
-    buffer_size: Optional[int] = typer.Option(None, "--buffer-size", help="Lines read per chunk (1 = flush every line)."),
+    buffer_size: Optional[int] = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
     attention_png: Optional[Path] = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: Optional[int] = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
     threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
 ) -> None:
     """Translate text, one output line per input line, always.
 
-    Reads: files or stdin, one sentence per line. Writes: translations to stdout (or
-    --output); logs and progress to stderr.
+    Reads: files or stdin, one sentence per line (from a pipe, what has arrived is translated
+    whenever no more is ready). Writes: translations to stdout (or --output); the checkpoint
+    loaded, warnings and progress to stderr.
 
     \b
     Example:
       echo "two hundred five" | mtkit translate -m work/demo/run
+      mtkit translate -m work/demo/run --beam 5 --nbest 3 test.en    # 3 lines per input
     """
     from mtkit.commands.translate import translate as run_translate
 
@@ -266,7 +269,7 @@ def translate(
     }
     run_translate(
         list(model), inputs=list(inputs or ["-"]), output=output, output_format=output_format, device=device,
-        precision=precision, engine=engine, buffer_size=buffer_size or 1000, attention_png=attention_png,
+        precision=precision, engine=engine, buffer_size=buffer_size, attention_png=attention_png,
         attention_layer=attention_layer, threads=threads, decode_overrides={k: v for k, v in overrides.items() if v is not None},
     )
 
@@ -295,13 +298,13 @@ def export_ctranslate2(
 
 @app.command()
 def evaluate(
-    hyp: Optional[List[Path]] = typer.Option(None, "--hyp", help="Hypothesis file (repeat to compare systems by paired bootstrap)."),
+    hyp: Optional[List[Path]] = typer.Option(None, "--hyp", help="Hypothesis file, '-' for stdin (repeat to compare systems by paired bootstrap)."),
     ref: Optional[List[Path]] = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
     model: Optional[List[Path]] = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score (repeat for an ensemble)."),
     src: Optional[Path] = typer.Option(None, "--src", help="Source file to translate with --model."),
     testset: Optional[str] = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
     langpair: Optional[str] = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
-    hyp_out: Optional[Path] = typer.Option(None, "--hyp-out", help="Where --model writes its hypotheses (default beside the scores)."),
+    hyp_out: Optional[Path] = typer.Option(None, "--hyp-out", help="Also write --model's hypotheses here (by default they are scored in memory and not kept)."),
     metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter."),
     chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
     lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),
@@ -312,17 +315,18 @@ def evaluate(
     beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α for --model."),
     length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
-    device: str = typer.Option("auto", "--device"),
+    device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
 
     Reads: hypothesis and raw reference files, or translates a source file / named test
-    set with --model first. Writes: the scores to stdout (table or --json); with --model,
-    the hypotheses to --hyp-out.
+    set with --model first (scored in memory). Writes: the scores to stdout (table or
+    --json); the hypotheses only to --hyp-out.
 
     \b
     Examples:
       mtkit evaluate --hyp hyp.de --ref test.de
+      mtkit translate -m runs/en-de test.en | mtkit evaluate --hyp - --ref test.de
       mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
       mtkit evaluate -m runs/en-de -m runs/en-de-2 --src test.en --ref test.de   # an ensemble
     """
@@ -388,7 +392,8 @@ def main() -> None:
     except MtkitError as e:
         if debug or os.environ.get("MTKIT_DEBUG") == "1":
             raise
-        print(f"error: {e}", file=sys.stderr)
+        if str(e):  # empty: another process (rank 0 of a launched training) printed it
+            print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
     except OSError as e:  # the machine's, not mtkit's: a full disk, a permission, a missing device
         if debug or os.environ.get("MTKIT_DEBUG") == "1":

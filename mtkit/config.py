@@ -160,7 +160,7 @@ class TrainConfig:
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-time limit; 0 = no limit
     lr_schedule: Literal["noam", "inverse_sqrt", "linear"] = "noam"
-    warmup: int = 4000
+    warmup: int = 4000  # 0 = none: the peak rate from the first step (mtkit.training.optim)
     lr: float = 5e-4  # peak learning rate of inverse_sqrt and linear
     lr_scale: float = 1.0  # factor on the paper's (noam) schedule
     betas: tuple[float, float] = (0.9, 0.98)
@@ -398,10 +398,10 @@ def _validate(config: Config) -> None:
     _check(m.layer_norm_eps > 0, "model.layer_norm_eps", "> 0", m.layer_norm_eps)
 
     t = config.train
-    for name in ("max_tokens", "update_freq", "processes", "ensemble", "max_steps", "warmup", "log_every",
-                 "keep_last", "bleu_beam"):
+    for name in ("max_tokens", "update_freq", "processes", "ensemble", "max_steps", "log_every", "keep_last",
+                 "bleu_beam"):
         _check(getattr(t, name) >= 1, f"train.{name}", ">= 1", getattr(t, name))
-    for name in ("max_epochs", "max_minutes", "valid_every", "bleu_every", "save_every", "save_every_minutes",
+    for name in ("warmup", "max_epochs", "max_minutes", "valid_every", "bleu_every", "save_every", "save_every_minutes",
                  "patience", "average_last", "weight_decay", "clip_norm", "rdrop_alpha"):
         _check(getattr(t, name) >= 0, f"train.{name}", ">= 0", getattr(t, name))
     for name in ("lr", "lr_scale", "eps"):
@@ -416,7 +416,10 @@ def _validate(config: Config) -> None:
 
     c = config.decode
     _check(c.beam >= 1, "decode.beam", ">= 1", c.beam)
-    _check(1 <= c.nbest <= c.beam, "decode.nbest", f"between 1 and decode.beam ({c.beam})", c.nbest)
+    if c.sampling:  # nbest is the number of samples then; the beam plays no part
+        _check(c.nbest >= 1, "decode.nbest", ">= 1", c.nbest)
+    else:
+        _check(1 <= c.nbest <= c.beam, "decode.nbest", f"between 1 and decode.beam ({c.beam})", c.nbest)
     _check(c.alpha >= 0, "decode.alpha", ">= 0", c.alpha)
     _check(c.max_len_a >= 0, "decode.max_len_a", ">= 0", c.max_len_a)
     for name in ("batch_tokens", "max_input_len"):

@@ -4,7 +4,8 @@
 or an ensemble; :class:`mtkit.export.ctranslate2.Ctranslate2Translator` runs an
 exported model in CTranslate2. Both share :class:`LineTranslator`, which:
 
-* reads its input lazily, ``buffer_size`` lines at a time (never the whole input);
+* reads its input lazily, ``buffer_size`` lines at a time (never the whole input),
+  or what a pipe has delivered so far when it has no more ready (:func:`read_ready_lines`);
 * encodes a chunk, sorts it by length, cuts token-budget batches
   (``decode.batch_tokens`` padded source tokens per batch; beam rows come on top),
   and yields the results in input order;
@@ -70,17 +71,60 @@ class Translation:
         return self.candidates[0]
 
 
-def read_text_lines(stream: IO[bytes]) -> Iterator[str]:
-    """Lines of a binary stream as text: invalid UTF-8 becomes U+FFFD, and only the
-    line ending (``\\n`` or ``\\r\\n``) is stripped, so the line count is exactly ``wc -l``'s
-    (plus an unterminated last line)."""
-    for raw in stream:
-        line = raw.decode("utf-8", errors="replace")
-        if line.endswith("\n"):
+def _decode_line(raw: bytes) -> str:
+    """One line (with its ``\\n``, if any) as text: invalid UTF-8 becomes U+FFFD and only the
+    line ending (``\\n`` or ``\\r\\n``) is stripped."""
+    line = raw.decode("utf-8", errors="replace")
+    if line.endswith("\n"):
+        line = line[:-1]
+        if line.endswith("\r"):
             line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-        yield line
+    return line
+
+
+def read_text_lines(stream: IO[bytes]) -> Iterator[str]:
+    """Lines of a binary stream as text (see :func:`_decode_line`), so the line count is
+    exactly ``wc -l``'s (plus an unterminated last line)."""
+    for raw in stream:
+        yield _decode_line(raw)
+
+
+def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
+                     chunk_size: int = 1 << 16) -> Iterator[str | None]:
+    """Lines of a pipe or terminal as they arrive, and None whenever no more input is ready.
+
+    :meth:`LineTranslator.translate` translates what it holds at a None, so a program that
+    writes one line and waits for its answer gets it, while a pipe that keeps up still
+    fills whole chunks. ``before_wait`` runs before blocking for more input (the command
+    flushes its output there). Reads with ``os.read``: a buffered reader would hold back
+    lines it has already read.
+    """
+    import os
+    import select
+
+    pending = bytearray()
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0)
+        if not ready:
+            yield None
+            if before_wait is not None:
+                before_wait()
+        data = os.read(fd, chunk_size)
+        if not data:
+            break
+        start = len(pending)
+        pending += data
+        end = pending.find(b"\n", start)
+        if end < 0:
+            continue
+        begin = 0
+        while end >= 0:
+            yield _decode_line(bytes(pending[begin : end + 1]))
+            begin = end + 1
+            end = pending.find(b"\n", begin)
+        del pending[:begin]
+    if pending:
+        yield _decode_line(bytes(pending))
 
 
 def clean_output(text: str) -> str:
@@ -131,6 +175,7 @@ class LineTranslator:
         self.log = log
         self.max_src_len = decode.max_input_len if max_positions is None else min(decode.max_input_len, max_positions)
         self.max_out_len = None if max_positions is None else max_positions - 1
+        self._warned_max_len = False
 
     # ------------------------------------------------------------------ engine
 
@@ -140,18 +185,20 @@ class LineTranslator:
 
     # ---------------------------------------------------------------- pipeline
 
-    def translate(self, lines: Iterable[str], buffer_size: int = 1000) -> Iterator[Translation]:
+    def translate(self, lines: Iterable[str | None], buffer_size: int = 1000) -> Iterator[Translation]:
         """Translate ``lines`` (text without newlines), reading ``buffer_size`` lines at a time.
 
         Yields one :class:`Translation` per line, in input order, a chunk at a time;
-        with ``buffer_size=1`` each line is yielded as soon as it is translated.
+        with ``buffer_size=1`` each line is yielded as soon as it is translated. A None
+        in ``lines`` (see :func:`read_ready_lines`) ends the chunk early.
         """
         buffer_size = max(1, buffer_size)
         chunk: list[str] = []
         start = 0
         for line in lines:
-            chunk.append(line)
-            if len(chunk) >= buffer_size:
+            if line is not None:
+                chunk.append(line)
+            if chunk and (line is None or len(chunk) >= buffer_size):
                 yield from self._translate_chunk(chunk, start)
                 start += len(chunk)
                 chunk = []
@@ -174,7 +221,18 @@ class LineTranslator:
                          f"truncated to {self.max_src_len} (decode.max_input_len or the model's max_positions)")
                 ids = ids[: self.max_src_len - 1]
             out.append(list(ids) + [EOS_ID])
+            self._check_max_len(len(ids) + 1, start + i + 1)
         return out
+
+    def _check_max_len(self, src_len: int, number: int) -> None:
+        """Warn, once, when the maximum output length a·S + b leaves a line a single token."""
+        d = self.decode
+        if self._warned_max_len or int(d.max_len_a * src_len + d.max_len_b) >= 1:
+            return
+        self._warned_max_len = True
+        self.log(f"warning: line {number}: the maximum output length max_len_a·S + max_len_b = "
+                 f"{d.max_len_a:g}·{src_len} + {d.max_len_b} is below 1, so its output is cut to one token "
+                 "(see --max-len-a/--max-len-b); other such lines are not reported")
 
     def batches(self, src: list[list[int]]) -> list[list[int]]:
         """Indices of the non-empty sentences in length-sorted batches of at most

@@ -1,13 +1,15 @@
 """``mtkit evaluate`` in all its forms: score files, or translate with a model first.
 
-* ``--hyp H --ref R``: score H against R (see :mod:`mtkit.commands.evaluate`).
+* ``--hyp H --ref R``: score H (``-``: stdin) against R (see :mod:`mtkit.commands.evaluate`).
 * ``--model M --src S --ref R``: translate S with M (the checkpoint's decode settings,
-  overridden by the options; ``--model`` repeated: an ensemble), write the hypotheses to
-  ``--hyp-out``, then score them.
+  overridden by the options; ``--model`` repeated: an ensemble), then score the
+  translations; ``--hyp-out`` also writes them to a file.
 * ``--testset wmt14/full --langpair en-de``: sources and references from sacrebleu;
   with ``--model`` they are translated, else ``--hyp`` is scored against them.
 
-Hypotheses are always detokenized text and references always the raw text.
+Nothing is written unless asked for: translations and sacrebleu's references are
+scored in memory (sacrebleu keeps its own cache of test sets), never written beside
+the model. Hypotheses are always detokenized text and references always the raw text.
 """
 
 from __future__ import annotations
@@ -19,30 +21,31 @@ from mtkit.errors import MtkitError
 
 
 def translate_lines(model_path: Path | list[Path], lines: list[str], decode_overrides: dict,
-                    device: str = "auto") -> tuple[list[str], bool]:
+                    device: str = "auto", flags: bool = False) -> tuple[list[str], bool]:
     """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
     list of them: an ensemble, decoding with the first one's settings), and whether the model's
-    target vocabulary lowercases (``data.spm.lowercase``)."""
-    import torch
+    target vocabulary lowercases (``data.spm.lowercase``). Says on stderr which checkpoints it loaded.
 
+    Args:
+        decode_overrides: decode keys set on top of the checkpoint's ``decode`` section.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        flags: the overrides come from command-line flags (``--beam``): errors name the flags.
+    """
+    from mtkit.commands.translate import apply_decode_flags, check_decode_flags, resolve_device, say_loaded
     from mtkit.config import override_section
-
     from mtkit.training.checkpoint import load_model
     from mtkit.translate import Translator
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if flags:
+        check_decode_flags(decode_overrides)
+    device = resolve_device(device)
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
-    decode = override_section(loaded[0].config.decode, "decode", decode_overrides)
-    return Translator(loaded, decode, device=device).translate_text(lines), loaded[0].vocab.lowercases("tgt")
-
-
-def default_hyp_out(model: Path, name: str) -> Path:
-    """Hypotheses go beside the scores: RUN/eval/NAME.hyp for a run directory, else beside the checkpoint."""
-    model = Path(model)
-    folder = model / "eval" if model.is_dir() else model.parent / "eval"
-    return folder / f"{name}.hyp"
+    base = loaded[0].config.decode
+    decode = apply_decode_flags(base, decode_overrides) if flags else override_section(base, "decode", decode_overrides)
+    translator = Translator(loaded, decode, device=device)
+    say_loaded(loaded)
+    return translator.translate_text(lines), loaded[0].vocab.lowercases("tgt")
 
 
 def evaluate(
@@ -64,9 +67,18 @@ def evaluate(
     lowercase: bool = False,
 ) -> str:
     """Run the evaluation the options describe; return the text to print."""
-    from mtkit.commands.evaluate import evaluate_files
+    from mtkit.commands.evaluate import evaluate_lines, read_named
     from mtkit.io import atomic_write_text, read_lines
 
+    if model is not None and hyp:
+        raise MtkitError("give either --hyp or --model, not both")
+    if sum(str(p) == "-" for p in [*hyp, *ref]) > 1:
+        raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
+    if hyp_out is not None:
+        if model is None:
+            raise MtkitError("--hyp-out needs --model (it writes the model's translations)")
+        if Path(hyp_out).is_dir():
+            raise MtkitError(f"--hyp-out {hyp_out}: is a directory; give a file path")
     if testset is not None:
         from mtkit.metrics import load_testset
 
@@ -75,36 +87,31 @@ def evaluate(
         if src is not None or ref:
             raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
         sources, references = load_testset(testset, langpair)
-        name = f"{testset.replace('/', '_')}.{langpair}"
-        folder = (default_hyp_out(model[0], name).parent if model is not None else Path(hyp[0]).parent) if (model or hyp) else Path(".")
-        ref = []
-        for k, stream in enumerate(references):
-            path = folder / f"{name}.ref{k}.{langpair.split('-')[1]}"
-            atomic_write_text(path, "".join(line + "\n" for line in stream))
-            ref.append(path)
-        if model is not None:
-            src_lines = sources
-            lang = lang or langpair.split("-")[1]
-    elif model is not None:
-        if src is None or not ref:
+        refs = [(f"{testset}:{langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
+                for k, stream in enumerate(references)]
+        lang = lang or langpair.split("-")[1]
+    else:
+        if model is not None and (src is None or not ref):
             raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
-        src_lines = list(read_lines(src))
-        name = Path(src).name
-    if model is not None:
-        if hyp:
-            raise MtkitError("give either --hyp or --model, not both")
-        out = hyp_out or default_hyp_out(model[0], name)
-        hypotheses, folds_case = translate_lines(model, src_lines, decode_overrides, device)
+        if not ref:
+            raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
+        refs = read_named(ref)
+        if lang is None and model is not None:
+            suffix = Path(ref[0]).suffix.lstrip(".")
+            lang = suffix if len(suffix) == 2 else None
+    if model is None:
+        if not hyp:
+            raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
+        hyps = read_named(hyp)
+    else:
+        src_lines = sources if testset is not None else list(read_lines(src))
+        hypotheses, folds_case = translate_lines(model, src_lines, decode_overrides, device, flags=True)
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
             lowercase = True
-        atomic_write_text(out, "".join(line + "\n" for line in hypotheses))
-        print(f"hypotheses: {out}", file=sys.stderr)
-        hyp = [out]
-        if lang is None and ref:
-            suffix = Path(ref[0]).suffix.lstrip(".")
-            lang = suffix if len(suffix) == 2 else None
-    if not hyp or not ref:
-        raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
-    return evaluate_files(hyp, ref, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang,
+        if hyp_out is not None:
+            atomic_write_text(hyp_out, "".join(line + "\n" for line in hypotheses))
+            print(f"hypotheses: {hyp_out}", file=sys.stderr)
+        hyps = [(str(hyp_out) if hyp_out is not None else ", ".join(map(str, model)), hypotheses)]
+    return evaluate_lines(hyps, refs, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang,
                           lowercase=lowercase)

@@ -20,10 +20,12 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     from mtkit.export.ctranslate2 import _import_ctranslate2, export_model
 
     _import_ctranslate2()
+    import sys
+
+    from mtkit.commands.translate import say_loaded
     from mtkit.training.checkpoint import load_model
 
     loaded = load_model(checkpoint, "cpu")
+    say_loaded([loaded])
     out = export_model(loaded, out_dir, quantization)
-    import sys
-
     print(f"exported {loaded.path} to {out} (CTranslate2, {quantization or 'float32'})", file=sys.stderr)

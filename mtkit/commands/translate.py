@@ -2,8 +2,18 @@
 
 Input is read as bytes and decoded per line (invalid UTF-8 becomes U+FFFD), so
 every input line gives its output line(s) whatever it holds. Translations go to
-stdout (or, atomically, to ``--output``); warnings and the progress bar go to
-stderr. See :mod:`mtkit.translate` for the output formats.
+stdout (or, atomically, to ``--output``); warnings, the checkpoint loaded and the
+progress bar go to stderr. See :mod:`mtkit.translate` for the output formats.
+
+Stdin is read as it arrives: whenever it has no more input ready, the lines read
+so far are translated and the output flushed, so a program that writes one line
+into a pipe and waits gets its answer, while a file or a pipe that keeps up still
+gives chunks of ``--buffer-size`` lines. A reader that leaves early (``| head``)
+ends the command quietly.
+
+Everything that can be checked is checked before the model loads (flags, input
+files, the output path), and the rest right after (``--attention-layer``), so a
+mistake never costs a translation run. Errors name the flag, not the config key.
 
 No torch at import time: this module is loaded when the CLI starts, and the
 ``ctranslate2`` engine never loads torch at all.
@@ -12,23 +22,130 @@ No torch at import time: this module is loaded when the CLI starts, and the
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
 
 ENGINES = ("torch", "ctranslate2")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEFAULT_BUFFER_SIZE = 1000
+
+# The config's ranges of the decoding flags (mtkit.config), checked here too so that a
+# mistyped flag fails before any model loads.
+_FLAG_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "beam": (lambda v: v >= 1, ">= 1"),
+    "nbest": (lambda v: v >= 1, ">= 1"),
+    "alpha": (lambda v: v >= 0, ">= 0"),
+    "temperature": (lambda v: v > 0, "> 0"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: off)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_len_a": (lambda v: v >= 0, ">= 0"),
+    "batch_tokens": (lambda v: v >= 1, ">= 1"),
+    "no_repeat_ngram_size": (lambda v: v >= 0, ">= 0 (0: off)"),
+}
+_SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
 
-def _input_lines(inputs: list[str]) -> Iterator[str]:
+def flag_name(key: str) -> str:
+    """The command-line flag of a decode key: ``top_p`` -> ``--top-p``."""
+    return "--" + key.replace("_", "-")
+
+
+def check_decode_flags(overrides: dict) -> None:
+    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range."""
+    for key, value in overrides.items():
+        rule = _FLAG_RANGES.get(key)
+        if rule is not None and not rule[0](value):
+            raise MtkitError(f"{flag_name(key)}: must be {rule[1]}, got {value!r}")
+    nbest, beam = overrides.get("nbest", 1), overrides.get("beam")
+    if beam is not None and nbest > beam and not overrides.get("sampling"):  # as the config says it
+        raise MtkitError(f"--nbest: must be between 1 and --beam ({beam}), got {nbest}")
+
+
+def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
+    """``decode`` with the decoding flags set, through the config's own checks.
+
+    An error about a key that came from a flag names the flag (``--nbest: must be between 1
+    and --beam (4), got 5``), not the config key (``decode.nbest``); options that only shape
+    sampling need sampling on.
+    """
+    from mtkit.config import override_section
+
+    try:
+        decode = override_section(decode, "decode", overrides)
+    except MtkitError as e:
+        message = re.sub(r"\bdecode\.(\w+)",
+                         lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0), str(e))
+        raise MtkitError(message) from None
+    sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
+    if sampling_only and not decode.sampling:
+        raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
+    return decode
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` or ``cpu``; an unknown or unavailable device is a user error naming ``--device``."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
+        raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N (or mps)")
+    if device == "cpu":
+        return device
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise MtkitError("--device mps: this torch has no usable MPS device; use --device cpu (or auto)")
+        return device
+    if not torch.cuda.is_available():
+        raise MtkitError(f"--device {device}: this torch ({torch.__version__}) has no usable CUDA device; "
+                         "use --device cpu (or auto)")
+    index = int(device.split(":")[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise MtkitError(f"--device {device}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0")
+    return device
+
+
+def say_loaded(loaded: list) -> None:
+    """Say on stderr which checkpoints a command runs: ``loaded PATH (step N)``; once their settings
+    have passed the checks, so that an error stays the only line."""
+    from mtkit.training.checkpoint import describe
+
+    for model in loaded:
+        print(f"loaded {describe(model)}", file=sys.stderr, flush=True)
+
+
+def _check_writable(path: Path | None, flag: str) -> None:
+    if path is not None and path.is_dir():
+        raise MtkitError(f"{flag} {path}: is a directory; give a file path")
+
+
+def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
+    from mtkit.translate import read_ready_lines, read_text_lines
+
+    try:
+        fd = sys.stdin.fileno()
+        import select
+
+        select.select([fd], [], [], 0)
+    except (AttributeError, OSError, ValueError):  # no real descriptor (embedded, tests), or no select on it
+        yield from read_text_lines(sys.stdin.buffer)
+        return
+    yield from read_ready_lines(fd, before_wait)
+
+
+def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator[str | None]:
     from mtkit.io import open_binary
     from mtkit.translate import read_text_lines
 
     for name in inputs:
         if name == "-":
-            yield from read_text_lines(sys.stdin.buffer)
+            yield from _stdin_lines(before_wait)
         else:
             with open_binary(name) as f:
                 yield from read_text_lines(f)
@@ -46,24 +163,16 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
-def _resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def translate(
     model_path: Path | list[Path],
     inputs: list[str] | None = None,
     output: Path | None = None,
     decode: DecodeConfig | None = None,
-    output_format: str = "text",
+    output_format: str | None = None,
     device: str = "cpu",
     precision: str = "fp32",
     engine: str = "torch",
-    buffer_size: int = 1000,
+    buffer_size: int | None = None,
     attention_png: Path | None = None,
     attention_layer: int | None = None,
     threads: int = 0,
@@ -76,28 +185,48 @@ def translate(
         model_path: a checkpoint or run directory, a list of them (an ensemble), or the
             directory written by ``mtkit export ctranslate2``.
         decode: the decoding settings; None takes the (first) checkpoint's ``decode`` section
-            (for CTranslate2: the defaults).
-        output_format: ``text`` | ``tokens`` | ``scores`` | ``nbest``.
+            (for CTranslate2: the one exported with the model).
+        output_format: ``text`` | ``tokens`` | ``scores`` | ``nbest``; None: ``nbest`` when
+            ``decode.nbest`` > 1, else ``text``.
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
         precision: ``fp32`` | ``bf16`` | ``fp16`` (autocast for torch; the compute type for
             CTranslate2, where ``fp32`` means the type the model was exported with).
-        buffer_size: lines read, sorted and batched together; 1 (also the default when stdin
-            is a terminal) writes each translation as soon as it is ready.
+        buffer_size: lines read, sorted and batched together (default 1000; fewer when stdin
+            has no more ready); 1 writes each translation as soon as it is ready.
         attention_png: write the cross-attention heatmap of the first non-empty input line there
             (torch engine; the first model of an ensemble); ``attention_layer`` picks one layer.
         threads: CPU threads for the engine (0: the engine's default).
-        decode_overrides: single decode keys (from the command line) set on top of ``decode``.
+        decode_overrides: decode keys from command-line flags, set on top of ``decode``; errors
+            name the flags.
     """
-    from mtkit.config import override_section
-
     from mtkit.translate import OUTPUT_FORMATS, format_translation
 
-    if output_format not in OUTPUT_FORMATS:
-        raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+    overrides = dict(decode_overrides or {})
+    if output_format is not None and output_format not in OUTPUT_FORMATS:
+        raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS)}")
     if engine not in ENGINES:
-        raise MtkitError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+        raise MtkitError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if precision not in PRECISIONS:
+        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    if buffer_size is None:
+        buffer_size = DEFAULT_BUFFER_SIZE
+    if buffer_size < 1:
+        raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")
+    if threads < 0:
+        raise MtkitError(f"--threads: must be >= 0 (0: the engine's default), got {threads}")
+    if attention_layer is not None and attention_png is None:
+        raise MtkitError("--attention-layer needs --attention-png")
+    check_decode_flags(overrides)
+    if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest"):
+        raise MtkitError(f"--nbest {overrides['nbest']} lists hypotheses with --format nbest; "
+                         f"--format {output_format} prints the best one only")
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     inputs = list(inputs) if inputs else ["-"]
+    for name in inputs:  # a named pipe (`<(...)`) is fine: only missing paths and directories are not
+        if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
+            raise MtkitError(f"{name}: {'is a directory, expected a file' if Path(name).is_dir() else 'no such file'}")
+    _check_writable(output, "--output")
+    _check_writable(attention_png, "--attention-png")
     interactive = "-" in inputs and sys.stdin.isatty()
     if interactive:
         buffer_size = 1
@@ -107,28 +236,40 @@ def translate(
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if attention_png is not None:
             raise MtkitError("--attention-png needs --engine torch")
-        from mtkit.export.ctranslate2 import Ctranslate2Translator
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+        from mtkit.export.ctranslate2 import Ctranslate2Translator, exported_decode
 
-        decode = override_section(decode or DecodeConfig(), "decode", decode_overrides or {})
+        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
                                            intra_threads=threads)
+        print(f"loaded {translator.description}", file=sys.stderr, flush=True)
         first_model = None
     else:
-        from mtkit.training.checkpoint import load_model
-
+        device = resolve_device(device)
+        if precision == "fp16" and not device.startswith("cuda"):
+            raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
         if threads > 0:
             import torch
 
             torch.set_num_threads(threads)
-        device = _resolve_device(device)
+        from mtkit.training.checkpoint import load_model
+
         loaded = [load_model(p, device) for p in paths]
+        first_model = loaded[0].model
+        layers = first_model.cfg.decoder_layers
+        if attention_layer is not None and not -layers <= attention_layer < layers:
+            raise MtkitError(f"--attention-layer {attention_layer}: the model has {layers} decoder layers "
+                             f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
         from mtkit.translate import Translator
 
-        decode = override_section(decode or loaded[0].config.decode, "decode", decode_overrides or {})
+        decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
         translator = Translator(loaded, decode, device=device, precision=precision)
-        first_model = loaded[0].model
+        say_loaded(loaded)
 
     nbest = translator.decode.nbest
+    if output_format is None:
+        output_format = "nbest" if nbest > 1 else "text"
     attention_done = attention_png is None
     progress = None
     if sys.stderr.isatty() and not interactive:
@@ -137,9 +278,9 @@ def translate(
         progress = tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
     try:
         with _output_stream(output) as out:
-            for t in translator.translate(_input_lines(inputs), buffer_size=buffer_size):
+            for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size):
                 out.write("".join(line + "\n" for line in format_translation(t, output_format, nbest)).encode("utf-8"))
-                if interactive or buffer_size == 1:
+                if buffer_size == 1:
                     out.flush()
                 if progress is not None:
                     progress.update(1)
@@ -148,6 +289,14 @@ def translate(
 
                     draw(first_model, translator.vocab, t.src_ids, t.best.ids, attention_png, attention_layer)
                     attention_done = True
+    except BrokenPipeError:
+        if output is None:
+            # The reader has gone (`| head`): what stdout still buffers, flushed at exit, goes nowhere
+            # instead of failing a second time; the CLI then exits 0.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        raise
     finally:
         if progress is not None:
             progress.close()

@@ -178,6 +178,7 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert second.returncode == 0, second.stderr
     assert "has finished; skipped" in second.stderr and "train →" not in second.stderr
     assert "already prepared from identical inputs" in second.stderr
+    assert "`mtkit prepare --force` rebuilds it" in second.stderr  # mtkit run itself has no --force
     # Evaluation decodes with the recipe's decode section and its --set overrides, not the checkpoint's:
     # an output limit of a·S + b = 0 leaves every hypothesis one token at most.
     assert max(len(h.split()) for h in (tmp_path / "work" / "test.hyp").read_text().splitlines()) > 1

@@ -210,3 +210,93 @@ def test_empty_files_are_a_user_error(tmp_path):
     empty_hyp, empty_ref = _write(tmp_path / "hyp.de", []), _write(tmp_path / "ref.de", [])
     with pytest.raises(MtkitError, match="ref.de: empty file"):
         evaluate_files([empty_hyp], [empty_ref], ["bleu"], False, False, False)
+
+
+def _files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A run directory holding an untrained tiny checkpoint (scores are low; what is written matters
+    here), a source file and its reference."""
+    import torch
+
+    from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
+    from mtkit.data.vocab import Vocab, train_model
+    from mtkit.model import Transformer
+
+    root = tmp_path_factory.mktemp("evaluate")
+    src = _write(root / "test.en", [line.lower() for line in REFS2])
+    vocab = Vocab.from_bytes(train_model(REFS * 20 + REFS2 * 20, SpmConfig(vocab_size=120)))
+    cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
+    torch.manual_seed(0)
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({
+        "format_version": 1, "mtkit_version": mtkit.__version__, "step": 7,
+        "config": config_to_dict(Config(model=cfg, decode=DecodeConfig(beam=2, max_len_b=4))),
+        "model": Transformer(cfg, vocab.src_size, vocab.tgt_size).state_dict(),
+        "vocab": {"src": vocab.model_bytes()[0], "tgt": None},
+        "src_vocab_size": vocab.src_size, "tgt_vocab_size": vocab.tgt_size,
+    }, run / "checkpoints" / "last.pt")
+    return run, src, _write(root / "ref.de", REFS)
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": "", "PYTHONUTF8": "1"}
+
+
+def _mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
+                          text=True, env=ENV, timeout=300)
+
+
+def test_hypotheses_from_stdin(files):
+    result = _mtkit("evaluate", "--hyp", "-", "--ref", files["ref"], "--json", stdin="".join(h + "\n" for h in HYPS))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["hyp"] == "<stdin>"
+    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], False, False, True))
+    assert doc["scores"] == expected["scores"]
+    twice = _mtkit("evaluate", "--hyp", "-", "--ref", "-", stdin="a\n")
+    assert twice.returncode == 1 and twice.stderr.startswith("error: only one of") and "Traceback" not in twice.stderr
+
+
+def test_model_translations_are_scored_in_memory(tiny_run, tmp_path):
+    run, src, ref = tiny_run
+    before = _files_under(run.parent)
+    result = _mtkit("evaluate", "-m", run, "--src", src, "--ref", ref, "--json")
+    assert result.returncode == 0, result.stderr
+    assert _files_under(run.parent) == before  # nothing beside the model (no RUN/eval/)
+    assert f"loaded {run / 'checkpoints' / 'last.pt'} (step 7)" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["hyp"] == str(run) and doc["n_sentences"] == len(REFS)
+
+    out = tmp_path / "hyp.de"
+    result = _mtkit("evaluate", "-m", run, "--src", src, "--ref", ref, "--hyp-out", out, "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(REFS)
+    assert json.loads(result.stdout)["scores"] == doc["scores"]
+    bad = _mtkit("evaluate", "-m", run, "--src", src, "--ref", ref, "--beam", "0")
+    assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == "error: --beam: must be >= 1, got 0"
+
+
+def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatch):
+    import mtkit.metrics
+    from mtkit.commands.evaluate_model import evaluate
+
+    run, src, _ = tiny_run
+    sources = src.read_text(encoding="utf-8").splitlines()
+    monkeypatch.setattr(mtkit.metrics, "load_testset", lambda name, langpair: (sources, [REFS]))
+    monkeypatch.chdir(tmp_path)
+    options = dict(ref=[], src=None, testset="wmt14/full", langpair="en-de", hyp_out=None, metrics=["bleu"],
+                   chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode_overrides={},
+                   device="cpu")
+    before = _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent)
+    doc = json.loads(evaluate(hyp=[files["hyp"]], model=None, **options))
+    assert doc["refs"] == ["wmt14/full:en-de"]
+    assert [s["metric"] for s in doc["scores"]] == ["BLEU", "BLEU-lc-tok"]  # the language from --langpair
+    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, True, True))
+    assert doc["scores"] == expected["scores"]
+    evaluate(hyp=[], model=[run], **options)
+    assert _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent) == before

@@ -55,7 +55,7 @@ def test_set_values_are_taken_as_typed():
     ("train.lr=-1", "--set train.lr=-1: must be > 0"),
     ("model.dropout=2", "--set model.dropout=2: must be in \\[0, 1\\)"),
     ("train.log_every=0", "--set train.log_every=0: must be >= 1"),
-    ("train.warmup=0", "--set train.warmup=0: must be >= 1"),
+    ("train.warmup=-1", "--set train.warmup=-1: must be >= 0"),
     ("train.label_smoothing=1.5", "must be in \\[0, 1\\)"),
     ("train.keep_last=0", "train.keep_last=0: must be >= 1"),
     ("train.device=gpu", "auto, cpu, cuda or cuda:N"),

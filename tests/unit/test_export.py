@@ -18,7 +18,12 @@ from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmC
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
-from mtkit.export.ctranslate2 import Ctranslate2Translator, export_model, length_penalty  # noqa: E402
+from mtkit.export.ctranslate2 import (  # noqa: E402
+    Ctranslate2Translator,
+    export_model,
+    exported_decode,
+    length_penalty,
+)
 from mtkit.model import Transformer  # noqa: E402
 from mtkit.search import length_penalty as search_length_penalty  # noqa: E402
 from mtkit.translate import Translator  # noqa: E402
@@ -78,14 +83,12 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
     out = export_model(loaded, tmp_path / "ct2")
     assert {"model.bin", "config.json", "spm.model", "mtkit.json"} <= {p.name for p in out.iterdir()}
 
-    decode = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=12)  # CTranslate2 has one max per batch
+    decode = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=12)
     ours = list(Translator(loaded, decode).translate(LINES))
     theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert len({tuple(t.best.ids) for t in ours}) > 3  # the outputs really vary
-    for a, b in zip(ours, theirs):
-        if len(a.best.ids) < 12:  # CTranslate2 scores a hypothesis cut at the maximum length without EOS
-            assert a.best.score == pytest.approx(b.best.score, abs=1e-3)
+    assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
 
     # Teacher-forced scores of arbitrary targets agree too (every weight, every position).
     translator = ctranslate2.Translator(str(out), intra_threads=1)
@@ -102,16 +105,21 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
 
 
 @pytest.mark.parametrize("penalty", ["gnmt", "power"])
-def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty):
+@pytest.mark.parametrize("max_len", [(0.0, 12), (1.0, -3), (0.5, 0)], ids=["fixed", "per-sentence", "cut"])
+def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty, max_len):
+    """The same best hypothesis and score as mtkit's beam search, also where the maximum length
+    differs within a batch (one CTranslate2 call has one) or cuts the outputs (mtkit forces EOS)."""
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
-    decode = DecodeConfig(beam=4, alpha=0.6 if penalty == "gnmt" else 1.0, length_penalty=penalty, max_len_a=0.0,
-                          max_len_b=12, nbest=2)
+    decode = DecodeConfig(beam=4, alpha=0.6 if penalty == "gnmt" else 1.0, length_penalty=penalty,
+                          max_len_a=max_len[0], max_len_b=max_len[1], nbest=2)
     ours = list(Translator(loaded, decode).translate(LINES))
     theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
     assert all(len(t.candidates) == 2 for t in theirs)
+    if max_len == (0.5, 0):  # the case really cuts: some outputs stop at their own limit
+        assert any(len(t.best.ids) == int(0.5 * len(t.src_ids)) for t in ours)
     for length in (1, 9):
         assert length_penalty(length, decode.alpha, penalty) == pytest.approx(
             search_length_penalty(length, decode.alpha, penalty))
@@ -140,6 +148,24 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 3
+    assert f"loaded {out} (CTranslate2, exported from tiny.pt)" in done.stderr
+
+
+def test_ctranslate2_engine_decodes_with_the_exported_settings(vocab, tmp_path):
+    loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
+    recipe = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.5, max_len_b=2)
+    out = export_model(SimpleNamespace(**{**vars(loaded), "config": Config(model=loaded.config.model, decode=recipe)}),
+                       tmp_path / "ct2")
+    assert exported_decode(out) == recipe
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    code = (
+        "from mtkit.commands.translate import translate\n"
+        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], engine='ctranslate2')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ours = [t.best.text for t in Translator(loaded, recipe).translate(LINES)]
+    assert done.stdout.splitlines() == ours
 
 
 def test_export_command_from_checkpoint(vocab, tmp_path):
@@ -154,3 +180,36 @@ def test_export_command_from_checkpoint(vocab, tmp_path):
     }, ckpt)
     export_ctranslate2(ckpt, tmp_path / "out", None)
     assert (tmp_path / "out" / "model.bin").is_file()
+
+
+def test_maximum_length_is_mtkits(vocab, tmp_path):
+    """Per source length, the output limit the CTranslate2 engine applies is mtkit.search's."""
+    from mtkit.search import max_lengths
+
+    out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
+    for a, b in ((1.0, 50), (0.5, 0), (1.2, -3), (0.0, 12), (2.0, 100)):
+        translator = Ctranslate2Translator(out, DecodeConfig(max_len_a=a, max_len_b=b), intra_threads=1)
+        for n in (1, 2, 5, 17, 40):
+            src = torch.tensor([[5] * (n - 1) + [EOS_ID]])
+            assert translator.max_length(n) == int(max_lengths(src, a, b, translator.max_out_len)[0]), (a, b, n)
+
+
+def test_forced_lengths(vocab, tmp_path):
+    """EOS banned up to the limit (how benchmarks force output lengths): every output has exactly that
+    length in both engines (the tokens may differ: CTranslate2 renormalizes what it bans, mtkit does not)."""
+    loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
+    out = export_model(loaded, tmp_path / "ct2")
+    decode = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=6)
+    ours = list(Translator(loaded, decode, min_len=6).translate(LINES))
+    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1, min_len=6).translate(LINES))
+    assert {len(t.best.ids) for t in ours} == {len(t.best.ids) for t in theirs} == {6}
+
+
+def test_sampling_through_ctranslate2_keeps_every_sample_within_its_limit(vocab, tmp_path):
+    loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
+    out = export_model(loaded, tmp_path / "ct2")
+    decode = DecodeConfig(sampling=True, nbest=5, beam=2, top_k=10, max_len_a=0.5, max_len_b=0)
+    for t in Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES):
+        assert len(t.candidates) == 5
+        assert all(len(c.ids) <= max(1, int(0.5 * len(t.src_ids))) for c in t.candidates)
+        assert [c.score for c in t.candidates] == sorted((c.score for c in t.candidates), reverse=True)

@@ -120,3 +120,114 @@ def test_command_end_to_end(loaded, tmp_path):
     translate_command([ckpt, ckpt], [str(src)], out, DecodeConfig(beam=3, nbest=2, max_len_b=4), "nbest")
     assert len(out.read_text(encoding="utf-8").splitlines()) == 8
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_ready_lines_of_a_pipe_as_they_arrive():
+    import os
+
+    from mtkit.translate import read_ready_lines
+
+    r, w = os.pipe()
+    waits = []
+    lines = read_ready_lines(r, before_wait=lambda: waits.append(True), chunk_size=4)
+    os.write(w, "one\ntwo\r\nthr".encode())
+    assert [next(lines), next(lines)] == ["one", "two"]  # across 4-byte reads
+    assert next(lines) is None and not waits  # nothing more ready: translate what you hold
+    os.write(w, b"ee\n\xff\n")
+    assert next(lines) == "three" and waits == [True]  # the output is flushed before blocking
+    assert next(lines) == "\ufffd"
+    os.write(w, b"no newline\r")
+    os.close(w)
+    assert [line for line in lines if line is not None] == ["no newline\r"]  # as read_text_lines keeps it
+    os.close(r)
+
+
+def test_a_pause_in_the_input_ends_the_chunk(loaded):
+    """Each line before a pause (None) is translated before the next one is even read."""
+    events = []
+
+    def lines():
+        for line in (LINES[0], LINES[1], None, LINES[2], None):
+            events.append(("read", line))
+            yield line
+
+    translator = Translator(loaded, DecodeConfig(beam=2, max_len_b=6))
+    for t in translator.translate(lines(), buffer_size=1000):
+        events.append(("out", t.index))
+    assert [e for e in events if e[1] is not None] == [
+        ("read", LINES[0]), ("read", LINES[1]), ("out", 0), ("out", 1), ("read", LINES[2]), ("out", 2)]
+    reference = [t.best.ids for t in translate(loaded, LINES[:3], beam=2, max_len_b=6)]
+    assert [t.best.ids for t in translator.translate(lines())] == reference
+
+
+def test_an_output_limit_below_one_token_warns_once(loaded, capsys):
+    results = translate(loaded, LINES[:4], max_len_a=0.0, max_len_b=-2)
+    assert all(len(t.best.ids) <= 1 for t in results)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "line 1" in err and "--max-len-b" in err
+    translate(loaded, LINES[:4], max_len_a=0.0, max_len_b=1)
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_command_checks_everything_before_loading_the_model(tmp_path):
+    """Each mistake is a one-line error naming its flag, raised before the (missing) model would load."""
+    from mtkit.commands.translate import translate as translate_command
+    from mtkit.errors import MtkitError
+
+    src = tmp_path / "in.txt"
+    src.write_text("five\n")
+    missing = tmp_path / "no-such-model.pt"
+    cases = [
+        (dict(decode_overrides={"top_p": 2.0, "sampling": True}), "--top-p: must be in (0, 1], got 2.0"),
+        (dict(decode_overrides={"top_k": -5, "sampling": True}), "--top-k: must be >= 0 (0: off), got -5"),
+        (dict(decode_overrides={"temperature": 0.0, "sampling": True}), "--temperature: must be > 0, got 0.0"),
+        (dict(decode_overrides={"batch_tokens": 0}), "--batch-tokens: must be >= 1, got 0"),
+        (dict(decode_overrides={"beam": 0}), "--beam: must be >= 1, got 0"),
+        (dict(buffer_size=0), "--buffer-size: must be >= 1, got 0"),
+        (dict(buffer_size=-3), "--buffer-size"),
+        (dict(output=tmp_path), "--output"),
+        (dict(attention_png=tmp_path / "a.png", attention_layer=None, output=None, inputs=[str(tmp_path)]),
+         "is a directory"),
+        (dict(attention_layer=1), "--attention-layer needs --attention-png"),
+        (dict(decode_overrides={"nbest": 3}, output_format="text"), "--nbest 3"),
+        (dict(device="gpu"), "--device gpu"),
+        (dict(precision="fp64"), "--precision fp64"),
+        (dict(inputs=[str(tmp_path / "missing.txt")]), "missing.txt: no such file"),
+    ]
+    for kwargs, expected in cases:
+        kwargs = {"inputs": [str(src)], **kwargs}
+        with pytest.raises(MtkitError) as error:
+            translate_command(missing, **kwargs)
+        assert expected in str(error.value) and "\n" not in str(error.value), (kwargs, str(error.value))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_cuda_device_without_cuda_names_the_flag(tmp_path):
+    from mtkit.commands.translate import translate as translate_command
+    from mtkit.errors import MtkitError
+
+    with pytest.raises(MtkitError, match=r"^--device cuda: .*no usable CUDA device"):
+        translate_command(tmp_path / "missing.pt", [], device="cuda")
+
+
+def test_command_checks_decoding_against_the_checkpoint(loaded, tmp_path):
+    from mtkit.commands.translate import translate as translate_command
+    from mtkit.errors import MtkitError
+
+    ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")  # decode: beam 2
+    src = tmp_path / "in.txt"
+    src.write_text("five\nsix\n")
+    out = tmp_path / "out.txt"
+    for kwargs, expected in [
+        (dict(decode_overrides={"nbest": 3}), r"^--nbest: .*decode\.beam \(2\)"),  # fairseq's rule: nbest <= beam
+        (dict(decode_overrides={"nbest": 3, "beam": 2}), r"^--nbest: .*--beam \(2\)"),
+        (dict(decode_overrides={"top_p": 0.9}), r"^--top-p needs --sampling"),
+        (dict(attention_png=tmp_path / "a.png", attention_layer=99), r"^--attention-layer 99: the model has 2 decoder"),
+    ]:
+        with pytest.raises(MtkitError, match=expected):
+            translate_command(ckpt, [str(src)], out, **kwargs)
+    assert not out.exists() and not (tmp_path / "a.png").exists()
+    # --nbest alone lists the hypotheses; --attention-layer counts from the end too.
+    translate_command(ckpt, [str(src)], out, decode_overrides={"nbest": 2}, attention_png=tmp_path / "a.png",
+                      attention_layer=-1)
+    assert [line.split(" ||| ")[0] for line in out.read_text().splitlines()] == ["0", "0", "1", "1"]
