@@ -61,11 +61,16 @@ def all_reduce_sum(value: float, device: torch.device) -> float:
 def any_rank(flag: bool, device: torch.device) -> bool:
     """Whether ``flag`` is true on at least one rank (``flag`` itself in one process).
     Decisions that end a loop of collectives (a time limit) must be the same on every rank."""
+    return any_ranks([flag], device)[0]
+
+
+def any_ranks(flags: list[bool], device: torch.device) -> list[bool]:
+    """:func:`any_rank` of several flags in one collective (one per training step is enough)."""
     if not (dist.is_available() and dist.is_initialized()):
-        return flag
-    t = torch.tensor([int(flag)], dtype=torch.int32, device=device)
+        return list(flags)
+    t = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return [bool(v) for v in t.tolist()]
 
 
 def all_gather_objects(obj) -> list:

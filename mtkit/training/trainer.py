@@ -539,13 +539,16 @@ class Trainer:
                 if stop_early:
                     stopped = "early_stopping"
                     break
-                # Each rank has its own clock: all stop at the same step, or DDP would wait forever.
-                if cfg.max_minutes and distributed.any_rank(self.elapsed >= 60 * cfg.max_minutes, self.device):
+                # Each rank has its own clock and signals: all stop at the same step, or DDP would wait
+                # forever. A signal is acted on here, at the end of a whole step (its validation and save
+                # included), so that the resumed run continues exactly as this one would have.
+                time_up, signalled = distributed.any_ranks(
+                    [bool(cfg.max_minutes) and self.elapsed >= 60 * cfg.max_minutes, signals.signum is not None],
+                    self.device)
+                if time_up:
                     stopped = "max_minutes"
                     break
-                # Checked here, at the end of a whole step (its validation and save included), so that
-                # the resumed run continues exactly as this one would have; the ranks stop together.
-                if distributed.any_rank(signals.signum is not None, self.device):
+                if signalled:
                     stopped = "signal"
                     break
         finally:
