@@ -55,9 +55,8 @@ def vocab_size(shape: str) -> int:
 
 
 def setup_threads(threads: int) -> None:
-    if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
-        print("warning: OMP_WAIT_POLICY=PASSIVE is not set; on a shared machine spinning OpenMP threads "
-              "can make every figure much slower", flush=True)
+    # Which policy is fastest depends on the engine and the batch size (benchmarks/README.md): say which ran.
+    print(f"# OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}", flush=True)
     torch.set_num_threads(threads)
     keep_freed_memory()  # as the mtkit CLI does; it applies to every runner of the process alike
 

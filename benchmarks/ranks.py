@@ -8,11 +8,12 @@ Layouts alternate round by round so that a slower minute of a shared machine hit
 of them. Prints updates per minute and target tokens/s (median of the logged windows),
 and each layout's ratio against the first.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/ranks.py                 # 1x2 vs 2x1
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/ranks.py --layouts 1x2,2x1 --steps 500 --rounds 1
+    .venv/bin/python benchmarks/ranks.py --multi30k ../shared/data/multi30k       # 1x2 vs 2x1
+    .venv/bin/python benchmarks/ranks.py --multi30k ../shared/data/multi30k --layouts 1x2,2x1 --steps 500 --rounds 1
 
 The data is prepared once into a temporary directory (or ``--data-dir``, kept) from the
-recipe's data section; ``../shared`` is only read.
+recipe's data section (the hub by default; ``--multi30k DIR``: a local copy of the raw files,
+only read).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=250, help="updates per run")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data-dir", type=Path, help="prepared data to reuse (created when missing); default: a temp dir")
+    ap.add_argument("--multi30k", type=Path, help="a local copy of Multi30k's raw files instead of the recipe's hub source")
     args = ap.parse_args()
     layouts = [tuple(int(x) for x in item.split("x")) for item in args.layouts.split(",") if item]
 
@@ -66,7 +68,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mtkit-ranks-") as tmp:
         data = args.data_dir or Path(tmp) / "data"
         os.chdir(REPO)  # recipes name their corpora relative to the repository root
-        prepare(load_config(args.recipe), data, progress=False)
+        local = []
+        if args.multi30k:
+            root = args.multi30k.resolve()
+            local = [f"data.{split}={{kind: files, src: {root / name}.en, tgt: {root / name}.de}}"
+                     for split, name in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr"))]
+        prepare(load_config(args.recipe, local), data, progress=False)
         results: dict[tuple[int, int], list[dict]] = {layout: [] for layout in layouts}
         for r in range(args.rounds):
             for p, t in layouts:

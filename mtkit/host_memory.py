@@ -3,11 +3,10 @@
 PyTorch's CPU allocator takes every tensor straight from ``malloc``. glibc serves large
 requests (above a 128 KiB-32 MiB threshold) with fresh ``mmap`` pages and returns them to
 the kernel on ``free``, so a training step that allocates the same large activations every
-time pays page faults every time. In the VMs measured here that made a fresh 55 MB tensor
-12x slower to fill than a reused one, and a Transformer-Tiny training step 15% slower
-(benchmarks/README.md). Raising glibc's mmap and trim thresholds keeps the pages in the
-heap: the same effect as the jemalloc / tcmalloc preload that PyTorch's CPU tuning guides
-recommend, without a preload. The price is that the process keeps its peak heap size.
+time pays page faults every time: measured slower training steps in the VMs used here
+(benchmarks/README.md, design measurements). Raising glibc's mmap and trim thresholds keeps
+the pages in the heap: the same effect as the jemalloc / tcmalloc preload that PyTorch's CPU
+tuning guides recommend, without a preload. The price is that the process keeps its peak heap size.
 
 Only glibc on Linux has ``mallopt``; elsewhere this does nothing. ``MTKIT_KEEP_FREED_MEMORY=0``
 turns it off.

@@ -12,18 +12,10 @@ last offsets, a few page reads whatever the store's size), so that a truncated
 or damaged store is a one-line error, not silently empty sentences in training.
 The prepared directory's ``manifest.json`` is read by :func:`load_manifest`.
 
-Why a NumPy memmap and not ``datasets`` Arrow files -- measured on the 2-core
-development machine with a store of 1M pairs (5-29 ids a side, uint16 ids),
-assembling a batch of 4000 random examples (median of 5, warm page cache):
-
-  memmap + offsets (this module)                 10.7 ms, open 0.006 s, RSS 119 MiB
-  Arrow ``load_from_disk``, ``ds[list]`` (numpy)  68.6 ms, open 0.59 s,  RSS 233 MiB
-  Arrow, 4000 single-row ``ds[i]``               359 ms
-
-Both map the files and touch only the pages a batch reads; the difference in
-RSS is pyarrow itself, which every data-loader worker would import. Disk size
-is similar (88 MB here vs 73 MB for Arrow, whose list offsets are int32). The
-memmap is 6x faster at batch assembly and needs no dependency beyond NumPy.
+A NumPy memmap and not ``datasets`` Arrow files: both map the files and read only the
+pages a batch touches, but the memmap measured several times faster at batch assembly, with
+no pyarrow in every data-loader worker and no dependency beyond NumPy (benchmarks/README.md,
+design measurements).
 """
 
 from __future__ import annotations

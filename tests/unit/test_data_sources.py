@@ -103,6 +103,21 @@ def test_hf_parquet_and_flat_columns(tmp_path):
         list(iter_pairs(source, "en", "fr", split_name="test"))
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_hf_flat_columns_by_split_name(tmp_path, streaming):
+    """Multi30k's hub layout: one file per split, two flat columns named by language."""
+    rows = {"train": [{"en": "A dog.", "de": "Ein Hund."}, {"en": "Two men.", "de": "Zwei Männer."}],
+            "validation": [{"en": "A cat.", "de": "Eine Katze."}], "test": [{"en": "Rain.", "de": "Regen."}]}
+    folder = hub_folder(tmp_path, rows)
+    for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        source = SourceConfig(kind="hf", name=folder, split=hub_split, src_field="de", tgt_field="en",
+                              streaming=streaming)
+        assert list(iter_pairs(source, "de", "en", split_name=split)) == [(r["de"], r["en"]) for r in rows[hub_split]]
+    # without split and fields: mtkit's split names and the language codes
+    default = SourceConfig(kind="hf", name=folder)
+    assert list(iter_pairs(default, "en", "de", split_name="valid")) == [("A cat.", "Eine Katze.")]
+
+
 def test_hf_missing_language_key_lists_keys(tmp_path):
     folder = hub_folder(tmp_path, {"train": TRANSLATION})
     with pytest.raises(MtkitError, match=r"no language 'fr' in 'translation'; keys present: de, en"):

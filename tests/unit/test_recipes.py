@@ -34,3 +34,22 @@ def test_wmt_recipes_give_the_papers_parameter_counts(recipe, millions):
     with torch.device("meta"):
         model = Transformer(config.model, v, v)
     assert abs(count_parameters(model) / 1e6 - millions) / millions <= 0.03
+
+
+@pytest.mark.parametrize("recipe, src, tgt", [("multi30k-en-de", "en", "de"), ("multi30k-de-en", "de", "en")])
+def test_multi30k_recipes_read_the_hub_dataset_by_default(recipe, src, tgt):
+    config = load_config(Path(RECIPES[0]).parent / f"{recipe}.yaml")
+    for split, hub_split in (("train", "train"), ("valid", "validation"), ("test", "test")):
+        source = getattr(config.data, split)
+        assert (source.kind, source.name, source.split) == ("hf", "bentrevett/multi30k", hub_split)
+        assert (source.src_field, source.tgt_field) == (src, tgt)
+    assert config.eval.lc_tok_ref is None  # the official tokenized references are the user's to give
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipes_read_nothing_outside_the_repository(recipe):
+    config = load_config(recipe)
+    paths = [config.eval.lc_tok_ref] + [getattr(getattr(config.data, s), k, None)
+                                        for s in ("train", "valid", "test") if getattr(config.data, s)
+                                        for k in ("src", "tgt", "path")]
+    assert not [p for p in paths if p and (Path(p).is_absolute() or ".." in Path(p).parts)]
