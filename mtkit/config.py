@@ -11,6 +11,7 @@ overrides (``train.max_steps=100``) pass through the same check.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import difflib
 import math
@@ -239,6 +240,8 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     expected: ExpectedConfig = field(default_factory=ExpectedConfig)
+    # Fast paths (auto: chosen by device, dtype and shape, see mtkit/kernels) or the plain formulas (reference).
+    kernels: Literal["auto", "reference"] = "auto"
 
 
 # ------------------------------------------------------------------------- loader
@@ -482,8 +485,6 @@ def _set(raw: dict, keys: list[str], value: Any) -> None:
 
 def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> dict:
     """Return a copy of ``raw`` with each ``KEY=VALUE`` override set."""
-    import copy
-
     raw = copy.deepcopy(raw) if raw else {}
     for text in overrides:
         _set(raw, *parse_override(text))
@@ -531,7 +532,8 @@ def load_config(
 
     An error names where the bad value came from: the flag, the ``--set``, or the recipe file.
     """
-    raw = read_yaml(path) if path is not None else {}
+    recipe = read_yaml(path) if path is not None else {}
+    raw = copy.deepcopy(recipe)
     origin: dict[str, str] = {}
     for dotted, (flag, value) in (defaults or {}).items():
         _set(raw, dotted.split("."), value)
@@ -551,6 +553,13 @@ def load_config(
         for n in range(len(parts), 0, -1):
             if ".".join(parts[:n]) in origin:
                 raise MtkitError(f"{origin['.'.join(parts[:n])]}: {e.problem}") from None
+        # A key the recipe does not have, made by an override below it (a misspelt section).
+        node: Any = recipe
+        for part in parts:
+            node = node.get(part) if isinstance(node, dict) else None
+        below = [flag for dotted, flag in origin.items() if dotted.startswith(key + ".")]
+        if node is None and below:
+            raise MtkitError(f"{below[0]}: {e}") from None
         raise MtkitError(f"{path}: {e}" if path is not None else str(e)) from None
 
 

@@ -100,3 +100,32 @@ def test_a_saved_config_loads_back_as_itself(tmp_path):
     for c in (Config(), config):
         save_config(c, tmp_path / "config.yaml")
         assert load_config(tmp_path / "config.yaml") == c
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.precision=fp8", "expected one of 'fp32' | 'bf16' | 'fp16', got 'fp8'"),
+    ("train.betas=[0.9]", "expected a list of 2 values"),
+    ("train.betas=0.9", "expected a list of 2 values"),
+    ("train.compile=maybe", "expected true or false"),
+    ("train.max_stpes=3", "unknown config key (did you mean 'max_steps'?)"),
+    ("trian.max_steps=3", "unknown config key (did you mean 'train'?)"),
+    ("model.preset=transformer-bse", "unknown preset 'transformer-bse' (did you mean 'transformer-base'?)"),
+    ("eval.metrics=[bleu, meteor]", "a list of bleu, chrf, ter"),
+    ("data.train=files.txt", "expected a mapping"),
+])
+def test_type_errors_say_what_was_expected(override, message):
+    with pytest.raises(MtkitError) as caught:
+        load_config(None, [override])
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(f"--set {override}: ")
+
+
+def test_a_misspelt_section_in_the_recipe_is_blamed_on_the_recipe(recipe):
+    path = recipe("trian:\n  max_steps: 3\n")
+    with pytest.raises(MtkitError, match=f"^{path}: trian: unknown config key"):
+        load_config(path, ["train.max_steps=4"])
+
+
+def test_presets_fill_defaults_that_explicit_keys_override():
+    config = load_config(None, ["model.preset=transformer-big", "model.dropout=0.1"])
+    assert (config.model.d_model, config.model.h, config.model.d_ff, config.model.dropout) == (1024, 16, 4096, 0.1)
