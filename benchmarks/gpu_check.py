@@ -14,8 +14,8 @@ import torch
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, config_from_dict
 from mtkit.model import Transformer, count_parameters
+from mtkit.runtime.precision import autocast, grad_scaler
 from mtkit.training.loss import TranslationLoss
-from mtkit.training.precision import autocast, grad_scaler
 
 PAPER_STEPS = {"transformer-base": 100_000, "transformer-big": 300_000}
 

@@ -23,11 +23,12 @@ mtkit default (eager model, the (N, V) logits then the chunked loss, token batch
   * bf16 only: the model's weights stored in bf16 (no autocast, no casts at all: an
     upper bound on what fewer dtype casts could give; not used for training);
   * padding: naive fixed-size sentence batches instead of token batches;
+  * the kernels: ``kernels=reference`` (every formula as written: ``F.dropout``, the plain attention
+    formula, the reference loss) instead of ``auto``; and, each alone within ``auto`` (a
+    :class:`mtkit.kernels.Kernels` with one kernel swapped, passed to the model at construction):
   * dropout: ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout (16-bit masks);
-  * attention: always the fused ``scaled_dot_product_attention`` kernel, where mtkit's CPU
+  * attention: always the fused ``scaled_dot_product_attention`` kernel, where ``auto`` on CPU
     training uses the plain formula in bf16 and for heads with d_k < 64;
-  * attention projections: W_Q, W_K, W_V (self-attention) and W_K, W_V (cross-attention) stacked
-    into one matmul, instead of one matmul each (as MarianMT);
   * the optimizer step alone: AdamW fused / foreach / for-loop (ms per step).
 
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/model.py
@@ -43,16 +44,18 @@ import datetime
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import Runner, make_runner, precision_context  # noqa: E402
 
 from mtkit.config import PAD_ID  # noqa: E402
+from mtkit.kernels import AUTO, Kernels, reference_dropout, sdpa_attention  # noqa: E402
+from mtkit.model import Transformer  # noqa: E402
 from mtkit.training.loss import TranslationLoss, label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
 
 EPS = 0.1
@@ -63,10 +66,11 @@ def log(msg: str) -> None:
 
 
 def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True, fuse_projection=None):
-    """One step of mtkit: by default what training runs (TranslationLoss: on CPU the logits, then the
-    chunked loss); ``fuse_projection=True``: the output projection fused into the loss (the GPU
-    default); with ``loss_fn``, the model's logits and that loss."""
-    criterion = TranslationLoss(model, EPS, PAD_ID, fuse_projection=fuse_projection)
+    """One step of mtkit: by default what training runs (TranslationLoss with the model's kernels: on
+    CPU the logits, then the chunked loss); ``fuse_projection=True``: the output projection fused into
+    the loss (the GPU default); with ``loss_fn``, the model's logits and that loss."""
+    criterion = TranslationLoss(model, EPS, PAD_ID, fuse_projection=fuse_projection,
+                                kernels=getattr(model, "kernels", "auto"))
 
     def step(batch) -> None:
         model.zero_grad(set_to_none=True)
@@ -82,54 +86,16 @@ def mtkit_step(model, precision: str, loss_fn=None, autocast: bool = True, fuse_
     return step
 
 
-def patched(step, owner, name: str, value):
-    """The same step with ``owner.name`` replaced by ``value`` while it runs."""
-
-    def run(batch) -> None:
-        saved = getattr(owner, name)
-        setattr(owner, name, value)
-        try:
-            step(batch)
-        finally:
-            setattr(owner, name, saved)
-
-    return run
+def build_mtkit(shape: str, kernels: str | Kernels = "auto"):
+    """mtkit's model of ``shape`` with the given kernels; the same weights as ``common.build_mtkit``."""
+    V = common.vocab_size(shape)
+    torch.manual_seed(0)
+    return Transformer(common.model_config(shape), V, V, pad_id=PAD_ID, kernels=kernels)
 
 
-def with_bernoulli_dropout(step):
-    """The same step with ``F.dropout`` (bernoulli_ masks) instead of mtkit's CPU dropout."""
-    import mtkit.model
-
-    return patched(step, mtkit.model, "dropout", lambda x, p, training: F.dropout(x, p, training))
-
-
-def with_sdpa_attention(step):
-    """The same step with attention always through ``F.scaled_dot_product_attention`` (its CPU
-    flash kernel), where mtkit's CPU training uses the plain formula (bf16, or d_k < 64)."""
-    from mtkit.model import MultiHeadAttention
-
-    def sdpa(self, q, k, v, mask, causal=False):
-        dropout_p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal)
-        return self.w_o(self.merge_heads(out))
-
-    return patched(step, MultiHeadAttention, "attend", sdpa)
-
-
-def with_stacked_projections(step):
-    """The same step with W_Q, W_K, W_V of self-attention (and W_K, W_V of cross-attention) stacked
-    into one matmul each, instead of one matmul per projection (mtkit's default, as MarianMT)."""
-    from mtkit.model import MultiHeadAttention
-
-    def stacked(self, query, memory, mask=None, causal=False):
-        linears = (self.w_q, self.w_k, self.w_v) if query is memory else (self.w_k, self.w_v)
-        weight = torch.cat([w.weight for w in linears])
-        bias = torch.cat([w.bias for w in linears])
-        heads = [self.split_heads(y) for y in F.linear(memory, weight, bias).chunk(len(linears), dim=-1)]
-        q = heads.pop(0) if query is memory else self.split_heads(self.w_q(query))
-        return self.attend(q, heads[0], heads[1], mask, causal)
-
-    return patched(step, MultiHeadAttention, "forward", stacked)
+# Each lever swaps one kernel of ``auto`` (no monkeypatching: the model is built with these kernels).
+BERNOULLI_DROPOUT = replace(AUTO, name="auto, F.dropout", dropout=reference_dropout)
+SDPA_ATTENTION = replace(AUTO, name="auto, SDPA attention", attention=sdpa_attention)
 
 
 def compiled_loss(loss_fn):
@@ -193,7 +159,7 @@ def main() -> None:
         naive_bs = common.naive_batch_size(store, batches)
         probes = {p: common.PeakProbe(torch.float32 if p == "fp32" else torch.bfloat16,
                                       common.peak_sizes(cfg, V, budget)) for p in precisions}
-        mt, hf = common.build_mtkit(shape), common.build_marian(shape)
+        mt, hf = build_mtkit(shape), common.build_marian(shape)
         mt.train(), hf.train()
         runners: list[tuple[str, Runner]] = []
         for p in precisions:
@@ -201,14 +167,16 @@ def main() -> None:
             runners.append((p, make_runner(f"marian {p}", marian_step(hf, p), batches)))
         levers = shape in lever_shapes
         if levers:
+            variants = {name: build_mtkit(shape, k).train() for name, k in
+                        (("reference", "reference"), ("dropout", BERNOULLI_DROPOUT), ("attention", SDPA_ATTENTION))}
             naive = common.sentence_batches(store, naive_bs, args.warmup + args.steps)
             for p in precisions:
                 runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss", mtkit_step(mt, p, fuse_projection=True), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
                 runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
-                runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", with_bernoulli_dropout(mtkit_step(mt, p)), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, stacked Q/K/V matmul", with_stacked_projections(mtkit_step(mt, p)), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, SDPA (flash) attention", with_sdpa_attention(mtkit_step(mt, p)), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, kernels=reference", mtkit_step(variants["reference"], p), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", mtkit_step(variants["dropout"], p), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, SDPA (flash) attention", mtkit_step(variants["attention"], p), batches)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
                     runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))

@@ -49,7 +49,7 @@ from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConf
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
 from mtkit.host_memory import keep_freed_memory  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
-from mtkit.translate import Translator  # noqa: E402
+from mtkit.runtime.torch_engine import Translator  # noqa: E402
 
 SHAPES = {
     "tiny": dict(model=dict(preset="transformer-tiny", d_model=128, h=4, d_ff=256, encoder_layers=4, decoder_layers=4),
@@ -261,7 +261,7 @@ def main() -> None:
 def compare_pipeline(model_dir: Path, vocab: Vocab, lines: list[str], beam: int, n: int, threads: int,
                      batch_size: int) -> None:
     """Text in, text out: ``mtkit translate --engine ctranslate2`` vs CTranslate2 called directly."""
-    from mtkit.export.ctranslate2 import Ctranslate2Translator
+    from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator
 
     mean_len = sum(len(x) + 1 for x in vocab.encode_src_batch(lines)) / len(lines)
     budget = int(batch_size * mean_len)

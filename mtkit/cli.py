@@ -330,7 +330,7 @@ def evaluate(
       mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
       mtkit evaluate -m runs/en-de -m runs/en-de-2 --src test.en --ref test.de   # an ensemble
     """
-    from mtkit.commands.evaluate_model import evaluate as run_evaluate
+    from mtkit.commands.evaluate import evaluate as run_evaluate
 
     text = run_evaluate(
         hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset, langpair=langpair,

@@ -1,9 +1,9 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), §3.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), §3, and nothing else.
 
-Components appear in the paper's order: embeddings and positional encoding
-(§3.4, §3.5), multi-head attention (§3.2), the position-wise feed-forward
-network (§3.3), encoder and decoder layers and stacks (§3.1), and the whole
-encoder-decoder with its output projection (§3.4).
+One class per component, in the paper's order: positional encoding and embeddings (§3.5,
+§3.4), multi-head attention (§3.2), the position-wise feed-forward network (§3.3), encoder and
+decoder layers (§3.1), the encoder and decoder stacks (§3.1), and the whole encoder-decoder
+with its output projection (§3.4); then the decoder cache of incremental decoding.
 
 Conventions: tensors are batch-first. ``B`` batch, ``S`` source length, ``T``
 target length, ``h`` heads, ``d_k = d_model / h``, ``V`` vocabulary size.
@@ -11,6 +11,10 @@ Padding masks are boolean with True marking a padding position. The model
 knows nothing of files, tokenizers or training: special ids come in as
 integers. Incremental decoding passes an explicit :class:`DecoderCache` in and
 out; no state is ever written onto a module during ``forward``.
+
+Dropout and attention go through the :class:`~mtkit.kernels.Kernels` the model receives at
+construction (``kernels="auto"`` or ``"reference"``): this module holds the paper's formulas
+only, with no branch on device, dtype or shape.
 
 Parameter names are a file format (checkpoints and exporters read them):
 change them only together with ``CHECKPOINT_FORMAT`` in mtkit.training.checkpoint.
@@ -26,68 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mtkit.config import ModelConfig
+from mtkit.kernels import AUTO, Dropout, Kernels, KernelsName, reference_attention, select
 
 
-# ------------------------------------------------------------------ §5.4 dropout
-
-
-class _MaskedScale(torch.autograd.Function):
-    """x · keep / (1 - p) with a 0/1 ``keep`` mask of x's dtype (a bool mask would be cast on every use)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return x.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None, None
-
-
-def keep_mask(shape: torch.Size, p: float, dtype: torch.dtype) -> Tensor:
-    """A 0/1 mask of ``dtype`` on CPU, 1 with probability 1 - p (p rounded to a multiple of 1/65536).
-
-    Each element compares 16 random bits with a threshold: a quarter of the random draws
-    of ``torch.rand``, from the same seeded generator.
-    """
-    n = math.prod(shape)
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)  # uniform over all 64 bits
-    lanes = bits.view(torch.int16)[:n].view(shape)  # uniform over [-32768, 32767]
-    threshold = torch.tensor(round(p * 65536) - 32768, dtype=torch.int16)
-    return torch.ge(lanes, threshold, out=torch.empty(shape, dtype=dtype))
-
-
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout (§5.4, Srivastava et al. 2014), the same as ``F.dropout``.
-
-    On CPU the mask comes from :func:`keep_mask`, which is several times faster there than
-    the ``bernoulli_`` that ``F.dropout`` draws from (benchmarks/README.md); elsewhere it is
-    ``F.dropout`` itself.
-    """
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or p >= 1.0:
-        return F.dropout(x, p, training)
-    return _MaskedScale.apply(x, keep_mask(x.shape, p, x.dtype), 1.0 / (1.0 - p))
-
-
-class Dropout(nn.Module):
-    """:func:`dropout` as a module (no parameters; active in training mode only)."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-# ----------------------------------------------------------------- §3.5 positions
+# ------------------------------------------------- §3.5 positions, §3.4 embeddings
 
 
 def sinusoid_table(max_positions: int, d_model: int) -> Tensor:
@@ -136,11 +82,11 @@ class Embeddings(nn.Module):
     projection) by passing the same ``nn.Embedding``.
     """
 
-    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float) -> None:
+    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float, kernels: Kernels = AUTO) -> None:
         super().__init__()
         self.tokens = tokens
         self.positions = positions
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(dropout, kernels)
         self.scale = math.sqrt(tokens.embedding_dim)
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
@@ -152,47 +98,22 @@ class Embeddings(nn.Module):
 # ------------------------------------------------------------ §3.2 attention
 
 
-def reference_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
-) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention written out, softmax(QKᵀ/√d_k)·V (§3.2.1, Eq. 1).
-
-    Args:
-        q: (B, h, T, d_k); k, v: (B, h, S, d_k).
-        mask: boolean, broadcastable to (B, h, T, S); True where attention is allowed.
-        causal: also mask every future position (query t sees keys ≤ t, as ``is_causal`` of SDPA).
-        dropout_p: dropout on the weights (training only; the weights returned are before it).
-
-    Returns:
-        the output (B, h, T, d_k) and the weights (B, h, T, S).
-    """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, h, T, S)
-    if causal:
-        T, S = scores.shape[-2:]
-        future = torch.ones(T, S, dtype=torch.bool, device=q.device).tril()  # (T, S)
-        mask = future if mask is None else mask & future
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # (B, h, T, S)
-    dropped = dropout(weights, dropout_p, True) if dropout_p > 0 else weights
-    return dropped @ v, weights
-
-
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2): Concat(head_1..head_h)·W_O with head_i = Attention(QW_Q_i, KW_K_i, VW_V_i).
 
     The h per-head projections of size d_model × d_k are stored together as one
-    d_model × d_model matrix each for Q, K and V. The fast path is
-    ``scaled_dot_product_attention``; :func:`reference_attention` is the plain
-    formula that tests compare it against and that :meth:`weights` uses.
+    d_model × d_model matrix each for Q, K and V. Attention itself, softmax(QKᵀ/√d_k)·V
+    (§3.2.1, Eq. 1), is the ``attention`` kernel of ``kernels``; :meth:`weights` uses the
+    formula written out (:func:`mtkit.kernels.reference_attention`).
     """
 
-    def __init__(self, d_model: int, h: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, h: int, dropout: float = 0.0, kernels: Kernels = AUTO) -> None:
         super().__init__()
         assert d_model % h == 0, "d_model must be divisible by h"
         self.h = h
         self.d_k = d_model // h
         self.dropout = dropout
+        self.kernel = kernels.attention
         self.w_q = nn.Linear(d_model, d_model)
         self.w_k = nn.Linear(d_model, d_model)
         self.w_v = nn.Linear(d_model, d_model)
@@ -215,15 +136,7 @@ class MultiHeadAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False) -> Tensor:
         """Attention of projected q (B, h, T, d_k) over k, v (B, h, S, d_k) -> (B, T, d_model) after W_O."""
         dropout_p = self.dropout if self.training else 0.0
-        if q.device.type == "cpu" and torch.is_grad_enabled() and (q.dtype != torch.float32 or self.d_k < 64):
-            # Training on CPU at sentence lengths: the fused (flash) kernel's backward is 3-6x slower
-            # than the plain formula's in bf16, and in fp32 too with heads of d_k 32 (a whole
-            # Transformer-Tiny step 1.08x faster); fp32 with d_k 64 keeps it (benchmarks/README.md).
-            out = reference_attention(q, k, v, mask, causal, dropout_p)[0]  # (B, h, T, d_k)
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal
-            )  # (B, h, T, d_k)
+        out = self.kernel(q, k, v, mask, causal, dropout_p)  # (B, h, T, d_k)
         return self.w_o(self.merge_heads(out))
 
     def forward(self, query: Tensor, memory: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -253,11 +166,11 @@ class MultiHeadAttention(nn.Module):
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, xW_1 + b_1)W_2 + b_2 (§3.3, Eq. 2); (B, L, d_model) -> (B, L, d_model)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, kernels: Kernels = AUTO) -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(dropout, kernels)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(self.dropout(F.relu(self.w_1(x))))
@@ -273,10 +186,10 @@ class SublayerConnection(nn.Module):
     Pre-norm (option):     x + Dropout(Sublayer(LayerNorm(x))).
     """
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float) -> None:
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float, kernels: Kernels = AUTO) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = Dropout(dropout)
+        self.dropout = Dropout(dropout, kernels)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer) -> Tensor:
@@ -288,19 +201,227 @@ class SublayerConnection(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each wrapped in a residual connection and LayerNorm (§3.1)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, kernels: Kernels = AUTO) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels)
         pre = cfg.norm == "pre"
         self.sublayer = nn.ModuleList(
-            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps) for _ in range(2)]
+            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(2)]
         )
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, S, d_model), src_mask (B, 1, 1, S) True where a real token -> (B, S, d_model)."""
         x = self.sublayer[0](x, lambda y: self.self_attn(y, y, src_mask))
         return self.sublayer[1](x, self.feed_forward)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, attention over the encoder output, then FFN (§3.1, §3.2.3)."""
+
+    def __init__(self, cfg: ModelConfig, kernels: Kernels = AUTO) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels)
+        pre = cfg.norm == "pre"
+        self.sublayer = nn.ModuleList(
+            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(3)]
+        )
+
+    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
+
+        Self-attention is causal: position t sees positions ≤ t only. Target padding
+        sits at the end of each row, so the causal mask also hides it from real tokens.
+        """
+        y = self.sublayer[0](y, lambda x: self.self_attn(x, x, None, causal=True))
+        y = self.sublayer[1](y, lambda x: self.cross_attn(x, memory, src_mask))
+        return self.sublayer[2](y, self.feed_forward)
+
+    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, beam: int) -> tuple[Tensor, LayerCache]:
+        """One decoding step: y (N, 1, d_model) for N = B × beam rows -> (N, 1, d_model) and the new cache."""
+
+        def self_attention(x: Tensor) -> Tensor:
+            nonlocal cache
+            attn = self.self_attn
+            qkv = F.linear(x.squeeze(1), cache.w_qkv, cache.b_qkv).view(-1, 3, attn.h, attn.d_k)  # (N, 3, h, d_k)
+            q, k, v = qkv.unsqueeze(3).unbind(1)  # each (N, h, 1, d_k)
+            cache = replace(
+                cache, self_k=torch.cat([cache.self_k, k], dim=2), self_v=torch.cat([cache.self_v, v], dim=2)
+            )  # (N, h, t+1, d_k)
+            return attn.attend(q, cache.self_k, cache.self_v, None)
+
+        def cross_attention(x: Tensor) -> Tensor:
+            attn = self.cross_attn
+            N = x.size(0)
+            # A sentence's beam rows act as `beam` queries over its one copy of the keys.
+            q = attn.split_heads(attn.w_q(x).view(N // beam, beam, -1))  # (B, h, beam, d_k)
+            out = attn.attend(q, cache.cross_k, cache.cross_v, src_mask)  # (B, beam, d_model)
+            return out.reshape(N, 1, -1)  # (N, 1, d_model)
+
+        y = self.sublayer[0](y, self_attention)
+        y = self.sublayer[1](y, cross_attention)
+        return self.sublayer[2](y, self.feed_forward), cache
+
+
+# ----------------------------------------------------------------- §3.1 stacks
+
+
+class Encoder(nn.Module):
+    """A stack of N encoder layers (§3.1); pre-norm adds a final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings, kernels: Kernels = AUTO) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+        self.layers = nn.ModuleList([EncoderLayer(cfg, kernels) for _ in range(cfg.encoder_layers)])
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+
+    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
+        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model)."""
+        x = self.embeddings(src)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """A stack of N decoder layers (§3.1); pre-norm adds a final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings, kernels: Kernels = AUTO) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+        self.layers = nn.ModuleList([DecoderLayer(cfg, kernels) for _ in range(cfg.decoder_layers)])
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
+
+    def forward(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """tgt (B, T) ids (shifted right: BOS first) -> hidden states (B, T, d_model)."""
+        y = self.embeddings(tgt)
+        for layer in self.layers:
+            y = layer(y, memory, src_mask)
+        return self.norm(y)
+
+    def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """tokens (N, 1), the last token of each row -> hidden state (N, 1, d_model) and the new cache."""
+        y = self.embeddings(tokens, offset=cache.step)
+        layers = []
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            y, layer_cache = layer.step(y, layer_cache, cache.src_mask, cache.beam)
+            layers.append(layer_cache)
+        return self.norm(y), replace(cache, layers=layers, step=cache.step + 1)
+
+
+# ------------------------------------------------------------- the whole model
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer (§3, Figure 1).
+
+    With ``share_embeddings='all'`` (the paper's setting, §3.4) the source and target
+    embeddings and the pre-softmax projection are one matrix, which needs a shared
+    vocabulary; ``'decoder'`` ties only the target embedding and the projection;
+    ``'none'`` ties nothing. ``kernels`` chooses dropout and attention kernels (``"auto"``: the fast
+    paths, ``"reference"``: the formulas as written; see mtkit.kernels); they hold no parameters.
+    """
+
+    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
+                 kernels: KernelsName | Kernels = "auto") -> None:
+        super().__init__()
+        kernels = select(kernels)
+        if cfg.share_embeddings == "all" and src_vocab_size != tgt_vocab_size:
+            raise ValueError("share_embeddings='all' needs one vocabulary for source and target")
+        self.cfg = cfg
+        self.pad_id = pad_id
+        positions_cls = PositionalEncoding if cfg.positions == "sinusoidal" else LearnedPositionalEncoding
+
+        src_tokens = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=pad_id)
+        tgt_tokens = src_tokens if cfg.share_embeddings == "all" else nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=pad_id)
+        self.kernels = kernels
+        positions = lambda: positions_cls(cfg.d_model, cfg.max_positions)  # noqa: E731
+        self.encoder = Encoder(cfg, Embeddings(src_tokens, positions(), cfg.dropout, kernels), kernels)
+        self.decoder = Decoder(cfg, Embeddings(tgt_tokens, positions(), cfg.dropout, kernels), kernels)
+        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        if cfg.share_embeddings != "none":
+            self.output_projection.weight = tgt_tokens.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weight matrices and zero biases (as tensor2tensor and fairseq);
+        embeddings N(0, d_model^-0.5), so that after the √d_model scaling they have unit variance."""
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() > 1 and "tokens" not in name and "positions" not in name:
+                nn.init.xavier_uniform_(p)
+        src_tokens, tgt_tokens = self.encoder.embeddings.tokens, self.decoder.embeddings.tokens
+        # A list, not a set: a set's order follows object ids, and so would the draws of a seeded init.
+        for emb in [src_tokens] if tgt_tokens is src_tokens else [src_tokens, tgt_tokens]:
+            nn.init.normal_(emb.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.pad_id].zero_()
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """src (B, S) -> (B, 1, 1, S), True at real tokens (broadcasts over heads and queries)."""
+        return (src != self.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) ids, padded with pad_id -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
+        src_mask = self.source_mask(src)
+        return self.encoder(src, src_mask), src_mask
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """tgt (B, T) ids (BOS-first) over memory (B, S, d_model) -> hidden states (B, T, d_model)."""
+        return self.decoder(tgt, memory, src_mask)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The pre-softmax linear transformation (§3.4): (..., d_model) -> (..., V)."""
+        return self.output_projection(hidden)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced pass: src (B, S), tgt (B, T) -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)
+        return self.logits(self.decode(tgt, memory, src_mask))
+
+    def init_cache(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderCache:
+        """Start incremental decoding of B sentences with ``beam`` rows each.
+
+        The encoder keys and values of every decoder layer are computed here, once per
+        sentence, from memory (B, S, d_model).
+        """
+        B = memory.size(0)
+        empty = memory.new_zeros(B * beam, self.cfg.h, 0, self.cfg.d_model // self.cfg.h)  # (N, h, 0, d_k)
+        layers = []
+        for layer in self.decoder.layers:
+            k, v = layer.cross_attn.project_kv(memory)  # (B, h, S, d_k)
+            q_k_v = (layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
+            w_qkv = torch.cat([w.weight for w in q_k_v])  # (3·d_model, d_model)
+            b_qkv = torch.cat([w.bias for w in q_k_v])  # (3·d_model,)
+            layers.append(LayerCache(empty, empty, k, v, w_qkv, b_qkv))
+        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
+
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """One step: tokens (N,) last token of each row -> logits (N, V) for the next token, new cache."""
+        hidden, cache = self.decoder.step(tokens.unsqueeze(1), cache)  # (N, 1, d_model)
+        return self.logits(hidden.squeeze(1)), cache
+
+    @torch.no_grad()
+    def cross_attention(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Cross-attention weights of every decoder layer and head, (L, B, h, T, S), for visualization.
+
+        A separate pass through the reference formula, so that the normal path stays fast.
+        """
+        memory, src_mask = self.encode(src)
+        y = self.decoder.embeddings(tgt)
+        maps = []
+        for layer in self.decoder.layers:
+            y_self = layer.sublayer[0](y, lambda x: layer.self_attn(x, x, None, causal=True))
+            norm = layer.sublayer[1].norm if layer.sublayer[1].pre_norm else (lambda x: x)
+            maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
+            y = layer(y, memory, src_mask)
+        return torch.stack(maps)
+
+
+# ------------------------------------------------ incremental decoding state
 
 
 @dataclass
@@ -365,205 +486,6 @@ class DecoderCache:
             for lc in self.layers
         ]
         return replace(self, layers=layers, src_mask=self.src_mask.index_select(0, sentences))
-
-
-class DecoderLayer(nn.Module):
-    """Masked self-attention, attention over the encoder output, then FFN (§3.1, §3.2.3)."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
-        pre = cfg.norm == "pre"
-        self.sublayer = nn.ModuleList(
-            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps) for _ in range(3)]
-        )
-
-    def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
-
-        Self-attention is causal: position t sees positions ≤ t only. Target padding
-        sits at the end of each row, so the causal mask also hides it from real tokens.
-        """
-        y = self.sublayer[0](y, lambda x: self.self_attn(x, x, None, causal=True))
-        y = self.sublayer[1](y, lambda x: self.cross_attn(x, memory, src_mask))
-        return self.sublayer[2](y, self.feed_forward)
-
-    def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, beam: int) -> tuple[Tensor, LayerCache]:
-        """One decoding step: y (N, 1, d_model) for N = B × beam rows -> (N, 1, d_model) and the new cache."""
-
-        def self_attention(x: Tensor) -> Tensor:
-            nonlocal cache
-            attn = self.self_attn
-            qkv = F.linear(x.squeeze(1), cache.w_qkv, cache.b_qkv).view(-1, 3, attn.h, attn.d_k)  # (N, 3, h, d_k)
-            q, k, v = qkv.unsqueeze(3).unbind(1)  # each (N, h, 1, d_k)
-            cache = replace(
-                cache, self_k=torch.cat([cache.self_k, k], dim=2), self_v=torch.cat([cache.self_v, v], dim=2)
-            )  # (N, h, t+1, d_k)
-            return attn.attend(q, cache.self_k, cache.self_v, None)
-
-        def cross_attention(x: Tensor) -> Tensor:
-            attn = self.cross_attn
-            N = x.size(0)
-            q = attn.w_q(x).view(N // beam, beam, attn.h, attn.d_k).transpose(1, 2)  # (B, h, beam, d_k)
-            # A sentence's beam rows act as `beam` queries over its one copy of the keys.
-            out = F.scaled_dot_product_attention(q, cache.cross_k, cache.cross_v, attn_mask=src_mask)  # (B, h, beam, d_k)
-            out = out.transpose(1, 2).reshape(N, 1, attn.h * attn.d_k)  # (N, 1, d_model)
-            return attn.w_o(out)
-
-        y = self.sublayer[0](y, self_attention)
-        y = self.sublayer[1](y, cross_attention)
-        return self.sublayer[2](y, self.feed_forward), cache
-
-
-# ----------------------------------------------------------------- §3.1 stacks
-
-
-class Encoder(nn.Module):
-    """A stack of N encoder layers (§3.1); pre-norm adds a final LayerNorm."""
-
-    def __init__(self, cfg: ModelConfig, embeddings: Embeddings) -> None:
-        super().__init__()
-        self.embeddings = embeddings
-        self.layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.encoder_layers)])
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
-
-    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        """src (B, S) ids, src_mask (B, 1, 1, S) -> memory (B, S, d_model)."""
-        x = self.embeddings(src)
-        for layer in self.layers:
-            x = layer(x, src_mask)
-        return self.norm(x)
-
-
-class Decoder(nn.Module):
-    """A stack of N decoder layers (§3.1); pre-norm adds a final LayerNorm."""
-
-    def __init__(self, cfg: ModelConfig, embeddings: Embeddings) -> None:
-        super().__init__()
-        self.embeddings = embeddings
-        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.decoder_layers)])
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else nn.Identity()
-
-    def forward(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """tgt (B, T) ids (shifted right: BOS first) -> hidden states (B, T, d_model)."""
-        y = self.embeddings(tgt)
-        for layer in self.layers:
-            y = layer(y, memory, src_mask)
-        return self.norm(y)
-
-    def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """tokens (N, 1), the last token of each row -> hidden state (N, 1, d_model) and the new cache."""
-        y = self.embeddings(tokens, offset=cache.step)
-        layers = []
-        for layer, layer_cache in zip(self.layers, cache.layers):
-            y, layer_cache = layer.step(y, layer_cache, cache.src_mask, cache.beam)
-            layers.append(layer_cache)
-        return self.norm(y), replace(cache, layers=layers, step=cache.step + 1)
-
-
-# ------------------------------------------------------------- the whole model
-
-
-class Transformer(nn.Module):
-    """The encoder-decoder Transformer (§3, Figure 1).
-
-    With ``share_embeddings='all'`` (the paper's setting, §3.4) the source and target
-    embeddings and the pre-softmax projection are one matrix, which needs a shared
-    vocabulary; ``'decoder'`` ties only the target embedding and the projection;
-    ``'none'`` ties nothing.
-    """
-
-    def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0) -> None:
-        super().__init__()
-        if cfg.share_embeddings == "all" and src_vocab_size != tgt_vocab_size:
-            raise ValueError("share_embeddings='all' needs one vocabulary for source and target")
-        self.cfg = cfg
-        self.pad_id = pad_id
-        positions_cls = PositionalEncoding if cfg.positions == "sinusoidal" else LearnedPositionalEncoding
-
-        src_tokens = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=pad_id)
-        tgt_tokens = src_tokens if cfg.share_embeddings == "all" else nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=pad_id)
-        self.encoder = Encoder(cfg, Embeddings(src_tokens, positions_cls(cfg.d_model, cfg.max_positions), cfg.dropout))
-        self.decoder = Decoder(cfg, Embeddings(tgt_tokens, positions_cls(cfg.d_model, cfg.max_positions), cfg.dropout))
-        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
-        self.reset_parameters()
-        if cfg.share_embeddings != "none":
-            self.output_projection.weight = tgt_tokens.weight
-
-    def reset_parameters(self) -> None:
-        """Xavier-uniform weight matrices and zero biases (as tensor2tensor and fairseq);
-        embeddings N(0, d_model^-0.5), so that after the √d_model scaling they have unit variance."""
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif p.dim() > 1 and "tokens" not in name and "positions" not in name:
-                nn.init.xavier_uniform_(p)
-        for emb in {self.encoder.embeddings.tokens, self.decoder.embeddings.tokens}:
-            nn.init.normal_(emb.weight, mean=0.0, std=self.cfg.d_model**-0.5)
-            with torch.no_grad():
-                emb.weight[self.pad_id].zero_()
-
-    def source_mask(self, src: Tensor) -> Tensor:
-        """src (B, S) -> (B, 1, 1, S), True at real tokens (broadcasts over heads and queries)."""
-        return (src != self.pad_id)[:, None, None, :]
-
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src (B, S) ids, padded with pad_id -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
-        src_mask = self.source_mask(src)
-        return self.encoder(src, src_mask), src_mask
-
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """tgt (B, T) ids (BOS-first) over memory (B, S, d_model) -> hidden states (B, T, d_model)."""
-        return self.decoder(tgt, memory, src_mask)
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        """The pre-softmax linear transformation (§3.4): (..., d_model) -> (..., V)."""
-        return self.output_projection(hidden)
-
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced pass: src (B, S), tgt (B, T) -> logits (B, T, V)."""
-        memory, src_mask = self.encode(src)
-        return self.logits(self.decode(tgt, memory, src_mask))
-
-    def init_cache(self, memory: Tensor, src_mask: Tensor, beam: int = 1) -> DecoderCache:
-        """Start incremental decoding of B sentences with ``beam`` rows each.
-
-        The encoder keys and values of every decoder layer are computed here, once per
-        sentence, from memory (B, S, d_model).
-        """
-        B = memory.size(0)
-        empty = memory.new_zeros(B * beam, self.cfg.h, 0, self.cfg.d_model // self.cfg.h)  # (N, h, 0, d_k)
-        layers = []
-        for layer in self.decoder.layers:
-            k, v = layer.cross_attn.project_kv(memory)  # (B, h, S, d_k)
-            q_k_v = (layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
-            w_qkv = torch.cat([w.weight for w in q_k_v])  # (3·d_model, d_model)
-            b_qkv = torch.cat([w.bias for w in q_k_v])  # (3·d_model,)
-            layers.append(LayerCache(empty, empty, k, v, w_qkv, b_qkv))
-        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
-
-    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """One step: tokens (N,) last token of each row -> logits (N, V) for the next token, new cache."""
-        hidden, cache = self.decoder.step(tokens.unsqueeze(1), cache)  # (N, 1, d_model)
-        return self.logits(hidden.squeeze(1)), cache
-
-    @torch.no_grad()
-    def cross_attention(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Cross-attention weights of every decoder layer and head, (L, B, h, T, S), for visualization.
-
-        A separate pass through the reference formula, so that the normal path stays fast.
-        """
-        memory, src_mask = self.encode(src)
-        y = self.decoder.embeddings(tgt)
-        maps = []
-        for layer in self.decoder.layers:
-            y_self = layer.sublayer[0](y, lambda x: layer.self_attn(x, x, None, causal=True))
-            norm = layer.sublayer[1].norm if layer.sublayer[1].pre_norm else (lambda x: x)
-            maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
-            y = layer(y, memory, src_mask)
-        return torch.stack(maps)
 
 
 def count_parameters(model: nn.Module) -> int:

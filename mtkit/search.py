@@ -8,7 +8,7 @@ Search sees token ids and three methods, nothing else (no files, no vocabulary):
 
 and the cache's ``reorder(rows)`` and ``select_sentences(sentences)``. Rows
 ``i*beam .. i*beam+beam-1`` of a cache belong to sentence ``i``. A
-:class:`mtkit.model.Transformer` and an :class:`Ensemble` of them both follow it.
+:class:`mtkit.model.Transformer` and a :class:`mtkit.runtime.ensemble.Ensemble` of them both follow it.
 
 Conventions (those of fairseq): the source is padded with ``pad_id`` and ends in
 EOS; every hypothesis starts from BOS; log-probabilities are taken in float32.
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+from mtkit.penalties import length_penalty
 
 
 @dataclass
@@ -43,19 +43,6 @@ class Hypothesis:
     logprob: float
 
 
-PENALTIES = ("gnmt", "power")
-
-
-def length_penalty(length: int | Tensor, alpha: float, penalty: str = "gnmt") -> float | Tensor:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, Eq. 14), or with
-    ``penalty="power"`` lp(Y) = |Y| ** alpha (fairseq's ``--lenpen``, Marian's ``--normalize``)."""
-    if penalty == "gnmt":
-        return ((5.0 + length) / 6.0) ** alpha
-    if penalty == "power":
-        return length ** alpha
-    raise ValueError(f"unknown length penalty {penalty!r}; expected one of {', '.join(PENALTIES)}")
-
-
 def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None, pad_id: int = PAD_ID) -> Tensor:
     """The per-sentence maximum number of tokens before EOS, (B,) int64, at least 1."""
     src_len = (src != pad_id).sum(dim=1)  # (B,)
@@ -63,59 +50,6 @@ def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None
     if limit is not None:
         lengths = lengths.clamp(max=max(1, limit))
     return lengths
-
-
-# --------------------------------------------------------------------- ensembles
-
-
-class EnsembleCache:
-    """The caches of an ensemble's models, reordered and shrunk together."""
-
-    def __init__(self, caches: list) -> None:
-        self.caches = caches
-
-    @property
-    def step(self) -> int:
-        return self.caches[0].step
-
-    def reorder(self, indices: Tensor) -> "EnsembleCache":
-        return EnsembleCache([c.reorder(indices) for c in self.caches])
-
-    def select_sentences(self, sentences: Tensor) -> "EnsembleCache":
-        return EnsembleCache([c.select_sentences(sentences) for c in self.caches])
-
-
-class Ensemble:
-    """Several models with one target vocabulary, decoded as one.
-
-    The next-token distribution is the average of the models' log-probabilities
-    (a normalized geometric mean of their distributions); fairseq instead
-    averages probabilities. ``decode_step`` returns the averaged log-probabilities
-    as its "logits"; search renormalizes them with its log-softmax.
-    """
-
-    def __init__(self, models: Sequence) -> None:
-        if not models:
-            raise ValueError("an ensemble needs at least one model")
-        self.models = list(models)
-
-    def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
-        """src (B, S) -> each model's memory (B, S, d_model_i) and the common mask (B, 1, 1, S)."""
-        outputs = [m.encode(src) for m in self.models]
-        return [memory for memory, _ in outputs], outputs[0][1]
-
-    def init_cache(self, memory: list[Tensor], src_mask: Tensor, beam: int = 1) -> EnsembleCache:
-        return EnsembleCache([m.init_cache(mem, src_mask, beam) for m, mem in zip(self.models, memory)])
-
-    def decode_step(self, tokens: Tensor, cache: EnsembleCache) -> tuple[Tensor, EnsembleCache]:
-        """tokens (N,) -> mean log-probabilities (N, V) and the new cache."""
-        total, caches = None, []
-        for model, model_cache in zip(self.models, cache.caches):
-            logits, model_cache = model.decode_step(tokens, model_cache)
-            lprobs = torch.log_softmax(logits.float(), dim=-1)
-            total = lprobs if total is None else total + lprobs
-            caches.append(model_cache)
-        return total / len(self.models), EnsembleCache(caches)
 
 
 # ------------------------------------------------------------------- utilities

@@ -1,12 +1,18 @@
-"""``mtkit evaluate``: score detokenized hypotheses against raw references, as a table or JSON.
+"""``mtkit evaluate``: score detokenized hypotheses against raw references, as a table or JSON;
+or translate with a model first.
 
-Lines are read as UTF-8 (``.gz`` too) with trailing whitespace removed, exactly
-as the ``sacrebleu`` command line reads them, so the scores are the ones it
-prints. Several ``--ref`` files are several references per sentence. Several
-``--hyp`` files are compared with paired bootstrap resampling (sacrebleu's
-``paired-bs``, seed ``$SACREBLEU_SEED`` or 12345); the first is the baseline.
-One of the files may be ``-``, stdin. :func:`evaluate_lines` scores lines already
-in memory (translations, sacrebleu test sets), each stream named by a label.
+* ``--hyp H --ref R``: score H (``-``: stdin) against R, as the sacrebleu command line does
+  (:mod:`mtkit.scoring`); several ``--ref``: several references per sentence; several ``--hyp``:
+  a paired bootstrap test against the first.
+* ``--model M --src S --ref R``: translate S with M (the checkpoint's decode settings,
+  overridden by the options; ``--model`` repeated: an ensemble), then score the
+  translations; ``--hyp-out`` also writes them to a file.
+* ``--testset wmt14/full --langpair en-de``: sources and references from sacrebleu;
+  with ``--model`` they are translated, else ``--hyp`` is scored against them.
+
+Nothing is written unless asked for: translations and sacrebleu's references are
+scored in memory (sacrebleu keeps its own cache of test sets), never written beside
+the model. Hypotheses are always detokenized text and references always the raw text.
 
 JSON schema (``--json``, ``schema_version`` 1; keys are never removed or renamed
 within a schema version)::
@@ -51,159 +57,118 @@ are for comparison with older papers and are not comparable with sacreBLEU.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
 
 import mtkit
 from mtkit.errors import MtkitError
-from mtkit.io import read_lines
-from mtkit.metrics import (
-    BleuScore,
-    BootstrapScore,
-    MetricScore,
-    load_pairs_refs,
-    load_testset,
-    paired_bootstrap,
-    score,
-)
-
-__all__ = ["evaluate_files", "evaluate_lines", "read_named", "load_testset", "load_pairs_refs", "SCHEMA_VERSION"]
+from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
+from mtkit.scoring import Evaluation, Named, score_files, score_lines
 
 SCHEMA_VERSION = 1
-STDIN = "<stdin>"
-
-Named = tuple[str, list[str]]  # (label: a path, or what produced the lines), the lines
 
 
-def _read_stdin() -> list[str]:
-    lines = []
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip())
-        except UnicodeDecodeError as e:
-            raise MtkitError(f"{STDIN}: line {number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
-    return lines
+def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], chrf_plus: bool, lc_tok: bool,
+                   as_json: bool, **options) -> str:
+    """Score hypothesis files against reference files (:func:`mtkit.scoring.score_files`); the table or
+    JSON text to print."""
+    return render(score_files(hyp_paths, ref_paths, metrics, chrf_plus, lc_tok, **options), as_json)
 
 
-def read_named(paths: Sequence[str | Path]) -> list[Named]:
-    """Each file's lines, trailing whitespace removed (as the sacrebleu command line reads them);
-    ``-`` is stdin, which can be read once only."""
-    if sum(str(p) == "-" for p in paths) > 1:
-        raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
-    return [(STDIN, _read_stdin()) if str(p) == "-" else (str(p), _read(p)) for p in paths]
+def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], chrf_plus: bool, lc_tok: bool,
+                   as_json: bool, **options) -> str:
+    """Score hypothesis lines against reference lines (:func:`mtkit.scoring.score_lines`); the table or
+    JSON text to print."""
+    return render(score_lines(hyps, refs, metrics, chrf_plus, lc_tok, **options), as_json)
 
 
-def _read(path: str | Path) -> list[str]:
-    return [line.rstrip() for line in read_lines(path)]  # type: ignore[union-attr]
-
-
-def _infer_lang(labels: list[str]) -> str | None:
-    """The language code a file name ends with (``test.de``, ``test.lc.norm.tok.de.gz``), if any."""
-    for label in labels:
-        suffixes = [s.lstrip(".") for s in Path(label).suffixes if s != ".gz"]
-        if suffixes and len(suffixes[-1]) == 2 and suffixes[-1].isalpha():  # ISO 639-1, not "txt"
-            return suffixes[-1].lower()
-    return None
-
-
-def evaluate_files(
-    hyp_paths: list[Path],
-    ref_paths: list[Path],
-    metrics: list[str],
-    chrf_plus: bool,
-    lc_tok: bool,
-    as_json: bool,
-    *,
-    compound_split: bool = False,
-    lang: str | None = None,
-    n_samples: int = 1000,
-    lowercase: bool = False,
-) -> str:
-    """Score hypothesis files against reference files; return the table or JSON text to print.
-
-    Args:
-        hyp_paths: one hypothesis file, or several to compare (the first is the baseline); ``-`` is stdin.
-        ref_paths: one or more reference files (several references per sentence).
-        others: as :func:`evaluate_lines`.
-    """
-    if not hyp_paths:
-        raise MtkitError("no hypothesis file given: pass --hyp FILE")
-    if not ref_paths:
-        raise MtkitError("no reference file given: pass --ref FILE")
-    named = read_named([*ref_paths, *hyp_paths])
-    return evaluate_lines(named[len(ref_paths):], named[: len(ref_paths)], metrics, chrf_plus, lc_tok, as_json,
-                          compound_split=compound_split, lang=lang, n_samples=n_samples, lowercase=lowercase)
-
-
-def evaluate_lines(
-    hyps: list[Named],
-    refs: list[Named],
-    metrics: list[str],
-    chrf_plus: bool,
-    lc_tok: bool,
-    as_json: bool,
-    *,
-    compound_split: bool = False,
-    lang: str | None = None,
-    n_samples: int = 1000,
-    lowercase: bool = False,
-) -> str:
-    """Score hypothesis lines against reference lines; return the table or JSON text to print.
-
-    Args:
-        hyps: (label, lines) of one system, or of several to compare (the first is the baseline).
-        refs: (label, lines) of one or more reference streams (several references per sentence).
-        metrics: any of ``bleu``, ``chrf``, ``ter``.
-        chrf_plus: report chrF++ instead of chrF.
-        lc_tok: also report Multi30k-style lowercased tokenized BLEU (references raw or official lc-tok).
-        as_json: return JSON (schema in the module docstring) instead of a table.
-        compound_split: also report legacy WMT14 tokenized BLEU with compound splitting.
-        lang: target language (``--lang``): Moses rules, and sacreBLEU's zh/ja/ko tokenizers as with
-            ``sacrebleu -l``; without it, tokenized BLEU infers the Moses language from the labels' file names.
-        n_samples: bootstrap resamples for the paired test.
-        lowercase: case-insensitive BLEU and chrF (as ``sacrebleu -lc``), e.g. for a model trained
-            on lowercased text.
-    """
-    if not hyps:
-        raise MtkitError("no hypotheses given: pass --hyp FILE")
-    if not refs:
-        raise MtkitError("no references given: pass --ref FILE")
-    hyp_labels, hyp_lines = [h[0] for h in hyps], [h[1] for h in hyps]
-    ref_labels, ref_lines = [r[0] for r in refs], [r[1] for r in refs]
-    for hyp_label, lines in hyps:
-        for ref_label, ref in refs:
-            if len(lines) != len(ref):
-                raise MtkitError(
-                    f"line counts differ: {hyp_label} has {len(lines)} lines, {ref_label} has {len(ref)}"
-                )
-    if not ref_lines[0]:
-        raise MtkitError(f"{ref_labels[0]}: empty file, nothing to score")
-    moses_lang = None
-    if (lc_tok or compound_split) and lang is None:
-        # Inferred only for the Moses rules: sacreBLEU's own tokenizer changes only on an explicit --lang.
-        moses_lang = _infer_lang(ref_labels) or _infer_lang(hyp_labels)
-        if moses_lang is None:
-            raise MtkitError(
-                f"tokenized BLEU needs the target language and none can be read from {ref_labels[0]}: pass --lang"
-            )
-    options = dict(
-        metrics=metrics,
-        chrf_plus=chrf_plus,
-        lowercase_tok=lc_tok,
-        compound_split=compound_split,
-        lang=lang,
-        moses_lang=moses_lang,
-        lowercase=lowercase,
-    )
-    results = score(hyp_lines[0], ref_lines, **options)
-    paired = None
-    if len(hyps) > 1:
-        paired = paired_bootstrap(list(zip(hyp_labels, hyp_lines)), ref_lines, n_samples=n_samples, **options)
+def render(evaluation: Evaluation, as_json: bool) -> str:
+    """The JSON document (schema above) or the table of an evaluation."""
     if as_json:
-        return _to_json(hyp_labels, ref_labels, len(ref_lines[0]), results, paired, n_samples)
-    return _to_table(hyp_labels, ref_labels, len(ref_lines[0]), results, paired)
+        return json.dumps(to_document(evaluation), indent=2, ensure_ascii=False)
+    return _to_table(evaluation.hyps, evaluation.refs, evaluation.n_sentences, evaluation.scores, evaluation.paired)
+
+
+def to_document(evaluation: Evaluation) -> dict:
+    """The ``--json`` document of an evaluation, as data (schema in the module docstring)."""
+    e = evaluation
+    return _to_json(e.hyps, e.refs, e.n_sentences, e.scores, e.paired, e.n_samples)
+
+
+def evaluate(
+    hyp: list[Path],
+    ref: list[Path],
+    model: list[Path] | None,
+    src: Path | None,
+    testset: str | None,
+    langpair: str | None,
+    hyp_out: Path | None,
+    metrics: list[str],
+    chrf_plus: bool,
+    lc_tok: bool,
+    compound_split: bool,
+    lang: str | None,
+    as_json: bool,
+    decode_overrides: dict,
+    device: str = "auto",
+    lowercase: bool = False,
+) -> str:
+    """Run the evaluation the options describe; return the text to print."""
+    from mtkit.io import atomic_write_text, read_lines
+    from mtkit.scoring import read_named
+
+    if model is not None and hyp:
+        raise MtkitError("give either --hyp or --model, not both")
+    if sum(str(p) == "-" for p in [*hyp, *ref]) > 1:
+        raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
+    if hyp_out is not None:
+        if model is None:
+            raise MtkitError("--hyp-out needs --model (it writes the model's translations)")
+        if Path(hyp_out).is_dir():
+            raise MtkitError(f"--hyp-out {hyp_out}: is a directory; give a file path")
+    if testset is not None:
+        from mtkit.metrics import load_testset
+
+        if not langpair:
+            raise MtkitError("--testset needs --langpair, e.g. --langpair en-de")
+        if src is not None or ref:
+            raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
+        sources, references = load_testset(testset, langpair)
+        refs = [(f"{testset}:{langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
+                for k, stream in enumerate(references)]
+        lang = lang or langpair.split("-")[1]
+    else:
+        if model is not None and (src is None or not ref):
+            raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
+        if not ref:
+            raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
+        refs = read_named(ref)
+        if lang is None and model is not None:
+            suffix = Path(ref[0]).suffix.lstrip(".")
+            lang = suffix if len(suffix) == 2 else None
+    if model is None:
+        if not hyp:
+            raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
+        hyps = read_named(hyp)
+    else:
+        from mtkit.commands.translate import apply_decode_flags, check_decode_flags
+        from mtkit.translate import translate_lines
+
+        src_lines = sources if testset is not None else list(read_lines(src))
+        check_decode_flags(decode_overrides)
+        with_flags = functools.partial(apply_decode_flags, overrides=decode_overrides)
+        hypotheses, folds_case = translate_lines(model, src_lines, with_flags, device)
+        if folds_case and not lowercase:
+            print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
+            lowercase = True
+        if hyp_out is not None:
+            atomic_write_text(hyp_out, "".join(line + "\n" for line in hypotheses))
+            print(f"hypotheses: {hyp_out}", file=sys.stderr)
+        hyps = [(str(hyp_out) if hyp_out is not None else ", ".join(map(str, model)), hypotheses)]
+    return evaluate_lines(hyps, refs, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang,
+                          lowercase=lowercase)
 
 
 def _to_json(
@@ -213,7 +178,7 @@ def _to_json(
     results: list[MetricScore],
     paired: list[list[BootstrapScore]] | None,
     n_samples: int,
-) -> str:
+) -> dict:
     doc: dict = {
         "mtkit_version": mtkit.__version__,
         "schema_version": SCHEMA_VERSION,
@@ -236,7 +201,7 @@ def _to_json(
                 for path, row in zip(hyp_paths, paired)
             ],
         }
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    return doc
 
 
 def _to_table(

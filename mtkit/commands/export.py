@@ -17,13 +17,14 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     ``ctranslate2.Translator(OUT_DIR)``) needs nothing else.
     """
     # CTranslate2 first: imported after torch has run, it binds to torch's OpenMP runtime.
-    from mtkit.export.ctranslate2 import _import_ctranslate2, export_model
+    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
 
-    _import_ctranslate2()
+    import_ctranslate2()
     import sys
 
     from mtkit.commands.translate import say_loaded
-    from mtkit.training.checkpoint import load_model
+    from mtkit.export.ctranslate2 import export_model
+    from mtkit.runtime.checkpoint import load_model
 
     loaded = load_model(checkpoint, "cpu")
     say_loaded([loaded])

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from mtkit.config import Config, config_to_dict, load_config
+from mtkit.config import Config, load_config
 
 
 def _say(message: str) -> None:
@@ -35,18 +35,19 @@ def training_finished(run_dir: Path) -> bool:
 
 def final_checkpoint(run_dir: Path) -> Path:
     """The run's averaged checkpoint (unless training went on past it), else its best or last."""
-    from mtkit.training.checkpoint import resolve_checkpoint
+    from mtkit.runtime.checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(run_dir)
 
 
 def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     """Run every stage of ``recipe`` in ``work``; print scores and example translations."""
-    from mtkit.commands.evaluate import evaluate_files
-    from mtkit.commands.evaluate_model import translate_lines
+    from mtkit.commands.evaluate import to_document
     from mtkit.commands.prepare import prepare
     from mtkit.commands.train import train
     from mtkit.io import atomic_write_text, read_lines
+    from mtkit.scoring import score_files
+    from mtkit.translate import translate_lines
 
     config: Config = load_config(recipe, overrides)
     work = Path(work)
@@ -89,22 +90,21 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, "
          f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
-    hypotheses, lowercase = translate_lines(checkpoints, sources, config_to_dict(config.decode))
+    hypotheses, lowercase = translate_lines(checkpoints, sources, lambda saved: config.decode)
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
 
     lang = config.data.tgt_lang
     if lowercase:
         _say("the model's vocabulary lowercases its output (data.spm.lowercase): BLEU and chrF are case-insensitive")
-    report = evaluate_files([hyp_path], [ref_path], list(ev.metrics), False, False, True, lang=lang,
-                            lowercase=lowercase)
-    scores = json.loads(report)
+    evaluation = score_files([hyp_path], [ref_path], ev.metrics, lang=lang, lowercase=lowercase)
     if ev.lc_tok_ref:
-        lc = json.loads(evaluate_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], False, True, True, lang=lang))
-        scores["scores"] += [s for s in lc["scores"] if s["metric"] != "BLEU"]
+        lc = score_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang)
+        evaluation.scores += [s for s in lc.scores if s.metric != "BLEU"]
     if ev.compound_split:
-        cs = json.loads(evaluate_files([hyp_path], [ref_path], ["bleu"], False, False, True, compound_split=True, lang=lang))
-        scores["scores"] += [s for s in cs["scores"] if s["metric"] != "BLEU"]
+        cs = score_files([hyp_path], [ref_path], ["bleu"], compound_split=True, lang=lang)
+        evaluation.scores += [s for s in cs.scores if s.metric != "BLEU"]
+    scores = to_document(evaluation)
     scores["checkpoint"] = str(checkpoints[0]) if members == 1 else [str(c) for c in checkpoints]
     scores["minutes"] = (time.perf_counter() - started) / 60
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")

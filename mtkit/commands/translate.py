@@ -88,33 +88,10 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
     return decode
 
 
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` or ``cpu``; an unknown or unavailable device is a user error naming ``--device``."""
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device):
-        raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N (or mps)")
-    if device == "cpu":
-        return device
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "mps":
-        if not torch.backends.mps.is_available():
-            raise MtkitError("--device mps: this torch has no usable MPS device; use --device cpu (or auto)")
-        return device
-    if not torch.cuda.is_available():
-        raise MtkitError(f"--device {device}: this torch ({torch.__version__}) has no usable CUDA device; "
-                         "use --device cpu (or auto)")
-    index = int(device.split(":")[1]) if ":" in device else 0
-    if index >= torch.cuda.device_count():
-        raise MtkitError(f"--device {device}: there are {torch.cuda.device_count()} CUDA device(s), numbered from 0")
-    return device
-
-
 def say_loaded(loaded: list) -> None:
     """Say on stderr which checkpoints a command runs: ``loaded PATH (step N)``; once their settings
     have passed the checks, so that an error stays the only line."""
-    from mtkit.training.checkpoint import describe
+    from mtkit.runtime.checkpoint import describe
 
     for model in loaded:
         print(f"loaded {describe(model)}", file=sys.stderr, flush=True)
@@ -238,7 +215,7 @@ def translate(
             raise MtkitError("--attention-png needs --engine torch")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.export.ctranslate2 import Ctranslate2Translator, exported_decode
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
@@ -246,6 +223,8 @@ def translate(
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
         first_model = None
     else:
+        from mtkit.runtime.device import resolve_device
+
         device = resolve_device(device)
         if precision == "fp16" and not device.startswith("cuda"):
             raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
@@ -253,7 +232,7 @@ def translate(
             import torch
 
             torch.set_num_threads(threads)
-        from mtkit.training.checkpoint import load_model
+        from mtkit.runtime.checkpoint import load_model
 
         loaded = [load_model(p, device) for p in paths]
         first_model = loaded[0].model
@@ -261,7 +240,7 @@ def translate(
         if attention_layer is not None and not -layers <= attention_layer < layers:
             raise MtkitError(f"--attention-layer {attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
-        from mtkit.translate import Translator
+        from mtkit.runtime.torch_engine import Translator
 
         decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
         translator = Translator(loaded, decode, device=device, precision=precision)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtkit.errors import MtkitError
-from mtkit.training.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
+from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
+from mtkit.training.checkpoint import save_checkpoint
 
 
 def average_checkpoints(paths: list[Path], output: Path) -> Path:

@@ -1,9 +1,9 @@
-"""Checkpoints: atomic saves, safe loads, and the model a checkpoint alone describes.
+"""Saving checkpoints: atomic saves, the run directory's links and lock (loading: :mod:`mtkit.runtime.checkpoint`).
 
 A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded with
 ``weights_only=True`` so that loading never executes code from the file:
 
-    format_version   CHECKPOINT_FORMAT
+    format_version   mtkit.runtime.checkpoint.CHECKPOINT_FORMAT
     mtkit_version    str
     config           the resolved Config as plain data
     model            the raw (uncompiled, unwrapped) model state_dict
@@ -28,16 +28,11 @@ import hashlib
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_path
 
-CHECKPOINT_FORMAT = 1
-STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
-REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
 # What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
 # only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
 PARTIAL_SAVES = {
@@ -93,162 +88,10 @@ def link_atomically(target: Path, link: Path) -> None:
             shutil.copyfile(target, tmp)
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
-    """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors,
-    among them a file without one of :data:`REQUIRED_KEYS`."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise MtkitError(f"{path}: no such checkpoint")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # a truncated or foreign file
-        raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or "format_version" not in ckpt:
-        raise MtkitError(f"{path}: not an mtkit checkpoint (no format_version)")
-    if ckpt["format_version"] > CHECKPOINT_FORMAT:
-        raise MtkitError(
-            f"{path}: checkpoint format {ckpt['format_version']} is newer than this mtkit "
-            f"understands ({CHECKPOINT_FORMAT}); upgrade mtkit"
-        )
-    for key in REQUIRED_KEYS:
-        if key not in ckpt:
-            raise MtkitError(f"{path}: not a complete mtkit checkpoint (no '{key}')")
-    if not isinstance(ckpt["vocab"], dict) or not isinstance(ckpt["vocab"].get("src"), bytes):
-        raise MtkitError(f"{path}: not a complete mtkit checkpoint (no 'vocab.src' SentencePiece model)")
-    if not isinstance(ckpt["model"], dict):
-        raise MtkitError(f"{path}: not a complete mtkit checkpoint ('model' is not a state_dict)")
-    return ckpt
-
-
-def checkpoint_config(ckpt: dict, path: str | Path):
-    """The checkpoint's Config; a config that no longer passes the checks names the file."""
-    from mtkit.config import config_from_dict
-
-    try:
-        return config_from_dict(ckpt["config"])
-    except MtkitError as e:
-        raise MtkitError(f"{path}: its config: {e}") from None
-
-
-def check_weights_fit(model, state: dict, path: str | Path) -> None:
-    """Refuse ``state`` unless it has exactly ``model``'s tensor names and shapes (one line, where
-    ``load_state_dict`` would print every mismatch over dozens of lines)."""
-    expected = model.state_dict()
-    problems = [f"no '{k}'" for k in expected if k not in state]
-    problems += [f"an unexpected '{k}'" for k in state if k not in expected]
-    problems += [
-        f"'{k}' is {tuple(getattr(state[k], 'shape', ()))} where the config makes it {tuple(v.shape)}"
-        for k, v in expected.items()
-        if k in state and getattr(state[k], "shape", None) != v.shape
-    ]
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise MtkitError(f"{path}: its weights do not fit its config: {problems[0]}{more}")
-
-
 def vocab_sha256(vocab: dict) -> dict:
     """SHA-256 (hex) of a checkpoint's ``vocab`` bytes: ``{"src": …, "tgt": … | None}``."""
     return {side: hashlib.sha256(vocab[side]).hexdigest() if vocab.get(side) is not None else None
             for side in ("src", "tgt")}
-
-
-def stored_step(path: Path) -> int | None:
-    """The ``step`` a checkpoint file records, read without loading its tensors (None if unknown)."""
-    import torch
-
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # unreadable: whoever loads it reports why
-        return None
-    if not isinstance(ckpt, dict):
-        return None
-    if isinstance(ckpt.get("step"), int):
-        return ckpt["step"]
-    sources = ckpt.get("averaged_from") or []  # averaged files written before they recorded a step
-    m = STEP_PATTERN.match(Path(sources[-1]).name) if sources else None
-    return int(m.group(1)) if m else None
-
-
-def step_checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's ``step_N.pt`` files, oldest first."""
-    ckpt_dir = Path(run_dir) / "checkpoints"
-    if not ckpt_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_PATTERN.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def step_of(path: Path) -> int:
-    """The step in a ``step_N.pt`` file name."""
-    m = STEP_PATTERN.match(path.name)
-    assert m is not None, path
-    return int(m.group(1))
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or a run directory (its averaged, else best, else last checkpoint).
-
-    A run's ``averaged.pt`` that averages only checkpoints older than the run's newest
-    (training went on after ``mtkit average``) is passed over, with a note on stderr.
-    """
-    path = Path(path)
-    if path.is_dir():
-        ckpt_dir = path / "checkpoints"
-        steps = step_checkpoints(path)
-        fallback = next((c for c in (ckpt_dir / "best.pt", ckpt_dir / "last.pt", *steps[-1:]) if c.is_file()), None)
-        averaged = ckpt_dir / "averaged.pt"
-        if averaged.is_file():
-            newest = step_of(steps[-1]) if steps else None
-            upto = stored_step(averaged) if newest is not None else None
-            if fallback is None or newest is None or upto is None or upto >= newest:
-                return averaged
-            print(f"note: {averaged} averages up to step {upto}, older than step {newest}; using "
-                  f"{fallback.name} (run mtkit average to refresh)", file=sys.stderr)
-            return fallback
-        if fallback is not None:
-            return fallback
-        raise MtkitError(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
-    if not path.exists():
-        raise MtkitError(f"{path}: no such checkpoint or run directory")
-    return path
-
-
-@dataclass
-class LoadedModel:
-    """What a checkpoint alone is enough for: the model, its vocabulary and its config."""
-
-    model: Any  # mtkit.model.Transformer
-    vocab: Any  # mtkit.data.vocab.Vocab
-    config: Any  # mtkit.config.Config
-    path: Path
-    step: int | None = None  # the training step (an average's: its last checkpoint's)
-
-
-def describe(loaded: LoadedModel) -> str:
-    """``RUN/checkpoints/best.pt (step 600)``: which weights a command uses, for its log line."""
-    return f"{loaded.path} (step {loaded.step})" if loaded.step is not None else str(loaded.path)
-
-
-def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
-    """Build the model of a checkpoint (file or run directory) in eval mode on ``device``.
-
-    Prints nothing (but :func:`resolve_checkpoint`'s note); callers log :func:`describe`.
-    """
-    from mtkit.data.vocab import Vocab
-    from mtkit.model import Transformer
-
-    path = resolve_checkpoint(path)
-    ckpt = load_checkpoint(path)
-    config = checkpoint_config(ckpt, path)
-    model = Transformer(config.model, ckpt["src_vocab_size"], ckpt["tgt_vocab_size"])
-    check_weights_fit(model, ckpt["model"], path)
-    model.load_state_dict(ckpt["model"])
-    model.to(device).eval()
-    vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"))
-    step = ckpt.get("step")
-    return LoadedModel(model=model, vocab=vocab, config=config, path=path, step=step if isinstance(step, int) else None)
 
 
 class RunLock:

@@ -3,7 +3,7 @@
 Member k (counted from 1) is the recipe with ``train.seed + k - 1`` and its own run directory:
 the first keeps RUN, so that one model is the usual layout, the others take RUN-2, RUN-3, …
 Translating with all of them (``mtkit translate -m RUN -m RUN-2``, or ``mtkit run``) averages
-their log-probabilities at every step (:class:`mtkit.search.Ensemble`).
+their log-probabilities at every step (:class:`mtkit.runtime.ensemble.Ensemble`).
 
 On CPU the members train at the same time, each in its own ``mtkit train`` process pinned to
 an equal share of the cores: the cores then serve several small models instead of splitting the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mtkit.config import Config, save_config
 from mtkit.errors import MtkitError
-from mtkit.training.launch import usable_cores, wants_cuda
+from mtkit.training.launch import train_args, usable_cores, wants_cuda
 
 
 def member_run_dirs(run_dir: Path, members: int) -> list[Path]:
@@ -93,10 +93,7 @@ def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | 
                 recipe = Path(tmp) / f"member-{k}.yaml"
                 save_config(member_config(config, k), recipe)
                 run_dirs[k - 1].mkdir(parents=True, exist_ok=True)
-                args = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir),
-                        "--run-dir", str(run_dirs[k - 1])]
-                if resume is not None:
-                    args.append("--resume" if resume else "--no-resume")
+                args = [sys.executable, *train_args(recipe, data_dir, run_dirs[k - 1], resume)]
                 env = dict(os.environ)
                 if side_by_side and not user_threads:
                     env["OMP_NUM_THREADS"] = str(len(cores) if cores else max(1, usable_cores() // len(todo)))

@@ -42,10 +42,19 @@ def rank_threads(config: Config) -> str:
 
 def wants_cuda(config: Config) -> bool:
     """Whether the recipe trains on GPUs (``train.device`` cuda, or auto with CUDA available)."""
-    import torch
+    from mtkit.runtime.device import device_type
 
-    device = config.train.device
-    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return device_type(config.train.device) == "cuda"
+
+
+def train_args(recipe: Path, data_dir: Path, run_dir: Path, resume: bool | None = None) -> list[str]:
+    """The arguments, after the Python interpreter, of the process that trains ``recipe`` (a saved
+    config): ``-m mtkit train RECIPE --data DATA --run-dir RUN [--resume | --no-resume]``. Every
+    process mtkit starts to train (torchrun's ranks, an ensemble's members) is started with these."""
+    args = ["-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(run_dir)]
+    if resume is not None:
+        args.append("--resume" if resume else "--no-resume")
+    return args
 
 
 def check_devices(config: Config) -> None:
@@ -83,9 +92,7 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     with tempfile.TemporaryDirectory(prefix="mtkit-launch-") as tmp:
         recipe = Path(tmp) / "config.yaml"
         save_config(config, recipe)
-        args = ["-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(run_dir)]
-        if resume is not None:
-            args.append("--resume" if resume else "--no-resume")
+        args = train_args(recipe, data_dir, run_dir, resume)
         os.environ["OMP_NUM_THREADS"] = rank_threads(config)  # the ranks inherit this environment
         elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
         try:

@@ -25,23 +25,20 @@ from mtkit import __version__
 from mtkit.config import PAD_ID, Config, config_to_dict, save_config
 from mtkit.errors import Interrupted, MtkitError
 from mtkit.model import Transformer, count_parameters
-from mtkit.training import distributed
-from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, collate, make_batches, prefetch
-from mtkit.training.checkpoint import (
+from mtkit.runtime.checkpoint import (
     CHECKPOINT_FORMAT,
-    RunLock,
     check_weights_fit,
     checkpoint_config,
-    link_atomically,
     load_checkpoint,
-    remove_partial_saves,
-    save_checkpoint,
     step_checkpoints,
-    vocab_sha256,
 )
+from mtkit.runtime.device import device_type, resolve_device
+from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
+from mtkit.training import distributed
+from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, collate, make_batches, prefetch
+from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint, vocab_sha256
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
-from mtkit.training.precision import allow_tf32, autocast, check_precision, grad_scaler
 
 
 @dataclass
@@ -121,11 +118,8 @@ class StopSignals:
 
 
 def select_device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise MtkitError(f"train.device={name}, but no CUDA device is available")
-    return torch.device(name)
+    """``train.device`` for this rank (``auto``: ``cuda:LOCAL_RANK`` or cpu); see :mod:`mtkit.runtime.device`."""
+    return torch.device(resolve_device(name, local_rank, setting="train.device"))
 
 
 class MetricsLog:
@@ -184,9 +178,9 @@ class Trainer:
         self.cfg = config.train
         self.data_dir = Path(data_dir)
         self.run_dir = Path(run_dir)
-        device_type = "cuda" if (self.cfg.device.startswith("cuda") or (self.cfg.device == "auto" and torch.cuda.is_available())) else "cpu"
-        check_precision(self.cfg.precision, device_type)
-        self.dist = distributed.init_distributed(device_type)
+        kind = device_type(self.cfg.device)
+        check_precision(self.cfg.precision, kind)
+        self.dist = distributed.init_distributed(kind)
         self.device = select_device(self.cfg.device, self.dist.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -204,7 +198,8 @@ class Trainer:
             self.valid_store = None
 
         torch.manual_seed(self.cfg.seed)
-        self.model = Transformer(config.model, self.vocab.src_size, self.vocab.tgt_size, pad_id=PAD_ID).to(self.device)
+        self.model = Transformer(config.model, self.vocab.src_size, self.vocab.tgt_size, pad_id=PAD_ID,
+                                 kernels=config.kernels).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg, self.device.type)
         self.scaler = grad_scaler(self.cfg.precision, self.device.type)
         self.sampler = TokenBatchSampler(
@@ -234,7 +229,8 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
-        self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID, rdrop_alpha=self.cfg.rdrop_alpha)
+        self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID, rdrop_alpha=self.cfg.rdrop_alpha,
+                                         kernels=config.kernels)
         self.train_model = self.criterion  # model + loss: (src, tgt_in, tgt_out) -> (loss_sum, nll_sum, n)
         self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:

@@ -19,8 +19,8 @@ def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: in
     translations are gathered so that every rank scores the whole set (and gets the same BLEU)."""
     import sacrebleu
 
+    from mtkit.runtime.torch_engine import Translator
     from mtkit.training.distributed import all_gather_objects
-    from mtkit.translate import Translator
 
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
     references = list(read_lines(Path(data_dir) / "valid.tgt.txt"))

@@ -17,6 +17,8 @@ import yaml
 
 from conftest import TINY_MODEL
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": "",
        "CUDA_VISIBLE_DEVICES": ""}  # so that the `cuda` cases fail the same way on a GPU machine
 

@@ -13,6 +13,8 @@ import yaml
 
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
 
 

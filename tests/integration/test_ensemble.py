@@ -16,6 +16,8 @@ from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
 from mtkit.config import config_from_dict
 from mtkit.training import ensemble
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 ENV = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
 ENV.update({"OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""})
 
@@ -61,8 +63,8 @@ def test_ensemble_size_is_checked():
 
 def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp_path):
     from mtkit.config import DecodeConfig
-    from mtkit.training.checkpoint import load_model
-    from mtkit.translate import Translator
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.torch_engine import Translator
 
     recipe = tiny_recipe(tmp_path)
     work = tmp_path / "work"

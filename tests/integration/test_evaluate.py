@@ -283,7 +283,7 @@ def test_model_translations_are_scored_in_memory(tiny_run, tmp_path):
 
 def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatch):
     import mtkit.metrics
-    from mtkit.commands.evaluate_model import evaluate
+    from mtkit.commands.evaluate import evaluate
 
     run, src, _ = tiny_run
     sources = src.read_text(encoding="utf-8").splitlines()

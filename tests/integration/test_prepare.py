@@ -16,6 +16,8 @@ from mtkit.data.store import ParallelStore
 from mtkit.data.vocab import Vocab
 from mtkit.errors import MtkitError
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", Path(__file__).resolve().parents[2].parent / "shared/data/multi30k"))
 SMALL_SPM = {"vocab_size": 300, "sample_size": 5000}
 

@@ -21,6 +21,8 @@ from mtkit.commands.prepare import prepare
 from mtkit.config import config_from_dict
 from mtkit.errors import MtkitError
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
 SMALL = {"vocab_size": 60, "sample_size": 2000}
 

@@ -18,6 +18,8 @@ import pytest
 from mtkit.commands.prepare import prepare
 from mtkit.config import load_config
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PAIRS = {"multi30k-en-de": ("en", "de"), "multi30k-de-en": ("de", "en")}
 WORDS = {"en": "a man woman dog child runs sits on the street with red ball in water".split(),

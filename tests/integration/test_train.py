@@ -13,18 +13,20 @@ import torch
 
 from conftest import TINY_MODEL
 from mtkit.config import config_from_dict
-from mtkit.training.checkpoint import load_checkpoint, step_checkpoints
+from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.training.trainer import train
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
-def make_config(data: dict, **train_overrides):
+
+def make_config(data: dict, kernels: str = "auto", **train_overrides):
     train_cfg = {"max_tokens": 600, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 40, "label_smoothing": 0.0,
                  "log_every": 10, "valid_every": 0, "save_every": 0, "max_steps": 60, "seed": 3}
     train_cfg.update(train_overrides)
     model = dict(TINY_MODEL)
     if "dropout" in train_cfg:
         model["dropout"] = train_cfg.pop("dropout")
-    return config_from_dict({"data": data, "model": model, "train": train_cfg})
+    return config_from_dict({"data": data, "model": model, "train": train_cfg, "kernels": kernels})
 
 
 def write_recipe(path: Path, config) -> Path:
@@ -40,9 +42,18 @@ def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in records if "loss" in r]
 
 
-def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path):
+# The learning tests run on the reference kernels, for several seeds, with the rate decayed to 0:
+# at a constant rate the end state is noisy (seeds 1-5 ended between 0.017 and 0.14 in loss), decayed
+# it converges (seeds 1-6: loss <= 0.006, validation BLEU >= 97.9; bf16 loss <= 0.03).
+SEEDS = [1, 2, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path, seed):
     data_dir, data = reverse_data
-    config = make_config(data, max_steps=500, valid_every=250, bleu_every=250, keep_last=2, clip_norm=1.0)
+    config = make_config(data, kernels="reference", seed=seed, lr_schedule="linear", max_steps=500, valid_every=250,
+                         bleu_every=250, keep_last=2, clip_norm=1.0)
     result = train(config, data_dir, tmp_path / "run", progress=False)
     assert result.step == 500
     assert result.final_loss < 0.1, losses(tmp_path / "run")
@@ -73,9 +84,12 @@ def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path
         assert torch.equal(tensor, b["model"][key]), key
 
 
-def test_bf16_autocast_training_learns_on_cpu(reverse_data, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bf16_autocast_training_learns_on_cpu(reverse_data, tmp_path, seed):
     data_dir, data = reverse_data
-    result = train(make_config(data, max_steps=500, precision="bf16"), data_dir, tmp_path / "run", progress=False)
+    config = make_config(data, kernels="reference", seed=seed, lr_schedule="linear", max_steps=500, precision="bf16")
+    result = train(config, data_dir, tmp_path / "run", progress=False)
     assert result.final_loss < 0.3, losses(tmp_path / "run")
 
 
@@ -130,7 +144,7 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     recipe = tmp_path / "ddp.yaml"
     write_recipe(recipe, make_config(data, update_freq=2, **common))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -151,18 +165,12 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     assert records[0]["world_size"] == 2
 
 
-def test_train_processes_launches_ranks_that_stop_together_and_share_validation(reverse_data, tmp_path):
-    """train.processes=2: `mtkit train` starts two torchrun ranks itself; they stop at the same step
-    on max_minutes (each rank has its own clock); the sharded, gathered validation BLEU equals a
-    one-process evaluation of the same weights."""
-    from mtkit.training.checkpoint import load_model
-    from mtkit.training.validation import validation_bleu
-
+def test_train_processes_launches_ranks_that_stop_together(reverse_data, tmp_path):
+    """train.processes=2: `mtkit train` starts two torchrun ranks itself; each has its own clock, and
+    they stop at the same step on max_minutes (or DDP would wait forever)."""
     data_dir, data = reverse_data
-    config = make_config(data, processes=2, max_steps=100_000, max_minutes=0.4, valid_every=100_000,
-                         bleu_every=100_000, clip_norm=1.0)
-    recipe = tmp_path / "recipe.yaml"
-    write_recipe(recipe, config)
+    config = make_config(data, processes=2, max_steps=100_000, max_minutes=0.02, valid_every=100_000)
+    recipe = write_recipe(tmp_path / "recipe.yaml", config)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -172,8 +180,25 @@ def test_train_processes_launches_ranks_that_stop_together_and_share_validation(
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["world_size"] == 2
     assert records[-1]["event"] == "end" and records[-1]["stopped"] == "max_minutes"
-    final = [r for r in records if "valid_bleu" in r][-1]  # validation of the final weights
-    assert final["step"] == records[-1]["step"] > 100
+
+
+@pytest.mark.slow
+def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
+    """The validation BLEU that two ranks compute on their shards and gather equals a one-process
+    evaluation of the same weights (a fixed number of updates, enough to learn the task)."""
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.training.validation import validation_bleu
+
+    data_dir, data = reverse_data
+    config = make_config(data, processes=2, max_steps=150, valid_every=150, bleu_every=150, clip_norm=1.0)
+    recipe = write_recipe(tmp_path / "recipe.yaml", config)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in records if "valid_bleu" in r][-1]
+    assert final["step"] == 150
     assert final["valid_bleu"] > 20  # learned enough that wrongly paired shards would score far lower
 
     loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
@@ -221,21 +246,17 @@ main()
 
 def test_a_failing_rank_ends_the_whole_job_with_an_error(reverse_data, tmp_path):
     """torchrun tears the job down when one rank dies, instead of leaving rank 0 waiting in all-reduce."""
-    import time
-
     data_dir, data = reverse_data
     recipe = tmp_path / "ddp.yaml"
     write_recipe(recipe, make_config(data, max_steps=50, log_every=1))
     script = tmp_path / "failing.py"
     script.write_text(FAILING_RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29534",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            str(script), "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # a hang would time out
     assert proc.returncode != 0
     assert "rank 1 fails on purpose" in proc.stderr
-    assert time.perf_counter() - started < 200
 
 
 def test_early_stopping_and_max_epochs(reverse_data, tmp_path):
@@ -282,10 +303,35 @@ def test_ddp_with_bpe_dropout_keeps_the_ranks_in_step(reverse_data, tmp_path):
     config = make_config(data, max_steps=40, log_every=10, save_every=20, bpe_dropout=0.1, max_epochs=3)
     write_recipe(recipe, config)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29535",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["world_size"] == 2 and records[0]["bpe_dropout_growth"][0] > 1.0
     assert records[-1]["event"] == "end" and records[-1]["step"] == 40
+
+
+def test_a_checkpoint_of_the_previous_format_loads_and_resumes(reverse_data, tmp_path):
+    """What the trainer wrote before checkpoints held the vocabulary hash and the data fingerprint, and
+    before the config had its kernels key: it still loads for translation, and a run resumes from it."""
+    import shutil
+
+    from mtkit.runtime.checkpoint import load_model
+
+    data_dir, data = reverse_data
+    train(make_config(data, max_steps=2), data_dir, tmp_path / "run", progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    old = {k: v for k, v in ckpt.items() if k not in ("vocab_sha256", "data_fingerprint")}
+    old["config"] = {k: v for k, v in ckpt["config"].items() if k != "kernels"}
+    torch.save(old, tmp_path / "old.pt")
+
+    loaded, new = load_model(tmp_path / "old.pt"), load_model(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert loaded.step == 2
+    for key, tensor in new.model.state_dict().items():
+        assert torch.equal(tensor, loaded.model.state_dict()[key]), key
+
+    run = tmp_path / "resumed"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copyfile(tmp_path / "old.pt", run / "checkpoints" / "last.pt")
+    assert train(make_config(data, max_steps=4), data_dir, run, resume=True, progress=False).step == 4

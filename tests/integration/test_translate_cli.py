@@ -17,6 +17,8 @@ from conftest import TINY_MODEL, WORDS
 from mtkit.config import config_from_dict
 from mtkit.training.trainer import train
 
+pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
 MTKIT = [sys.executable, "-m", "mtkit"]
 

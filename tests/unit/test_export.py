@@ -18,15 +18,11 @@ from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmC
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
-from mtkit.export.ctranslate2 import (  # noqa: E402
-    Ctranslate2Translator,
-    export_model,
-    exported_decode,
-    length_penalty,
-)
+from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
+from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode, length_penalty  # noqa: E402
+from mtkit.runtime.torch_engine import Translator  # noqa: E402
 from mtkit.search import length_penalty as search_length_penalty  # noqa: E402
-from mtkit.translate import Translator  # noqa: E402
 
 torch.set_num_threads(1)
 STEPS = 150

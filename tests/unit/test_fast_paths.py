@@ -7,24 +7,46 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mtkit.model import Dropout, MultiHeadAttention, dropout, reference_attention
 from mtkit.config import ModelConfig
-from mtkit.model import Transformer
-from mtkit.training.loss import (
-    TranslationLoss,
+from mtkit.kernels import (
+    AUTO,
+    REFERENCE,
+    Dropout,
+    choose_attention,
+    fast_dropout,
+    keep_mask,
     label_smoothed_loss,
     linear_label_smoothed_loss,
+    masked_dropout,
+    plain_attention,
+    reference_attention,
+    reference_dropout,
     reference_label_smoothed_loss,
+    reference_linear_label_smoothed_loss,
     reference_symmetric_kl,
+    sdpa_attention,
+    select,
     symmetric_kl,
 )
+from mtkit.kernels.attention import plain_attention_fast_dropout
+from mtkit.model import Transformer
+from mtkit.training.loss import TranslationLoss
+
+
+def test_select_gives_the_two_settings_and_passes_a_kernels_through():
+    assert select("auto") is AUTO and select("reference") is REFERENCE and select(AUTO) is AUTO
+    with pytest.raises(ValueError, match="auto"):
+        select("fast")
+    assert REFERENCE.dropout is reference_dropout and REFERENCE.attention is plain_attention
+    assert AUTO.fuse_projection("cuda") and not AUTO.fuse_projection("cpu") and not REFERENCE.fuse_projection("cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("vocab", [50, 3000])
 def test_chunked_loss_equals_the_reference_formula(dtype, vocab, monkeypatch):
-    monkeypatch.setattr("mtkit.training.loss.CHUNK_ELEMENTS", 4 * vocab)  # several chunks
+    monkeypatch.setattr("mtkit.kernels.loss.CHUNK_ELEMENTS", 4 * vocab)  # several chunks
     torch.manual_seed(0)
     logits = (3 * torch.randn(5, 7, vocab)).to(dtype).requires_grad_()
     target = torch.randint(4, vocab, (5, 7))
@@ -50,22 +72,88 @@ def test_chunked_loss_equals_cross_entropy_with_label_smoothing():
     assert torch.allclose(label_smoothed_loss(logits, target, 0.1, 0)[0], expected, rtol=1e-5)
 
 
+def _qkv(dtype, d_k=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(3, 4, 6, d_k, generator=g).to(dtype).requires_grad_() for _ in range(3)]
+
+
+MASKS = {
+    "none": (None, False),
+    "padding": (torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], dtype=torch.bool)[:, None, None, :], False),
+    "causal": (None, True),
+}
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize("mask_kind", list(MASKS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_flash_attention_equals_the_reference_formula(dtype, mask_kind, grad):
+    """With d_k = 64, SDPA runs its flash kernel (only that backend is allowed here): values and gradients
+    equal the formula's, in fp32 and bf16, with and without masks."""
+    mask, causal = MASKS[mask_kind]
+    q, k, v = _qkv(dtype)
+    with torch.set_grad_enabled(grad):
+        ref = plain_attention(q, k, v, mask, causal)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            fast = sdpa_attention(q, k, v, mask, causal)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert fast.dtype == ref.dtype == dtype
+    assert torch.allclose(fast.float(), ref.float(), atol=tol)
+    if grad:
+        g_out = torch.randn_like(ref)
+        g_ref = torch.autograd.grad(ref, (q, k, v), g_out)
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            g_fast = torch.autograd.grad(sdpa_attention(q, k, v, mask, causal), (q, k, v), g_out)
+        for a, b in zip(g_fast, g_ref):
+            assert torch.allclose(a.float(), b.float(), atol=5 * tol)
+
+
+@pytest.mark.parametrize("mask_kind", list(MASKS))
+def test_attention_with_dropout_is_the_formula_with_dropped_weights(mask_kind):
+    """Training dropout on the weights: the reference and auto's plain path drop at rate p and scale by
+    1/(1-p); with p = 0 every kernel is the formula."""
+    mask, causal = MASKS[mask_kind]
+    q, k, v = (t.detach() for t in _qkv(torch.float32, d_k=8))
+    for kernel in (plain_attention, plain_attention_fast_dropout, sdpa_attention, AUTO.attention):
+        assert torch.allclose(kernel(q, k, v, mask, causal, 0.0), plain_attention(q, k, v, mask, causal), atol=1e-5)
+    _, weights = reference_attention(q, k, v, mask, causal)
+    for dropout, kernel in ((reference_dropout, plain_attention), (fast_dropout, plain_attention_fast_dropout)):
+        torch.manual_seed(3)
+        out = kernel(q, k, v, mask, causal, 0.5)
+        torch.manual_seed(3)
+        assert torch.allclose(out, dropout(weights, 0.5, True) @ v, atol=1e-6)  # the same mask from the same seed
+        assert not torch.allclose(out, plain_attention(q, k, v, mask, causal))
+
+
+def test_auto_attention_follows_its_table():
+    """CPU training in bf16, or in fp32 with d_k < 64: the plain formula; otherwise SDPA."""
+    def pick(dtype, d_k, grad):
+        with torch.set_grad_enabled(grad):
+            return choose_attention(torch.zeros(1, 1, 1, d_k, dtype=dtype))
+
+    plain = plain_attention_fast_dropout
+    assert pick(torch.bfloat16, 64, True) is plain and pick(torch.bfloat16, 8, True) is plain
+    assert pick(torch.float16, 64, True) is plain
+    assert pick(torch.float32, 32, True) is plain and pick(torch.float32, 64, True) is sdpa_attention
+    for dtype in (torch.float32, torch.bfloat16):
+        for d_k in (8, 64):
+            assert pick(dtype, d_k, False) is sdpa_attention
+    with torch.device("meta"):  # off the CPU: SDPA always
+        assert choose_attention(torch.zeros(1, 1, 1, 8, dtype=torch.bfloat16)) is sdpa_attention
+
+
 @pytest.mark.parametrize("causal", [False, True])
-def test_bf16_cpu_attention_path_equals_sdpa(causal):
-    """In bf16 with gradients on CPU, attend() takes the plain formula: it matches SDPA, values and gradients."""
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(32, 4)
-    q, k, v = (torch.randn(3, 4, 6, 8, requires_grad=True) for _ in range(3))
-    mask = None if causal else torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], dtype=torch.bool)[:, None, None, :]
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-    assert torch.allclose(reference_attention(q, k, v, mask, causal)[0], expected, atol=1e-6)
-    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+def test_auto_attention_under_bf16_autocast_equals_the_reference(causal):
+    """The model's call in bf16 CPU training (auto takes the plain formula): values and gradients."""
+    mask, _ = MASKS["padding"]
+    mask = None if causal else mask
+    q, k, v = _qkv(torch.bfloat16, d_k=8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = mha.attend(qb, kb, vb, mask, causal)
-        ref = mha.w_o(mha.merge_heads(F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal)))
+        out = AUTO.attention(q, k, v, mask, causal, 0.0)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
     assert torch.allclose(out.float(), ref.float(), atol=3e-2)
-    g_out = torch.autograd.grad(out.float().sum(), (qb, kb, vb))
-    g_ref = torch.autograd.grad(ref.float().sum(), (qb, kb, vb))
+    g_out = torch.autograd.grad(out.float().sum(), (q, k, v))
+    g_ref = torch.autograd.grad(ref.float().sum(), (q, k, v))
     for a, b in zip(g_out, g_ref):
         assert torch.allclose(a.float(), b.float(), atol=5e-2)
 
@@ -85,8 +173,10 @@ def test_chunked_loss_without_gradients_and_a_single_backward():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("p", [0.1, 0.3])
-def test_cpu_dropout_is_inverted_dropout(dtype, p):
-    """Kept entries are x / (1 - p), dropped ones 0, at rate p; the gradient flows through the same mask."""
+@pytest.mark.parametrize("dropout", [fast_dropout, reference_dropout])
+def test_dropout_is_inverted_dropout(dropout, p, dtype):
+    """Both kernels: kept entries are x / (1 - p), dropped ones 0, at rate p; the gradient flows through
+    the same mask; the same seed gives the same mask."""
     torch.manual_seed(0)
     x = (torch.rand(400, 500) + 0.5).to(dtype).requires_grad_()
     y = dropout(x, p, training=True)
@@ -97,18 +187,34 @@ def test_cpu_dropout_is_inverted_dropout(dtype, p):
     (g,) = torch.autograd.grad(y.float().sum(), x)
     assert torch.equal(g != 0, kept)
     assert torch.allclose(g[kept].float(), torch.full_like(g[kept].float(), 1 / (1 - p)), rtol=1e-2)
-    # Seeded like every other torch random op: the same seed gives the same mask.
     torch.manual_seed(5)
     a = dropout(x.detach(), p, True)
     torch.manual_seed(5)
     assert torch.equal(a, dropout(x.detach(), p, True))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_dropout_equals_the_formula_given_the_same_mask(dtype):
+    """Given one mask, the fast kernel is exactly x · keep / (1 - p), values and gradients."""
+    torch.manual_seed(0)
+    p = 0.3
+    x = torch.randn(50, 70).to(dtype).requires_grad_()
+    keep = keep_mask(x.shape, p, dtype)
+    fast = masked_dropout(x, keep, p)
+    ref = x * keep * (1.0 / (1.0 - p))
+    assert torch.equal(fast, ref)
+    g_out = torch.randn_like(x)
+    assert torch.equal(torch.autograd.grad(fast, x, g_out)[0], torch.autograd.grad(ref, x, g_out)[0])
+    # fast_dropout draws exactly that mask from the same seed.
+    torch.manual_seed(7)
+    keep = keep_mask(x.shape, p, dtype)
+    torch.manual_seed(7)
+    assert torch.equal(fast_dropout(x, p, True), x * keep * (1.0 / (1.0 - p)))
+
+
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
 def test_keep_mask_has_no_structure(p):
     """Every one of the four 16-bit lanes of a 64-bit draw keeps at rate 1 - p, independently of its neighbour."""
-    from mtkit.model import keep_mask
-
     torch.manual_seed(1)
     mask = keep_mask(torch.Size([1000, 400]), p, torch.float32)
     assert set(mask.unique().tolist()) <= {0.0, 1.0}
@@ -121,11 +227,13 @@ def test_keep_mask_has_no_structure(p):
     assert odd.shape == (7, 3) and odd.dtype == torch.bfloat16
 
 
-def test_dropout_module_is_the_identity_in_eval_mode_and_at_zero():
+@pytest.mark.parametrize("dropout", [fast_dropout, reference_dropout])
+def test_dropout_is_the_identity_in_eval_mode_and_at_zero(dropout):
     x = torch.randn(4, 8)
     assert dropout(x, 0.0, True) is x and dropout(x, 0.5, False) is x
-    m = Dropout(0.5).eval()
-    assert m(x) is x
+    for k in (AUTO, REFERENCE):
+        m = Dropout(0.5, k).eval()
+        assert m(x) is x
     assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))
 
 
@@ -151,6 +259,8 @@ def test_fused_projection_and_loss_equal_logits_then_the_reference_loss(bf16, ro
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         ref = reference_label_smoothed_loss(hidden @ weight.t(), target, 0.1, 0)
         fused = linear_label_smoothed_loss(hidden, weight, target, 0.1, 0, rows=rows)
+        twin = reference_linear_label_smoothed_loss(hidden, weight, target, 0.1, 0, rows=rows)
+    assert torch.equal(twin[0], ref[0]) and twin[2] == ref[2]
     assert ref[2] == fused[2] == int((target != 0).sum())
     tol = dict(rtol=2e-3) if bf16 else dict(rtol=1e-5)
     assert torch.allclose(fused[0], ref[0], **tol) and torch.allclose(fused[1], ref[1], **tol)
@@ -162,9 +272,10 @@ def test_fused_projection_and_loss_equal_logits_then_the_reference_loss(bf16, ro
     assert (g_fused[0][2, 3:] == 0).all()
 
 
+@pytest.mark.parametrize("setting", ["auto", "reference"])
 @pytest.mark.parametrize("fuse", [True, False, None])
 @pytest.mark.parametrize("share", ["all", "none"])
-def test_translation_loss_equals_the_model_logits_and_loss(share, fuse):
+def test_translation_loss_equals_the_model_logits_and_loss(share, fuse, setting):
     """The training objective gives the model's own loss and the same parameter gradients (tied or not)."""
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, share_embeddings=share)
@@ -174,7 +285,7 @@ def test_translation_loss_equals_the_model_logits_and_loss(share, fuse):
     tgt_out[1, 3:] = 0
     ref = reference_label_smoothed_loss(model(src, tgt_in), tgt_out, 0.1, 0)
     g_ref = torch.autograd.grad(ref[0], list(model.parameters()))
-    loss, nll, n = TranslationLoss(model, 0.1, 0, fuse_projection=fuse)(src, tgt_in, tgt_out)
+    loss, nll, n = TranslationLoss(model, 0.1, 0, fuse_projection=fuse, kernels=setting)(src, tgt_in, tgt_out)
     g = torch.autograd.grad(loss, list(model.parameters()))
     assert n == ref[2] and torch.allclose(loss, ref[0], rtol=1e-5) and torch.allclose(nll, ref[1], rtol=1e-5)
     for a, b in zip(g, g_ref):
@@ -199,7 +310,7 @@ def test_symmetric_kl_is_the_sum_of_both_divergences_over_real_tokens():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunked_symmetric_kl_equals_the_reference_with_its_gradients(dtype, monkeypatch):
-    monkeypatch.setattr("mtkit.training.loss.CHUNK_ELEMENTS", 4 * 300)  # several chunks
+    monkeypatch.setattr("mtkit.kernels.loss.CHUNK_ELEMENTS", 4 * 300)  # several chunks
     torch.manual_seed(0)
     logits = (3 * torch.randn(2, 5, 7, 300)).to(dtype).requires_grad_()  # two passes as views of one tensor
     target = torch.randint(4, 300, (5, 7))
@@ -258,6 +369,7 @@ def test_rdrop_adds_the_disagreement_of_two_dropout_passes_in_training_only():
     assert torch.allclose(criterion(src, tgt_in, tgt_out)[0], TranslationLoss(model, 0.1, 0)(src, tgt_in, tgt_out)[0])
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_to_copy_with_rdrop():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=64, h=4, d_ff=128, encoder_layers=2, decoder_layers=2, dropout=0.1)

@@ -1,6 +1,12 @@
-"""Imports go one way: cli → commands → library (data, training, search, metrics, export) → model → config."""
+"""Imports go one way: cli → commands → library (training, export, translate, metrics ...) → runtime →
+search, data → model → kernels → config; inference never imports training.
+
+The runtime's torch engine runs search and loads vocabularies, so search and data sit below it.
+"""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mtkit"
@@ -27,12 +33,20 @@ def files():
     return sorted(PACKAGE.rglob("*.py"))
 
 
-def test_the_model_knows_only_the_config():
-    assert {m for m in mtkit_imports(PACKAGE / "model.py")} <= {"mtkit.config", "mtkit.config.ModelConfig"}
+def test_the_model_knows_only_the_config_and_the_kernels():
+    assert all(m.startswith(("mtkit.config", "mtkit.kernels")) for m in mtkit_imports(PACKAGE / "model.py"))
+
+
+def test_the_kernels_know_only_the_config():
+    kernels = [PACKAGE / "kernels.py"] if (PACKAGE / "kernels.py").exists() else sorted((PACKAGE / "kernels").glob("*.py"))
+    assert kernels
+    for path in kernels:
+        bad = {m for m in mtkit_imports(path) if not m.startswith(("mtkit.config", "mtkit.kernels"))}
+        assert not bad, f"{path.name} imports {bad}"
 
 
 def test_search_sees_only_token_ids_and_the_model_protocol():
-    allowed = ("mtkit.config",)
+    allowed = ("mtkit.config", "mtkit.penalties")  # penalties: torch-free, shared with the CTranslate2 engine
     assert all(m.startswith(allowed) for m in mtkit_imports(PACKAGE / "search.py"))
 
 
@@ -59,3 +73,101 @@ def test_data_knows_nothing_of_training_or_models():
     for path in (PACKAGE / "data").glob("*.py"):
         bad = {m for m in mtkit_imports(path) if m.startswith(("mtkit.training", "mtkit.model", "mtkit.search"))}
         assert not bad, f"{path.name} imports {bad}"
+
+
+# Top-level modules and packages, layer by layer from the top: each imports only from its own layer
+# or those below it (mtkit itself, for __version__, sits at the bottom).
+LAYERS = [
+    {"mtkit.cli", "mtkit.__main__"},
+    {"mtkit.commands"},
+    {"mtkit.training", "mtkit.export", "mtkit.translate", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
+     "mtkit.serve", "mtkit.host_memory"},
+    {"mtkit.runtime"},
+    {"mtkit.search", "mtkit.data"},
+    {"mtkit.model", "mtkit.penalties"},
+    {"mtkit.kernels"},
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
+]
+INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.export", "mtkit.penalties",
+             "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export")
+
+
+def top_level(module: str) -> str:
+    """``mtkit.training.trainer`` -> ``mtkit.training``; ``mtkit`` stays ``mtkit``."""
+    return ".".join(module.split(".")[:2])
+
+
+def module_file(module: str) -> Path | None:
+    """The file of an mtkit module (None for a name imported from a module, e.g. ``mtkit.config.PAD_ID``)."""
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the mtkit modules it imports (with the packages above them, which Python runs first)."""
+    graph = {}
+    for path in files():
+        found = set()
+        for m in mtkit_imports(path):
+            parts = m.split(".")
+            found |= {".".join(parts[:k]) for k in range(1, len(parts) + 1) if module_file(".".join(parts[:k]))}
+        graph[module_name(path)] = found
+    return graph
+
+
+def layer_of(module: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if top_level(module) in layer:
+            return i
+    raise AssertionError(f"{module}: not in test_layout.LAYERS; add it to its layer")
+
+
+def test_imports_go_down_the_layers():
+    for module, imported in import_graph().items():
+        for m in imported:
+            assert layer_of(m) >= layer_of(module), f"{module} imports {m}, a layer above it"
+
+
+def test_no_cycles_between_top_level_packages():
+    edges: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        here = top_level(module)
+        edges.setdefault(here, set()).update(top_level(m) for m in imported if top_level(m) != here)
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import cycle: " + " → ".join(path[path.index(node):] + [node]))
+        if node in done:
+            return
+        for nxt in sorted(edges.get(node, ())):
+            visit(nxt, path + [node])
+        done.add(node)
+
+    for node in sorted(edges):
+        visit(node, [])
+
+
+def test_inference_never_imports_training():
+    graph = import_graph()
+    for start in (m for m in graph if m.startswith(INFERENCE)):
+        seen, todo = set(), [start]
+        while todo:  # everything it can load, lazily or not
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
+        bad = sorted(m for m in seen if m.startswith("mtkit.training"))
+        assert not bad, f"{start} can load {bad}"
+
+
+def test_importing_the_inference_path_loads_no_training_module():
+    code = ("import sys, mtkit.translate, mtkit.runtime, mtkit.runtime.torch_engine, mtkit.runtime.ctranslate2_engine, "
+            "mtkit.runtime.checkpoint\n"
+            "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -10,7 +10,8 @@ import torch
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from mtkit.model import Transformer
-from mtkit.search import Ensemble, beam_search, greedy_search, length_penalty, sample
+from mtkit.runtime.ensemble import Ensemble
+from mtkit.search import beam_search, greedy_search, length_penalty, sample
 
 torch.set_num_threads(1)
 V = 40

@@ -15,7 +15,8 @@ from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
-from mtkit.training.checkpoint import link_atomically, load_checkpoint, resolve_checkpoint, save_checkpoint
+from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
+from mtkit.training.checkpoint import link_atomically, save_checkpoint
 from mtkit.training.loss import label_smoothed_loss
 from mtkit.training.optim import learning_rate
 

@@ -14,7 +14,8 @@ from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.model import Transformer
-from mtkit.translate import Translator, format_translation, read_text_lines
+from mtkit.runtime.torch_engine import Translator
+from mtkit.translate import format_translation, read_text_lines
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)

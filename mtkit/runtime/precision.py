@@ -10,6 +10,7 @@ from mtkit.errors import MtkitError
 
 
 def check_precision(precision: str, device_type: str) -> None:
+    """Refuse fp16 off CUDA (bf16 is the CPU's half precision)."""
     if precision == "fp16" and device_type != "cuda":
         raise MtkitError("train.precision=fp16 needs a CUDA device; use bf16 on CPU")
 

@@ -1,0 +1,13 @@
+"""What training and inference share: the device, mixed precision, loading a checkpoint into
+(model, vocabulary, config), and the engines that translate lines.
+
+    device.py              ``auto`` -> cuda or cpu, once for every command and the trainer
+    precision.py           the ``precision`` setting -> autocast context and grad scaler
+    checkpoint.py          reading checkpoints: checks, run directories, :class:`LoadedModel`
+    engine.py              :class:`LineTranslator`, the engines' common pipeline (lines in, translations out)
+    torch_engine.py        :class:`Translator`: mtkit's own search on one model or an ensemble
+    ensemble.py            :class:`Ensemble`: several models decoded as one (the model protocol)
+    ctranslate2_engine.py  :class:`Ctranslate2Translator`: an exported model in CTranslate2 (never imports torch)
+
+Nothing here imports :mod:`mtkit.training`, and importing this package loads no submodule (and no torch).
+"""

@@ -1,0 +1,216 @@
+"""Translate with a model exported to CTranslate2 (:mod:`mtkit.export.ctranslate2`), behind the engines'
+common pipeline (:class:`mtkit.runtime.engine.LineTranslator`).
+
+:class:`Ctranslate2Translator` never imports torch: CTranslate2
+bound to torch's OpenMP runtime runs several times slower.
+
+Search: CTranslate2's beam search is fairseq's, as mtkit's (the ``2·beam`` best
+extensions by cumulative log-probability; those among the first ``beam`` that end
+in EOS finish, the first ``beam`` others go on). It stops a sentence once it holds
+``beam`` finished hypotheses (``patience`` 1), as mtkit does, but only when its
+``length_penalty`` is non-zero: at 0 it stops when the best live hypothesis ends
+instead. So the engine always passes a non-zero penalty, CTranslate2's
+``logprob / L ** length_penalty`` with ``L`` counting the EOS (``return_end_token``),
+which for ``length_penalty: power`` is mtkit's own, and asks for ``beam``
+hypotheses. Their log-probabilities are recovered and scored with mtkit's penalty
+(GNMT's ``((5 + L) / 6) ** alpha`` has no CTranslate2 equivalent, but it only ranks
+the finished hypotheses, which are the same; where more than ``beam`` finish at one
+step, CTranslate2 keeps the ``beam`` best by ``L ** alpha`` and mtkit the first
+``beam`` to finish, which only a GNMT ranking far from ``L ** alpha`` could tell
+apart). mtkit's early stop (the best finished
+score can no longer be beaten) never changes the best hypothesis, only, at times, the
+lower entries of an n-best list.
+
+Maximum length: mtkit allows ``max(1, int(a·S + b))`` tokens before the EOS per
+sentence (``S`` counts the source ids with EOS) and forces EOS there;
+CTranslate2 takes one ``max_decoding_length`` per call, in steps, the EOS step
+included, and cuts a hypothesis at the last step without an EOS. A batch is first
+decoded with its largest maximum plus one step; each sentence whose hypotheses
+reached its own maximum (so fewer than ``beam`` had finished before it) is decoded
+again with that maximum, keeping every finished hypothesis (``patience`` 2 cannot stop
+such a search earlier), a hypothesis cut there gets the EOS that mtkit forces, with
+its log-probability (``score_batch``), and the first ``beam`` to finish are kept, as
+mtkit keeps them.
+What remains different: at the step before its maximum, mtkit can still carry on a
+hypothesis from beyond the first ``beam`` candidates to be finished by the forced EOS,
+where CTranslate2 finishes the first ``beam`` candidates as they are. mtkit bans PAD
+and BOS from outputs; CTranslate2 is not asked to (its ``suppress_sequences`` would
+renormalize the distribution and change every score), and a trained model gives
+them next to no probability. For the same reason ``min_len`` (EOS banned before it,
+which only benchmarks use) scores differently: CTranslate2 renormalizes without EOS.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
+from mtkit.errors import MtkitError
+from mtkit.penalties import length_penalty
+from mtkit.runtime.device import resolve_device
+from mtkit.runtime.engine import LineTranslator
+
+MANIFEST = "mtkit.json"
+
+
+def import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise MtkitError("CTranslate2 is not installed; run: pip install 'mtkit[export]' "
+                         "(or pip install ctranslate2)") from None
+    return ctranslate2
+
+
+def read_manifest(model_dir: Path) -> dict:
+    """The ``mtkit.json`` of an exported model directory ({} for a model exported by other tools)."""
+    model_dir = Path(model_dir)
+    if not (model_dir / "model.bin").is_file():
+        raise MtkitError(f"{model_dir}: not a CTranslate2 model directory (no model.bin); "
+                         "create one with 'mtkit export ctranslate2'")
+    path = model_dir / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MtkitError(f"{path}: not valid JSON ({e})") from None
+
+
+def exported_decode(model_dir: Path) -> DecodeConfig:
+    """The decode settings saved with the exported checkpoint (the defaults when there are none)."""
+    from mtkit.config import config_from_dict
+
+    saved = read_manifest(model_dir).get("decode")
+    return config_from_dict({"decode": saved}).decode if saved else DecodeConfig()
+
+
+class Ctranslate2Translator(LineTranslator):
+    """Translate with an exported model in CTranslate2, behind mtkit's line pipeline.
+
+    Args:
+        model_dir: written by :func:`export_model`.
+        precision: ``fp32`` keeps the exported weights' type (e.g. int8 stays int8);
+            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type.
+        intra_threads: threads per translation (0: CTranslate2's default). An int8
+            model is given one thread when 0 is asked (fastest on small CPUs).
+        min_len: EOS is banned before this many output tokens (0: never).
+    """
+
+    def __init__(self, model_dir: str | Path, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
+                 intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0) -> None:
+        ctranslate2 = import_ctranslate2()
+        from mtkit.data.vocab import Vocab
+
+        model_dir = Path(model_dir)
+        manifest = read_manifest(model_dir)
+        vocab = Vocab.load(model_dir)
+        max_positions = manifest.get("model", {}).get("max_positions")
+        super().__init__(vocab, decode, max_positions)
+        compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}.get(precision)
+        if compute_type is None:
+            raise MtkitError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
+        device = resolve_device(device, cuda_devices=ctranslate2.get_cuda_device_count())
+        device_index = 0
+        if device.startswith("cuda:"):
+            device, device_index = "cuda", int(device.split(":", 1)[1])
+        if intra_threads <= 0 and str(manifest.get("quantization", "")).startswith("int8") and device == "cpu":
+            intra_threads = 1
+        try:
+            self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=device_index,
+                                                     compute_type=compute_type, intra_threads=intra_threads,
+                                                     inter_threads=inter_threads)
+        except (RuntimeError, ValueError) as e:
+            raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
+        self.min_len = min_len
+        source = manifest.get("checkpoint")
+        if source and manifest.get("step") is not None:
+            source += f" (step {manifest['step']})"
+        self.description = f"{model_dir} (CTranslate2" + (f", exported from {source})" if source else ")")
+        self._tgt_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
+        self._eos = vocab.tgt_pieces([EOS_ID])[0]
+
+    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
+        d = self.decode
+        source = [self.vocab.src_pieces(ids[:-1]) for ids in batch]  # CTranslate2 appends EOS itself
+        limits = [self.max_length(len(ids)) for ids in batch]
+        # One maximum per call: first the batch's largest (plus the step where mtkit forces EOS) ...
+        found: list[list[tuple[list[int], float, bool]]] = [[] for _ in batch]
+        free = [i for i in range(len(batch)) if limits[i] > self.min_len]  # min_len >= limit: known to reach it
+        if free:
+            for i, hyps in zip(free, self._search([source[i] for i in free], max(limits[i] for i in free) + 1)):
+                found[i] = hyps
+        # ... then, with its own maximum, each sentence whose search reached its own limit:
+        # fewer than `beam` hypotheses had finished before it, so all of them are kept this time.
+        redo: dict[int, list[int]] = {}
+        for i, hyps in enumerate(found):
+            if not hyps or any(len(ids) >= limits[i] for ids, _, _ in hyps):
+                redo.setdefault(limits[i], []).append(i)
+        for limit, rows in redo.items():
+            again = self._search([source[i] for i in rows], limit, keep_all=True)
+            self._add_forced_eos([source[i] for i in rows], again)
+            for i, hyps in zip(rows, again):
+                # mtkit's beam keeps the first `beam` to finish: by step, then by log-probability.
+                found[i] = hyps if d.sampling else sorted(hyps, key=lambda h: (len(h[0]), -h[1]))[: d.beam]
+        out = []
+        for hyps in found:
+            scored = [(ids, logprob / length_penalty(len(ids) + 1, d.alpha, d.length_penalty))
+                      for ids, logprob, _ in hyps]
+            scored.sort(key=lambda h: -h[1])
+            out.append(scored[: d.nbest])
+        return out
+
+    def max_length(self, src_len: int) -> int:
+        """mtkit's maximum number of output tokens before EOS for a source of ``src_len`` ids (with EOS)."""
+        d = self.decode
+        limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
+        return limit if self.max_out_len is None else max(1, min(limit, self.max_out_len))
+
+    def _search(self, source: list[list[str]], max_steps: int,
+                keep_all: bool = False) -> list[list[tuple[list[int], float, bool]]]:
+        """Per sentence, (ids without EOS, log-probability, ended with EOS) of the hypotheses CTranslate2
+        finds in at most ``max_steps`` steps (the EOS step included): the ``beam`` best, or with
+        ``keep_all`` every finished one (for a search known to run to its last step with fewer than
+        ``beam`` finished before it: a patience of 2 neither stops it earlier nor drops any)."""
+        d = self.decode
+        # A non-zero penalty also turns off CTranslate2's early exit (stop when the best live
+        # hypothesis ends), so the beam stops, as mtkit's, once it holds `beam` finished hypotheses.
+        penalty = 0.0 if d.sampling else d.alpha or 1e-6
+        options = dict(max_decoding_length=max_steps, min_decoding_length=min(self.min_len, max_steps),
+                       max_input_length=0, no_repeat_ngram_size=d.no_repeat_ngram_size, return_scores=True,
+                       return_end_token=True, length_penalty=penalty, max_batch_size=0)
+        if d.sampling:
+            n = d.nbest
+            results = self.translator.translate_batch(
+                [s for s in source for _ in range(n)], beam_size=1, sampling_topk=d.top_k, sampling_topp=d.top_p,
+                sampling_temperature=d.temperature, **options)
+            grouped = [[h for r in results[i * n : (i + 1) * n] for h in zip(r.hypotheses, r.scores)]
+                       for i in range(len(source))]
+        else:
+            wide = keep_all and d.beam > 1
+            results = self.translator.translate_batch(source, beam_size=d.beam, patience=2 if wide else 1,
+                                                      num_hypotheses=2 * d.beam if wide else d.beam, **options)
+            grouped = [list(zip(r.hypotheses, r.scores)) for r in results]
+        found = []
+        for hyps in grouped:
+            sentence = []
+            for tokens, score in hyps:
+                ended = bool(tokens) and tokens[-1] == self._eos
+                logprob = score * len(tokens) ** penalty if penalty else score  # undo CTranslate2's normalization
+                ids = [self._tgt_id.get(t, UNK_ID) for t in (tokens[:-1] if ended else tokens)]
+                sentence.append((ids, logprob, ended))
+            found.append(sentence)
+        return found
+
+    def _add_forced_eos(self, source: list[list[str]], found: list[list[tuple[list[int], float, bool]]]) -> None:
+        """Give each hypothesis cut at the maximum length the EOS that mtkit forces there, with its log-probability."""
+        cut = [(i, k) for i, hyps in enumerate(found) for k, (_, _, ended) in enumerate(hyps) if not ended]
+        if not cut:
+            return
+        scored = self.translator.score_batch([source[i] for i, _ in cut],
+                                             [self.vocab.tgt_pieces(found[i][k][0]) for i, k in cut],
+                                             max_input_length=0, max_batch_size=0)
+        for (i, k), result in zip(cut, scored):
+            ids, logprob, _ = found[i][k]
+            found[i][k] = (ids, logprob + result.log_probs[-1], True)

@@ -1,0 +1,87 @@
+"""mtkit's own engine: :mod:`mtkit.search` on one model, or an ensemble of models sharing one vocabulary.
+
+No torch at load time (it is imported when a :class:`Translator` is built), so that importing
+the runtime never loads it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mtkit.config import DecodeConfig
+from mtkit.errors import MtkitError
+from mtkit.runtime.engine import LineTranslator, _stderr
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class Translator(LineTranslator):
+    """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
+
+    Args:
+        models: a LoadedModel-like (``.model``, ``.vocab``) or a list of them (an ensemble).
+        decode: the decoding settings (beam, alpha, lengths, sampling ...).
+        device: ``cpu``, ``cuda`` or ``cuda:N``; the models are moved there.
+        precision: ``fp32``, or ``bf16``/``fp16`` under autocast (fp16 needs CUDA).
+        seed: the sampling seed (the same input and batch give the same samples).
+        min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
+    """
+
+    def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
+                 seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0) -> None:
+        import torch
+
+        loaded = list(models) if isinstance(models, (list, tuple)) else [models]
+        if not loaded:
+            raise MtkitError("no model to translate with")
+        first = loaded[0]
+        for other in loaded[1:]:
+            if other.vocab.model_bytes() != first.vocab.model_bytes():
+                raise MtkitError(f"{getattr(other, 'path', 'a model')}: an ensemble needs one vocabulary, "
+                                 f"and it differs from {getattr(first, 'path', 'the first model')}'s")
+        if precision not in PRECISIONS:
+            raise MtkitError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        self.device = torch.device(device)
+        if precision == "fp16" and self.device.type != "cuda":
+            raise MtkitError("precision fp16 needs a CUDA device; use bf16 on CPU")
+        max_positions = min(getattr(getattr(m.model, "cfg", None), "max_positions", 1 << 30) for m in loaded)
+        super().__init__(first.vocab, decode, max_positions, log)
+        self.precision = precision
+        self.min_len = min_len
+        self.models = [m.model.to(self.device).eval() for m in loaded]
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        if len(self.models) == 1:
+            self.model = self.models[0]
+        else:
+            from mtkit.runtime.ensemble import Ensemble
+
+            self.model = Ensemble(self.models)
+
+    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
+        import torch
+
+        from mtkit import search
+        from mtkit.config import PAD_ID
+        from mtkit.runtime.precision import autocast
+
+        d = self.decode
+        width = max(len(ids) for ids in batch)
+        src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(batch):
+            src[row, : len(ids)] = torch.tensor(ids)
+        src = src.to(self.device)
+        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
+                      no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
+                      min_len=self.min_len)
+        with torch.inference_mode(), autocast(self.precision, self.device.type):
+            if d.sampling:
+                n = d.nbest
+                found = search.sample(self.model, src.repeat_interleave(n, dim=0), d.temperature, d.top_k,
+                                      d.top_p, self.generator, **common)
+                hyps = [sorted((h for s in found[i * n : (i + 1) * n] for h in s), key=lambda h: -h.score)
+                        for i in range(len(batch))]
+            elif d.beam == 1:
+                hyps = search.greedy_search(self.model, src, **common)
+            else:
+                hyps = search.beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **common)
+        return [[(h.tokens, h.score) for h in sentence] for sentence in hyps]

@@ -1,0 +1,158 @@
+"""Scoring translations: read hypothesis and reference files, check they line up, and score them
+with :mod:`mtkit.metrics` (and, for several systems, the paired bootstrap test).
+
+Lines are read as UTF-8 (``.gz`` too) with trailing whitespace removed, exactly
+as the ``sacrebleu`` command line reads them, so the scores are the ones it
+prints. Several reference streams are several references per sentence. Several
+hypothesis streams are compared with paired bootstrap resampling (sacrebleu's
+``paired-bs``, seed ``$SACREBLEU_SEED`` or 12345); the first is the baseline.
+One of the files may be ``-``, stdin.
+
+The result is an :class:`Evaluation` of score objects; the commands turn it into a table or JSON.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from mtkit.errors import MtkitError
+from mtkit.io import read_lines
+from mtkit.metrics import BootstrapScore, MetricScore, paired_bootstrap, score
+
+STDIN = "<stdin>"
+
+Named = tuple[str, list[str]]  # (label: a path, or what produced the lines), the lines
+
+
+@dataclass
+class Evaluation:
+    """The scores of one system (``scores``, in the order the metrics were asked for), and with
+    several systems the paired test (``paired``: a row per system, baseline first)."""
+
+    hyps: list[str]  # the systems' labels, baseline first
+    refs: list[str]  # the reference streams' labels
+    n_sentences: int
+    scores: list[MetricScore]
+    paired: list[list[BootstrapScore]] | None = None
+    n_samples: int = 1000
+
+
+def _read_stdin() -> list[str]:
+    lines = []
+    for number, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            lines.append(raw.decode("utf-8").rstrip())
+        except UnicodeDecodeError as e:
+            raise MtkitError(f"{STDIN}: line {number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
+    return lines
+
+
+def read_named(paths: Sequence[str | Path]) -> list[Named]:
+    """Each file's lines, trailing whitespace removed (as the sacrebleu command line reads them);
+    ``-`` is stdin, which can be read once only."""
+    if sum(str(p) == "-" for p in paths) > 1:
+        raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
+    return [(STDIN, _read_stdin()) if str(p) == "-" else (str(p), _read(p)) for p in paths]
+
+
+def _read(path: str | Path) -> list[str]:
+    return [line.rstrip() for line in read_lines(path)]  # type: ignore[union-attr]
+
+
+def _infer_lang(labels: list[str]) -> str | None:
+    """The language code a file name ends with (``test.de``, ``test.lc.norm.tok.de.gz``), if any."""
+    for label in labels:
+        suffixes = [s.lstrip(".") for s in Path(label).suffixes if s != ".gz"]
+        if suffixes and len(suffixes[-1]) == 2 and suffixes[-1].isalpha():  # ISO 639-1, not "txt"
+            return suffixes[-1].lower()
+    return None
+
+
+def score_files(
+    hyp_paths: Sequence[str | Path],
+    ref_paths: Sequence[str | Path],
+    metrics: Sequence[str],
+    chrf_plus: bool = False,
+    lc_tok: bool = False,
+    **options,
+) -> Evaluation:
+    """Score hypothesis files against reference files (``-`` is stdin); ``options`` as :func:`score_lines`.
+
+    Args:
+        hyp_paths: one hypothesis file, or several to compare (the first is the baseline).
+        ref_paths: one or more reference files (several references per sentence).
+    """
+    if not hyp_paths:
+        raise MtkitError("no hypothesis file given: pass --hyp FILE")
+    if not ref_paths:
+        raise MtkitError("no reference file given: pass --ref FILE")
+    named = read_named([*ref_paths, *hyp_paths])
+    return score_lines(named[len(ref_paths):], named[: len(ref_paths)], metrics, chrf_plus, lc_tok, **options)
+
+
+def score_lines(
+    hyps: list[Named],
+    refs: list[Named],
+    metrics: Sequence[str],
+    chrf_plus: bool = False,
+    lc_tok: bool = False,
+    *,
+    compound_split: bool = False,
+    lang: str | None = None,
+    n_samples: int = 1000,
+    lowercase: bool = False,
+) -> Evaluation:
+    """Score hypothesis lines against reference lines.
+
+    Args:
+        hyps: (label, lines) of one system, or of several to compare (the first is the baseline).
+        refs: (label, lines) of one or more reference streams (several references per sentence).
+        metrics: any of ``bleu``, ``chrf``, ``ter``.
+        chrf_plus: report chrF++ instead of chrF.
+        lc_tok: also report Multi30k-style lowercased tokenized BLEU (references raw or official lc-tok).
+        compound_split: also report legacy WMT14 tokenized BLEU with compound splitting.
+        lang: target language (``--lang``): Moses rules, and sacreBLEU's zh/ja/ko tokenizers as with
+            ``sacrebleu -l``; without it, tokenized BLEU infers the Moses language from the labels' file names.
+        n_samples: bootstrap resamples for the paired test.
+        lowercase: case-insensitive BLEU and chrF (as ``sacrebleu -lc``), e.g. for a model trained
+            on lowercased text.
+    """
+    if not hyps:
+        raise MtkitError("no hypotheses given: pass --hyp FILE")
+    if not refs:
+        raise MtkitError("no references given: pass --ref FILE")
+    hyp_labels, hyp_lines = [h[0] for h in hyps], [h[1] for h in hyps]
+    ref_labels, ref_lines = [r[0] for r in refs], [r[1] for r in refs]
+    for hyp_label, lines in hyps:
+        for ref_label, ref in refs:
+            if len(lines) != len(ref):
+                raise MtkitError(
+                    f"line counts differ: {hyp_label} has {len(lines)} lines, {ref_label} has {len(ref)}"
+                )
+    if not ref_lines[0]:
+        raise MtkitError(f"{ref_labels[0]}: empty file, nothing to score")
+    moses_lang = None
+    if (lc_tok or compound_split) and lang is None:
+        # Inferred only for the Moses rules: sacreBLEU's own tokenizer changes only on an explicit --lang.
+        moses_lang = _infer_lang(ref_labels) or _infer_lang(hyp_labels)
+        if moses_lang is None:
+            raise MtkitError(
+                f"tokenized BLEU needs the target language and none can be read from {ref_labels[0]}: pass --lang"
+            )
+    options = dict(
+        metrics=list(metrics),
+        chrf_plus=chrf_plus,
+        lowercase_tok=lc_tok,
+        compound_split=compound_split,
+        lang=lang,
+        moses_lang=moses_lang,
+        lowercase=lowercase,
+    )
+    results = score(hyp_lines[0], ref_lines, **options)
+    paired = None
+    if len(hyps) > 1:
+        paired = paired_bootstrap(list(zip(hyp_labels, hyp_lines)), ref_lines, n_samples=n_samples, **options)
+    return Evaluation(hyp_labels, ref_labels, len(ref_lines[0]), results, paired, n_samples)
