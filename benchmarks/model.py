@@ -56,7 +56,8 @@ from common import Runner, make_runner, precision_context  # noqa: E402
 from mtkit.config import PAD_ID  # noqa: E402
 from mtkit.kernels import AUTO, Kernels, reference_dropout, sdpa_attention  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
-from mtkit.training.loss import TranslationLoss, label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
+from mtkit.kernels.loss import label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
+from mtkit.training.loss import TranslationLoss  # noqa: E402
 
 EPS = 0.1
 

@@ -2,8 +2,7 @@
 
 The loss kernels (the chunked, fused and reference label-smoothed losses, the symmetric KL) live
 in :mod:`mtkit.kernels.loss` beside their reference twins; :class:`TranslationLoss` takes them
-from the :class:`~mtkit.kernels.Kernels` it is given. The names below are re-exported for callers
-of this module.
+from the :class:`~mtkit.kernels.Kernels` it is given.
 """
 
 from __future__ import annotations
@@ -12,13 +11,6 @@ import torch
 from torch import Tensor, nn
 
 from mtkit.kernels import Kernels, KernelsName, select
-from mtkit.kernels.loss import (  # noqa: F401  (re-exported)
-    label_smoothed_loss,
-    linear_label_smoothed_loss,
-    reference_label_smoothed_loss,
-    reference_symmetric_kl,
-    symmetric_kl,
-)
 
 
 def perplexity(nll_per_token: float) -> float:

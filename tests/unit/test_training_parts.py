@@ -17,7 +17,7 @@ from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
 from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
 from mtkit.training.checkpoint import link_atomically, save_checkpoint
-from mtkit.training.loss import label_smoothed_loss
+from mtkit.kernels.loss import label_smoothed_loss
 from mtkit.training.optim import learning_rate
 
 
