@@ -228,6 +228,7 @@ class DecoderLayer(nn.Module):
         self.sublayer = nn.ModuleList(
             [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(3)]
         )
+        self.project_qkv = kernels.project_qkv  # the decoding step's Q/K/V projection (step)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
@@ -245,8 +246,8 @@ class DecoderLayer(nn.Module):
         def self_attention(x: Tensor) -> Tensor:
             nonlocal cache
             attn = self.self_attn
-            qkv = F.linear(x.squeeze(1), cache.w_qkv, cache.b_qkv).view(-1, 3, attn.h, attn.d_k)  # (N, 3, h, d_k)
-            q, k, v = qkv.unsqueeze(3).unbind(1)  # each (N, h, 1, d_k)
+            q, k, v = (attn.split_heads(t.unsqueeze(1)) for t in self.project_qkv(x.squeeze(1), cache.qkv))
+            # each (N, h, 1, d_k)
             cache = replace(
                 cache, self_k=torch.cat([cache.self_k, k], dim=2), self_v=torch.cat([cache.self_v, v], dim=2)
             )  # (N, h, t+1, d_k)
@@ -393,10 +394,8 @@ class Transformer(nn.Module):
         layers = []
         for layer in self.decoder.layers:
             k, v = layer.cross_attn.project_kv(memory)  # (B, h, S, d_k)
-            q_k_v = (layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
-            w_qkv = torch.cat([w.weight for w in q_k_v])  # (3·d_model, d_model)
-            b_qkv = torch.cat([w.bias for w in q_k_v])  # (3·d_model,)
-            layers.append(LayerCache(empty, empty, k, v, w_qkv, b_qkv))
+            qkv = self.kernels.pack_qkv(layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
+            layers.append(LayerCache(empty, empty, k, v, qkv))
         return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
@@ -432,17 +431,15 @@ class LayerCache:
         (N = sentences × beam rows).
     cross_k, cross_v: (B, h, S, d_k), the encoder output projected once per sentence;
         the ``beam`` rows of a sentence share them.
-    w_qkv, b_qkv: (3·d_model, d_model) and (3·d_model,), the self-attention's W_Q, W_K, W_V
-        stacked once per ``init_cache`` so that a step projects all three in one matmul
-        (the parameters stay separate: their names are the checkpoint format).
+    qkv: the self-attention's W_Q, W_K, W_V as the ``qkv`` kernel packs them once per
+        ``init_cache`` for its per-step projection (mtkit.kernels.projection).
     """
 
     self_k: Tensor
     self_v: Tensor
     cross_k: Tensor
     cross_v: Tensor
-    w_qkv: Tensor
-    b_qkv: Tensor
+    qkv: tuple[Tensor, ...]
 
 
 @dataclass

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+from mtkit.kernels import Kernels, KernelsName, select
 from mtkit.penalties import length_penalty
 
 
@@ -86,43 +87,6 @@ def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> None:
     mask = torch.zeros(N, V + 1, dtype=torch.bool, device=lprobs.device)
     mask.scatter_(1, banned, True)
     lprobs.masked_fill_(mask[:, :V], -math.inf)
-
-
-def _chunk_size(V: int) -> int | None:
-    """The width of the vocabulary chunks of :func:`_top_extensions`: the largest multiple of 16
-    up to 256 that divides V (e.g. 160 for 8000, 256 for 32000); None when there is none."""
-    return next((c for c in range(256, 15, -16) if V % c == 0 and V // c > 1), None)
-
-
-def _top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k best one-token extensions per sentence: the same as
-    ``(scores.view(-1, 1) + lprobs).view(B, K * V).topk(k)``, values (B, k) and indices i·V + v.
-
-    Args:
-        scores: (B, K) cumulative log-probabilities of each sentence's K hypotheses.
-        lprobs: (B·K, V) next-token log-probabilities of the hypotheses.
-
-    Top-k over all K·V sums is the costliest step of beam search on CPU after the output
-    projection (a scalar sort of every sentence's K·V values). Instead the vocabulary is cut
-    into chunks: a chunk that holds one of the k best sums has a maximum at least the k-th
-    best, and at most k chunks do, so the k best sums lie in the k chunks of highest maximum
-    (max(x) + s = max(x + s) also in floating point, rounding being monotonic). Only those
-    chunks' sums are computed and ranked; the values are bit-identical to the full ranking.
-    """
-    B, K = scores.shape
-    V = lprobs.size(1)
-    chunk = _chunk_size(V)
-    if chunk is None or k * chunk >= K * V:
-        return (scores.view(-1, 1) + lprobs).view(B, K * V).topk(min(k, K * V), dim=1)
-    n = V // chunk
-    chunks = lprobs.view(B * K, n, chunk)  # (B·K, n, chunk)
-    maxima = (scores.view(-1, 1) + chunks.amax(dim=2)).view(B, K * n)  # (B, K·n)
-    best = maxima.topk(k, dim=1).indices  # (B, k) chunk numbers i·n + c
-    rows = torch.arange(B, device=lprobs.device).unsqueeze(1) * K + best // n  # (B, k) rows of lprobs
-    sums = chunks[rows, best % n] + scores.view(-1)[rows].unsqueeze(2)  # (B, k, chunk)
-    values, pos = sums.view(B, k * chunk).topk(k, dim=1)  # (B, k)
-    picked = best.gather(1, pos // chunk)  # (B, k) the chunk of each pick
-    return values, (picked // n) * V + (picked % n) * chunk + pos % chunk
 
 
 # ------------------------------------------------------------------ greedy / sample
@@ -255,6 +219,7 @@ def beam_search(
     min_len: int = 0,
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
+    kernels: KernelsName | Kernels = "auto",
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences × beams, with the model's cached keys and values.
 
@@ -270,6 +235,8 @@ def beam_search(
     Args:
         model: follows the protocol of this module.
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+        kernels: ranks the extensions with its ``top_extensions`` (mtkit.kernels; the same result
+            either way).
 
     Returns:
         per sentence, its ``nbest`` best hypotheses, best first.
@@ -282,6 +249,7 @@ def beam_search(
     device = src.device
     max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
     max_len_list = max_len.tolist()
+    top_extensions = select(kernels).top_extensions
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask, K)
 
@@ -301,7 +269,7 @@ def beam_search(
         if no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
         V = lprobs.size(1)
-        top_scores, top_index = _top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K) over the K·V sums
+        top_scores, top_index = top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K) over the K·V sums
         top_beam = top_index // V  # (Bc, 2K) the beam each candidate extends
         top_token = top_index % V
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)

@@ -59,7 +59,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
 
     members = config.train.ensemble
     if members > 1:
-        from mtkit.training.ensemble import member_run_dirs, train_members
+        from mtkit.commands.processes import member_run_dirs, train_members
 
         run_dirs = member_run_dirs(run_dir, members)
         todo = [k for k, d in enumerate(run_dirs, 1) if not training_finished(d)]

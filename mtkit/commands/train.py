@@ -38,16 +38,14 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     With ``train.processes`` > 1 (and not already under torchrun) the training runs in that
     many torchrun ranks started here, which print the summary; the result is then None.
     With ``train.ensemble`` > 1 it trains that many models, in ``run_dir`` and its siblings
-    ``run_dir``-2, … (:mod:`mtkit.training.ensemble`); the result is then None.
+    ``run_dir``-2, … (:mod:`mtkit.commands.processes`); the result is then None.
 
     Raises:
         mtkit.errors.Interrupted: SIGINT or SIGTERM stopped it after saving a checkpoint.
     """
-    from mtkit.training.launch import launch_local, under_torchrun
+    from mtkit.commands.processes import launch_local, train_members, under_torchrun
 
     if config.train.ensemble > 1 and not under_torchrun():
-        from mtkit.training.ensemble import train_members
-
         train_members(config, Path(data_dir), Path(run_dir), resume=resume)
         return None
     if config.train.processes > 1 and not under_torchrun():

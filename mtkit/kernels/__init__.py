@@ -19,10 +19,15 @@ fused projection   on CPU no (the logits, then the chunked    no (the logits, th
 + CE               CE); elsewhere yes: the (N, V) logits      loss)
                    never exist
 symmetric KL       chunked, gradient computed in forward      float32 log-softmaxes of (N, V)
+decoding step      W_Q, W_K, W_V stacked once per batch, one  three matmuls per step
+Q/K/V              matmul per step
+beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
+                   (:func:`~mtkit.kernels.topk.
+                   chunked_top_extensions`)
 =================  =========================================  ======================================
 
 The model receives a :class:`Kernels` at construction (``Transformer(..., kernels="auto")``), the
-training loss too; nothing else in mtkit branches on device, dtype or shape to pick a kernel.
+training loss and beam search too; nothing else in mtkit branches on device, dtype or shape to pick a kernel.
 This package knows nothing but torch and mtkit.config.
 """
 
@@ -49,6 +54,9 @@ from mtkit.kernels.loss import (
     reference_symmetric_kl,
     symmetric_kl,
 )
+from mtkit.kernels.projection import separate_qkv, separate_qkv_weights, stacked_qkv, stacked_qkv_weights
+from mtkit.kernels.topk import chunked_top_extensions, reference_top_extensions
+
 
 KernelsName = Literal["auto", "reference"]
 
@@ -77,6 +85,10 @@ class Kernels:
         linear_label_smoothed_loss: (hidden (B, T, d), W (V, d), target, ε, pad_id) -> the same.
         fuse_projection: device type -> whether the loss takes ``linear_label_smoothed_loss``.
         symmetric_kl: (logits_a, logits_b, target, pad_id) -> summed KL(P_a‖P_b) + KL(P_b‖P_a).
+        pack_qkv: (w_q, w_k, w_v: nn.Linear) -> the packed weights ``project_qkv`` takes (once per batch).
+        project_qkv: (x (N, d_model), packed) -> Q, K, V, each (N, d_model) (every decoding step).
+        top_extensions: (scores (B, K), lprobs (B·K, V), k) -> the k best sums, values and indices
+            i·V + v (B, k) (beam search).
     """
 
     name: str
@@ -86,6 +98,9 @@ class Kernels:
     linear_label_smoothed_loss: Callable[..., tuple[Tensor, Tensor, int]]
     fuse_projection: Callable[[str], bool]
     symmetric_kl: Callable[..., Tensor]
+    pack_qkv: Callable[..., tuple[Tensor, ...]]
+    project_qkv: Callable[[Tensor, tuple[Tensor, ...]], tuple[Tensor, Tensor, Tensor]]
+    top_extensions: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 
 
 AUTO = Kernels(
@@ -96,6 +111,9 @@ AUTO = Kernels(
     linear_label_smoothed_loss=linear_label_smoothed_loss,
     fuse_projection=fuse_on_accelerators,
     symmetric_kl=symmetric_kl,
+    pack_qkv=stacked_qkv_weights,
+    project_qkv=stacked_qkv,
+    top_extensions=chunked_top_extensions,
 )
 
 REFERENCE = Kernels(
@@ -106,6 +124,9 @@ REFERENCE = Kernels(
     linear_label_smoothed_loss=reference_linear_label_smoothed_loss,
     fuse_projection=never,
     symmetric_kl=reference_symmetric_kl,
+    pack_qkv=separate_qkv_weights,
+    project_qkv=separate_qkv,
+    top_extensions=reference_top_extensions,
 )
 
 
@@ -136,7 +157,9 @@ class Dropout(nn.Module):
 
 
 __all__ = [
-    "AUTO", "REFERENCE", "Dropout", "Kernels", "KernelsName", "choose_attention", "fast_dropout", "keep_mask",
+    "AUTO", "REFERENCE", "Dropout", "Kernels", "KernelsName", "choose_attention", "chunked_top_extensions",
+    "fast_dropout", "keep_mask", "reference_top_extensions", "separate_qkv", "separate_qkv_weights", "stacked_qkv",
+    "stacked_qkv_weights",
     "label_smoothed_loss", "linear_label_smoothed_loss", "masked_dropout", "plain_attention",
     "reference_attention", "reference_dropout", "reference_label_smoothed_loss",
     "reference_linear_label_smoothed_loss", "reference_symmetric_kl", "sdpa_attention", "select", "symmetric_kl",

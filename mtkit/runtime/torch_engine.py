@@ -83,5 +83,6 @@ class Translator(LineTranslator):
             elif d.beam == 1:
                 hyps = search.greedy_search(self.model, src, **common)
             else:
-                hyps = search.beam_search(self.model, src, beam=d.beam, nbest=d.nbest, **common)
+                hyps = search.beam_search(self.model, src, beam=d.beam, nbest=d.nbest, kernels=self.models[0].kernels,
+                                          **common)
         return [[(h.tokens, h.score) for h in sentence] for sentence in hyps]

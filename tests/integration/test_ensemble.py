@@ -14,7 +14,7 @@ import yaml
 
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
 from mtkit.config import config_from_dict
-from mtkit.training import ensemble
+from mtkit.commands import processes as ensemble
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 

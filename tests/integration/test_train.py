@@ -207,7 +207,7 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
 
 
 def test_launched_ranks_share_the_cores(reverse_data, monkeypatch):
-    from mtkit.training import launch
+    from mtkit.commands import processes as launch
 
     _, data = reverse_data
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

@@ -1,5 +1,6 @@
-"""The training fast paths equal the plain formulas they replace."""
+"""The fast paths equal the plain formulas they replace."""
 
+import math
 import platform
 import subprocess
 import sys
@@ -9,12 +10,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mtkit.config import ModelConfig
+from mtkit.config import BOS_ID, PAD_ID, ModelConfig
 from mtkit.kernels import (
     AUTO,
     REFERENCE,
     Dropout,
     choose_attention,
+    chunked_top_extensions,
     fast_dropout,
     keep_mask,
     label_smoothed_loss,
@@ -26,10 +28,16 @@ from mtkit.kernels import (
     reference_label_smoothed_loss,
     reference_linear_label_smoothed_loss,
     reference_symmetric_kl,
+    reference_top_extensions,
     sdpa_attention,
     select,
+    separate_qkv,
+    separate_qkv_weights,
+    stacked_qkv,
+    stacked_qkv_weights,
     symmetric_kl,
 )
+from mtkit.kernels.topk import chunk_size
 from mtkit.kernels.attention import plain_attention_fast_dropout
 from mtkit.model import Transformer
 from mtkit.training.loss import TranslationLoss
@@ -393,3 +401,55 @@ def test_a_tiny_model_learns_to_copy_with_rdrop():
         for _ in range(6):  # greedy, full forward each step
             tokens = torch.cat([tokens, model(src, tokens)[:, -1].argmax(-1, keepdim=True)], 1)
     assert (tokens[:, 1:] == seqs).float().mean() > 0.98
+
+
+@pytest.mark.parametrize("V", [640, 8000, 40])
+def test_chunked_top_extensions_equal_the_full_top_k(V):
+    """Bit-identical values and the same indices, also on a first step (one live hypothesis), with
+    banned tokens (-inf), and when V has no chunk width (the plain ranking)."""
+    assert chunk_size(8000) == 160 and chunk_size(32000) == 256 and chunk_size(40) is None
+    g = torch.Generator().manual_seed(5)
+    B, K = 6, 4
+    lprobs = torch.log_softmax(3 * torch.randn(B * K, V, generator=g), dim=-1)
+    lprobs[:, [PAD_ID, BOS_ID]] = -math.inf
+    scores = torch.randn(B, K, generator=g)
+    scores[0, 1:] = -math.inf
+    for k in (1, 2, 8):
+        values, index = chunked_top_extensions(scores, lprobs, k)
+        ref_values, ref_index = reference_top_extensions(scores, lprobs, k)
+        plain = (scores.view(-1, 1) + lprobs).view(B, K * V).topk(k, dim=1)
+        assert torch.equal(ref_values, plain.values) and torch.equal(ref_index, plain.indices)
+        assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stacked_qkv_projection_equals_three_projections(dtype):
+    torch.manual_seed(3)
+    w_q, w_k, w_v = (torch.nn.Linear(32, 32).to(dtype) for _ in range(3))
+    x = torch.randn(10, 32, dtype=dtype)
+    fast = stacked_qkv(x, stacked_qkv_weights(w_q, w_k, w_v))
+    ref = separate_qkv(x, separate_qkv_weights(w_q, w_k, w_v))
+    for a, b, layer in zip(fast, ref, (w_q, w_k, w_v)):
+        assert a.shape == (10, 32)
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(b, layer(x))  # the reference is the layer itself
+    assert AUTO.project_qkv is stacked_qkv and REFERENCE.project_qkv is separate_qkv
+
+
+@pytest.mark.parametrize("setting", ["auto", "reference"])
+def test_incremental_decoding_with_either_qkv_kernel_equals_the_full_pass(setting):
+    """The decoding step (whose Q/K/V projection is the kernel) gives the teacher-forced logits."""
+    torch.manual_seed(4)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
+    model = Transformer(cfg, 30, 30, kernels=setting).eval()
+    src = torch.randint(4, 30, (3, 7))
+    tgt = torch.randint(4, 30, (3, 6))
+    with torch.no_grad():
+        full = model(src, tgt)  # (3, 6, V)
+        memory, src_mask = model.encode(src)
+        cache = model.init_cache(memory, src_mask, beam=1)
+        steps = []
+        for t in range(tgt.size(1)):
+            logits, cache = model.decode_step(tgt[:, t], cache)
+            steps.append(logits)
+    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)

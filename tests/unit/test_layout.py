@@ -46,7 +46,7 @@ def test_the_kernels_know_only_the_config():
 
 
 def test_search_sees_only_token_ids_and_the_model_protocol():
-    allowed = ("mtkit.config", "mtkit.penalties")  # penalties: torch-free, shared with the CTranslate2 engine
+    allowed = ("mtkit.config", "mtkit.penalties", "mtkit.kernels")  # penalties: shared with the CTranslate2 engine
     assert all(m.startswith(allowed) for m in mtkit_imports(PACKAGE / "search.py"))
 
 
@@ -81,7 +81,7 @@ LAYERS = [
     {"mtkit.cli", "mtkit.__main__"},
     {"mtkit.commands"},
     {"mtkit.training", "mtkit.export", "mtkit.translate", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
-     "mtkit.serve", "mtkit.host_memory"},
+     "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood"},
     {"mtkit.runtime"},
     {"mtkit.search", "mtkit.data"},
     {"mtkit.model", "mtkit.penalties"},
@@ -89,7 +89,8 @@ LAYERS = [
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
 INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.export", "mtkit.penalties",
-             "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export")
+             "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
+             "mtkit.commands.score")
 
 
 def top_level(module: str) -> str:
@@ -171,3 +172,15 @@ def test_importing_the_inference_path_loads_no_training_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_only_the_commands_start_mtkit_processes():
+    """torchrun ranks and ensemble members are launched in one place, mtkit.commands.processes; the
+    library below it never builds an ``mtkit`` command line nor starts a process (prepare's worker
+    pool forks functions, not commands)."""
+    launchers = set()
+    for path in files():
+        text = path.read_text(encoding="utf-8")
+        if any(s in text for s in ('"-m", "mtkit"', "subprocess", "elastic_launch")):
+            launchers.add(module_name(path))
+    assert launchers == {"mtkit.commands.processes"}

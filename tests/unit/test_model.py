@@ -323,8 +323,9 @@ def test_fused_self_attention_projection_keeps_parameter_names():
     memory, mask = model.encode(src)
     layer, lc = model.decoder.layers[0], model.init_cache(memory, mask).layers[0]
     attn = layer.self_attn
-    assert torch.equal(lc.w_qkv, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
-    assert torch.equal(lc.b_qkv, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+    w_qkv, b_qkv = lc.qkv  # auto kernels: stacked once per init_cache
+    assert torch.equal(w_qkv, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(b_qkv, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
     assert not any("qkv" in n for n, _ in model.state_dict().items())
 
 

@@ -182,25 +182,7 @@ def test_beam_finds_what_greedy_misses():
     assert beam[1][0].tokens == [B]
 
 
-def test_chunked_top_extensions_equal_full_topk():
-    from mtkit.search import _chunk_size, _top_extensions
-
-    assert _chunk_size(8000) == 160 and _chunk_size(32000) == 256 and _chunk_size(40) is None
-    g = torch.Generator().manual_seed(5)
-    B, K, V = 6, 4, 640
-    lprobs = torch.log_softmax(3 * torch.randn(B * K, V, generator=g), dim=-1)
-    lprobs[:, [PAD_ID, BOS_ID]] = -math.inf
-    scores = torch.randn(B, K, generator=g)
-    scores[0, 1:] = -math.inf  # a first step: one live hypothesis
-    for k in (1, 2, 8):
-        values, index = _top_extensions(scores, lprobs, k)
-        ref_values, ref_index = (scores.view(-1, 1) + lprobs).view(B, K * V).topk(k, dim=1)
-        assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
-
-
-def test_beam_search_fast_top_k_equals_plain_top_k(monkeypatch):
-    from mtkit import search
-
+def test_beam_search_fast_top_k_equals_plain_top_k():
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
     big = Transformer(cfg, 640, 640).eval()  # V = 640: chunks of 160, so the fast path runs
@@ -210,7 +192,6 @@ def test_beam_search_fast_top_k_equals_plain_top_k(monkeypatch):
     src[:, -1] = EOS_ID
     src[1, 4:] = PAD_ID
     src[1, 3] = EOS_ID
-    fast = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4)
-    monkeypatch.setattr(search, "_chunk_size", lambda V: None)
-    plain = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4)
+    fast = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4, kernels="auto")
+    plain = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4, kernels="reference")
     assert [[(h.tokens, h.score) for h in s] for s in fast] == [[(h.tokens, h.score) for h in s] for s in plain]

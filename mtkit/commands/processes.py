@@ -1,0 +1,223 @@
+"""The processes mtkit starts to train: torchrun ranks and an ensemble's members.
+
+Both start ``python -m mtkit train RECIPE --data DATA --run-dir RUN`` (:func:`train_args`) on a
+resolved config written to a temporary YAML file, so that the training code is the same as under a
+hand-typed command. This is glue between ``mtkit train`` / ``mtkit run`` and the library; nothing
+below the commands starts processes.
+
+**Ranks** (``train.processes`` > 1, and this process not itself a torchrun rank):
+:func:`launch_local` does what ``torchrun --standalone --nproc_per_node N -m mtkit train`` does,
+through torchrun's own launcher API. On CPU each rank gets an equal share of the cores as its
+intra-op threads: several single-threaded ranks keep small models busier than one process whose
+threads split every small matmul (benchmarks/README.md, "DDP ranks against threads").
+
+**Ensemble members** (``train.ensemble`` > 1): member k (counted from 1) is the recipe with
+``train.seed + k - 1`` and its own run directory: the first keeps RUN, so that one model is the
+usual layout, the others take RUN-2, RUN-3, … Translating with all of them (``mtkit translate -m RUN
+-m RUN-2``, or ``mtkit run``) averages their log-probabilities at every step
+(:class:`mtkit.runtime.ensemble.Ensemble`). On CPU the members train at the same time, each pinned
+to an equal share of the cores; on GPUs one after another, each on every GPU the recipe asks for.
+The first member writes to this terminal; the others write to ``RUN-k/train.log``, and a member
+that fails is reported with the last line it wrote.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mtkit.config import Config, save_config
+from mtkit.errors import Interrupted, MtkitError
+
+
+def under_torchrun() -> bool:
+    """Whether this process is already one rank of a torchrun launch."""
+    return "WORLD_SIZE" in os.environ or "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def rank_threads(config: Config) -> str:
+    """OMP_NUM_THREADS for each rank: the user's setting, else an equal share of the cores."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, usable_cores() // config.train.processes))
+
+
+def wants_cuda(config: Config) -> bool:
+    """Whether the recipe trains on GPUs (``train.device`` cuda, or auto with CUDA available)."""
+    from mtkit.runtime.device import device_type
+
+    return device_type(config.train.device) == "cuda"
+
+
+def train_args(recipe: Path, data_dir: Path, run_dir: Path, resume: bool | None = None) -> list[str]:
+    """The arguments, after the Python interpreter, of the process that trains ``recipe`` (a saved
+    config): ``-m mtkit train RECIPE --data DATA --run-dir RUN [--resume | --no-resume]``. Every
+    process mtkit starts to train (torchrun's ranks, an ensemble's members) is started with these."""
+    args = ["-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(run_dir)]
+    if resume is not None:
+        args.append("--resume" if resume else "--no-resume")
+    return args
+
+
+def check_devices(config: Config) -> None:
+    """One GPU per rank: refuse more CUDA ranks than visible GPUs before starting any."""
+    import torch
+
+    if wants_cuda(config) and config.train.processes > torch.cuda.device_count():
+        raise MtkitError(f"train.processes={config.train.processes} needs one GPU per process, "
+                         f"but {torch.cuda.device_count()} are visible")
+
+
+def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None) -> None:
+    """Train ``config`` in ``config.train.processes`` torchrun ranks on this machine; wait for them.
+
+    torchrun's own launcher (``elastic_launch``, what ``torchrun --standalone`` runs) starts
+    ``python -m mtkit train`` in each rank; the ranks print their own messages, and a failed
+    rank becomes one error line here instead of torchrun's report."""
+    import logging
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from mtkit.training.trainer import check_prepared
+
+    check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
+    check_devices(config)
+    n = config.train.processes
+    launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5)
+    saved_threads = os.environ.get("OMP_NUM_THREADS")
+    elastic_log = logging.getLogger("torch.distributed.elastic")
+    saved_level = elastic_log.level
+    with tempfile.TemporaryDirectory(prefix="mtkit-launch-") as tmp:
+        recipe = Path(tmp) / "config.yaml"
+        save_config(config, recipe)
+        args = train_args(recipe, data_dir, run_dir, resume)
+        os.environ["OMP_NUM_THREADS"] = rank_threads(config)  # the ranks inherit this environment
+        elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
+        try:
+            elastic_launch(launch, sys.executable)(*args)
+        except SignalException as e:  # the launcher passed the signal on to the ranks
+            raise Interrupted("", e.sigval.value) from None  # rank 0 said where it saved
+        except ChildFailedError as e:
+            codes = sorted({f.exitcode for f in e.failures.values()})
+            if set(codes) <= {128 + signal.SIGINT, 128 + signal.SIGTERM}:
+                raise Interrupted("the ranks were interrupted and saved their step; run the same command to resume",
+                                  codes[-1] - 128) from None
+            raise MtkitError(f"training in {n} processes failed (exit code {', '.join(map(str, codes))}); "
+                             "the ranks' messages are above") from None
+        finally:
+            elastic_log.setLevel(saved_level)
+            if saved_threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved_threads
+
+
+# ------------------------------------------------------------------ ensemble members
+
+
+def member_run_dirs(run_dir: Path, members: int) -> list[Path]:
+    """RUN, RUN-2, …, RUN-N: where the N members of an ensemble train."""
+    run_dir = Path(run_dir)
+    return [run_dir] + [run_dir.with_name(f"{run_dir.name}-{k}") for k in range(2, members + 1)]
+
+
+def member_config(config: Config, k: int) -> Config:
+    """The recipe of member ``k`` (from 1): its own seed, and a single model to train."""
+    train = dataclasses.replace(config.train, seed=config.train.seed + k - 1, ensemble=1)
+    return dataclasses.replace(config, train=train)
+
+
+def core_shares(members: int) -> list[set[int] | None]:
+    """The cores each member is pinned to: equal, disjoint shares; None (no pinning) when there
+    are fewer cores than members or the platform cannot pin."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return [None] * members
+    if len(cores) < members:
+        return [None] * members
+    per = len(cores) // members
+    return [set(cores[k * per:(k + 1) * per]) for k in range(members)]
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None,
+                  members: list[int] | None = None) -> None:
+    """Train the ensemble's members (all, or the numbers in ``members``) and wait for them.
+
+    Raises:
+        MtkitError: one line naming each member that failed.
+    """
+    from mtkit.training.trainer import check_prepared
+
+    check_prepared(data_dir)  # reported once, not by every member
+    n = config.train.ensemble
+    run_dirs = member_run_dirs(run_dir, n)
+    todo = members if members is not None else list(range(1, n + 1))
+    side_by_side = not wants_cuda(config)
+    shares = core_shares(len(todo)) if side_by_side else [None] * len(todo)
+    user_threads = os.environ.get("OMP_NUM_THREADS")
+
+    with tempfile.TemporaryDirectory(prefix="mtkit-ensemble-") as tmp:
+        procs: list[tuple[int, subprocess.Popen, Path | None]] = []
+        failed: list[str] = []
+
+        def wait_for(k: int, proc: subprocess.Popen, log: Path | None) -> None:
+            if proc.wait() != 0:
+                said = _last_line(log) if log is not None else ""
+                failed.append(f"member {k} ({run_dirs[k - 1]}, exit code {proc.returncode})"
+                              + (f": {said}" if said else ""))
+
+        try:
+            for k, cores in zip(todo, shares):
+                recipe = Path(tmp) / f"member-{k}.yaml"
+                save_config(member_config(config, k), recipe)
+                run_dirs[k - 1].mkdir(parents=True, exist_ok=True)
+                args = [sys.executable, *train_args(recipe, data_dir, run_dirs[k - 1], resume)]
+                env = dict(os.environ)
+                if side_by_side and not user_threads:
+                    env["OMP_NUM_THREADS"] = str(len(cores) if cores else max(1, usable_cores() // len(todo)))
+                log = None if k == todo[0] else run_dirs[k - 1] / "train.log"
+                stderr = open(log, "a", encoding="utf-8") if log is not None else None
+                try:
+                    proc = subprocess.Popen(args, env=env, stdout=stderr, stderr=stderr,
+                                            preexec_fn=(lambda c=cores: os.sched_setaffinity(0, c)) if cores else None)
+                finally:
+                    if stderr is not None:
+                        stderr.close()
+                if side_by_side:
+                    procs.append((k, proc, log))
+                else:
+                    wait_for(k, proc, log)
+            for k, proc, log in procs:
+                wait_for(k, proc, log)
+        except BaseException:  # Ctrl-C or a failed start: end the members still running
+            for _, proc, _ in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+            for _, proc, _ in procs:
+                proc.wait()
+            raise
+    if failed:
+        raise MtkitError(f"training the ensemble failed: {'; '.join(failed)}")

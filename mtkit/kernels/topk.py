@@ -1,0 +1,51 @@
+"""Beam search's ranking of one-token extensions: the plain top-k and a chunked one.
+
+Both take the cumulative scores (B, K) of each sentence's K hypotheses and their next-token
+log-probabilities (B·K, V), and return the k best sums per sentence, values (B, k) and indices
+i·V + v into the K·V extensions, best first: exactly
+``(scores.view(-1, 1) + lprobs).view(B, K * V).topk(k)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def reference_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Top-k over all K·V sums of each sentence (a sort of every sentence's K·V values)."""
+    B, K = scores.shape
+    V = lprobs.size(1)
+    return (scores.view(-1, 1) + lprobs).view(B, K * V).topk(min(k, K * V), dim=1)
+
+
+def chunk_size(V: int) -> int | None:
+    """The width of the vocabulary chunks of :func:`chunked_top_extensions`: the largest multiple of
+    16 up to 256 that divides V (e.g. 160 for 8000, 256 for 32000); None when there is none."""
+    return next((c for c in range(256, 15, -16) if V % c == 0 and V // c > 1), None)
+
+
+def chunked_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The same values and indices as :func:`reference_top_extensions`, ranking only k chunks.
+
+    Top-k over all K·V sums is the costliest step of beam search on CPU after the output
+    projection. Instead the vocabulary is cut into chunks: a chunk that holds one of the k best
+    sums has a maximum at least the k-th best, and at most k chunks do, so the k best sums lie in
+    the k chunks of highest maximum (max(x) + s = max(x + s) also in floating point, rounding being
+    monotonic). Only those chunks' sums are computed and ranked; the values are bit-identical.
+    Falls back to the plain ranking when V has no suitable chunk width or k chunks cover it all.
+    """
+    B, K = scores.shape
+    V = lprobs.size(1)
+    chunk = chunk_size(V)
+    if chunk is None or k * chunk >= K * V:
+        return reference_top_extensions(scores, lprobs, k)
+    n = V // chunk
+    chunks = lprobs.view(B * K, n, chunk)  # (B·K, n, chunk)
+    maxima = (scores.view(-1, 1) + chunks.amax(dim=2)).view(B, K * n)  # (B, K·n)
+    best = maxima.topk(k, dim=1).indices  # (B, k) chunk numbers i·n + c
+    rows = torch.arange(B, device=lprobs.device).unsqueeze(1) * K + best // n  # (B, k) rows of lprobs
+    sums = chunks[rows, best % n] + scores.view(-1)[rows].unsqueeze(2)  # (B, k, chunk)
+    values, pos = sums.view(B, k * chunk).topk(k, dim=1)  # (B, k)
+    picked = best.gather(1, pos // chunk)  # (B, k) the chunk of each pick
+    return values, (picked // n) * V + (picked % n) * chunk + pos % chunk
