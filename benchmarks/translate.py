@@ -1,66 +1,97 @@
-"""Translation speed: mtkit's PyTorch search vs Hugging Face ``generate`` vs CTranslate2.
+"""Translation speed: mtkit's PyTorch search vs Hugging Face ``generate`` vs CTranslate2, each engine in a
+process of its own, under the OpenMP wait policy that suits it.
 
-Translates the 1,000 sentences of Multi30k test_2016 (English side, read from
-``../shared/data/multi30k``, never copied) with a randomly initialized model of
-the multi30k recipe's shape (``--shape tiny``: d_model 128, 4+4 layers, 4 heads,
-FFN 256) or a larger one (``--shape small``: d_model 256, 3+3 layers, 4 heads,
-FFN 1024), with an 8k joint SentencePiece vocabulary trained here on the
-Multi30k training text (in a temporary directory).
+Translates the 1,000 sentences of Multi30k test_2016 (English side, read from ``--data``, by
+default ``$MTKIT_MULTI30K`` or ``../shared/data/multi30k``, never copied) with a randomly
+initialized model of the multi30k recipe's shape (``--shape tiny``: d_model 128, 4+4 layers, 4 heads,
+FFN 256) or a larger one (``--shape small``: d_model 256, 3+3 layers, 4 heads, FFN 1024), with an 8k
+joint SentencePiece vocabulary trained here on the Multi30k training text.
 
-Random weights produce random lengths, so every engine is made to produce
-exactly ``--forced-len`` tokens: EOS is banned before that and every engine runs
-``forced-len + 1`` decoder steps (mtkit and ``generate``: N tokens and a forced
-EOS; CTranslate2, which cannot force EOS: N+1 tokens). The same weights go into
-every engine: copied into a ``MarianMTModel`` of the same shape (post-norm,
-ReLU, scaled embeddings, the same sinusoidal table), and exported through
-``mtkit export ctranslate2`` (fp32 and int8). All engines get the same batches
-(length-sorted, ``--batch`` sentences) of the same token ids, and are timed from
-ids in to ids out; "batch 1" runs the first ``--latency-n`` sentences one by one.
-A last comparison times text in to text out: ``mtkit translate --engine
-ctranslate2``'s pipeline against CTranslate2 called directly (SentencePiece
-encode, ``translate_batch`` on all sentences, decode).
+The parent (this script) builds everything in a temporary directory: the vocabulary, the model
+(seed 1) saved as a real mtkit checkpoint (``mtkit translate -m`` loads it), the same weights
+copied into a ``MarianMTModel`` of the same shape (post-norm, ReLU, scaled embeddings, the same
+sinusoidal table; ``save_pretrained``), the CTranslate2 exports of ``mtkit export ctranslate2``
+(fp32 and int8), and the length-sorted batches of source ids (``--batch`` sentences; and the first
+``--latency-n`` sentences one by one) in ``plan.json``. It then starts one worker process per engine
+and wait policy (``--worker``, see ``translate_worker.py``): ``OMP_WAIT_POLICY`` unset, and
+``PASSIVE`` (``--policies``), ``OMP_NUM_THREADS`` = ``--threads``. A worker loads only its engine
+(the CTranslate2 workers never import torch, the torch ones never import ctranslate2), warms up
+and times ids in to ids out. PASSIVE stops idle OpenMP threads from spinning, which helps when
+other processes hold the cores and slows every wake-up otherwise; which is faster depends on the
+engine and the batch size, so each engine is measured both ways and its faster figure is kept:
+the ratios are computed from the bests.
+
+Random weights produce random lengths, so every engine is made to produce exactly ``--forced-len``
+tokens: EOS is banned before that and every engine runs ``forced-len + 1`` decoder steps (mtkit
+and ``generate``: N tokens and a forced EOS; CTranslate2, which cannot force EOS: N+1 tokens).
+
+Two more comparisons, each side in its own processes, under each policy:
+  * text in, text out: ``mtkit translate --engine ctranslate2``'s pipeline against CTranslate2
+    called directly (SentencePiece encode, ``translate_batch`` on all sentences, decode);
+  * whole processes: ``python -m mtkit translate -m CHECKPOINT`` (torch) against ``--engine
+    ctranslate2 -m EXPORT`` (fp32), wall time from start to exit, at the shape's beam with at most
+    ``--forced-len`` output tokens: all sentences with the default ``--batch-tokens``, and the
+    first ``--latency-n`` with ``--batch-tokens 1``. Nothing forces the length here, so the output
+    tokens and the lines the two engines agree on are printed beside the times.
 
     python benchmarks/translate.py                 # tiny shape, greedy and beam 4
     python benchmarks/translate.py --shape small   # beam 5, 20 tokens, batch 32 and 1
+    python benchmarks/translate.py --sentences 40 --latency-n 5 --skip hf whole   # a quick look
 
-Needs ``pip install 'mtkit[bench,export]'`` (transformers, psutil, ctranslate2).
+Needs ``pip install 'mtkit[bench,export]'`` (transformers, psutil, ctranslate2); an engine whose
+package is missing is left out with a note.
 """
 
 from __future__ import annotations
 
-# CTranslate2 before torch: imported after torch has run multi-threaded work, it
-# binds to torch's OpenMP runtime and runs several times slower.
-try:
-    import ctranslate2
-except ImportError:  # the CTranslate2 rows are skipped
-    ctranslate2 = None
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.util import find_spec
+from pathlib import Path
 
-import argparse  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
-
-import torch  # noqa: E402
-
-from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig  # noqa: E402
-from mtkit.data.vocab import Vocab, train_model  # noqa: E402
-from mtkit.host_memory import keep_freed_memory  # noqa: E402
-from mtkit.model import Transformer  # noqa: E402
-from mtkit.runtime.torch_engine import Translator  # noqa: E402
+# The imports above are light on purpose: a worker started through this script loads nothing but its
+# engine. translate_worker.py sits beside this file.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SHAPES = {
-    "tiny": dict(model=dict(preset="transformer-tiny", d_model=128, h=4, d_ff=256, encoder_layers=4, decoder_layers=4),
-                 runs=[(1, "greedy"), (4, "beam 4")], batch=64),
-    "small": dict(model=dict(d_model=256, h=4, d_ff=1024, encoder_layers=3, decoder_layers=3),
-                  runs=[(5, "beam 5")], batch=32),
+    "tiny": {"model": {"preset": "transformer-tiny", "d_model": 128, "h": 4, "d_ff": 256, "encoder_layers": 4,
+                       "decoder_layers": 4},
+             "runs": [(1, "greedy"), (4, "beam 4")], "batch": 64},
+    "small": {"model": {"d_model": 256, "h": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3},
+              "runs": [(5, "beam 5")], "batch": 32},
 }
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared/data/multi30k"))
+POLICIES = {"default": None, "passive": "PASSIVE"}  # name -> OMP_WAIT_POLICY (None: unset)
+NAMES = {"mtkit": "mtkit (PyTorch)", "hf": "HF generate", "ct2-fp32": "CTranslate2 fp32",
+         "ct2-int8": "CTranslate2 int8", "text-mtkit": "mtkit --engine ctranslate2",
+         "text-direct": "CTranslate2 direct"}
 
 
-def build_vocab(data: Path, size: int) -> Vocab:
+def policy_env(policy: str, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env.pop("OMP_WAIT_POLICY", None)
+    if POLICIES[policy] is not None:
+        env["OMP_WAIT_POLICY"] = POLICIES[policy]
+    return env
+
+
+def policy_label(policy: str) -> str:
+    return "unset" if POLICIES[policy] is None else POLICIES[policy]
+
+
+# ------------------------------------------------------------------------- setup
+
+
+def build_vocab(data: Path, size: int):
+    from mtkit.config import SpmConfig
+    from mtkit.data.vocab import Vocab, train_model
+
     sentences = []
     for name in ("train.en", "train.de"):
         with open(data / name, encoding="utf-8") as f:
@@ -68,60 +99,32 @@ def build_vocab(data: Path, size: int) -> Vocab:
     return Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=size), threads=os.cpu_count() or 1))
 
 
-# ----------------------------------------------------------------------- engines
+def save_random_checkpoint(cfg, vocab, decode, path: Path) -> Path:
+    """A randomly initialized model (seed 1) as a checkpoint that ``mtkit translate -m`` loads."""
+    import torch
+
+    from mtkit import __version__
+    from mtkit.config import Config, config_to_dict
+    from mtkit.model import Transformer
+    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+    from mtkit.training.checkpoint import save_checkpoint
+
+    torch.manual_seed(1)
+    model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
+    src, tgt = vocab.model_bytes()
+    return save_checkpoint({
+        "format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
+        "config": config_to_dict(Config(model=cfg, decode=decode)), "model": model.state_dict(),
+        "vocab": {"src": src, "tgt": tgt}, "src_vocab_size": vocab.src_size, "tgt_vocab_size": vocab.tgt_size,
+    }, path)
 
 
-class MtkitEngine:
-    name = "mtkit (PyTorch)"
-
-    def __init__(self, loaded, beam: int, n: int) -> None:
-        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6)
-        self.translator = Translator(loaded, decode, min_len=n)
-
-    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
-        return [hyps[0][0] for hyps in self.translator.search_batch(batch)]
-
-
-class HfEngine:
-    name = "HF generate"
-
-    def __init__(self, model, beam: int, n: int) -> None:
-        self.model, self.beam, self.n = model, beam, n
-
-    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
-        width = max(map(len, batch))
-        ids = torch.tensor([x + [PAD_ID] * (width - len(x)) for x in batch])
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=ids, attention_mask=ids != PAD_ID, num_beams=self.beam, do_sample=False,
-                min_new_tokens=self.n, max_new_tokens=self.n + 1, forced_eos_token_id=EOS_ID,
-                length_penalty=0.6, early_stopping=False, num_return_sequences=1,
-            )
-        return [[t for t in row.tolist()[1:] if t not in (PAD_ID, EOS_ID)] for row in out]
-
-
-class Ct2Engine:
-    def __init__(self, model_dir: Path, vocab: Vocab, beam: int, n: int, int8: bool, threads: int) -> None:
-        self.name = "CTranslate2 int8" if int8 else "CTranslate2 fp32"
-        intra, inter = (1, threads) if int8 else (threads, 1)
-        self.translator = ctranslate2.Translator(str(model_dir), intra_threads=intra, inter_threads=inter)
-        self.inter = inter
-        self.vocab, self.beam, self.n = vocab, beam, n
-        self.piece_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
-
-    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
-        source = [self.vocab.src_pieces(x[:-1]) for x in batch]  # the model appends EOS
-        # Split across the inter-op translators (int8: one thread each) when there are several.
-        size = max(1, -(-len(batch) // self.inter))
-        results = self.translator.translate_batch(
-            source, beam_size=self.beam, length_penalty=0.0, max_batch_size=size, max_input_length=0,
-            min_decoding_length=self.n + 1, max_decoding_length=self.n + 1)
-        return [[self.piece_id[p] for p in r.hypotheses[0]] for r in results]
-
-
-def copy_into_marian(model: Transformer, vocab_size: int):
+def copy_into_marian(model, vocab_size: int):
     """A MarianMTModel with the same shape and weights as ``model`` (post-norm, tied embeddings)."""
+    import torch
     from transformers import MarianConfig, MarianMTModel
+
+    from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 
     c = model.cfg
     config = MarianConfig(
@@ -169,20 +172,250 @@ def copy_into_marian(model: Transformer, vocab_size: int):
     return hf
 
 
-# ------------------------------------------------------------------------ timing
+def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
+    """Write the checkpoint, the HF and CTranslate2 copies and ``plan.json`` into ``work``; returns the plan."""
+    import torch
+
+    from mtkit.config import EOS_ID, DecodeConfig, ModelConfig
+    from mtkit.runtime.checkpoint import load_model
+
+    t0 = time.perf_counter()
+    shape = SHAPES[args.shape]
+    batch_size = args.batch or shape["batch"]
+    n, beam = args.forced_len, shape["runs"][-1][0]
+    vocab = build_vocab(args.data, args.vocab)
+    cfg = ModelConfig(**{**shape["model"], "dropout": 0.0})
+    decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n)
+    checkpoint = save_random_checkpoint(cfg, vocab, decode, work / "model.pt")
+    loaded = load_model(checkpoint)  # as `mtkit translate` loads it: the exports start from the same weights
+    plan = {"forced_len": n, "runs": shape["runs"], "checkpoint": str(checkpoint), "ct2": {}, "lines": lines}
+    if "hf" in engines:
+        from transformers.utils import logging as hf_logging
+        from translate_worker import POSITIONS
+
+        hf_logging.disable_progress_bar()
+        plan["hf"] = str(work / "hf")
+        copy_into_marian(loaded.model, vocab.tgt_size).save_pretrained(plan["hf"])
+        # save_pretrained leaves Marian's sinusoid tables out and from_pretrained rebuilds its own (sines
+        # before cosines, where mtkit interleaves them, §3.5): mtkit's go beside the model for the worker.
+        torch.save({side: getattr(loaded.model, side).embeddings.positions.table.detach().clone()
+                    for side in ("encoder", "decoder")}, work / "hf" / POSITIONS)
+    if "ct2-fp32" in engines:
+        from mtkit.export.ctranslate2 import export_model
+
+        for quant in ("fp32", "int8"):
+            plan["ct2"][quant] = str(export_model(loaded, work / f"ct2-{quant}", None if quant == "fp32" else "int8"))
+    src = [ids + [EOS_ID] for ids in vocab.encode_src_batch(lines)]
+    order = sorted(range(len(src)), key=lambda i: -len(src[i]))
+    plan["batched"] = [[src[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
+    plan["single"] = [[ids] for ids in src[: args.latency_n]]
+    mean_len = sum(map(len, src)) / len(src)
+    plan["text"] = {"beam": beam, "budget": int(batch_size * mean_len)}
+    (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
+    versions = f"torch {torch.__version__}"
+    if "ct2-fp32" in engines:
+        import ctranslate2
+
+        versions += f", ctranslate2 {ctranslate2.__version__}"
+    if "hf" in engines:
+        import transformers
+
+        versions += f", transformers {transformers.__version__}"
+    print(f"# shape {args.shape}: d_model {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, "
+          f"{cfg.h} heads, FFN {cfg.d_ff}, vocab {vocab.tgt_size}; {len(src)} sentences "
+          f"(mean {mean_len:.1f} source tokens), {n} output tokens forced; {args.threads} threads; {versions}; "
+          f"setup {time.perf_counter() - t0:.0f}s", flush=True)
+    return plan
 
 
-def run(engine, batches: list[list[list[int]]]) -> tuple[float, int, list[list[int]]]:
-    engine(batches[0][:1])  # warm-up
+# ----------------------------------------------------------------------- workers
+
+
+def run_worker(name: str, policy: str, args, work: Path) -> dict | None:
+    """Start worker ``name`` under ``policy``; its JSON line, or None (with a note) when it failed."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--workdir", str(work),
+           "--threads", str(args.threads)]
+    proc = subprocess.run(cmd, env=policy_env(policy, args.threads), capture_output=True, text=True,
+                          check=False)
+    found = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        print(f"note: worker {name}, OMP_WAIT_POLICY {policy_label(policy)}, failed "
+              f"(exit {proc.returncode}): {tail}", flush=True)
+        return None
+    result = json.loads(found[-1])
+    wrong = "torch" if name.startswith(("ct2", "text")) else "ctranslate2"
+    if wrong in result["loaded"]:
+        print(f"note: worker {name} had {wrong} loaded: its figures may suffer from the other OpenMP runtime")
+    return result
+
+
+def print_table(header: list[str], rows: list[list]) -> None:
+    cells = [header] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for k, row in enumerate(cells):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def rate(result: dict | None) -> float | None:
+    return None if result is None else result["sentences"] / result["seconds"]
+
+
+def fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def best_of(by_policy: dict[str, float | None]) -> tuple[float | None, str | None]:
+    found = [(v, p) for p, v in by_policy.items() if v is not None]
+    return max(found) if found else (None, None)
+
+
+# ----------------------------------------------------------------------- reports
+
+
+def report_engines(args, plan: dict, engines: list[str], policies: list[str], work: Path) -> None:
+    """One worker per engine and policy; a table per run with each engine's best figure."""
+    out = {(e, p): run_worker(e, p, args, work) for e in engines for p in policies}
+    n, batch = plan["forced_len"], len(plan["batched"][0])
+    findings = []
+    for _, label in plan["runs"]:
+        for what, title in (("batched", f"batch {batch}"), ("single", "batch 1")):
+            res = {key: next((x for x in r["results"] if (x["run"], x["what"]) == (label, what)), None) if r else None
+                   for key, r in out.items()}
+            sents = len(plan["lines"]) if what == "batched" else len(plan["single"])
+            print(f"\n## {label}, {title} ({sents} sentences)")
+            rates = {e: {p: rate(res[e, p]) for p in policies} for e in engines}
+            best = {e: best_of(rates[e]) for e in engines}
+            ref_policy = best["mtkit"][1]
+            reference = res["mtkit", ref_policy]["outputs"] if ref_policy else None
+            rows = []
+            for e in engines:
+                value, policy = best[e]
+                same = "-"
+                if reference is not None and policy is not None:
+                    outputs = res[e, policy]["outputs"]
+                    same = f"{sum(a == b[:n] for a, b in zip(reference, outputs))}/{len(outputs)}"
+                ratio = best["mtkit"][0] / value if value and best["mtkit"][0] else None
+                tok = res[e, policy]["tokens"] / res[e, policy]["seconds"] if policy else None
+                rows.append([NAMES[e], *(fmt(rates[e][p]) for p in policies), fmt(value),
+                             policy_label(policy) if policy else "-", fmt(tok, ".0f"), fmt(ratio, ".2f"), same])
+                if len(policies) == 2 and None not in rates[e].values():
+                    findings.append((e, f"{label}, {title}", rates[e][policies[1]] / rates[e][policies[0]]))
+            print_table(["engine", *(f"sent/s {policy_label(p)}" for p in policies), "best", "policy",
+                         "tok/s", "mtkit÷", "outputs = mtkit's"], rows)
+            for e in engines[1:]:
+                if best[e][0] and best["mtkit"][0]:
+                    print(f"ratio mtkit / {NAMES[e]}: {best['mtkit'][0] / best[e][0]:.2f}")
+            for e in engines:
+                kept = [res[e, p]["outputs"] for p in policies if res[e, p] is not None]
+                if len(kept) > 1 and any(o != kept[0] for o in kept[1:]):
+                    print(f"note: {NAMES[e]}'s outputs differ between the wait policies")
+    if findings:
+        a, b = (policy_label(p) for p in policies)
+        print(f"\n## OMP_WAIT_POLICY: sent/s with {b} ÷ with {a} (below 1: {b} is slower)")
+        columns = list(dict.fromkeys(run for _, run, _ in findings))
+        table = {(e, run): r for e, run, r in findings}
+        print_table(["engine", *columns], [[NAMES[e], *(fmt(table.get((e, c)), ".2f") for c in columns)]
+                                           for e in engines])
+        for e in engines:
+            ratios = [r for engine, _, r in findings if engine == e]
+            if ratios:
+                wins = sum(r > 1 for r in ratios)
+                print(f"{NAMES[e]}: faster with {b} in {wins} of {len(ratios)} runs "
+                      f"({b} ÷ {a}: {min(ratios):.2f}× to {max(ratios):.2f}×)")
+        print("(every table above keeps each engine's faster policy; the ratios compare those bests)")
+
+
+def report_text(args, plan: dict, policies: list[str], work: Path) -> None:
+    """Text in, text out: mtkit's CTranslate2 pipeline vs CTranslate2 direct, each side in its own process."""
+    text = plan["text"]
+    print(f"\n## text in, text out: beam {text['beam']}, {len(plan['lines'])} sentences, "
+          f"batches of {text['budget']} source tokens, each side in its own process")
+    out = {(s, p): run_worker(s, p, args, work) for s in ("text-mtkit", "text-direct") for p in policies}
+    out = {key: (r["results"][0] if r else None) for key, r in out.items()}
+    best = {}
+    rows = []
+    for side in ("text-mtkit", "text-direct"):
+        rates = {p: rate(out[side, p]) for p in policies}
+        best[side] = best_of(rates)
+        rows.append([NAMES[side], *(fmt(rates[p]) for p in policies), fmt(best[side][0]),
+                     policy_label(best[side][1]) if best[side][1] else "-"])
+    print_table(["pipeline", *(f"sent/s {policy_label(p)}" for p in policies), "best", "policy"], rows)
+    (ours, p1), (direct, p2) = best["text-mtkit"], best["text-direct"]
+    if ours and direct:
+        a, b = out["text-mtkit", p1]["outputs"], out["text-direct", p2]["outputs"]
+        print(f"ratio mtkit --engine ctranslate2 / CTranslate2 direct: {ours / direct:.3f} "
+              f"(identical lines: {sum(x == y for x, y in zip(a, b))}/{len(a)})")
+    print("note: forced to its maximum length, mtkit's pipeline runs CTranslate2's search keeping every "
+          "finished hypothesis (2 × beam) and scores the EOS it forces (mtkit/runtime/ctranslate2_engine.py)")
+
+
+def translate_process(model: Path, engine: str, policy: str, src: Path, beam: int, args,
+                      extra: list[str]) -> tuple[float, list[str]] | None:
+    """Wall seconds of one ``python -m mtkit translate`` process, start to exit, and its output lines."""
+    output = src.with_suffix(f".{engine}.{policy}.out")
+    cmd = [sys.executable, "-m", "mtkit", "translate", "-m", str(model), "--engine", engine, "--beam", str(beam),
+           "--max-len-a", "0", "--max-len-b", str(args.forced_len), "--threads", str(args.threads),
+           "--format", "tokens", "-o", str(output), *extra, str(src)]
     start = time.perf_counter()
-    outputs = [out for batch in batches for out in engine(batch)]
+    proc = subprocess.run(cmd, env=policy_env(policy, args.threads), capture_output=True, text=True,
+                          cwd=src.parent, check=False)
     seconds = time.perf_counter() - start
-    return seconds, sum(map(len, outputs)), outputs
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        print(f"note: mtkit translate --engine {engine} failed (exit {proc.returncode}): {tail}", flush=True)
+        return None
+    return seconds, output.read_text(encoding="utf-8").splitlines()
 
 
-def main() -> None:
+def report_whole(args, plan: dict, policies: list[str], work: Path) -> None:
+    """Complete ``mtkit translate`` processes, torch against ctranslate2 (fp32), under each policy."""
+    beam, lines = plan["text"]["beam"], plan["lines"]
+    sides = [("torch", Path(plan["checkpoint"]))]
+    if "fp32" in plan["ct2"]:
+        sides.append(("ctranslate2", Path(plan["ct2"]["fp32"])))
+    cases = [(f"beam {beam}, {len(lines)} sentences, default --batch-tokens", lines, []),
+             (f"beam {beam}, first {len(plan['single'])} sentences, --batch-tokens 1",
+              lines[: len(plan["single"])], ["--batch-tokens", "1"])]
+    print("\nnote: random weights take every sentence to the maximum length, where the ctranslate2 engine "
+          "searches again keeping every finished hypothesis (mtkit/runtime/ctranslate2_engine.py); "
+          "a trained model seldom gets there")
+    for k, (title, text, extra) in enumerate(cases):
+        src = work / f"whole{k}.en"
+        src.write_text("".join(line + "\n" for line in text), encoding="utf-8")
+        print(f"\n## whole process: mtkit translate, {title}, at most {args.forced_len} output tokens; "
+              f"wall seconds from start to exit")
+        runs = {(e, p): translate_process(model, e, p, src, beam, args, extra) for e, model in sides
+                for p in policies}
+        best, rows = {}, []
+        for engine, _ in sides:
+            secs = {p: runs[engine, p][0] if runs[engine, p] else None for p in policies}
+            found = [(s, p) for p, s in secs.items() if s is not None]
+            best[engine] = min(found) if found else (None, None)
+            seconds, policy = best[engine]
+            tokens = sum(len(line.split()) for line in runs[engine, policy][1]) if policy else None
+            rows.append([f"--engine {engine}", *(fmt(secs[p], ".2f") for p in policies), fmt(seconds, ".2f"),
+                         policy_label(policy) if policy else "-",
+                         fmt(len(text) / seconds if seconds else None), fmt(tokens, "d")])
+        print_table(["engine", *(f"s {policy_label(p)}" for p in policies), "best s", "policy", "sent/s",
+                     "output tokens"], rows)
+        (t_s, t_p), (c_s, c_p) = best["torch"], best.get("ctranslate2", (None, None))
+        if t_s and c_s:
+            a, b = runs["torch", t_p][1], runs["ctranslate2", c_p][1]
+            print(f"ratio mtkit torch / ctranslate2 engine (speed, whole process): {c_s / t_s:.2f} "
+                  f"(identical output lines: {sum(x == y for x, y in zip(a, b))}/{len(a)})")
+
+
+# -------------------------------------------------------------------------- main
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder holding test_2016_flickr.en")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="folder holding test_2016_flickr.en and train.{en,de} (default: $MTKIT_MULTI30K "
+                             "or ../shared/data/multi30k)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
     parser.add_argument("--forced-len", type=int, default=20, help="output tokens of every sentence")
     parser.add_argument("--batch", type=int, default=None, help="sentences per batch (tiny 64, small 32)")
@@ -190,106 +423,58 @@ def main() -> None:
     parser.add_argument("--latency-n", type=int, default=100, help="sentences translated one by one")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["hf", "ct2"], help="engines to leave out")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["hf", "ct2", "text", "whole"],
+                        help="leave out HF generate, the CTranslate2 engines (and with them the text in, text "
+                             "out comparison), that comparison alone, or the whole-process runs")
+    parser.add_argument("--policies", default="default,passive",
+                        help="OMP_WAIT_POLICY settings to measure, comma-separated: default (unset), passive")
+    parser.add_argument("--worker", choices=[*NAMES], help="(started by the parent) run one engine and print JSON")
+    parser.add_argument("--workdir", type=Path, help="(with --worker) the parent's directory holding plan.json")
     args = parser.parse_args()
+    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in args.policies if p not in POLICIES]
+    if unknown or not args.policies:
+        parser.error(f"--policies: expected a comma-separated list of {', '.join(POLICIES)}")
+    if args.worker and args.workdir is None:
+        parser.error("--worker needs --workdir")
+    return args
 
-    torch.set_num_threads(args.threads)
-    keep_freed_memory()  # as the mtkit CLI does; the same for every engine of this process
-    shape = SHAPES[args.shape]
-    batch_size = args.batch or shape["batch"]
-    n = args.forced_len
+
+def main() -> None:
+    args = parse_args()
+    if args.worker:
+        from translate_worker import work
+
+        work(args.worker, args.workdir, args.threads)
+        return
     test_file = args.data / "test_2016_flickr.en"
     if not test_file.is_file():
-        sys.exit(f"error: {test_file}: no such file (use --data)")
+        sys.exit(f"error: {test_file}: no such file (use --data or set MTKIT_MULTI30K)")
     lines = test_file.read_text(encoding="utf-8").splitlines()[: args.sentences]
-
-    t0 = time.perf_counter()
-    vocab = build_vocab(args.data, args.vocab)
-    cfg = ModelConfig(**{**shape["model"], "dropout": 0.0})
-    torch.manual_seed(1)
-    model = Transformer(cfg, vocab.src_size, vocab.tgt_size).eval()
-    loaded = SimpleNamespace(model=model, vocab=vocab, config=Config(model=cfg), path=Path("random.pt"))
-    src = [ids + [EOS_ID] for ids in vocab.encode_src_batch(lines)]
-    order = sorted(range(len(src)), key=lambda i: -len(src[i]))
-    batched = [[src[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
-    single = [[ids] for ids in src[: args.latency_n]]
-    print(f"# shape {args.shape}: d_model {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, "
-          f"{cfg.h} heads, FFN {cfg.d_ff}, vocab {vocab.tgt_size}; {len(src)} sentences "
-          f"(mean {sum(map(len, src)) / len(src):.1f} source tokens), {n} output tokens forced; "
-          f"{args.threads} threads; torch {torch.__version__}"
-          + (f", ctranslate2 {ctranslate2.__version__}" if ctranslate2 else "")
-          + f"; setup {time.perf_counter() - t0:.0f}s", flush=True)
-
-    hf = None if "hf" in args.skip else copy_into_marian(model, vocab.tgt_size)
-    tmp = tempfile.TemporaryDirectory(prefix="mtkit-bench-")
-    ct2_dirs = {}
-    if ctranslate2 is not None and "ct2" not in args.skip:
-        from mtkit.export.ctranslate2 import export_model
-
-        for quant in ("fp32", "int8"):
-            ct2_dirs[quant] = export_model(loaded, Path(tmp.name) / quant, None if quant == "fp32" else "int8")
-
-    for beam, label in shape["runs"]:
-        engines = [MtkitEngine(loaded, beam, n)]
-        if hf is not None:
-            engines.append(HfEngine(hf, beam, n))
-        for quant, path in ct2_dirs.items():
-            engines.append(Ct2Engine(path, vocab, beam, n, quant == "int8", args.threads))
-        for batches, what in ((batched, f"batch {batch_size}"), (single, "batch 1")):
-            print(f"\n## {label}, {what} ({sum(map(len, batches))} sentences)")
-            print(f"{'engine':<20} {'sent/s':>9} {'tok/s':>9} {'mtkit ×':>8}  outputs = mtkit's")
-            rates, reference = {}, None
-            for engine in engines:
-                seconds, tokens, outputs = run(engine, batches)
-                sents = sum(map(len, batches))
-                rates[engine.name] = sents / seconds
-                if reference is None:
-                    reference = outputs
-                same = sum(a == b[:n] for a, b in zip(reference, outputs))
-                print(f"{engine.name:<20} {sents / seconds:9.1f} {tokens / seconds:9.0f} "
-                      f"{rates[engine.name] / rates[engines[0].name]:8.2f}  {same}/{sents}", flush=True)
-            base = rates[engines[0].name]
-            for name, rate in rates.items():
-                if name != engines[0].name:
-                    print(f"ratio mtkit / {name}: {base / rate:.2f}")
-
-    if "fp32" in ct2_dirs:
-        compare_pipeline(ct2_dirs["fp32"], vocab, lines, shape["runs"][-1][0], n, args.threads, batch_size)
-    tmp.cleanup()
-
-
-def compare_pipeline(model_dir: Path, vocab: Vocab, lines: list[str], beam: int, n: int, threads: int,
-                     batch_size: int) -> None:
-    """Text in, text out: ``mtkit translate --engine ctranslate2`` vs CTranslate2 called directly."""
-    from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator
-
-    mean_len = sum(len(x) + 1 for x in vocab.encode_src_batch(lines)) / len(lines)
-    budget = int(batch_size * mean_len)
-    decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
-    ours = Ctranslate2Translator(model_dir, decode, intra_threads=threads, min_len=n + 1)
-    direct = ctranslate2.Translator(str(model_dir), intra_threads=threads)
-    sp = vocab._tgt
-
-    def via_mtkit() -> list[str]:
-        return [t.best.text for t in ours.translate(lines, buffer_size=len(lines))]
-
-    def via_direct() -> list[str]:
-        pieces = sp.encode(lines, out_type=str)
-        results = direct.translate_batch(pieces, beam_size=beam, length_penalty=0.0, max_batch_size=budget,
-                                         batch_type="tokens", min_decoding_length=n + 1,
-                                         max_decoding_length=n + 1, max_input_length=0)
-        return [sp.decode_pieces(r.hypotheses[0]) for r in results]
-
-    print(f"\n## text in, text out: beam {beam}, {len(lines)} sentences, batches of {budget} source tokens")
-    times = {}
-    for name, fn in (("mtkit --engine ctranslate2", via_mtkit), ("CTranslate2 direct", via_direct)) * 2:
-        start = time.perf_counter()
-        fn()
-        times[name] = time.perf_counter() - start  # the second round (warm) is kept
-    for name, seconds in times.items():
-        print(f"{name:<28} {len(lines) / seconds:9.1f} sent/s")
-    ratio = times["CTranslate2 direct"] / times["mtkit --engine ctranslate2"]
-    print(f"ratio mtkit --engine ctranslate2 / CTranslate2 direct: {ratio:.3f}")
+    engines = ["mtkit"]
+    if "hf" not in args.skip:
+        if find_spec("transformers") is None:
+            print("note: transformers is not installed: the HF generate rows are left out")
+        else:
+            engines.append("hf")
+    have_ct2 = "ct2" not in args.skip and find_spec("ctranslate2") is not None
+    if "ct2" not in args.skip and not have_ct2:
+        print("note: ctranslate2 is not installed: the CTranslate2 rows and comparisons are left out")
+    if have_ct2:
+        engines += ["ct2-fp32", "ct2-int8"]
+    print(f"# each engine in its own process; OMP_WAIT_POLICY measured: "
+          f"{', '.join(policy_label(p) for p in args.policies)}; OMP_NUM_THREADS={args.threads}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory(prefix="mtkit-bench-") as tmp:
+        work = Path(tmp)
+        plan = prepare(args, work, engines, lines)
+        report_engines(args, plan, engines, args.policies, work)
+        if have_ct2 and "text" not in args.skip:
+            report_text(args, plan, args.policies, work)
+        if "whole" not in args.skip:
+            report_whole(args, plan, args.policies, work)
+    # Other processes on the cores slow the spinning (unset) runs most: say whether there were any.
+    print(f"\n# load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,183 @@
+"""The worker side of ``benchmarks/translate.py``: one engine, in a process of its own.
+
+The parent starts ``python benchmarks/translate.py --worker ENGINE --workdir DIR --threads T``
+under the OpenMP wait policy it measures; the worker reads ``DIR/plan.json`` (written by the
+parent: the model files, the batches of source ids, the runs), loads its engine and nothing
+else, and prints one JSON line: per run, seconds, sentences, output tokens and the outputs.
+
+Engines (ids in, ids out, timed after one warm-up sentence):
+  ``mtkit``     mtkit's torch search (:class:`mtkit.runtime.torch_engine.Translator`) on the
+                saved checkpoint, loaded as ``mtkit translate`` loads it;
+  ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy;
+  ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models.
+Text in, text out (SentencePiece encode to decode, all sentences, the second of two rounds):
+  ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Translator``);
+  ``text-direct`` CTranslate2 called directly, with the exported SentencePiece model.
+
+The CTranslate2 workers never import torch (CTranslate2 bound to torch's OpenMP runtime runs
+several times slower) and the torch workers never import ctranslate2; the JSON line says which
+of the two a worker had loaded, so the parent can tell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mtkit.config import EOS_ID, PAD_ID, DecodeConfig
+from mtkit.host_memory import keep_freed_memory
+
+ENGINES = ("mtkit", "hf", "ct2-fp32", "ct2-int8")
+POSITIONS = "mtkit_positions.pt"  # beside the HF model: mtkit's sinusoid tables, which save_pretrained leaves out
+TEXT_SIDES = ("text-mtkit", "text-direct")
+
+
+class MtkitEngine:
+    def __init__(self, loaded, beam: int, n: int) -> None:
+        from mtkit.runtime.torch_engine import Translator
+
+        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6)
+        self.translator = Translator(loaded, decode, min_len=n)
+
+    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        return [hyps[0][0] for hyps in self.translator.search_batch(batch)]
+
+
+class HfEngine:
+    def __init__(self, model, beam: int, n: int) -> None:
+        self.model, self.beam, self.n = model, beam, n
+
+    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        import torch
+
+        width = max(map(len, batch))
+        ids = torch.tensor([x + [PAD_ID] * (width - len(x)) for x in batch])
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=ids != PAD_ID, num_beams=self.beam, do_sample=False,
+                min_new_tokens=self.n, max_new_tokens=self.n + 1, forced_eos_token_id=EOS_ID,
+                length_penalty=0.6, early_stopping=False, num_return_sequences=1,
+            )
+        return [[t for t in row.tolist()[1:] if t not in (PAD_ID, EOS_ID)] for row in out]
+
+
+class Ct2Engine:
+    """CTranslate2 cannot force EOS: it decodes ``n + 1`` tokens with EOS banned throughout."""
+
+    def __init__(self, model_dir: Path, vocab, beam: int, n: int, int8: bool, threads: int) -> None:
+        import ctranslate2
+
+        intra, inter = (1, threads) if int8 else (threads, 1)  # int8: one thread per translator is fastest
+        self.translator = ctranslate2.Translator(str(model_dir), intra_threads=intra, inter_threads=inter)
+        self.inter = inter
+        self.vocab, self.beam, self.n = vocab, beam, n
+        self.piece_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
+
+    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        source = [self.vocab.src_pieces(x[:-1]) for x in batch]  # the model appends EOS
+        # Split across the inter-op translators (int8: one thread each) when there are several.
+        size = max(1, -(-len(batch) // self.inter))
+        results = self.translator.translate_batch(
+            source, beam_size=self.beam, length_penalty=0.0, max_batch_size=size, max_input_length=0,
+            min_decoding_length=self.n + 1, max_decoding_length=self.n + 1)
+        return [[self.piece_id[p] for p in r.hypotheses[0]] for r in results]
+
+
+def engine_factory(name: str, plan: dict, threads: int):
+    """A function beam -> engine for ``name``, with the engine's model loaded once."""
+    n = plan["forced_len"]
+    if name == "mtkit":
+        from mtkit.runtime.checkpoint import load_model
+
+        loaded = load_model(plan["checkpoint"])
+        return lambda beam: MtkitEngine(loaded, beam, n)
+    if name == "hf":
+        import torch
+        from transformers import MarianMTModel
+
+        model = MarianMTModel.from_pretrained(plan["hf"]).eval()
+        tables = torch.load(Path(plan["hf"]) / POSITIONS, weights_only=True)
+        with torch.no_grad():
+            for side, table in tables.items():
+                getattr(model.model, side).embed_positions.weight.copy_(table)
+        return lambda beam: HfEngine(model, beam, n)
+    from mtkit.data.vocab import Vocab
+
+    quant = name.removeprefix("ct2-")
+    vocab = Vocab.load(Path(plan["ct2"][quant]))
+    return lambda beam: Ct2Engine(Path(plan["ct2"][quant]), vocab, beam, n, quant == "int8", threads)
+
+
+def time_engine(engine, batches: list[list[list[int]]]) -> dict:
+    engine(batches[0][:1])  # warm-up
+    start = time.perf_counter()
+    outputs = [out for batch in batches for out in engine(batch)]
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "sentences": len(outputs), "tokens": sum(map(len, outputs)), "outputs": outputs}
+
+
+def text_side(name: str, plan: dict, threads: int) -> dict:
+    """Text in, text out over ``plan['lines']``: two rounds, the second (warm) one timed."""
+    text, n = plan["text"], plan["forced_len"]
+    model_dir = Path(plan["ct2"]["fp32"])
+    lines, beam, budget = plan["lines"], text["beam"], text["budget"]
+    if name == "text-mtkit":
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator
+
+        decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
+        ours = Ctranslate2Translator(model_dir, decode, intra_threads=threads, min_len=n + 1)
+
+        def translate() -> list[str]:
+            return [t.best.text for t in ours.translate(lines, buffer_size=len(lines))]
+    else:
+        import ctranslate2
+        import sentencepiece
+
+        names = json.loads((model_dir / "mtkit.json").read_text(encoding="utf-8"))["spm"]
+        tgt = "spm.tgt.model" if "spm.tgt.model" in names else "spm.model"
+        src = "spm.src.model" if "spm.src.model" in names else "spm.model"
+        sp_src = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / src))
+        sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / tgt))
+        direct = ctranslate2.Translator(str(model_dir), intra_threads=threads)
+
+        def translate() -> list[str]:
+            pieces = sp_src.encode(lines, out_type=str)
+            results = direct.translate_batch(pieces, beam_size=beam, length_penalty=0.0, max_batch_size=budget,
+                                             batch_type="tokens", min_decoding_length=n + 1,
+                                             max_decoding_length=n + 1, max_input_length=0)
+            return [sp_tgt.decode_pieces(r.hypotheses[0]) for r in results]
+
+    translate()  # the first round warms up
+    start = time.perf_counter()
+    outputs = translate()
+    return {"seconds": time.perf_counter() - start, "sentences": len(lines), "outputs": outputs}
+
+
+def work(name: str, workdir: Path, threads: int) -> None:
+    """Run worker ``name`` on ``workdir/plan.json`` and print its JSON line on stdout."""
+    plan = json.loads((Path(workdir) / "plan.json").read_text(encoding="utf-8"))
+    if name in ("mtkit", "hf"):
+        import torch
+
+        torch.set_num_threads(threads)
+    keep_freed_memory()  # as the mtkit CLI does, in every worker alike
+    versions = {}
+    if name in TEXT_SIDES:
+        results = [text_side(name, plan, threads)]
+    elif name in ENGINES:
+        make = engine_factory(name, plan, threads)
+        results = []
+        for beam, label in plan["runs"]:
+            engine = make(beam)
+            for what in ("batched", "single"):
+                results.append({"run": label, "what": what, **time_engine(engine, plan[what])})
+    else:
+        sys.exit(f"error: unknown worker {name!r}; expected one of {', '.join(ENGINES + TEXT_SIDES)}")
+    for module in ("torch", "ctranslate2", "transformers"):
+        if module in sys.modules:
+            versions[module] = getattr(sys.modules[module], "__version__", "?")
+    print(json.dumps({"engine": name, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                      "loaded": versions, "results": results}), flush=True)
