@@ -99,6 +99,8 @@ def prepare(
     src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code (data.src_lang)."),
     tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code (data.tgt_lang)."),
     demo: bool = typer.Option(False, "--demo", help="Use the built-in synthetic corpus (number words, en → de)."),
+    vocab_from: Optional[Path] = typer.Option(None, "--vocab-from", help="Encode with this checkpoint's (or run "
+                                              "directory's) SentencePiece model, to fine-tune it (data.spm.vocab_from)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date "
                                "(it replaces only an earlier mtkit output, never other files)."),
     set_: Optional[List[str]] = SetOption,
@@ -112,6 +114,7 @@ def prepare(
     \b
     Example:
       mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
+      mtkit prepare --src new.en --tgt new.de --vocab-from runs/en-de -o data/new    # to fine-tune runs/en-de
     """
     from mtkit.commands.prepare import prepare as run_prepare
 
@@ -146,6 +149,8 @@ def prepare(
         flags["data.src_lang"] = ("--src-lang", src_lang)
     if tgt_lang is not None:
         flags["data.tgt_lang"] = ("--tgt-lang", tgt_lang)
+    if vocab_from is not None:
+        flags["data.spm.vocab_from"] = ("--vocab-from", str(vocab_from))
     config = _load(recipe, set_, flags, defaults)
     if config.data.train is None:
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
@@ -163,6 +168,10 @@ def train(
     resume: Optional[bool] = typer.Option(
         None, "--resume/--no-resume", help="Continue from the run's last checkpoint (default: when there is one)."
     ),
+    init_from: Optional[Path] = typer.Option(
+        None, "--init-from", help="Start a new run from this checkpoint's (or run directory's) weights: fine-tuning "
+        "(train.init_from; prepare the data with --vocab-from it)."
+    ),
     set_: Optional[List[str]] = SetOption,
 ) -> None:
     """Train a Transformer on prepared data; several processes or GPUs: train.processes or torchrun.
@@ -175,10 +184,12 @@ def train(
       mtkit train recipes/multi30k-en-de.yaml -d data/en-de -r runs/en-de --set train.max_steps=2000
       mtkit train recipe.yaml -d DATA -r RUN --set train.processes=2    # 2 local DDP ranks via torchrun
       torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
+      mtkit train recipe.yaml -d DATA -r RUN-ft --init-from RUN    # fine-tune RUN's model on DATA
     """
     from mtkit.commands.train import train as run_train
 
-    config = _load(recipe, set_)
+    flags = {"train.init_from": ("--init-from", str(init_from))} if init_from is not None else None
+    config = _load(recipe, set_, flags)
     run_train(config, data, run, resume=resume)
 
 
@@ -341,6 +352,38 @@ def evaluate(
         lowercase=lowercase,
     )
     typer.echo(text)
+
+
+# -------------------------------------------------------------------- score
+
+
+@app.command()
+def score(
+    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble)."),
+    src: str = typer.Option(..., "--src", help="Source file, one sentence per line (.gz ok); '-' for stdin."),
+    tgt: str = typer.Option(..., "--tgt", help="Target file, line-aligned with --src; '-' for stdin (not both)."),
+    output_format: str = typer.Option("text", "--format", help="text: LOGPROB<TAB>MEAN<TAB>TOKENS, 4 decimals | "
+                                      'json: {"line": N, "logprob": .., "mean": .., "tokens": ..} per line.'),
+    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Padded tokens per batch (default: the checkpoint's decode.batch_tokens)."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only; log-softmax in fp32)."),
+) -> None:
+    """Score given translations: log P(target | source) under the model (forced decoding).
+
+    Reads: line-aligned source and target files. Writes: one line per pair to stdout, in
+    input order, always: the sum of the natural-log probabilities of the target's pieces and
+    EOS, their mean, and their number (an empty pair scores EOS alone; a pair longer than the
+    model's positions: nan, with a warning). No label smoothing, no length penalty.
+
+    \b
+    Example:
+      mtkit score -m runs/en-de --src test.en --tgt test.hyp
+      mtkit translate -m runs/en-de test.en | mtkit score -m runs/en-de-2 --src test.en --tgt - --format json
+    """
+    from mtkit.commands.score import score as run_score
+
+    run_score(list(model), src=src, tgt=tgt, output_format=output_format, batch_tokens=batch_tokens,
+              device=device, precision=precision)
 
 
 # ---------------------------------------------------------------------- run

@@ -99,6 +99,8 @@ class SpmConfig:
     sample_size: int = 1_000_000  # sentences sampled for training; bounds memory
     model: Optional[str] = None  # reuse this model (joint) instead of training one
     tgt_model: Optional[str] = None  # reuse this target model (separate vocabularies)
+    vocab_from: Optional[str] = None  # a checkpoint or run directory: encode with its SentencePiece model(s),
+    # as a run that starts from it (train.init_from) needs; instead of training one (or model/tgt_model)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,11 @@ class TrainConfig:
     patience: int = 0  # validations without improvement before stopping; 0 = never
     average_last: int = 0  # average the last N checkpoints at the end of training
     tensorboard: bool = False
+    # Fine-tuning (mtkit.training.finetune): a new run starts from this checkpoint's (or run directory's)
+    # weights, with a fresh optimizer, schedule, step counter and data order; resuming ignores it.
+    init_from: Optional[str] = None
+    init_keep_optimizer: bool = False  # with init_from: start from its Adam moments too (the schedule still restarts)
+    init_sha256: Optional[str] = None  # init_from's file SHA-256: mtkit records it; set, it must match
 
 
 # ------------------------------------------------------------------------- decode
@@ -367,6 +374,7 @@ def config_from_dict(raw: dict | None) -> Config:
 
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _check(ok: bool, key: str, rule: str, value: Any) -> None:
@@ -383,6 +391,11 @@ def _validate(config: Config) -> None:
     _check(d.spm.vocab_size >= 8, "data.spm.vocab_size", ">= 8", d.spm.vocab_size)
     _check(0 < d.spm.character_coverage <= 1, "data.spm.character_coverage", "in (0, 1]", d.spm.character_coverage)
     _check(d.spm.sample_size >= 1, "data.spm.sample_size", ">= 1", d.spm.sample_size)
+    if d.spm.vocab_from is not None:
+        _check(bool(d.spm.vocab_from.strip()), "data.spm.vocab_from", "a checkpoint or run directory", d.spm.vocab_from)
+        if d.spm.model or d.spm.tgt_model:
+            raise ConfigError("data.spm.vocab_from", "takes the checkpoint's SentencePiece model(s); "
+                              "give it or data.spm.model, not both")
     _check(d.clean.max_len >= 0, "data.clean.max_len", ">= 0 (0: no limit)", d.clean.max_len)
     _check(d.clean.max_ratio == 0 or d.clean.max_ratio >= 1, "data.clean.max_ratio", ">= 1 (0: no limit)",
            d.clean.max_ratio)
@@ -413,6 +426,13 @@ def _validate(config: Config) -> None:
     _check(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
     _check(0 <= t.bpe_dropout < 1, "train.bpe_dropout", "in [0, 1)", t.bpe_dropout)
     _check(bool(DEVICE_PATTERN.match(t.device)), "train.device", "auto, cpu, cuda or cuda:N", t.device)
+    if t.init_from is not None:
+        _check(bool(t.init_from.strip()), "train.init_from", "a checkpoint or run directory", t.init_from)
+    elif t.init_keep_optimizer or t.init_sha256 is not None:
+        key = "train.init_keep_optimizer" if t.init_keep_optimizer else "train.init_sha256"
+        raise ConfigError(key, "applies only with train.init_from")
+    if t.init_sha256 is not None:
+        _check(bool(SHA256_PATTERN.match(t.init_sha256)), "train.init_sha256", "64 hexadecimal digits", t.init_sha256)
     if t.lr_schedule == "linear" and t.max_steps <= t.warmup:
         raise ConfigError("train.max_steps", f"train.lr_schedule=linear decays to 0 at train.max_steps "
                           f"({t.max_steps}), which must exceed train.warmup ({t.warmup})")

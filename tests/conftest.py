@@ -85,6 +85,24 @@ def reverse_data(tmp_path_factory) -> tuple[Path, dict]:
     return root / "prepared", data
 
 
+@pytest.fixture(scope="session")
+def reverse_run(reverse_data, tmp_path_factory) -> Path:
+    """A tiny model trained briefly on the reverse task (outputs end, and vary); its decode: beam 2.
+    A run directory that translate, score and other CLI tests share (train it once per session)."""
+    from mtkit.config import config_from_dict
+    from mtkit.training.trainer import train
+
+    data_dir, data = reverse_data
+    config = config_from_dict({
+        "data": data, "model": TINY_MODEL, "decode": {"beam": 2},
+        "train": {"max_tokens": 600, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 40, "label_smoothing": 0.0,
+                  "log_every": 50, "valid_every": 0, "save_every": 0, "max_steps": 150, "seed": 3},
+    })
+    run_dir = tmp_path_factory.mktemp("reverse-run") / "run"
+    train(config, data_dir, run_dir, progress=False)
+    return run_dir
+
+
 @pytest.fixture
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():

@@ -45,6 +45,12 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     """
     from mtkit.commands.processes import launch_local, train_members, under_torchrun
 
+    launching = not under_torchrun() and (config.train.ensemble > 1 or config.train.processes > 1)
+    if launching and config.train.init_from is not None:
+        from mtkit.training.finetune import resolve_init
+
+        # Checked once, before any process starts or directory is made; they get the resolved config.
+        config, _ = resolve_init(config, Path(run_dir), resume, Path(data_dir))
     if config.train.ensemble > 1 and not under_torchrun():
         train_members(config, Path(data_dir), Path(run_dir), resume=resume)
         return None
@@ -53,7 +59,8 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
         return None
 
     # Here this process trains: the one that trains alone, or rank 0, says it once.
-    if os.environ.get("RANK", "0") == "0" and (note := default_model_note(config, Path(data_dir))):
+    if os.environ.get("RANK", "0") == "0" and config.train.init_from is None and (
+            note := default_model_note(config, Path(data_dir))):
         print(note, file=sys.stderr, flush=True)
     from mtkit.training.trainer import train as run_training
 

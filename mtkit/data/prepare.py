@@ -90,14 +90,14 @@ def resolve_source(source: SourceConfig) -> SourceConfig:
 
 def resolve_data(data: DataConfig) -> DataConfig:
     changes: dict[str, Any] = {s: resolve_source(getattr(data, s)) for s in SPLITS if getattr(data, s) is not None}
-    spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model")
+    spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model", "vocab_from")
                    if (v := getattr(data.spm, k))}
     return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
 
 
-def fingerprint(data: DataConfig) -> str:
+def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> str:
     """Hash of the resolved data config (less ``workers``, which changes no output), mtkit's
-    version and each input file's size and mtime."""
+    version, each input file's size and mtime, and the given vocabulary's bytes (``data.spm.vocab_from``)."""
     files = []
     for split in SPLITS:
         source = getattr(data, split)
@@ -110,7 +110,9 @@ def fingerprint(data: DataConfig) -> str:
             st = path.stat()
             stamps.append([str(path), st.st_size, st.st_mtime_ns])
     settings = config_to_dict(dataclasses.replace(data, workers=0))
-    blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps}, sort_keys=True)
+    vocab = [hashlib.sha256(m).hexdigest() if m is not None else None for m in vocab_models] if vocab_models else None
+    blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps, "vocab": vocab},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -412,8 +414,15 @@ def _encode_eval(data: DataConfig, split: str, vocab: Vocab, out_dir: Path) -> d
     return {"stats": stats, "dropped": {"invalid_utf8": skipped["invalid_utf8"]}}
 
 
-def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict) -> tuple[Vocab, dict]:
+def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
+                vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> tuple[Vocab, dict]:
     spm_cfg = data.spm
+    if spm_cfg.vocab_from:
+        if vocab_models is None:  # the checkpoint is read above the data layer (mtkit.commands.prepare)
+            raise MtkitError("data.spm.vocab_from: the checkpoint's vocabulary was not passed in")
+        vocab = Vocab.from_bytes(*vocab_models)
+        sha = {side: hashlib.sha256(m).hexdigest() for side, m in zip(("src", "tgt"), vocab_models) if m is not None}
+        return vocab, {"trained": False, "reused": [spm_cfg.vocab_from], "sha256": sha}
     if spm_cfg.tgt_model and not spm_cfg.model:
         raise MtkitError("data.spm.tgt_model: needs data.spm.model (the source model) as well")
     if spm_cfg.model and spm_cfg.joint and spm_cfg.tgt_model:
@@ -466,11 +475,12 @@ def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[
 # ------------------------------------------------------------------- pipeline
 
 
-def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str) -> dict:
+def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str,
+          vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> dict:
     """Build every artefact of a prepared directory into ``out_dir`` (a fresh, empty folder)."""
     total_start = time.perf_counter()
     timings: dict[str, float] = {}
-    vocab, vocab_info = _make_vocab(data, workers, progress, timings)
+    vocab, vocab_info = _make_vocab(data, workers, progress, timings, vocab_models)
     files = vocab.save(out_dir)
     splits: dict[str, dict] = {}
     dropped: dict[str, dict] = {}
@@ -522,15 +532,20 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
     }
 
 
-def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None) -> dict:
-    """Run the pipeline on ``data`` into ``out_dir``; reuse a complete result for identical inputs."""
+def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None,
+                 vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> dict:
+    """Run the pipeline on ``data`` into ``out_dir``; reuse a complete result for identical inputs.
+
+    ``vocab_models``: the serialized SentencePiece model(s) of ``data.spm.vocab_from``'s checkpoint
+    (``Vocab.model_bytes`` form), which the caller reads: the data layer knows no checkpoints.
+    """
     out_dir = Path(os.path.abspath(Path(out_dir).expanduser()))  # "." and ".." have no name to put beside
     if progress is None:
         progress = sys.stderr.isatty()
     data = resolve_data(data)
     if data.train is None and data.valid is None and data.test is None:
         raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
-    fp = fingerprint(data)
+    fp = fingerprint(data, vocab_models)
     _remove_dead_leftovers(out_dir)
     existing = read_manifest(out_dir) if out_dir.is_dir() else None
     if existing is not None and existing.get("fingerprint") == fp and not force:
@@ -544,7 +559,7 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would otherwise stick to out_dir
     try:
-        manifest = build(data, tmp, workers, progress, fp)
+        manifest = build(data, tmp, workers, progress, fp, vocab_models)
         atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         for path in tmp.iterdir():  # atomic writes create 0600 files; give them the usual mode
             os.chmod(path, 0o666 & ~umask)

@@ -24,16 +24,17 @@ STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
 REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
+def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> dict:
     """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors,
-    among them a file without one of :data:`REQUIRED_KEYS`."""
+    among them a file without one of :data:`REQUIRED_KEYS`. ``mmap``: tensors stay on disk until
+    read, for a caller that wants only the config or vocabulary of a large checkpoint."""
     import torch
 
     path = Path(path)
     if not path.is_file():
         raise MtkitError(f"{path}: no such checkpoint")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # a truncated or foreign file
         raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or "format_version" not in ckpt:
@@ -171,6 +172,6 @@ def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
     check_weights_fit(model, ckpt["model"], path)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
-    vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"))
+    vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["vocab"].get("pieces"))
     step = ckpt.get("step")
     return LoadedModel(model=model, vocab=vocab, config=config, path=path, step=step if isinstance(step, int) else None)

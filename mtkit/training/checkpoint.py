@@ -7,7 +7,8 @@ A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded wit
     mtkit_version    str
     config           the resolved Config as plain data
     model            the raw (uncompiled, unwrapped) model state_dict
-    vocab            {"src": bytes, "tgt": bytes | None}: the SentencePiece model(s)
+    vocab            {"src": bytes, "tgt": bytes | None}: the SentencePiece model(s); an imported model's
+                     also "pieces": {"src": [str], "tgt": [str] | None}, its id -> piece table(s)
     src_vocab_size, tgt_vocab_size
     step, epoch      training position (in averaged checkpoints: the last averaged one's step)
     optimizer, scheduler, scaler, rng, sampler   training state for exact resume
@@ -92,6 +93,26 @@ def vocab_sha256(vocab: dict) -> dict:
     """SHA-256 (hex) of a checkpoint's ``vocab`` bytes: ``{"src": …, "tgt": … | None}``."""
     return {side: hashlib.sha256(vocab[side]).hexdigest() if vocab.get(side) is not None else None
             for side in ("src", "tgt")}
+
+
+def describe_vocab(src: bytes, tgt: bytes | None, src_size: int, tgt_size: int) -> str:
+    """``spm.model is 8000 pieces sha256 1a2b3c4d…`` (or the src + tgt pair), for error messages."""
+    digest = vocab_sha256({"src": src, "tgt": tgt})
+    if tgt is None:
+        return f"spm.model is {src_size} pieces sha256 {digest['src'][:8]}…"
+    return (f"spm.src.model + spm.tgt.model are {src_size} + {tgt_size} pieces "
+            f"sha256 {digest['src'][:8]}… + {digest['tgt'][:8]}…")
+
+
+def vocab_difference(ckpt: dict, vocab) -> tuple[str, str] | None:
+    """``(the checkpoint's, the data's)`` vocabulary described (:func:`describe_vocab`), or None when
+    ``vocab`` has the checkpoint's SentencePiece bytes: other bytes give the ids other meanings."""
+    src, tgt = vocab.model_bytes()
+    if (ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")) == (src, tgt):
+        return None
+    theirs = describe_vocab(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["src_vocab_size"],
+                            ckpt["tgt_vocab_size"])
+    return theirs, describe_vocab(src, tgt, vocab.src_size, vocab.tgt_size)
 
 
 class RunLock:

@@ -36,7 +36,15 @@ from mtkit.runtime.device import device_type, resolve_device
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, collate, make_batches, prefetch
-from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint, vocab_sha256
+from mtkit.training.checkpoint import (
+    RunLock,
+    link_atomically,
+    remove_partial_saves,
+    save_checkpoint,
+    vocab_difference,
+    vocab_sha256,
+)
+from mtkit.training.finetune import Parent, check_vocabulary, resolve_init
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
 
@@ -62,15 +70,6 @@ def check_prepared(data_dir: Path) -> dict:
 def data_fingerprint(data_dir: Path) -> str | None:
     """The prepared data's identity (``manifest.json``'s fingerprint), saved in every checkpoint."""
     return check_prepared(data_dir).get("fingerprint")
-
-
-def describe_vocab(src: bytes, tgt: bytes | None, src_size: int, tgt_size: int) -> str:
-    """``spm.model is 8000 pieces sha256 1a2b3c4d…`` (or the src + tgt pair), for error messages."""
-    digest = vocab_sha256({"src": src, "tgt": tgt})
-    if tgt is None:
-        return f"spm.model is {src_size} pieces sha256 {digest['src'][:8]}…"
-    return (f"spm.src.model + spm.tgt.model are {src_size} + {tgt_size} pieces "
-            f"sha256 {digest['src'][:8]}… + {digest['tgt'][:8]}…")
 
 
 def clock(seconds: float) -> str:
@@ -170,7 +169,10 @@ class MetricsLog:
 class Trainer:
     """Owns the model, optimizer and data of one training run (one process of it)."""
 
-    def __init__(self, config: Config, data_dir: Path, run_dir: Path, progress: bool | None = None) -> None:
+    def __init__(self, config: Config, data_dir: Path, run_dir: Path, progress: bool | None = None,
+                 init: Parent | None = None) -> None:
+        """``init``: the checkpoint a new run starts from (:func:`mtkit.training.finetune.resolve_init`,
+        which also gives the ``config`` that goes with it); it is checked here, before anything is written."""
         from mtkit.data.store import ParallelStore
         from mtkit.data.vocab import Vocab
 
@@ -191,6 +193,8 @@ class Trainer:
         check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
         self.vocab = Vocab.load(self.data_dir)
+        if init is not None:
+            check_vocabulary(init, self.vocab, self.data_dir)  # before its weights are loaded
         self.train_store = ParallelStore.open(self.data_dir, "train")
         has_valid = (self.data_dir / "valid.store.json").is_file()
         self.valid_store = ParallelStore.open(self.data_dir, "valid") if has_valid else None
@@ -201,6 +205,9 @@ class Trainer:
         self.model = Transformer(config.model, self.vocab.src_size, self.vocab.tgt_size, pad_id=PAD_ID,
                                  kernels=config.kernels).to(self.device)
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg, self.device.type)
+        self.init = (init.path, init.step) if init is not None else None
+        if init is not None:
+            self._start_from(init)
         self.scaler = grad_scaler(self.cfg.precision, self.device.type)
         self.sampler = TokenBatchSampler(
             self.train_store.src_lengths,
@@ -282,11 +289,8 @@ class Trainer:
     def check_resumable(self, ckpt: dict, path: Path) -> None:
         """Refuse to resume on another vocabulary (the ids would mean other pieces, silently, or
         the embeddings would not fit), on other data, or with another model shape."""
-        src, tgt = self.vocab.model_bytes()
-        if (ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")) != (src, tgt):
-            run = describe_vocab(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["src_vocab_size"],
-                                 ckpt["tgt_vocab_size"])
-            now = describe_vocab(src, tgt, self.vocab.src_size, self.vocab.tgt_size)
+        if differ := vocab_difference(ckpt, self.vocab):
+            run, now = differ
             raise MtkitError(f"{self.run_dir}: resuming with a different vocabulary: the run's {run}, "
                              f"{self.data_dir}'s {now}; resume with the run's data or start a new run directory")
         trained_on = ckpt.get("data_fingerprint")  # absent in checkpoints older than the check
@@ -297,6 +301,19 @@ class Trainer:
         if checkpoint_config(ckpt, path).model != self.config.model:
             raise MtkitError(f"{self.ckpt_dir}: the checkpoint's model config differs from this recipe's; use a new run directory")
         check_weights_fit(self.model, ckpt["model"], path)
+
+    def _start_from(self, init: Parent) -> None:
+        """Take the parent's weights (and, with ``train.init_keep_optimizer``, its Adam moments); the
+        step, schedule, sampler and RNG stay fresh. The vocabulary was checked before."""
+        check_weights_fit(self.model, init.ckpt["model"], init.path)
+        self.model.load_state_dict(init.ckpt["model"])
+        if self.cfg.init_keep_optimizer:
+            state = self.optimizer.state_dict()  # this recipe's betas, eps and weight decay; the parent's moments
+            parent = init.ckpt["optimizer"]
+            sizes = [len(g["params"]) for g in state["param_groups"]]
+            if [len(g["params"]) for g in parent.get("param_groups", [])] != sizes:
+                raise MtkitError(f"train.init_keep_optimizer: {init.path}'s optimizer state does not fit this model")
+            self.optimizer.load_state_dict({**state, "state": parent.get("state", {})})
 
     def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
         """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
@@ -468,6 +485,11 @@ class Trainer:
             raise MtkitError(f"{self.run_dir}: already holds a run; resume it or choose a new run directory")
         else:
             self.log.reset()
+            if self.init is not None and self.dist.is_main:
+                at = f" (step {self.init[1]})" if self.init[1] is not None else ""
+                keep = "its Adam moments and " if self.cfg.init_keep_optimizer else ""
+                print(f"starting {self.run_dir} from the weights of {self.init[0]}{at}: {keep}a fresh "
+                      f"{'' if keep else 'optimizer, '}schedule and step counter", file=sys.stderr, flush=True)
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -476,6 +498,7 @@ class Trainer:
             if self.step == 0:
                 self.log.write({"step": 0, "event": "start", "parameters": count_parameters(self.model),
                                 "world_size": self.dist.world_size, "device": str(self.device),
+                                **({"init_from": str(self.init[0]), "init_step": self.init[1]} if self.init else {}),
                                 **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
 
     def _train(self, signals: StopSignals) -> TrainResult:
@@ -660,8 +683,11 @@ class Trainer:
 
 
 def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None, progress: bool | None = None) -> TrainResult:
-    """Train ``config`` on the prepared ``data_dir`` into ``run_dir`` (resuming when it holds a run)."""
-    trainer = Trainer(config, data_dir, run_dir, progress)
+    """Train ``config`` on the prepared ``data_dir`` into ``run_dir`` (resuming when it holds a run;
+    a new run with ``train.init_from`` starts from that checkpoint's weights)."""
+    config, parent = resolve_init(config, Path(run_dir), resume)
+    trainer = Trainer(config, data_dir, run_dir, progress, init=parent)
+    del parent  # the parent's tensors are copied into the model: free them
     try:
         return trainer.run(resume)
     finally:

@@ -30,6 +30,7 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
     train = ["train", recipe, "-d", data, "-r", str(d["tmp"] / "new-run")]
     tr = ["translate", "-m", run, src]
     ev = ["evaluate", "--hyp", src, "--ref", src]
+    sc = ["score", "-m", run, "--src", src, "--tgt", tgt]
     return {
         # prepare
         "prepare: recipe is a directory": (["prepare", str(d["tmp"]), "-o", str(d["tmp"] / "o1")], "is a directory"),
@@ -53,6 +54,11 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
                                           "-o", str(d["tmp"] / "o11")], "--src-lang"),
         "prepare: invalid UTF-8": (["prepare", "--src", d["bad_utf8"], "--tgt", tgt, "-o", str(d["tmp"] / "o12")],
                                    "invalid UTF-8"),
+        "prepare: --vocab-from nowhere": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o13"),
+                                           "--vocab-from", str(d["tmp"] / "novocab")], "novocab"),
+        "prepare: --vocab-from with data.spm.model": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o14"),
+                                                       "--vocab-from", run, "--set", "data.spm.model=spm.model"],
+                                                      "--vocab-from"),
         # train
         "train: no such data directory": (["train", recipe, "-d", str(d["tmp"] / "nodata"), "-r", str(d["tmp"] / "r1")],
                                           "nodata"),
@@ -71,6 +77,9 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "train: fp16 on CPU": (train + ["--set", "train.precision=fp16"], "fp16"),
         "train: --resume with nothing to resume": (train + ["--resume"], "nothing to resume"),
         "train: unknown preset": (train + ["--set", "model.preset=transformer-huge"], "did you mean"),
+        "train: --init-from nowhere": (train + ["--init-from", str(d["tmp"] / "noparent")], "noparent"),
+        "train: --init-from a text file": (train + ["--init-from", src], "checkpoint"),
+        "train: init_keep_optimizer alone": (train + ["--set", "train.init_keep_optimizer=true"], "train.init_from"),
         # average and curves
         "average: --last 0": (["average", run, "--last", "0"], "--last"),
         "average: --last -1": (["average", run, "--last", "-1"], "--last"),
@@ -103,6 +112,15 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "evaluate: --model without --src": (["evaluate", "-m", run, "--ref", src], "--src"),
         "evaluate: --testset without --langpair": (["evaluate", "--testset", "wmt14", "--hyp", src], "--langpair"),
         "evaluate: no reference": (["evaluate", "--hyp", src], "--ref"),
+        # score
+        "score: line counts differ": (["score", "-m", run, "--src", src, "--tgt", d["short"]], "line counts differ"),
+        "score: missing target file": (["score", "-m", run, "--src", src, "--tgt", tgt + ".nope"], "no such file"),
+        "score: both from stdin": (["score", "-m", run, "--src", "-", "--tgt", "-"], "stdin"),
+        "score: no such model": (["score", "-m", str(d["tmp"] / "nomodel"), "--src", src, "--tgt", tgt], "nomodel"),
+        "score: unknown format": (sc + ["--format", "xml"], "--format"),
+        "score: batch tokens 0": (sc + ["--batch-tokens", "0"], "--batch-tokens"),
+        "score: fp16 on CPU": (sc + ["--precision", "fp16"], "fp16"),
+        "score: --device cuda without a GPU": (sc + ["--device", "cuda"], "--device"),
         # export and run
         "export: not a checkpoint": (["export", "ctranslate2", src, str(d["tmp"] / "ct2")], "checkpoint"),
         "run: recipe is a directory": (["run", str(d["tmp"]), "-w", str(d["tmp"] / "w")], "is a directory"),

@@ -13,9 +13,7 @@ import threading
 import pytest
 import torch
 
-from conftest import TINY_MODEL, WORDS
-from mtkit.config import config_from_dict
-from mtkit.training.trainer import train
+from conftest import WORDS
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -24,17 +22,9 @@ MTKIT = [sys.executable, "-m", "mtkit"]
 
 
 @pytest.fixture(scope="module")
-def run(reverse_data, tmp_path_factory):
-    """A tiny model trained briefly on the reverse task (outputs end, and vary); its decode: beam 2."""
-    data_dir, data = reverse_data
-    config = config_from_dict({
-        "data": data, "model": TINY_MODEL, "decode": {"beam": 2},
-        "train": {"max_tokens": 600, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 40, "label_smoothing": 0.0,
-                  "log_every": 50, "valid_every": 0, "save_every": 0, "max_steps": 150, "seed": 3},
-    })
-    run_dir = tmp_path_factory.mktemp("translate") / "run"
-    train(config, data_dir, run_dir, progress=False)
-    return run_dir
+def run(reverse_run):
+    """A tiny model trained briefly on the reverse task (conftest's, shared with other CLI tests)."""
+    return reverse_run
 
 
 def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:

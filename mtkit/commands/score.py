@@ -1,0 +1,152 @@
+"""``mtkit score``: the log-probability of given translations under a model (forced decoding).
+
+Reads line-aligned ``--src`` and ``--tgt`` files (one of them may be ``-``, stdin; ``.gz``
+is read transparently) in lockstep, ``CHUNK_LINES`` pairs at a time, and writes one line per
+pair to stdout, in input order, always (see :mod:`mtkit.likelihood` for what is scored):
+
+    text  ``LOGPROB<TAB>MEAN<TAB>TOKENS``: the sum of the natural-log probabilities of the
+          target's pieces and EOS, their mean, and their number, both floats with 4 decimals
+          (``nan`` for a pair longer than the model's position table)
+    json  ``{"line": N, "logprob": float, "mean": float, "tokens": int}``, N the 1-based line
+          number, the floats at full precision (null for such a pair)
+
+Everything that can be checked is checked before the model loads: the flags, that the files
+exist, and, when both are regular files, that they have as many lines (a first pass that
+counts them). Through stdin or a pipe, a difference in line counts is found when the shorter
+input ends: the pairs before it have been scored and printed, then the error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from mtkit.errors import MtkitError
+
+FORMATS = ("text", "json")
+PRECISIONS = ("fp32", "bf16", "fp16")
+CHUNK_LINES = 1000
+STDIN = "<stdin>"
+
+
+def _label(name: str) -> str:
+    return STDIN if name == "-" else name
+
+
+def _lines(name: str) -> Iterator[str]:
+    from mtkit.io import open_binary
+    from mtkit.translate import read_text_lines
+
+    if name == "-":
+        yield from read_text_lines(sys.stdin.buffer)
+        return
+    with open_binary(name) as f:
+        yield from read_text_lines(f)
+
+
+def _mismatch(src: str, n_src: int, tgt: str, n_tgt: int) -> MtkitError:
+    return MtkitError(f"line counts differ: --src {_label(src)} has {n_src} lines, --tgt {_label(tgt)} has {n_tgt}")
+
+
+def paired_lines(src: str, tgt: str) -> Iterator[tuple[str, str]]:
+    """(source line, target line) pairs of two line-aligned inputs, read in lockstep; when one ends
+    before the other, the rest of the other is counted (not kept) for a :class:`MtkitError`."""
+    done = object()
+    src_lines, tgt_lines = _lines(src), _lines(tgt)
+    for n, (s, t) in enumerate(itertools.zip_longest(src_lines, tgt_lines, fillvalue=done)):
+        if s is done:
+            raise _mismatch(src, n, tgt, n + 1 + sum(1 for _ in tgt_lines))
+        if t is done:
+            raise _mismatch(src, n + 1 + sum(1 for _ in src_lines), tgt, n)
+        yield s, t
+
+
+def format_score(score, output_format: str) -> str:
+    """One output line (without newline) of a :class:`mtkit.likelihood.PairScore`."""
+    if output_format == "json":
+        finite = math.isfinite(score.logprob)
+        return json.dumps({"line": score.index + 1, "logprob": score.logprob if finite else None,
+                           "mean": score.mean if finite else None, "tokens": score.tokens})
+    return f"{score.logprob:.4f}\t{score.mean:.4f}\t{score.tokens}"
+
+
+def score(
+    model_path: Path | list[Path],
+    src: str,
+    tgt: str,
+    output_format: str = "text",
+    batch_tokens: int | None = None,
+    device: str = "auto",
+    precision: str = "fp32",
+) -> None:
+    """Print the log-probability of each line of ``tgt`` given the same line of ``src``.
+
+    Args:
+        model_path: a checkpoint or run directory, or a list of them (an ensemble: the
+            log-softmax of the mean of the members' log-probabilities, as translate's).
+        src, tgt: line-aligned files; ``-`` (for one of them) is stdin.
+        output_format: ``text`` | ``json`` (see the module docstring).
+        batch_tokens: padded tokens per batch (None: the checkpoint's ``decode.batch_tokens``).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``fp32`` | ``bf16`` | ``fp16`` (autocast; the log-softmax is fp32).
+    """
+    if output_format not in FORMATS:
+        raise MtkitError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
+    if precision not in PRECISIONS:
+        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    if batch_tokens is not None and batch_tokens < 1:
+        raise MtkitError(f"--batch-tokens: must be >= 1, got {batch_tokens}")
+    if src == "-" and tgt == "-":
+        raise MtkitError("--src and --tgt are both '-': at most one of them can be stdin")
+    for flag, name in (("--src", src), ("--tgt", tgt)):
+        if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
+            problem = "is a directory, expected a file" if Path(name).is_dir() else "no such file"
+            raise MtkitError(f"{flag} {name}: {problem}")
+    if "-" not in (src, tgt) and Path(src).is_file() and Path(tgt).is_file():  # no pipe: cheap to count first
+        from mtkit.io import count_lines
+
+        n_src, n_tgt = count_lines(src), count_lines(tgt)
+        if n_src != n_tgt:
+            raise _mismatch(src, n_src, tgt, n_tgt)
+
+    from mtkit.commands.translate import say_loaded
+    from mtkit.likelihood import PairScorer
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.device import resolve_device
+
+    device = resolve_device(device)
+    if precision == "fp16" and not device.startswith("cuda"):
+        raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
+    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
+    loaded = [load_model(p, device) for p in paths]
+    scorer = PairScorer(loaded, device=device, precision=precision,
+                        batch_tokens=batch_tokens or loaded[0].config.decode.batch_tokens)
+    say_loaded(loaded)
+
+    progress = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        progress = tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    out = sys.stdout.buffer
+    try:
+        for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES):
+            out.write((format_score(result, output_format) + "\n").encode("utf-8"))
+            if progress is not None:
+                progress.update(1)
+        out.flush()
+    except BrokenPipeError:
+        # The reader has gone (`| head`): what stdout still buffers goes nowhere instead of failing
+        # a second time at exit; the CLI then exits 0.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
