@@ -153,6 +153,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 # -------------------------------------------------------------------------- train
 
 
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (the larger of source and target)
@@ -173,7 +177,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     bpe_dropout: float = 0.0  # BPE-dropout of training sentences (Provilkov et al. 2020); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop's consistency weight α (Liang et al. 2021); 0 = off, 5 in their MT runs
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Precision = "fp32"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False
     seed: int = 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import sys
 import tempfile
 import zlib
 from pathlib import Path
@@ -120,3 +121,21 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> Iterator[str | 
 def count_lines(path: str | Path) -> int:
     with open_binary(path) as f:
         return sum(1 for _ in f)
+
+
+def sentence_progress(enabled: bool = True):
+    """A tqdm bar on stderr counting sentences (with their rate) when stderr is a terminal and
+    ``enabled``; None otherwise (piped or redirected output stays quiet)."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+
+
+def discard_stdout() -> None:
+    """After a BrokenPipeError on stdout (the reader has gone, ``| head``): point stdout at
+    /dev/null, so that what it still buffers goes nowhere at exit instead of failing a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -28,8 +28,9 @@ from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
+from mtkit.runtime.ensemble import check_one_vocabulary
+from mtkit.runtime.precision import check_precision
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 # Log-probabilities are computed for at most this many (token, vocabulary entry) cells at a time:
 # the (B, T, V) tensor of a whole batch would be V times its hidden states.
 CHUNK_CELLS = 1 << 24
@@ -140,17 +141,11 @@ class PairScorer:
         if not loaded:
             raise MtkitError("no model to score with")
         first = loaded[0]
-        for other in loaded[1:]:
-            if other.vocab.model_bytes() != first.vocab.model_bytes():
-                raise MtkitError(f"{getattr(other, 'path', 'a model')}: an ensemble needs one vocabulary, "
-                                 f"and it differs from {getattr(first, 'path', 'the first model')}'s")
-        if precision not in PRECISIONS:
-            raise MtkitError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        check_one_vocabulary(loaded)
         if batch_tokens < 1:
             raise MtkitError(f"batch_tokens must be >= 1, got {batch_tokens}")
         self.device = torch.device(device)
-        if precision == "fp16" and self.device.type != "cuda":
-            raise MtkitError("precision fp16 needs a CUDA device; use bf16 on CPU")
+        check_precision(precision, self.device.type, "precision")
         self.vocab = first.vocab
         self.precision = precision
         self.batch_tokens = batch_tokens

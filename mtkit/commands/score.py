@@ -21,15 +21,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Iterator
 
+from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
+from mtkit.io import discard_stdout, sentence_progress
 
 FORMATS = ("text", "json")
-PRECISIONS = ("fp32", "bf16", "fp16")
 CHUNK_LINES = 1000
 STDIN = "<stdin>"
 
@@ -128,11 +128,7 @@ def score(
                         batch_tokens=batch_tokens or loaded[0].config.decode.batch_tokens)
     say_loaded(loaded)
 
-    progress = None
-    if sys.stderr.isatty():
-        from tqdm import tqdm
-
-        progress = tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    progress = sentence_progress()
     out = sys.stdout.buffer
     try:
         for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES):
@@ -141,11 +137,7 @@ def score(
                 progress.update(1)
         out.flush()
     except BrokenPipeError:
-        # The reader has gone (`| head`): what stdout still buffers goes nowhere instead of failing
-        # a second time at exit; the CLI then exits 0.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        discard_stdout()  # the CLI then exits 0
         raise
     finally:
         if progress is not None:

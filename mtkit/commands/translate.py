@@ -22,17 +22,16 @@ No torch at import time: this module is loaded when the CLI starts, and the
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from mtkit.config import DecodeConfig
+from mtkit.config import PRECISIONS, DecodeConfig
 from mtkit.errors import MtkitError
+from mtkit.io import discard_stdout, sentence_progress
 
 ENGINES = ("torch", "ctranslate2")
-PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_BUFFER_SIZE = 1000
 
 # The config's ranges of the decoding flags (mtkit.config), checked here too so that a
@@ -140,6 +139,53 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
+def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
+                     threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
+                     inspect: Callable[[list], None] | None = None):
+    """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
+    ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
+
+    Args:
+        decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones).
+        overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
+        inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
+            checks, or what it reads of them (their configs).
+    """
+    overrides = dict(overrides or {})
+    if engine == "ctranslate2":
+        if len(paths) != 1:
+            raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+            raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
+
+        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
+        translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
+                                           intra_threads=threads)
+        print(f"loaded {translator.description}", file=sys.stderr, flush=True)
+        return translator
+    from mtkit.runtime.device import resolve_device
+
+    device = resolve_device(device)
+    if precision == "fp16" and not device.startswith("cuda"):
+        raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+    from mtkit.runtime.checkpoint import load_model
+
+    loaded = [load_model(p, device) for p in paths]
+    if inspect is not None:
+        inspect(loaded)
+    from mtkit.runtime.torch_engine import Translator
+
+    decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
+    translator = Translator(loaded, decode, device=device, precision=precision)
+    say_loaded(loaded)
+    return translator
+
+
 def translate(
     model_path: Path | list[Path],
     inputs: list[str] | None = None,
@@ -208,53 +254,23 @@ def translate(
     if interactive:
         buffer_size = 1
 
-    if engine == "ctranslate2":
-        if len(paths) != 1:
-            raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
-        if attention_png is not None:
-            raise MtkitError("--attention-png needs --engine torch")
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-            raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
+    if engine == "ctranslate2" and attention_png is not None:
+        raise MtkitError("--attention-png needs --engine torch")
 
-        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
-        translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads)
-        print(f"loaded {translator.description}", file=sys.stderr, flush=True)
-        first_model = None
-    else:
-        from mtkit.runtime.device import resolve_device
-
-        device = resolve_device(device)
-        if precision == "fp16" and not device.startswith("cuda"):
-            raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
-        if threads > 0:
-            import torch
-
-            torch.set_num_threads(threads)
-        from mtkit.runtime.checkpoint import load_model
-
-        loaded = [load_model(p, device) for p in paths]
-        first_model = loaded[0].model
-        layers = first_model.cfg.decoder_layers
+    def check_attention_layer(loaded: list) -> None:
+        layers = loaded[0].model.cfg.decoder_layers
         if attention_layer is not None and not -layers <= attention_layer < layers:
             raise MtkitError(f"--attention-layer {attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
-        from mtkit.runtime.torch_engine import Translator
 
-        decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
-        translator = Translator(loaded, decode, device=device, precision=precision)
-        say_loaded(loaded)
+    translator = build_translator(paths, engine, device, precision, threads, overrides, decode, check_attention_layer)
+    first_model = translator.models[0] if engine == "torch" else None
 
     nbest = translator.decode.nbest
     if output_format is None:
         output_format = "nbest" if nbest > 1 else "text"
     attention_done = attention_png is None
-    progress = None
-    if sys.stderr.isatty() and not interactive:
-        from tqdm import tqdm
-
-        progress = tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    progress = sentence_progress(enabled=not interactive)
     try:
         with _output_stream(output) as out:
             for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size):
@@ -270,11 +286,7 @@ def translate(
                     attention_done = True
     except BrokenPipeError:
         if output is None:
-            # The reader has gone (`| head`): what stdout still buffers, flushed at exit, goes nowhere
-            # instead of failing a second time; the CLI then exits 0.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
+            discard_stdout()  # the CLI then exits 0
         raise
     finally:
         if progress is not None:

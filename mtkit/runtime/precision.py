@@ -6,13 +6,17 @@ import contextlib
 
 import torch
 
+from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
 
 
-def check_precision(precision: str, device_type: str) -> None:
-    """Refuse fp16 off CUDA (bf16 is the CPU's half precision)."""
+def check_precision(precision: str, device_type: str, key: str = "train.precision") -> None:
+    """Refuse an unknown precision, and fp16 off CUDA (bf16 is the CPU's half precision); ``key``
+    names the setting in the message."""
+    if precision not in PRECISIONS:
+        raise MtkitError(f"{key}: unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     if precision == "fp16" and device_type != "cuda":
-        raise MtkitError("train.precision=fp16 needs a CUDA device; use bf16 on CPU")
+        raise MtkitError(f"{key}=fp16 needs a CUDA device; use bf16 on CPU")
 
 
 def autocast(precision: str, device_type: str):

@@ -12,8 +12,6 @@ from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.runtime.engine import LineTranslator, _stderr
 
-PRECISIONS = ("fp32", "bf16", "fp16")
-
 
 class Translator(LineTranslator):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
@@ -31,19 +29,16 @@ class Translator(LineTranslator):
                  seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0) -> None:
         import torch
 
+        from mtkit.runtime.ensemble import check_one_vocabulary
+        from mtkit.runtime.precision import check_precision
+
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]
         if not loaded:
             raise MtkitError("no model to translate with")
         first = loaded[0]
-        for other in loaded[1:]:
-            if other.vocab.model_bytes() != first.vocab.model_bytes():
-                raise MtkitError(f"{getattr(other, 'path', 'a model')}: an ensemble needs one vocabulary, "
-                                 f"and it differs from {getattr(first, 'path', 'the first model')}'s")
-        if precision not in PRECISIONS:
-            raise MtkitError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
+        check_one_vocabulary(loaded)
         self.device = torch.device(device)
-        if precision == "fp16" and self.device.type != "cuda":
-            raise MtkitError("precision fp16 needs a CUDA device; use bf16 on CPU")
+        check_precision(precision, self.device.type, "precision")
         max_positions = min(getattr(getattr(m.model, "cfg", None), "max_positions", 1 << 30) for m in loaded)
         super().__init__(first.vocab, decode, max_positions, log)
         self.precision = precision
