@@ -409,6 +409,64 @@ def run_recipe(
     run_all(recipe, work or Path("work") / recipe.stem, set_ or [])
 
 
+# -------------------------------------------------------------------- serve
+
+
+@app.command()
+def serve(
+    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
+                                     "models, each its own language pair; with --engine ctranslate2, exported directories)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
+    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Default length penalty α."),
+    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),
+    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
+    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b."),
+    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Source tokens per decoding batch "
+                                               "(decode.batch_tokens) and per merge of requests."),
+    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
+    api_keys: Optional[Path] = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
+    max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it."),
+    max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
+    max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),
+    max_chars: int = typer.Option(20_000, "--max-chars", help="Characters of text per request (400 beyond)."),
+    max_sentences: int = typer.Option(128, "--max-sentences", help="Lines of text per request (400 beyond)."),
+    max_beam: int = typer.Option(8, "--max-beam", help="Largest beam a request may ask for."),
+    graceful_timeout: float = typer.Option(30.0, "--graceful-timeout", help="Seconds to let requests in flight finish on SIGTERM / Ctrl-C."),
+    access_log: bool = typer.Option(False, "--access-log", help="Log every request (method, path, status) on stderr."),
+) -> None:
+    """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
+
+    Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
+    POST /detect (LibreTranslate's); POST /v1/translate (beam, n-best, scores, confidence), GET /health,
+    GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or Ctrl-C: stop accepting, finish the
+    requests in flight, exit 0.
+
+    \b
+    Example:
+      mtkit serve -m work/demo/run --port 5000
+      curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
+           -d '{"q": "two hundred five", "source": "en", "target": "de"}'
+    """
+    from mtkit.commands.serve import serve as run_serve
+
+    overrides = {"beam": beam, "alpha": alpha, "length_penalty": length_penalty, "max_len_a": max_len_a,
+                 "max_len_b": max_len_b, "batch_tokens": batch_tokens}
+    run_serve(
+        list(model), engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
+        decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
+        api_keys=api_keys, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
+        max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
+        graceful_timeout=graceful_timeout, access_log=access_log,
+    )
+
+
 # --------------------------------------------------------------------- main
 
 

@@ -90,7 +90,7 @@ LAYERS = [
 ]
 INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.export", "mtkit.penalties",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
-             "mtkit.commands.score")
+             "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
 
 
 def top_level(module: str) -> str:

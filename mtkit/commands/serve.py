@@ -1,0 +1,151 @@
+"""``mtkit serve``: serve one or more models over HTTP (LibreTranslate's API and mtkit's own).
+
+Each ``-m`` is a model of its own (a checkpoint or run directory; with ``--engine ctranslate2``
+an exported directory), built as ``mtkit translate`` builds its engine
+(:func:`mtkit.commands.translate.build_translator`), and named by its path. Its language pair is
+its config's ``data.src_lang`` / ``data.tgt_lang`` (for an exported model: those of the run it
+was exported from, when its ``config.yaml`` is still there); ``--src-lang`` / ``--tgt-lang`` set
+them for every model. Everything is checked, and every model loaded, before the server listens.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mtkit.commands.translate import ENGINES, build_translator, check_decode_flags
+from mtkit.config import PRECISIONS
+from mtkit.errors import MtkitError
+
+
+def read_api_keys(path: Path) -> frozenset[str]:
+    """One key per line; blank lines and ``#`` comments are skipped. The keys are never printed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MtkitError(f"--api-keys {path}: no such file") from None
+    except (UnicodeDecodeError, IsADirectoryError):
+        raise MtkitError(f"--api-keys {path}: not a text file of keys, one per line") from None
+    keys = frozenset(s for line in text.splitlines() if (s := line.strip()) and not s.startswith("#"))
+    if not keys:
+        raise MtkitError(f"--api-keys {path}: holds no key (one per line)")
+    return keys
+
+
+def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
+    """An exported model's languages: its manifest's ``data``, else the config.yaml of the run it came from."""
+    import yaml
+
+    from mtkit.runtime.ctranslate2_engine import read_manifest
+
+    manifest = read_manifest(model_dir)
+    data = manifest.get("data") or {}
+    if data.get("src_lang") and data.get("tgt_lang"):
+        return data["src_lang"], data["tgt_lang"]
+    source = manifest.get("checkpoint")
+    if source:
+        for folder in Path(source).parents[:2]:  # RUN/checkpoints/x.pt or RUN/x.pt
+            config = folder / "config.yaml"
+            if config.is_file():
+                try:
+                    data = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data") or {}
+                except (OSError, yaml.YAMLError, AttributeError):
+                    break
+                return data.get("src_lang"), data.get("tgt_lang")
+    return None, None
+
+
+def _names(paths: list[Path]) -> list[str]:
+    """Each model's name: its run directory's (or file's) name, made unique with -2, -3 ..."""
+    names: list[str] = []
+    for path in paths:
+        path = Path(path)
+        base = path.parent.parent.name if path.parent.name == "checkpoints" else (path.stem or "model")
+        name, k = base, 2
+        while name in names:
+            name, k = f"{base}-{k}", k + 1
+        names.append(name)
+    return names
+
+
+def serve(
+    models: list[Path],
+    engine: str = "torch",
+    host: str = "127.0.0.1",
+    port: int = 5000,
+    device: str = "auto",
+    precision: str = "fp32",
+    threads: int = 0,
+    decode_overrides: dict | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    api_keys: Path | None = None,
+    max_wait_ms: float = 5.0,
+    max_queue: int = 256,
+    batch_tokens: int | None = None,
+    max_body_bytes: int = 1 << 20,
+    max_chars: int = 20_000,
+    max_sentences: int = 128,
+    max_beam: int = 8,
+    graceful_timeout: float = 30.0,
+    access_log: bool = False,
+) -> None:
+    """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise MtkitError(f"mtkit serve needs the serve extra ({e.name} is missing): pip install 'mtkit[serve]'") from None
+    if engine not in ENGINES:
+        raise MtkitError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
+    if precision not in PRECISIONS:
+        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    for flag, value, low in (("--max-queue", max_queue, 1), ("--max-body-bytes", max_body_bytes, 1),
+                             ("--max-chars", max_chars, 1), ("--max-sentences", max_sentences, 1),
+                             ("--max-beam", max_beam, 1), ("--threads", threads, 0),
+                             ("--batch-tokens", batch_tokens if batch_tokens is not None else 1, 1)):
+        if value < low:
+            raise MtkitError(f"{flag}: must be >= {low}, got {value}")
+    if max_wait_ms < 0 or graceful_timeout < 0:
+        raise MtkitError("--max-wait-ms and --graceful-timeout must be >= 0")
+    if not 0 <= port <= 65535:
+        raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
+    overrides = dict(decode_overrides or {})
+    check_decode_flags(overrides)
+    if overrides.get("beam", 1) > max_beam:
+        raise MtkitError(f"--beam {overrides['beam']}: above --max-beam {max_beam}")
+    keys = read_api_keys(api_keys) if api_keys is not None else None
+    paths = [Path(p) for p in models]
+    for path in paths:
+        if not path.exists():
+            raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
+
+    from mtkit.serve.api import Limits, Service, create_app
+    from mtkit.serve.models import ServedModel
+    from mtkit.serve.server import Guard, run
+
+    served = []
+    for name, path in zip(_names(paths), paths):
+        found: dict = {}
+
+        def inspect(loaded: list, found=found) -> None:
+            found["src"], found["tgt"] = loaded[0].config.data.src_lang, loaded[0].config.data.tgt_lang
+            found["description"] = f"{loaded[0].path}" + (f" (step {loaded[0].step})" if loaded[0].step is not None else "")
+
+        translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect)
+        if engine == "ctranslate2":
+            found["src"], found["tgt"] = _exported_languages(path)
+            found["description"] = translator.description
+        src, tgt = src_lang or found.get("src"), tgt_lang or found.get("tgt")
+        if not src or not tgt:
+            raise MtkitError(f"-m {path}: its language pair is not recorded with it; give --src-lang and --tgt-lang")
+        served.append(ServedModel(name, translator, src, tgt, engine, found.get("description", str(path))))
+        print(f"model {name}: {src}-{tgt}", file=sys.stderr, flush=True)
+
+    limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
+                    max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens)
+    service = Service(served, limits, keys)
+    if keys is not None:
+        print(f"API keys: {len(keys)} from {api_keys}", file=sys.stderr, flush=True)
+    run(Guard(create_app(service), max_body_bytes, service.metrics), host, port, graceful_timeout, access_log)

@@ -1,0 +1,185 @@
+"""Dynamic batching: requests that arrive together are decoded together, in one thread per model.
+
+A request becomes a :class:`Job` (its lines and decode settings) in the model's bounded queue.
+The model's decoding thread takes the oldest job, waits until it is ``max_wait`` old for others
+with the same settings, takes them in arrival order up to ``batch_tokens`` source tokens (at
+least one job), and translates all their lines in one :meth:`LineTranslator.translate` call: it
+sorts them by length and cuts its own token-budget batches (``decode.batch_tokens``), gives one
+result per line (an empty line an empty translation, an over-long line truncated with a
+warning), in order. Each job gets its slice back through a :class:`concurrent.futures.Future`,
+which the event loop awaits: inference never runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mtkit.config import DecodeConfig
+from mtkit.runtime.engine import Translation
+from mtkit.serve.models import ServedModel
+
+
+class QueueFull(Exception):
+    """The model's queue holds ``max_queue`` jobs (or the server is stopping): try again later."""
+
+
+@dataclass
+class Job:
+    lines: list[str]
+    decode: DecodeConfig
+    future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.monotonic)
+    tokens: int | None = None  # source tokens, counted by the decoding thread
+
+
+@dataclass
+class BatchStats:
+    """What one decoding call did, for the metrics."""
+
+    model: str
+    sentences: int
+    src_tokens: int
+    tgt_tokens: int
+    seconds: float
+
+
+class Batcher:
+    """A model's queue and its decoding thread.
+
+    Args:
+        model: the served model.
+        max_queue: jobs waiting at most (beyond it :meth:`submit` raises :class:`QueueFull`).
+        max_wait: seconds a job waits for others to join it.
+        batch_tokens: source tokens merged into one decoding call at most (None: the model's
+            ``decode.batch_tokens``).
+        on_batch: called with a :class:`BatchStats` after each decoding call.
+        on_queue: called with the queue length whenever it changes.
+    """
+
+    def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.005,
+                 batch_tokens: int | None = None, on_batch: Callable[[BatchStats], None] | None = None,
+                 on_queue: Callable[[int], None] | None = None) -> None:
+        self.model = model
+        self.max_queue = max_queue
+        self.max_wait = max_wait
+        self.batch_tokens = batch_tokens or model.decode.batch_tokens
+        self.on_batch = on_batch or (lambda stats: None)
+        self.on_queue = on_queue or (lambda n: None)
+        self._pending: deque[Job] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"mtkit-serve-{model.name}", daemon=True)
+
+    # ------------------------------------------------------------------ the event loop's side
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    def queue_length(self) -> int:
+        return len(self._pending)
+
+    def submit(self, lines: list[str], decode: DecodeConfig) -> Future:
+        """Queue ``lines`` for translation; the future gives one :class:`Translation` per line, in order."""
+        job = Job(list(lines), decode)
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the server is stopping")
+            if len(self._pending) >= self.max_queue:
+                raise QueueFull(f"the queue of model {self.model.name} is full ({self.max_queue} requests)")
+            self._pending.append(job)
+            self.on_queue(len(self._pending))
+            self._cond.notify()
+        return job.future
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Decode what is queued, then end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------ the decoding thread
+
+    def _count_tokens(self, job: Job) -> int:
+        if job.tokens is None:
+            job.tokens = sum(len(ids) + 1 for ids in self.model.translator.vocab.encode_src_batch(job.lines))
+        return job.tokens
+
+    def _next_compatible(self, decode: DecodeConfig) -> Job | None:
+        """Remove and return the oldest queued job with these settings (under the lock)."""
+        for i, job in enumerate(self._pending):
+            if job.decode == decode:
+                del self._pending[i]
+                self.on_queue(len(self._pending))
+                return job
+        return None
+
+    def _gather(self) -> list[Job] | None:
+        """The next batch of jobs (None: stopped with nothing left)."""
+        with self._cond:
+            while not self._pending and not self._stopping:
+                self._cond.wait()
+            if not self._pending:
+                return None
+            first = self._pending.popleft()
+            self.on_queue(len(self._pending))
+        jobs, tokens = [first], self._count_tokens(first)
+        deadline = first.arrived + self.max_wait
+        while tokens < self.batch_tokens:
+            with self._cond:
+                job = self._next_compatible(first.decode)
+                while job is None and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                    job = self._next_compatible(first.decode)
+            if job is None:
+                break
+            more = self._count_tokens(job)
+            if tokens + more > self.batch_tokens:
+                with self._cond:  # it starts the next batch
+                    self._pending.appendleft(job)
+                    self.on_queue(len(self._pending))
+                break
+            jobs.append(job)
+            tokens += more
+        return jobs
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._gather()
+            if jobs is None:
+                return
+            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # the client may have gone
+            if not jobs:
+                continue
+            lines = [line for job in jobs for line in job.lines]
+            start = time.perf_counter()
+            try:
+                translator = self.model.variant(jobs[0].decode)
+                results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines))))
+                if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
+                    raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
+            except BaseException as e:  # noqa: BLE001 - every waiting request gets the error, the thread goes on
+                for job in jobs:
+                    job.future.set_exception(e)
+                continue
+            seconds = time.perf_counter() - start
+            offset = 0
+            for job in jobs:
+                job.future.set_result(results[offset : offset + len(job.lines)])
+                offset += len(job.lines)
+            self.on_batch(BatchStats(
+                self.model.name, len(lines), sum(len(t.src_ids) for t in results),
+                sum(len(t.best.ids) + 1 for t in results if t.src_ids), seconds))

@@ -1,0 +1,92 @@
+"""A served model: a runtime engine, its language pair and name, and its decode variants.
+
+A request may ask for its own beam size, length penalty or n-best count. The engines read
+their settings from ``decode`` at each batch, so a variant is a shallow copy of the engine
+with other settings: it shares the weights (or the CTranslate2 translator), and only the
+model's decoding thread uses it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from dataclasses import dataclass, field
+
+from mtkit.config import DecodeConfig
+from mtkit.penalties import length_penalty
+from mtkit.runtime.engine import Candidate, LineTranslator
+
+# Language names for LibreTranslate's /languages (a code without one is named by its code).
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek",
+    "en": "English", "es": "Spanish", "et": "Estonian", "fi": "Finnish", "fr": "French", "hi": "Hindi",
+    "hu": "Hungarian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian",
+    "nl": "Dutch", "no": "Norwegian", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian", "ru": "Russian",
+    "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}
+MAX_VARIANTS = 32  # distinct decode settings kept per model (alpha is a float: requests could ask for many)
+
+
+def language_name(code: str) -> str:
+    return LANGUAGE_NAMES.get(code.lower(), code)
+
+
+@dataclass
+class ServedModel:
+    """One model the server translates with.
+
+    Args:
+        name: how requests name it (``model`` in ``/v1/translate``).
+        translator: the engine, with the model's default decode settings.
+        src_lang, tgt_lang: language codes (the checkpoint config's ``data.src_lang`` / ``data.tgt_lang``).
+        engine: ``torch`` or ``ctranslate2``.
+        description: what was loaded (a path and step), for ``/health``.
+    """
+
+    name: str
+    translator: LineTranslator
+    src_lang: str
+    tgt_lang: str
+    engine: str = "torch"
+    description: str = ""
+    _variants: dict = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def decode(self) -> DecodeConfig:
+        return self.translator.decode
+
+    def variant(self, decode: DecodeConfig) -> LineTranslator:
+        """The engine with ``decode`` instead of its own settings (the same object when they are equal)."""
+        if decode == self.translator.decode:
+            return self.translator
+        with self._lock:
+            found = self._variants.get(decode)
+            if found is None:
+                if len(self._variants) >= MAX_VARIANTS:
+                    self._variants.clear()
+                found = copy.copy(self.translator)
+                found.decode = decode
+                self._variants[decode] = found
+            return found
+
+
+def logprob(candidate: Candidate, decode: DecodeConfig) -> float:
+    """The log-probability (nats) of a hypothesis and its EOS, undoing the length penalty.
+
+    Both engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.search`), ``n`` the
+    hypothesis's tokens, ``lp`` the length penalty of ``decode`` (``alpha``, ``length_penalty``).
+    """
+    return candidate.score * length_penalty(len(candidate.ids) + 1, decode.alpha, decode.length_penalty)
+
+
+def mean_logprob(candidate: Candidate, decode: DecodeConfig) -> float:
+    """The mean log-probability per target token (EOS included): the per-sentence confidence."""
+    return logprob(candidate, decode) / (len(candidate.ids) + 1)
+
+
+def probability(mean: float) -> float:
+    """exp(mean log-probability): the geometric mean of the token probabilities, in [0, 1]."""
+    return math.exp(mean) if mean > -700 else 0.0

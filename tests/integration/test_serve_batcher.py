@@ -1,0 +1,128 @@
+"""The server's dynamic batcher on a stand-in engine (no model, no HTTP): requests are merged, each gets
+exactly its own lines back in order, settings are never mixed in one call, a full queue refuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import pytest
+
+from mtkit.config import DecodeConfig
+from mtkit.runtime.engine import LineTranslator
+from mtkit.serve.batcher import Batcher, QueueFull
+from mtkit.serve.models import ServedModel
+
+
+class WordVocab:
+    """One id per word: enough of mtkit's Vocab for the pipeline."""
+
+    def __init__(self) -> None:
+        self.words: dict[str, int] = {}
+
+    def _id(self, word: str) -> int:
+        return self.words.setdefault(word, len(self.words) + 4)
+
+    def encode_src_batch(self, lines):
+        return [[self._id(w) for w in line.split()] for line in lines]
+
+    def decode_tgt(self, ids) -> str:
+        names = {i: w for w, i in self.words.items()}
+        return " ".join(names[i] for i in ids)
+
+    def tgt_pieces(self, ids):
+        return [str(i) for i in ids]
+
+
+class Reverser(LineTranslator):
+    """Translates by reversing the words; records each call's sentences and settings; can be held."""
+
+    def __init__(self) -> None:
+        super().__init__(WordVocab(), DecodeConfig(beam=2))
+        self.calls: list[tuple[int, DecodeConfig]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def search_batch(self, batch):
+        self.gate.wait(30)
+        self.calls.append((len(batch), self.decode))
+        if any(ids[0] == self.vocab.words.get("boom") for ids in batch):
+            raise RuntimeError("boom")
+        return [[(list(reversed(ids[:-1])), -1.0)] for ids in batch]
+
+
+def served(engine: Reverser) -> ServedModel:
+    return ServedModel("reverse", engine, "en", "de")
+
+
+def test_concurrent_requests_are_merged_and_each_gets_its_own_lines():
+    engine = Reverser()
+    batcher = Batcher(served(engine), max_queue=100, max_wait=0.05)
+    batcher.start()
+    try:
+        requests = [[f"w{i} x{i} y{i}", "", f"z{i}"] for i in range(40)]
+        with ThreadPoolExecutor(40) as pool:
+            results = list(pool.map(lambda lines: batcher.submit(lines, engine.decode).result(30), requests))
+        for lines, got in zip(requests, results):
+            assert [t.best.text for t in got] == [" ".join(reversed(line.split())) for line in lines]
+            assert [t.source for t in got] == lines
+        assert len(engine.calls) < 80  # 40 requests of 2 non-empty lines: some were decoded together
+    finally:
+        batcher.stop()
+
+
+def test_requests_with_other_settings_are_never_decoded_together():
+    engine = Reverser()
+    engine.gate.clear()  # hold the thread so that all requests queue up
+    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0)
+    batcher.start()
+    try:
+        wide = replace(engine.decode, beam=4)
+        blocker = batcher.submit(["hold"], engine.decode)
+        futures = [batcher.submit([f"a{i} b{i}"], wide if i % 2 else engine.decode) for i in range(10)]
+        engine.gate.set()
+        blocker.result(30)
+        for i, f in enumerate(futures):
+            assert f.result(30)[0].best.text == f"b{i} a{i}"
+        assert {decode.beam for _, decode in engine.calls} == {2, 4}
+        assert sum(n for n, d in engine.calls if d.beam == 4) == 5
+    finally:
+        batcher.stop()
+
+
+def test_a_full_queue_refuses_and_an_engine_error_reaches_its_requests_only():
+    engine = Reverser()
+    engine.gate.clear()
+    batcher = Batcher(served(engine), max_queue=2, max_wait=0.0)
+    batcher.start()
+    try:
+        first = batcher.submit(["one"], engine.decode)
+        while batcher.queue_length():  # the thread has taken it and waits at the gate
+            time.sleep(0.001)
+        queued = [batcher.submit(["two"], engine.decode), batcher.submit(["three"], engine.decode)]
+        with pytest.raises(QueueFull):
+            batcher.submit(["four"], engine.decode)
+        engine.gate.set()
+        assert [f.result(30)[0].best.text for f in [first, *queued]] == ["one", "two", "three"]
+        broken = batcher.submit(["boom"], engine.decode)
+        with pytest.raises(RuntimeError, match="boom"):
+            broken.result(30)
+        assert batcher.submit(["still going"], engine.decode).result(30)[0].best.text == "going still"
+    finally:
+        batcher.stop()
+    with pytest.raises(QueueFull):
+        batcher.submit(["after stop"], engine.decode)
+
+
+def test_the_server_loads_no_torch_before_an_engine_does():
+    """The CTranslate2 engine must run without torch in the process (it runs several times slower with it)."""
+    pytest.importorskip("fastapi")
+    code = ("import sys, mtkit.cli, mtkit.commands.serve, mtkit.serve.api, mtkit.serve.server, "
+            "mtkit.runtime.ctranslate2_engine\nprint('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

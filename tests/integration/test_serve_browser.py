@@ -1,0 +1,58 @@
+"""The page at ``/`` of ``mtkit serve``, in a real headless browser (Debian's chromium and
+chromium-driver through Selenium, both installed by .ci/run; no driver is downloaded at run time):
+typing a sentence and pressing Translate shows ``mtkit translate``'s translation and a confidence.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from test_serve import ENV, Server, mtkit_translate, sentences
+
+pytest.importorskip("fastapi")
+selenium = pytest.importorskip("selenium")
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--no-proxy-server", "--user-data-dir=" + str(__import__("tempfile").mkdtemp(prefix="mtkit-chrome-"))):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=ENV), options=options)
+    yield driver
+    driver.quit()
+
+
+def test_the_page_translates_what_is_typed(reverse_run, tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    line = sentences(1, seed=11)[0]
+    expected = mtkit_translate("-m", reverse_run, lines=[line])[0]
+    server = Server(tmp_path, "-m", reverse_run)
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait = WebDriverWait(browser, 120)  # a bound on a hung page, not a timing assertion
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#pair option"))  # the models are listed
+        assert "en → de" in browser.find_element(By.CSS_SELECTOR, "#pair option").text
+        browser.find_element(By.ID, "input").send_keys(line)
+        browser.find_element(By.ID, "go").click()
+        wait.until(ready.text_to_be_present_in_element((By.ID, "scores"), "confidence"))
+        assert browser.find_element(By.ID, "output").text == expected
+        assert "error" not in browser.find_element(By.ID, "status").get_attribute("class")
+    finally:
+        assert server.stop() == 0, server.log.read_text()
