@@ -53,6 +53,8 @@ app = typer.Typer(
 )
 export_app = typer.Typer(help="Export a checkpoint to another inference engine.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
+import_app = typer.Typer(help="Import a model trained elsewhere as an mtkit run directory.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 
 SetOption = typer.Option(
     None, "--set", "-s", metavar="KEY=VALUE", help="Override one recipe key, e.g. --set train.max_steps=100 (repeatable)."
@@ -302,6 +304,24 @@ def export_ctranslate2(
     from mtkit.commands.export import export_ctranslate2 as run_export
 
     run_export(checkpoint, out_dir, quantization)
+
+
+@import_app.command("marian")
+def import_marian(
+    source: str = typer.Argument(..., help="A folder saved by MarianMTModel/MarianTokenizer.save_pretrained, "
+                                           "or a hub name such as Helsinki-NLP/opus-mt-en-de."),
+    out_dir: Path = typer.Option(..., "--output", "-o", help="The run directory to write (new or empty)."),
+) -> None:
+    """Import a Marian / OPUS-MT model (Hugging Face layout) as a run directory.
+
+    \b
+    Example:
+      mtkit import marian Helsinki-NLP/opus-mt-en-de -o runs/opus-en-de
+      echo "Hello world." | mtkit translate -m runs/opus-en-de
+    """
+    from mtkit.commands.import_model import import_marian as run_import
+
+    run_import(source, out_dir)
 
 
 # ----------------------------------------------------------------- evaluate

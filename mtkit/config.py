@@ -136,6 +136,12 @@ class ModelConfig:
     max_positions: int = 1024
     share_embeddings: Literal["all", "decoder", "none"] = "all"
     layer_norm_eps: float = 1e-5
+    # Deviations from the paper that imported models need (mtkit.importers.marian); each default is the paper's.
+    activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's (§3.3: ReLU; Marian's OPUS-MT: swish = SiLU)
+    output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias)
+    scale_embedding: bool = True  # token embeddings × √d_model (§3.4); false: unscaled
+    sinusoid_layout: Literal["interleaved", "concatenated"] = "interleaved"  # §3.5's sin/cos pairs, or all
+    # sines then all cosines (Marian, tensor2tensor)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -209,6 +215,8 @@ class DecodeConfig:
     length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+L)/6)^α (§6.1); power: L^α (fairseq --lenpen, Marian --normalize)
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50)
     max_len_b: int = 50
+    forced_eos: Literal["logprob", "zero"] = "logprob"  # what the EOS forced at the maximum length adds to a
+    # hypothesis's log-probability: its own (fairseq) or 0 (Hugging Face's forced_eos_token_id; imported models)
     nbest: int = 1
     batch_tokens: int = 4000
     max_input_len: int = 1000  # longer inputs are truncated with a warning

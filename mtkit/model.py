@@ -36,26 +36,33 @@ from mtkit.kernels import AUTO, Dropout, Kernels, KernelsName, reference_attenti
 # ------------------------------------------------- §3.5 positions, §3.4 embeddings
 
 
-def sinusoid_table(max_positions: int, d_model: int) -> Tensor:
+def sinusoid_table(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """The paper's positional encodings (§3.5), shape (max_positions, d_model).
 
     PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+    ``layout="concatenated"`` puts the same sines in the first half and the cosines in the second
+    (Marian and tensor2tensor order them so; Hugging Face's MarianSinusoidalPositionalEmbedding).
     """
     pos = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, d_model/2)
     table = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    table[:, 0::2] = torch.sin(angle)
-    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    if layout == "concatenated":
+        n_sin = angle.size(1)
+        table[:, :n_sin] = torch.sin(angle)
+        table[:, n_sin:] = torch.cos(angle[:, : d_model // 2])
+    else:
+        table[:, 0::2] = torch.sin(angle)
+        table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
     return table.float()
 
 
 class PositionalEncoding(nn.Module):
     """Fixed sinusoidal positional encoding (§3.5); a buffer, not a parameter."""
 
-    def __init__(self, d_model: int, max_positions: int) -> None:
+    def __init__(self, d_model: int, max_positions: int, layout: str = "interleaved") -> None:
         super().__init__()
-        self.register_buffer("table", sinusoid_table(max_positions, d_model), persistent=False)
+        self.register_buffer("table", sinusoid_table(max_positions, d_model, layout), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Returns the encodings of positions offset..offset+length-1, shape (length, d_model)."""
@@ -79,15 +86,17 @@ class Embeddings(nn.Module):
     """Token embeddings scaled by √d_model plus positional encoding, then dropout (§3.4, §3.5, §5.4).
 
     ``tokens`` can be shared with another ``Embeddings`` (and with the output
-    projection) by passing the same ``nn.Embedding``.
+    projection) by passing the same ``nn.Embedding``. ``scale=False`` leaves the
+    token embeddings unscaled (option ``scale_embedding``).
     """
 
-    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float, kernels: Kernels = AUTO) -> None:
+    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float, kernels: Kernels = AUTO,
+                 scale: bool = True) -> None:
         super().__init__()
         self.tokens = tokens
         self.positions = positions
         self.dropout = Dropout(dropout, kernels)
-        self.scale = math.sqrt(tokens.embedding_dim)
+        self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         """(B, L) token ids -> (B, L, d_model); ``offset`` is the first position (for decoding steps)."""
@@ -163,17 +172,25 @@ class MultiHeadAttention(nn.Module):
 # ------------------------------------------------------------ §3.3 feed-forward
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, xW_1 + b_1)W_2 + b_2 (§3.3, Eq. 2); (B, L, d_model) -> (B, L, d_model)."""
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}  # swish(x) = x·σ(x) (SiLU); gelu: exact (erf)
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, kernels: Kernels = AUTO) -> None:
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, xW_1 + b_1)W_2 + b_2 (§3.3, Eq. 2); (B, L, d_model) -> (B, L, d_model).
+
+    ``activation`` replaces max(0, ·) by swish or GELU (option ``activation``).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, kernels: Kernels = AUTO,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = Dropout(dropout, kernels)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
 # ----------------------------------------------------------------- §3.1 layers
@@ -204,7 +221,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, kernels: Kernels = AUTO) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels,
+                                                    cfg.activation)
         pre = cfg.norm == "pre"
         self.sublayer = nn.ModuleList(
             [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(2)]
@@ -223,7 +241,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
-        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels)
+        self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels,
+                                                    cfg.activation)
         pre = cfg.norm == "pre"
         self.sublayer = nn.ModuleList(
             [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(3)]
@@ -333,15 +352,19 @@ class Transformer(nn.Module):
             raise ValueError("share_embeddings='all' needs one vocabulary for source and target")
         self.cfg = cfg
         self.pad_id = pad_id
-        positions_cls = PositionalEncoding if cfg.positions == "sinusoidal" else LearnedPositionalEncoding
 
         src_tokens = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=pad_id)
         tgt_tokens = src_tokens if cfg.share_embeddings == "all" else nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=pad_id)
         self.kernels = kernels
-        positions = lambda: positions_cls(cfg.d_model, cfg.max_positions)  # noqa: E731
-        self.encoder = Encoder(cfg, Embeddings(src_tokens, positions(), cfg.dropout, kernels), kernels)
-        self.decoder = Decoder(cfg, Embeddings(tgt_tokens, positions(), cfg.dropout, kernels), kernels)
-        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=False)
+        if cfg.positions == "sinusoidal":
+            positions = lambda: PositionalEncoding(cfg.d_model, cfg.max_positions, cfg.sinusoid_layout)  # noqa: E731
+        else:
+            positions = lambda: LearnedPositionalEncoding(cfg.d_model, cfg.max_positions)  # noqa: E731
+        embeddings = lambda tokens: Embeddings(tokens, positions(), cfg.dropout, kernels, cfg.scale_embedding)  # noqa: E731
+        self.encoder = Encoder(cfg, embeddings(src_tokens), kernels)
+        self.decoder = Decoder(cfg, embeddings(tgt_tokens), kernels)
+        # §3.4: no bias; ``output_bias`` adds one (Marian's final_logits_bias).
+        self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=cfg.output_bias)
         self.reset_parameters()
         if cfg.share_embeddings != "none":
             self.output_projection.weight = tgt_tokens.weight

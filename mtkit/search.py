@@ -19,7 +19,8 @@ alpha = 0.6), or with ``penalty="power"`` ``lp(L) = L ** alpha``, the length
 normalization of fairseq's ``--lenpen`` and Marian's ``--normalize`` (alpha = 1:
 the mean log-probability per token). The maximum length is ``max_len_a * S + max_len_b`` tokens before
 the EOS, where ``S`` counts the source ids including its EOS; at that length EOS
-is forced. Padding and BOS are never generated.
+is forced (with its log-probability, or with ``forced_eos="zero"`` 0, as Hugging Face's
+``forced_eos_token_id``). Padding and BOS are never generated.
 """
 
 from __future__ import annotations
@@ -56,10 +57,12 @@ def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None
 # ------------------------------------------------------------------- utilities
 
 
-def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_max: bool) -> Tensor:
+def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_max: bool,
+               forced_eos: str = "logprob") -> Tensor:
     """Float32 log-probabilities (N, V) with PAD/BOS banned, EOS banned before ``min_len``
     and forced for rows whose maximum length ``max_len`` (N,) is reached (``any_at_max``
-    says whether any is, known to the caller without a device sync)."""
+    says whether any is, known to the caller without a device sync), with its own
+    log-probability or, ``forced_eos="zero"``, 0 (Hugging Face's ``forced_eos_token_id``)."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)
     banned = [PAD_ID, BOS_ID, EOS_ID] if step < min_len else [PAD_ID, BOS_ID]
     lprobs[:, banned] = -math.inf
@@ -68,7 +71,8 @@ def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_
         eos = lprobs[:, EOS_ID].clone()
         lprobs[at_max] = -math.inf
         # Forced EOS keeps its probability: the score stays the model's log-probability.
-        lprobs[at_max, EOS_ID] = torch.where(torch.isfinite(eos[at_max]), eos[at_max], torch.zeros_like(eos[at_max]))
+        keep = torch.isfinite(eos[at_max]) & (forced_eos == "logprob")
+        lprobs[at_max, EOS_ID] = torch.where(keep, eos[at_max], torch.zeros_like(eos[at_max]))
     return lprobs
 
 
@@ -103,6 +107,7 @@ def greedy_search(
     no_repeat_ngram_size: int = 0,
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
+    forced_eos: str = "logprob",
 ) -> list[list[Hypothesis]]:
     """The most probable next token at every step, for a batch of sentences.
 
@@ -117,7 +122,7 @@ def greedy_search(
         one list holding one :class:`Hypothesis` per sentence.
     """
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, sampler=None)
+                             max_len_limit, penalty, forced_eos, sampler=None)
 
 
 @torch.inference_mode()
@@ -135,6 +140,7 @@ def sample(
     no_repeat_ngram_size: int = 0,
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
+    forced_eos: str = "logprob",
 ) -> list[list[Hypothesis]]:
     """Ancestral sampling from the model, optionally restricted to the ``top_k`` tokens and/or
     the nucleus of probability ``top_p`` (Holtzman et al., 2020), at ``temperature``.
@@ -161,11 +167,11 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, sampler=sampler)
+                             max_len_limit, penalty, forced_eos, sampler=sampler)
 
 
 def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size, max_len_limit,
-                      penalty, sampler) -> list[list[Hypothesis]]:
+                      penalty, forced_eos, sampler) -> list[list[Hypothesis]]:
     B = src.size(0)
     device = src.device
     max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
@@ -180,7 +186,7 @@ def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repea
     step = 0
     while alive.numel() > 0:
         logits, cache = model.decode_step(last, cache)  # (B', V)
-        lprobs = _log_probs(logits, step, min_len, max_len, step >= min_max_len)
+        lprobs = _log_probs(logits, step, min_len, max_len, step >= min_max_len, forced_eos)
         if no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
         token = lprobs.argmax(dim=1) if sampler is None else sampler(lprobs)  # (B',)
@@ -220,6 +226,7 @@ def beam_search(
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
     kernels: KernelsName | Kernels = "auto",
+    forced_eos: str = "logprob",
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences × beams, with the model's cached keys and values.
 
@@ -265,7 +272,8 @@ def beam_search(
     while alive:
         Bc = len(alive)
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
-        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive))
+        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive),
+                            forced_eos)
         if no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
         V = lprobs.size(1)

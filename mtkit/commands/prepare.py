@@ -10,15 +10,18 @@ from mtkit.data.prepare import prepare_data
 from mtkit.errors import MtkitError
 
 
-def checkpoint_vocab(path: str | Path) -> tuple[bytes, Optional[bytes]]:
+def checkpoint_vocab(path: str | Path) -> tuple:
     """The SentencePiece model(s) stored in a checkpoint, or in a run directory's checkpoint (picked as
-    ``mtkit translate -m RUN`` picks it), for ``data.spm.vocab_from``; errors name the path."""
+    ``mtkit translate -m RUN`` picks it), for ``data.spm.vocab_from``; errors name the path. An imported
+    model's piece table (``vocab.pieces``, mtkit.importers) comes third, as ``Vocab.from_bytes`` takes it."""
     from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
 
     try:
         ckpt = load_checkpoint(resolve_checkpoint(path), mmap=True)  # its tensors are never read
     except MtkitError as e:
         raise MtkitError(f"data.spm.vocab_from: {e}") from None
+    if ckpt["vocab"].get("pieces") is not None:
+        return ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["vocab"]["pieces"]
     return ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")
 
 

@@ -110,7 +110,8 @@ def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[b
             st = path.stat()
             stamps.append([str(path), st.st_size, st.st_mtime_ns])
     settings = config_to_dict(dataclasses.replace(data, workers=0))
-    vocab = [hashlib.sha256(m).hexdigest() if m is not None else None for m in vocab_models] if vocab_models else None
+    vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None
+             else None for m in vocab_models] if vocab_models else None  # (an imported model's piece table third)
     blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps, "vocab": vocab},
                       sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -191,7 +192,7 @@ def _remove_dead_leftovers(out_dir: Path) -> None:
 
 # Every file a prepared directory may hold; anything else there is the user's.
 _OUTPUT_NAME = re.compile(
-    r"(?:manifest\.json|spm(?:\.src|\.tgt)?\.model"
+    r"(?:manifest\.json|spm(?:\.src|\.tgt)?\.model|pieces\.json"
     r"|(?:train|valid|test)\.(?:store\.json|(?:src|tgt)\.(?:bin|idx\.npy|len\.npy|txt)))"
 )
 
@@ -364,7 +365,8 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
 
     pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train", skipped=skipped)
     chunks = counted(_chunks(pairs, CHUNK_PAIRS))
-    init_args = (vocab.model_bytes(), clean, dtype.name)
+    models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
+    init_args = (models, clean, dtype.name)
     with _progress(progress, "train: encode") as bar:
         if workers <= 1:
             _init_worker(*init_args)

@@ -3,11 +3,18 @@
 The SentencePiece model is the vocabulary: token ids come from it alone. Every
 model mtkit uses has pad=0, unk=1, bos=2, eos=3 (``mtkit.config``); a model
 passed in with other ids is refused.
+
+An imported model (mtkit.importers: Marian / OPUS-MT) keeps its own vocabulary instead: its
+SentencePiece models only segment, and a piece table (``pieces``: id -> piece, one table shared
+by both sides or one per side) gives the ids, a piece missing from it being unk, as Marian and
+Hugging Face's MarianTokenizer do. The table is stored beside the models (checkpoint key
+``vocab.pieces``, file ``pieces.json``) and has mtkit's special ids.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -19,15 +26,18 @@ from mtkit.errors import MtkitError
 JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
+PIECES_FILE = "pieces.json"  # the piece table of an imported vocabulary: {"src": [...], "tgt": [...] | null}
 _SPECIAL = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 
 
-def _processor(model: bytes, name: str) -> spm.SentencePieceProcessor:
+def _processor(model: bytes, name: str, check_ids: bool = True) -> spm.SentencePieceProcessor:
     sp = spm.SentencePieceProcessor()
     try:
         sp.LoadFromSerializedProto(model)
     except (RuntimeError, OSError) as e:
         raise MtkitError(f"{name}: not a SentencePiece model ({str(e).strip().splitlines()[0]})") from None
+    if not check_ids:  # a piece table gives the ids
+        return sp
     found = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
     if found != _SPECIAL:
         raise MtkitError(
@@ -41,27 +51,60 @@ def _strip_special(ids: Iterable[int]) -> list[int]:
     return [int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
 
 
+class PieceTable:
+    """Ids through a table (an imported vocabulary): id -> piece and back, unknown pieces -> UNK_ID."""
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        self.pieces = list(pieces)
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+
+    def encode(self, sp: spm.SentencePieceProcessor, text: str, **sampling) -> list[int]:
+        # Marian's multilingual models take a target-language token ">>xx<<" before the text, whole.
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        return [self.ids.get(p, UNK_ID) for p in code + sp.encode(text, out_type=str, **sampling)]
+
+    def decode(self, sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
+        return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids)])
+
+
+def _tables(pieces: Optional[dict]) -> Optional[tuple[PieceTable, PieceTable]]:
+    if pieces is None:
+        return None
+    src = PieceTable(pieces["src"])
+    return src, PieceTable(pieces["tgt"]) if pieces.get("tgt") is not None else src
+
+
 class Vocab:
-    """One (joint) or two SentencePiece processors; ids exclude bos/eos unless added by the caller."""
+    """One (joint) or two SentencePiece processors; ids exclude bos/eos unless added by the caller.
+
+    With ``pieces`` ({"src": list, "tgt": list | None}), ids come from those tables (an imported
+    vocabulary, see the module's docstring).
+    """
 
     def __init__(self, src: spm.SentencePieceProcessor, tgt: Optional[spm.SentencePieceProcessor],
-                 src_model: bytes, tgt_model: Optional[bytes]) -> None:
+                 src_model: bytes, tgt_model: Optional[bytes], pieces: Optional[dict] = None) -> None:
         self._src = src
         self._tgt = tgt if tgt is not None else src
         self._models = (src_model, tgt_model)
         self.joint = tgt is None
+        self._pieces = pieces
+        self._tables = _tables(pieces)
 
     # ----------------------------------------------------------------- loading
 
     @classmethod
-    def from_bytes(cls, src_model: bytes, tgt_model: Optional[bytes] = None) -> "Vocab":
-        """A joint vocabulary from one model, or separate ones from two serialized models."""
-        src = _processor(src_model, "source SentencePiece model" if tgt_model else "SentencePiece model")
-        tgt = _processor(tgt_model, "target SentencePiece model") if tgt_model is not None else None
-        return cls(src, tgt, src_model, tgt_model)
+    def from_bytes(cls, src_model: bytes, tgt_model: Optional[bytes] = None, pieces: Optional[dict] = None) -> "Vocab":
+        """A joint vocabulary from one model, or separate ones from two serialized models; ``pieces``:
+        an imported vocabulary's piece table(s)."""
+        check = pieces is None
+        src = _processor(src_model, "source SentencePiece model" if tgt_model else "SentencePiece model", check)
+        tgt = _processor(tgt_model, "target SentencePiece model", check) if tgt_model is not None else None
+        return cls(src, tgt, src_model, tgt_model, pieces)
 
     @classmethod
-    def from_files(cls, src_path: Path, tgt_path: Optional[Path] = None) -> "Vocab":
+    def from_files(cls, src_path: Path, tgt_path: Optional[Path] = None, pieces: Optional[dict] = None) -> "Vocab":
         models = []
         for path in (src_path, tgt_path):
             if path is None:
@@ -73,18 +116,19 @@ class Vocab:
                 raise MtkitError(f"{path}: no such file") from None
             except IsADirectoryError:
                 raise MtkitError(f"{path}: is a directory, expected a SentencePiece model") from None
-        src = _processor(models[0], str(src_path))
-        tgt = _processor(models[1], str(tgt_path)) if tgt_path is not None else None
-        return cls(src, tgt, models[0], models[1])
+        src = _processor(models[0], str(src_path), pieces is None)
+        tgt = _processor(models[1], str(tgt_path), pieces is None) if tgt_path is not None else None
+        return cls(src, tgt, models[0], models[1], pieces)
 
     @classmethod
     def load(cls, out_dir: Path) -> "Vocab":
         """The vocabulary of a prepared directory (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)."""
         out_dir = Path(out_dir)
+        pieces = _read_pieces(out_dir / PIECES_FILE)
         if (out_dir / JOINT_FILE).is_file():
-            return cls.from_files(out_dir / JOINT_FILE)
+            return cls.from_files(out_dir / JOINT_FILE, pieces=pieces)
         if (out_dir / SRC_FILE).is_file() and (out_dir / TGT_FILE).is_file():
-            return cls.from_files(out_dir / SRC_FILE, out_dir / TGT_FILE)
+            return cls.from_files(out_dir / SRC_FILE, out_dir / TGT_FILE, pieces)
         raise MtkitError(f"{out_dir}: no {JOINT_FILE} (or {SRC_FILE} + {TGT_FILE}); run 'mtkit prepare' first")
 
     def save(self, out_dir: Path) -> list[str]:
@@ -92,45 +136,62 @@ class Vocab:
         from mtkit.io import atomic_write_bytes
 
         src_model, tgt_model = self._models
+        extra = []
+        if self._pieces is not None:
+            atomic_write_bytes(Path(out_dir) / PIECES_FILE, json.dumps(self._pieces, ensure_ascii=False).encode())
+            extra = [PIECES_FILE]
         if tgt_model is None:
             atomic_write_bytes(Path(out_dir) / JOINT_FILE, src_model)
-            return [JOINT_FILE]
+            return [JOINT_FILE, *extra]
         atomic_write_bytes(Path(out_dir) / SRC_FILE, src_model)
         atomic_write_bytes(Path(out_dir) / TGT_FILE, tgt_model)
-        return [SRC_FILE, TGT_FILE]
+        return [SRC_FILE, TGT_FILE, *extra]
 
     def model_bytes(self) -> tuple[bytes, Optional[bytes]]:
-        """The serialized model(s): ``(joint, None)`` or ``(source, target)``; enough to rebuild the Vocab."""
+        """The serialized model(s): ``(joint, None)`` or ``(source, target)``; with :meth:`pieces`,
+        enough to rebuild the Vocab."""
         return self._models
+
+    def pieces(self) -> Optional[dict]:
+        """An imported vocabulary's piece table(s), ``{"src": list, "tgt": list | None}``; None for a
+        SentencePiece model's own ids."""
+        return self._pieces
 
     # ------------------------------------------------------------------- sizes
 
     @property
     def src_size(self) -> int:
-        return self._src.get_piece_size()
+        return len(self._tables[0].pieces) if self._tables else self._src.get_piece_size()
 
     @property
     def tgt_size(self) -> int:
-        return self._tgt.get_piece_size()
+        return len(self._tables[1].pieces) if self._tables else self._tgt.get_piece_size()
 
     # ------------------------------------------------------------ text <-> ids
 
     def encode_src(self, text: str) -> list[int]:
-        return self._src.encode(text)
+        return self._tables[0].encode(self._src, text) if self._tables else self._src.encode(text)
 
     def encode_tgt(self, text: str) -> list[int]:
-        return self._tgt.encode(text)
+        return self._tables[1].encode(self._tgt, text) if self._tables else self._tgt.encode(text)
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._tables:
+            return [self.encode_src(t) for t in texts]
         return self._src.encode(list(texts), num_threads=1)
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._tables:
+            return [self.encode_tgt(t) for t in texts]
         return self._tgt.encode(list(texts), num_threads=1)
 
     def sample_batch(self, side: str, texts: Sequence[str], dropout: float) -> list[list[int]]:
         """Sampled segmentations of ``texts`` (BPE-dropout ``dropout`` for a BPE model), seeded by
         ``sentencepiece.set_random_generator_seed``."""
         sp = self._src if side == "src" else self._tgt
+        if self._tables:
+            table = self._tables[0 if side == "src" else 1]
+            return [table.encode(sp, t, enable_sampling=True, alpha=dropout, nbest_size=-1) for t in texts]
         return sp.encode(list(texts), enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
 
     def _proto(self, side: str):
@@ -158,17 +219,38 @@ class Vocab:
 
     def decode_src(self, ids: Iterable[int]) -> str:
         """Text of source ids; pad/bos/eos are dropped."""
+        if self._tables:
+            return self._tables[0].decode(self._src, ids)
         return self._src.decode(_strip_special(ids))
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
         """Text of target ids; pad/bos/eos are dropped."""
+        if self._tables:
+            return self._tables[1].decode(self._tgt, ids)
         return self._tgt.decode(_strip_special(ids))
 
     def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        if self._tables:
+            return [self._tables[0].pieces[int(i)] for i in ids]
         return [self._src.id_to_piece(int(i)) for i in ids]
 
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        if self._tables:
+            return [self._tables[1].pieces[int(i)] for i in ids]
         return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+
+def _read_pieces(path: Path) -> Optional[dict]:
+    """The piece table(s) saved beside the SentencePiece models (:data:`PIECES_FILE`), or None."""
+    if not path.is_file():
+        return None
+    try:
+        pieces = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise MtkitError(f"{path}: not a readable piece table ({e})") from None
+    if not isinstance(pieces, dict) or not isinstance(pieces.get("src"), list):
+        raise MtkitError(f"{path}: not a piece table (expected {{\"src\": [...], \"tgt\": [...] or null}})")
+    return pieces
 
 
 def train_model(sentences: Sequence[str], spm_config: SpmConfig, threads: int = 1) -> bytes:

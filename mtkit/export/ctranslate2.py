@@ -9,7 +9,9 @@ from CTranslate2's defaults explicitly:
 * the LayerNorm epsilon (mtkit: ``model.layer_norm_eps``, 1e-5 by default);
 * post-norm (``pre_norm=False``, the paper) or pre-norm with its final LayerNorm;
 * embeddings scaled by √d_model, ReLU, a bias-free output projection (tied to the
-  target embeddings unless ``share_embeddings='none'``);
+  target embeddings unless ``share_embeddings='none'``) -- or the model's options
+  ``scale_embedding: false``, ``activation: swish | gelu`` and ``output_bias`` (an imported
+  Marian model's); the table written above covers ``sinusoid_layout``;
 * the source gets EOS appended (``add_source_eos``) and the decoder starts from BOS.
 
 The directory holds ``model.bin``, ``config.json``, the vocabularies, mtkit's
@@ -32,6 +34,7 @@ from mtkit.config import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError
 from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
 
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}  # model.activation -> common_spec.Activation (GELU: erf)
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -49,7 +52,7 @@ def build_spec(model, vocab):
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.h,
         pre_norm=pre_norm,
-        activation=common_spec.Activation.RELU,
+        activation=common_spec.Activation[ACTIVATIONS[cfg.activation]],
     )
 
     def arr(t):
@@ -79,7 +82,7 @@ def build_spec(model, vocab):
 
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = arr(model.encoder.embeddings.tokens.weight)
-    enc.scale_embeddings = True
+    enc.scale_embeddings = cfg.scale_embedding
     set_positions(enc.position_encodings, model.encoder.embeddings)
     for ls, layer in zip(enc.layer, model.encoder.layers):
         a = layer.self_attn
@@ -91,7 +94,7 @@ def build_spec(model, vocab):
         set_norm(enc.layer_norm, model.encoder.norm)
 
     dec.embeddings.weight = arr(model.decoder.embeddings.tokens.weight)
-    dec.scale_embeddings = True
+    dec.scale_embeddings = cfg.scale_embedding
     set_positions(dec.position_encodings, model.decoder.embeddings)
     for ls, layer in zip(dec.layer, model.decoder.layers):
         a, c = layer.self_attn, layer.cross_attn
@@ -105,7 +108,9 @@ def build_spec(model, vocab):
         set_ffn(ls.ffn, layer.feed_forward, layer.sublayer[2].norm)
     if pre_norm:
         set_norm(dec.layer_norm, model.decoder.norm)
-    dec.projection.weight = arr(model.output_projection.weight)  # no bias: §3.4's tied projection
+    dec.projection.weight = arr(model.output_projection.weight)  # §3.4's tied projection: no bias
+    if model.output_projection.bias is not None:  # model.output_bias
+        dec.projection.bias = arr(model.output_projection.bias)
 
     src_pieces = vocab.src_pieces(range(vocab.src_size))
     tgt_pieces = vocab.tgt_pieces(range(vocab.tgt_size))

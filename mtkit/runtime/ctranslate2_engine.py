@@ -213,4 +213,5 @@ class Ctranslate2Translator(LineTranslator):
                                              max_input_length=0, max_batch_size=0)
         for (i, k), result in zip(cut, scored):
             ids, logprob, _ = found[i][k]
-            found[i][k] = (ids, logprob + result.log_probs[-1], True)
+            eos = result.log_probs[-1] if self.decode.forced_eos == "logprob" else 0.0
+            found[i][k] = (ids, logprob + eos, True)

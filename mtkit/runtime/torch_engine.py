@@ -67,7 +67,7 @@ class Translator(LineTranslator):
         src = src.to(self.device)
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
                       no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
-                      min_len=self.min_len)
+                      min_len=self.min_len, forced_eos=d.forced_eos)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             if d.sampling:
                 n = d.nbest

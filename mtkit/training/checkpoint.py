@@ -38,7 +38,7 @@ from mtkit.io import atomic_path
 # only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
 PARTIAL_SAVES = {
     "checkpoints": re.compile(r"^\.(step_\d+\.pt|last\.pt|best\.pt)\..+\.tmp$"),
-    ".": re.compile(r"^\.(config\.yaml|spm\.model|spm\.src\.model|spm\.tgt\.model)\..+\.tmp$"),
+    ".": re.compile(r"^\.(config\.yaml|spm\.model|spm\.src\.model|spm\.tgt\.model|pieces\.json)\..+\.tmp$"),
 }
 # torch.save reports a failed write to a path as a RuntimeError ("unexpected pos 704 vs 598",
 # "PytorchStreamWriter failed writing file ..."), not as the OSError beneath it.

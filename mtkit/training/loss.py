@@ -51,8 +51,8 @@ class TranslationLoss(nn.Module):
         memory, src_mask = self.model.encode(src)
         hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
         fuse = self.fuse_projection
-        if fuse is None:
-            fuse = self.kernels.fuse_projection(hidden.device.type)
+        if fuse is None:  # the fused loss knows no output bias (model.output_bias)
+            fuse = self.kernels.fuse_projection(hidden.device.type) and self.model.output_projection.bias is None
         if fuse:
             return self.kernels.linear_label_smoothed_loss(hidden, self.model.output_projection.weight, tgt_out,
                                                            self.epsilon, self.pad_id)

@@ -81,7 +81,7 @@ LAYERS = [
     {"mtkit.cli", "mtkit.__main__"},
     {"mtkit.commands"},
     {"mtkit.training", "mtkit.export", "mtkit.translate", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
-     "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood"},
+     "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood", "mtkit.importers"},
     {"mtkit.runtime"},
     {"mtkit.search", "mtkit.data"},
     {"mtkit.model", "mtkit.penalties"},

@@ -1,0 +1,62 @@
+"""Importers: models trained elsewhere, written as mtkit run directories (imported only when used).
+
+:mod:`mtkit.importers.marian` reads Marian / OPUS-MT models in the Hugging Face layout;
+:func:`write_run` writes what an importer made as a run directory that ``translate``, ``evaluate``,
+``score``, ``export`` and ``train --init-from`` take.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from mtkit.errors import MtkitError
+
+CHECKPOINT = "averaged.pt"  # the name a run directory gives a model without training state
+
+
+def write_run(imported, out_dir: str | Path) -> Path:
+    """Write ``imported`` (a :class:`mtkit.importers.marian.Imported`) as the run directory ``out_dir``:
+    ``config.yaml``, the vocabulary files and ``checkpoints/averaged.pt``.
+
+    The directory is built beside ``out_dir`` and renamed into place, so a failure leaves nothing
+    behind; an existing non-empty ``out_dir`` is an error.
+    """
+    import torch
+
+    from mtkit import __version__
+    from mtkit.config import config_to_dict, save_config
+    from mtkit.data.vocab import Vocab
+    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format_version": CHECKPOINT_FORMAT,
+        "mtkit_version": __version__,
+        "config": config_to_dict(imported.config),
+        "model": imported.state,
+        "vocab": imported.vocab,
+        "src_vocab_size": imported.src_vocab_size,
+        "tgt_vocab_size": imported.tgt_vocab_size,
+        "imported_from": imported.source,
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        save_config(imported.config, tmp / "config.yaml")
+        vocab = imported.vocab
+        Vocab.from_bytes(vocab["src"], vocab["tgt"], vocab["pieces"]).save(tmp)
+        (tmp / "checkpoints").mkdir()
+        with open(tmp / "checkpoints" / CHECKPOINT, "wb") as f:
+            torch.save(payload, f)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
