@@ -108,3 +108,19 @@ def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K} (set MTKIT_MULTI30K to its folder)")
     return MULTI30K
+
+
+def incremental_logprob(model, src_ids: list[int], tgt_ids: list[int]) -> float:
+    """log P(tgt + EOS | src) the way search computes it, step by step: encode, init_cache, then one
+    decode_step per token (an independent check of teacher-forced scoring)."""
+    from mtkit.config import BOS_ID, EOS_ID
+
+    with torch.inference_mode():
+        memory, src_mask = model.encode(torch.tensor([src_ids + [EOS_ID]]))
+        cache = model.init_cache(memory, src_mask)
+        token, total = torch.tensor([BOS_ID]), 0.0
+        for y in tgt_ids + [EOS_ID]:
+            logits, cache = model.decode_step(token, cache)
+            total += torch.log_softmax(logits.float(), dim=-1)[0, y].item()
+            token = torch.tensor([y])
+    return total

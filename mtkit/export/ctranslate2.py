@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError
+from mtkit.io import atomic_directory
 from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
 
 ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}  # model.activation -> common_spec.Activation (GELU: erf)
@@ -162,13 +162,6 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
         except ValueError as e:
             raise MtkitError(f"CTranslate2 refused the model: {e}") from None
         spec.optimize(quantization=quantization)
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-        try:
+        with atomic_directory(out_dir) as tmp_dir:
             spec.save(str(tmp_dir))
-            if out_dir.exists():
-                out_dir.rmdir()  # empty, checked above
-            os.replace(tmp_dir, out_dir)
-        except BaseException:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
-            raise
     return out_dir

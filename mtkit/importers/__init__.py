@@ -7,12 +7,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from mtkit.errors import MtkitError
+from mtkit.io import atomic_directory
 
 CHECKPOINT = "averaged.pt"  # the name a run directory gives a model without training state
 
@@ -45,18 +43,11 @@ def write_run(imported, out_dir: str | Path) -> Path:
         "tgt_vocab_size": imported.tgt_vocab_size,
         "imported_from": imported.source,
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_directory(out_dir) as tmp:
         save_config(imported.config, tmp / "config.yaml")
         vocab = imported.vocab
         Vocab.from_bytes(vocab["src"], vocab["tgt"], vocab["pieces"]).save(tmp)
         (tmp / "checkpoints").mkdir()
         with open(tmp / "checkpoints" / CHECKPOINT, "wb") as f:
             torch.save(payload, f)
-        if out_dir.exists():
-            out_dir.rmdir()  # empty, checked above
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import incremental_logprob
 
-from mtkit.config import BOS_ID, EOS_ID
 from mtkit.runtime.checkpoint import load_model
 
 pytestmark = pytest.mark.slow  # real processes and a trained model: the fast tier is pytest -m 'not slow'
@@ -29,19 +28,6 @@ def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
-
-
-def incremental(model, src_ids: list[int], tgt_ids: list[int]) -> float:
-    """log P(tgt + EOS | src) step by step, as search computes it: encode, init_cache, decode_step."""
-    with torch.inference_mode():
-        memory, src_mask = model.encode(torch.tensor([src_ids + [EOS_ID]]))
-        cache = model.init_cache(memory, src_mask)
-        token, total = torch.tensor([BOS_ID]), 0.0
-        for y in tgt_ids + [EOS_ID]:
-            logits, cache = model.decode_step(token, cache)
-            total += torch.log_softmax(logits.float(), dim=-1)[0, y].item()
-            token = torch.tensor([y])
-    return total
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +54,7 @@ def test_scores_equal_incremental_decoding_and_ignore_padding(reverse_run, test_
     for d, (s, t) in zip(found, pairs):
         s_ids, t_ids = loaded.vocab.encode_src(s), loaded.vocab.encode_tgt(t)
         assert d["tokens"] == len(t_ids) + 1
-        assert d["logprob"] == pytest.approx(incremental(loaded.model, s_ids, t_ids), abs=1e-4)
+        assert d["logprob"] == pytest.approx(incremental_logprob(loaded.model, s_ids, t_ids), abs=1e-4)
         assert d["mean"] == pytest.approx(d["logprob"] / d["tokens"], abs=1e-6)
     # The shortest pair alone (through stdin) scores what it scored padded among longer ones.
     shortest = min(range(8), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))

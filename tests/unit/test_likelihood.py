@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import incremental_logprob
 
 from mtkit import likelihood
-from mtkit.config import BOS_ID, EOS_ID, Config, ModelConfig, SpmConfig
+from mtkit.config import Config, ModelConfig, SpmConfig
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.likelihood import PairScorer, pad_pairs, token_log_probs
@@ -37,19 +38,6 @@ def models() -> list[Transformer]:
     return [tiny_model(0), tiny_model(1)]
 
 
-def incremental(model, src_ids: list[int], tgt_ids: list[int]) -> float:
-    """log P(tgt + EOS | src) the way search computes it: encode, then one decode_step per token."""
-    with torch.inference_mode():
-        memory, src_mask = model.encode(torch.tensor([src_ids + [EOS_ID]]))
-        cache = model.init_cache(memory, src_mask)
-        token, total = torch.tensor([BOS_ID]), 0.0
-        for y in tgt_ids + [EOS_ID]:
-            logits, cache = model.decode_step(token, cache)
-            total += torch.log_softmax(logits.float(), dim=-1)[0, y].item()
-            token = torch.tensor([y])
-    return total
-
-
 def scorer(models, **kwargs) -> PairScorer:
     members = models if isinstance(models, list) else [models]
     vocab = SimpleNamespace(model_bytes=lambda: (b"one vocabulary", None))
@@ -64,13 +52,13 @@ def test_teacher_forcing_equals_incremental_decoding(models):
     assert found.dtype == torch.float32 and found.shape == tgt_out.shape
     assert torch.all(found[tgt_out == 0] == 0)  # padding contributes nothing
     for row, (s, t) in enumerate(PAIRS):
-        assert found[row].sum().item() == pytest.approx(incremental(model, s, t), abs=1e-4)
+        assert found[row].sum().item() == pytest.approx(incremental_logprob(model, s, t), abs=1e-4)
 
 
 def test_an_ensemble_scores_what_its_search_decodes(models):
     sums = scorer(models).score_ids(PAIRS)
     for (s, t), total in zip(PAIRS, sums):
-        assert total == pytest.approx(incremental(Ensemble(models), s, t), abs=1e-4)
+        assert total == pytest.approx(incremental_logprob(Ensemble(models), s, t), abs=1e-4)
     assert scorer(models[:1]).score_ids(PAIRS) == pytest.approx(scorer(models[0]).score_ids(PAIRS), abs=1e-6)
 
 
