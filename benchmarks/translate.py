@@ -4,8 +4,9 @@ process of its own, under the OpenMP wait policy that suits it.
 Translates the 1,000 sentences of Multi30k test_2016 (English side, read from ``--data``, by
 default ``$MTKIT_MULTI30K`` or ``../shared/data/multi30k``, never copied) with a randomly
 initialized model of the multi30k recipe's shape (``--shape tiny``: d_model 128, 4+4 layers, 4 heads,
-FFN 256) or a larger one (``--shape small``: d_model 256, 3+3 layers, 4 heads, FFN 1024), with an 8k
-joint SentencePiece vocabulary trained here on the Multi30k training text.
+FFN 256), a larger one (``--shape small``: d_model 256, 3+3 layers, 4 heads, FFN 1024) or OPUS-MT's
+(``--shape opus``, below), with an 8k joint SentencePiece vocabulary trained here on the Multi30k
+training text.
 
 The parent (this script) builds everything in a temporary directory: the vocabulary, the model
 (seed 1) saved as a real mtkit checkpoint (``mtkit translate -m`` loads it), the same weights
@@ -20,6 +21,21 @@ and times ids in to ids out. PASSIVE stops idle OpenMP threads from spinning, wh
 other processes hold the cores and slows every wake-up otherwise; which is faster depends on the
 engine and the batch size, so each engine is measured both ways and its faster figure is kept:
 the ratios are computed from the bests.
+
+``--shape opus`` measures mtkit on an imported Marian model instead: a random ``MarianMTModel`` (seed 1)
+of the OPUS-MT shape (d_model 512, 6+6 layers, 8 heads, FFN 2048, swish, ``final_logits_bias`` (small
+random values), Marian's sinusoid layout, shared embeddings, 58,101 ids) saved in the OPUS-MT layout:
+source.spm = target.spm = the 8k SentencePiece model, vocab.json = its pieces plus filler pieces the
+tokenizer never produces, with Marian's special ids (``</s>`` 0, ``<unk>`` 1, ``<pad>`` last), an OPUS-MT
+generation_config.json (pad banned, ``renormalize_logits``), tokenizer_config.json. ``mtkit import
+marian`` (:mod:`mtkit.importers.marian`) turns it into the run directory the mtkit worker loads and
+``mtkit export ctranslate2`` exports; the HF worker runs the Marian folder itself (``from_pretrained``,
+Marian's own sinusoids). The sources are encoded with the imported piece table (mtkit's ids, which the
+CTranslate2 workers turn into pieces); the HF worker maps them to Marian's ids (the importer permutes
+them) and its outputs back, so that every engine gets the same tokens and the outputs compare. One
+run: beam 4, batches of 32, and ``--latency-n`` sentences one by one (default 10; 0 leaves them out).
+Beside the ratios, it prints whether issue #21's targets (``SHAPES['opus']['targets']``: how many times
+as fast as ``generate`` and as CTranslate2 fp32 mtkit should be, batched) hold, both in this one run.
 
 Random weights produce random lengths, so every engine is made to produce exactly ``--forced-len``
 tokens: EOS is banned before that and every engine runs ``forced-len + 1`` decoder steps (mtkit
@@ -37,9 +53,10 @@ Two more comparisons, each side in its own processes, under each policy:
     python benchmarks/translate.py                 # tiny shape, greedy and beam 4
     python benchmarks/translate.py --shape small   # beam 5, 20 tokens, batch 32 and 1
     python benchmarks/translate.py --sentences 40 --latency-n 5 --skip hf whole   # a quick look
+    python benchmarks/translate.py --shape opus --skip text whole   # issue #21's comparison
 
-Needs ``pip install 'mtkit[bench,export]'`` (transformers, psutil, ctranslate2); an engine whose
-package is missing is left out with a note.
+Needs ``pip install 'mtkit[bench,export]'`` (transformers, psutil, ctranslate2; the opus shape also
+safetensors, ``mtkit[import]``); an engine whose package is missing is left out with a note.
 """
 
 from __future__ import annotations
@@ -61,9 +78,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SHAPES = {
     "tiny": {"model": {"preset": "transformer-tiny", "d_model": 128, "h": 4, "d_ff": 256, "encoder_layers": 4,
                        "decoder_layers": 4},
-             "runs": [(1, "greedy"), (4, "beam 4")], "batch": 64},
+             "runs": [(1, "greedy"), (4, "beam 4")], "batch": 64, "latency_n": 100},
     "small": {"model": {"d_model": 256, "h": 4, "d_ff": 1024, "encoder_layers": 3, "decoder_layers": 3},
-              "runs": [(5, "beam 5")], "batch": 32},
+              "runs": [(5, "beam 5")], "batch": 32, "latency_n": 100},
+    # OPUS-MT's (Helsinki-NLP/opus-mt-*): a MarianMTModel, imported with `mtkit import marian`.
+    "opus": {"marian": {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 8,
+                        "decoder_attention_heads": 8, "encoder_ffn_dim": 2048, "decoder_ffn_dim": 2048,
+                        "vocab_size": 58101, "max_position_embeddings": 512, "activation_function": "swish"},
+             "runs": [(4, "beam 4")], "batch": 32, "latency_n": 10,
+             # issue #21: mtkit at least this many times as fast as the engine, batched, in one run
+             "targets": [["hf", 1.5], ["ct2-fp32", 0.6]]},
 }
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared/data/multi30k"))
@@ -172,8 +196,80 @@ def copy_into_marian(model, vocab_size: int):
     return hf
 
 
+def build_opus_marian(spec: dict, vocab, folder: Path) -> dict[str, int]:
+    """A random MarianMTModel of ``spec`` (seed 1) saved in the OPUS-MT layout into ``folder``: returns vocab.json.
+
+    source.spm and target.spm are ``vocab``'s SentencePiece model; vocab.json has Marian's special ids
+    (``</s>`` 0, ``<unk>`` 1, ``<pad>`` last), that model's pieces and filler pieces (``<fill_N>``, which
+    SentencePiece never produces) up to the vocabulary size. ``final_logits_bias`` and the pad row (the
+    decoder's start) are random too; generation_config.json is an OPUS-MT one (beam 4, pad banned,
+    ``renormalize_logits``).
+    """
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
+
+    size = spec["vocab_size"]
+    folder.mkdir(parents=True)
+    spm_bytes = vocab.model_bytes()[0]
+    for name in ("source.spm", "target.spm"):
+        (folder / name).write_bytes(spm_bytes)
+    table = {"</s>": 0, "<unk>": 1}
+    for piece in vocab.src_pieces(range(4, vocab.src_size)):  # mtkit's models: pad, unk, bos, eos = 0..3
+        table.setdefault(piece, len(table))
+    if len(table) >= size:
+        sys.exit(f"error: --vocab {vocab.src_size}: the SentencePiece model must leave room in the "
+                 f"{size} Marian ids")
+    k = len(table)
+    while len(table) < size - 1:
+        table.setdefault(f"<fill_{k}>", len(table))
+        k += 1
+    table["<pad>"] = pad = size - 1
+    assert sorted(table.values()) == list(range(size))
+    (folder / "vocab.json").write_text(json.dumps(table, ensure_ascii=False), encoding="utf-8")
+    config = MarianConfig(
+        **spec, decoder_vocab_size=size, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        scale_embedding=True, pad_token_id=pad, eos_token_id=0, bos_token_id=0, decoder_start_token_id=pad,
+        forced_eos_token_id=0, dropout=0.1, attention_dropout=0.0, activation_dropout=0.0)
+    torch.manual_seed(1)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, 0.1)
+        # The decoder starts from the pad row (shared embeddings: one matrix); HF initializes it to zeros.
+        model.get_decoder().embed_tokens.weight[pad].normal_(0.0, getattr(config, "init_std", 0.02))
+    model.generation_config = GenerationConfig(
+        num_beams=4, max_length=512, bad_words_ids=[[pad]], forced_eos_token_id=0, eos_token_id=0, bos_token_id=0,
+        pad_token_id=pad, decoder_start_token_id=pad, renormalize_logits=True, early_stopping=True)
+    model.save_pretrained(folder)
+    del model
+    MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"),
+                    source_lang="en", target_lang="de").save_pretrained(folder)
+    return table
+
+
+def marian_ids(loaded, table: dict[str, int]) -> dict:
+    """mtkit ids <-> Marian ids of an imported model, through the piece table and vocab.json."""
+    from mtkit.config import BOS_ID, PAD_ID
+
+    pad, eos = table["<pad>"], table["</s>"]
+    pieces = loaded.vocab.src_pieces(range(loaded.vocab.src_size))
+    missing = [i for i, p in enumerate(pieces) if p not in table]
+    assert missing == [BOS_ID], missing  # BOS carries Marian's decoder start, the pad id
+    to_marian = [table.get(p, pad) for p in pieces]
+    from_marian = [PAD_ID] * len(table)
+    for i, m in enumerate(to_marian):
+        if i not in (PAD_ID, BOS_ID):
+            from_marian[m] = i
+    assert sorted(to_marian[i] for i in range(len(pieces)) if i not in (PAD_ID, BOS_ID)) == \
+        [m for m in range(len(table)) if m != pad]
+    return {"pad": pad, "eos": eos, "to_marian": to_marian, "from_marian": from_marian}
+
+
 def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
-    """Write the checkpoint, the HF and CTranslate2 copies and ``plan.json`` into ``work``; returns the plan."""
+    """Write the checkpoint, the HF and CTranslate2 copies and ``plan.json`` into ``work``; returns the plan.
+
+    The opus shape starts from the Marian side instead: a random MarianMTModel saved in the OPUS-MT
+    layout (the HF worker's model), imported with ``mtkit import marian`` (the mtkit worker's
+    checkpoint, and the CTranslate2 exports')."""
     import torch
 
     from mtkit.config import EOS_ID, DecodeConfig, ModelConfig
@@ -184,12 +280,31 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
     batch_size = args.batch or shape["batch"]
     n, beam = args.forced_len, shape["runs"][-1][0]
     vocab = build_vocab(args.data, args.vocab)
-    cfg = ModelConfig(**{**shape["model"], "dropout": 0.0})
-    decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n)
-    checkpoint = save_random_checkpoint(cfg, vocab, decode, work / "model.pt")
+    if "marian" in shape:
+        from transformers.utils import logging as hf_logging
+
+        from mtkit.commands.import_model import import_marian
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        table = build_opus_marian(shape["marian"], vocab, work / "marian")
+        checkpoint = work / "imported"
+        import_marian(str(work / "marian"), checkpoint)  # `mtkit import marian work/marian -o work/imported`
+    else:
+        cfg = ModelConfig(**{**shape["model"], "dropout": 0.0})
+        decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n)
+        checkpoint = save_random_checkpoint(cfg, vocab, decode, work / "model.pt")
     loaded = load_model(checkpoint)  # as `mtkit translate` loads it: the exports start from the same weights
-    plan = {"forced_len": n, "runs": shape["runs"], "checkpoint": str(checkpoint), "ct2": {}, "lines": lines}
-    if "hf" in engines:
+    cfg = loaded.model.cfg
+    plan = {"forced_len": n, "runs": shape["runs"], "checkpoint": str(checkpoint), "ct2": {}, "lines": lines,
+            "targets": shape.get("targets", [])}
+    if "marian" in shape:
+        # The HF worker runs the Marian folder itself, in Marian's ids: its batches are mapped on the way.
+        if "hf" in engines:
+            plan["hf"] = str(work / "marian")
+            plan["marian"] = marian_ids(loaded, table)
+        vocab = loaded.vocab  # the imported piece table gives the ids every engine gets
+    elif "hf" in engines:
         from transformers.utils import logging as hf_logging
         from translate_worker import POSITIONS
 
@@ -221,8 +336,14 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
         import transformers
 
         versions += f", transformers {transformers.__version__}"
+    detail = ""
+    if "marian" in shape:
+        filler = sum(p.startswith("<fill_") for p in table)
+        detail = (f" ({cfg.activation}, output bias, {cfg.sinusoid_layout} sinusoids; a random MarianMTModel "
+                  f"imported by mtkit: {len(table)} Marian ids, {len(table) - 3 - filler} SentencePiece pieces, "
+                  f"{filler} filler)")
     print(f"# shape {args.shape}: d_model {cfg.d_model}, {cfg.encoder_layers}+{cfg.decoder_layers} layers, "
-          f"{cfg.h} heads, FFN {cfg.d_ff}, vocab {vocab.tgt_size}; {len(src)} sentences "
+          f"{cfg.h} heads, FFN {cfg.d_ff}, vocab {vocab.tgt_size}{detail}; {len(src)} sentences "
           f"(mean {mean_len:.1f} source tokens), {n} output tokens forced; {args.threads} threads; {versions}; "
           f"setup {time.perf_counter() - t0:.0f}s", flush=True)
     return plan
@@ -280,8 +401,9 @@ def report_engines(args, plan: dict, engines: list[str], policies: list[str], wo
     out = {(e, p): run_worker(e, p, args, work) for e in engines for p in policies}
     n, batch = plan["forced_len"], len(plan["batched"][0])
     findings = []
+    whats = [("batched", f"batch {batch}")] + ([("single", "batch 1")] if plan["single"] else [])
     for _, label in plan["runs"]:
-        for what, title in (("batched", f"batch {batch}"), ("single", "batch 1")):
+        for what, title in whats:
             res = {key: next((x for x in r["results"] if (x["run"], x["what"]) == (label, what)), None) if r else None
                    for key, r in out.items()}
             sents = len(plan["lines"]) if what == "batched" else len(plan["single"])
@@ -308,6 +430,18 @@ def report_engines(args, plan: dict, engines: list[str], policies: list[str], wo
             for e in engines[1:]:
                 if best[e][0] and best["mtkit"][0]:
                     print(f"ratio mtkit / {NAMES[e]}: {best['mtkit'][0] / best[e][0]:.2f}")
+            if what == "batched" and plan.get("targets"):
+                met = []
+                for e, goal in plan["targets"]:
+                    if e not in engines or not best[e][0] or not best["mtkit"][0]:
+                        print(f"issue #21 target mtkit / {NAMES[e]} >= {goal}: not measured")
+                        met.append(False)
+                        continue
+                    ratio = best["mtkit"][0] / best[e][0]
+                    met.append(ratio >= goal)
+                    print(f"issue #21 target mtkit / {NAMES[e]} >= {goal}: {ratio:.2f}, "
+                          f"{'met' if met[-1] else 'NOT met'}")
+                print(f"issue #21 targets all met in this run ({label}, {title}): {'yes' if all(met) else 'no'}")
             for e in engines:
                 kept = [res[e, p]["outputs"] for p in policies if res[e, p] is not None]
                 if len(kept) > 1 and any(o != kept[0] for o in kept[1:]):
@@ -376,9 +510,10 @@ def report_whole(args, plan: dict, policies: list[str], work: Path) -> None:
     sides = [("torch", Path(plan["checkpoint"]))]
     if "fp32" in plan["ct2"]:
         sides.append(("ctranslate2", Path(plan["ct2"]["fp32"])))
-    cases = [(f"beam {beam}, {len(lines)} sentences, default --batch-tokens", lines, []),
-             (f"beam {beam}, first {len(plan['single'])} sentences, --batch-tokens 1",
-              lines[: len(plan["single"])], ["--batch-tokens", "1"])]
+    cases = [(f"beam {beam}, {len(lines)} sentences, default --batch-tokens", lines, [])]
+    if plan["single"]:
+        cases.append((f"beam {beam}, first {len(plan['single'])} sentences, --batch-tokens 1",
+                      lines[: len(plan["single"])], ["--batch-tokens", "1"]))
     print("\nnote: random weights take every sentence to the maximum length, where the ctranslate2 engine "
           "searches again keeping every finished hypothesis (mtkit/runtime/ctranslate2_engine.py); "
           "a trained model seldom gets there")
@@ -418,9 +553,10 @@ def parse_args() -> argparse.Namespace:
                              "or ../shared/data/multi30k)")
     parser.add_argument("--shape", choices=list(SHAPES), default="tiny")
     parser.add_argument("--forced-len", type=int, default=20, help="output tokens of every sentence")
-    parser.add_argument("--batch", type=int, default=None, help="sentences per batch (tiny 64, small 32)")
+    parser.add_argument("--batch", type=int, default=None, help="sentences per batch (tiny 64, small 32, opus 32)")
     parser.add_argument("--sentences", type=int, default=1000)
-    parser.add_argument("--latency-n", type=int, default=100, help="sentences translated one by one")
+    parser.add_argument("--latency-n", type=int, default=None,
+                        help="sentences translated one by one (tiny and small 100, opus 10; 0: none)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--skip", nargs="*", default=[], choices=["hf", "ct2", "text", "whole"],
@@ -437,6 +573,10 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"--policies: expected a comma-separated list of {', '.join(POLICIES)}")
     if args.worker and args.workdir is None:
         parser.error("--worker needs --workdir")
+    if args.latency_n is None:
+        args.latency_n = SHAPES[args.shape]["latency_n"]
+    if args.latency_n < 0 or args.sentences < 1:
+        parser.error("--latency-n must be >= 0 and --sentences >= 1")
     return args
 
 
@@ -452,6 +592,9 @@ def main() -> None:
         sys.exit(f"error: {test_file}: no such file (use --data or set MTKIT_MULTI30K)")
     lines = test_file.read_text(encoding="utf-8").splitlines()[: args.sentences]
     engines = ["mtkit"]
+    if "marian" in SHAPES[args.shape] and (find_spec("transformers") is None or find_spec("safetensors") is None):
+        sys.exit(f"error: --shape {args.shape} builds a MarianMTModel and imports it: it needs transformers "
+                 "and safetensors (pip install 'mtkit[bench,import]')")
     if "hf" not in args.skip:
         if find_spec("transformers") is None:
             print("note: transformers is not installed: the HF generate rows are left out")

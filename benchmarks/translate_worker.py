@@ -7,8 +7,11 @@ else, and prints one JSON line: per run, seconds, sentences, output tokens and t
 
 Engines (ids in, ids out, timed after one warm-up sentence):
   ``mtkit``     mtkit's torch search (:class:`mtkit.runtime.torch_engine.Translator`) on the
-                saved checkpoint, loaded as ``mtkit translate`` loads it;
-  ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy;
+                saved checkpoint (the opus shape: the run ``mtkit import marian`` wrote), loaded
+                as ``mtkit translate`` loads it;
+  ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy (the opus shape: on the
+                OPUS-MT folder the mtkit checkpoint was imported from, in Marian's ids, which
+                ``plan['marian']`` maps to and from mtkit's);
   ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models.
 Text in, text out (SentencePiece encode to decode, all sentences, the second of two rounds):
   ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Translator``);
@@ -39,7 +42,9 @@ class MtkitEngine:
     def __init__(self, loaded, beam: int, n: int) -> None:
         from mtkit.runtime.torch_engine import Translator
 
-        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6)
+        # The checkpoint's forced_eos: "logprob" for mtkit's own, "zero" (generate's) for an imported Marian model.
+        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
+                              forced_eos=loaded.config.decode.forced_eos)
         self.translator = Translator(loaded, decode, min_len=n)
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
@@ -47,21 +52,31 @@ class MtkitEngine:
 
 
 class HfEngine:
-    def __init__(self, model, beam: int, n: int) -> None:
+    """``generate`` on mtkit's ids (a copy of mtkit's model), or on Marian's (``marian``: the folder an
+    imported model came from; its ids are mapped in and out, as cheap as the CTranslate2 workers' pieces)."""
+
+    def __init__(self, model, beam: int, n: int, marian: dict | None = None) -> None:
         self.model, self.beam, self.n = model, beam, n
+        self.pad, self.eos = (marian["pad"], marian["eos"]) if marian else (PAD_ID, EOS_ID)
+        self.to_hf = marian["to_marian"] if marian else None
+        self.from_hf = marian["from_marian"] if marian else None
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
         import torch
 
+        if self.to_hf is not None:
+            batch = [[self.to_hf[t] for t in x] for x in batch]
         width = max(map(len, batch))
-        ids = torch.tensor([x + [PAD_ID] * (width - len(x)) for x in batch])
+        ids = torch.tensor([x + [self.pad] * (width - len(x)) for x in batch])
         with torch.inference_mode():
             out = self.model.generate(
-                input_ids=ids, attention_mask=ids != PAD_ID, num_beams=self.beam, do_sample=False,
-                min_new_tokens=self.n, max_new_tokens=self.n + 1, forced_eos_token_id=EOS_ID,
+                input_ids=ids, attention_mask=ids != self.pad, num_beams=self.beam, do_sample=False,
+                min_new_tokens=self.n, max_new_tokens=self.n + 1, forced_eos_token_id=self.eos,
                 length_penalty=0.6, early_stopping=False, num_return_sequences=1,
             )
-        return [[t for t in row.tolist()[1:] if t not in (PAD_ID, EOS_ID)] for row in out]
+        # Marian's decoder starts from its pad id, mtkit's copy from BOS: row[0] either way.
+        outputs = [[t for t in row.tolist()[1:] if t not in (self.pad, self.eos)] for row in out]
+        return outputs if self.from_hf is None else [[self.from_hf[t] for t in x] for x in outputs]
 
 
 class Ct2Engine:
@@ -99,11 +114,13 @@ def engine_factory(name: str, plan: dict, threads: int):
         from transformers import MarianMTModel
 
         model = MarianMTModel.from_pretrained(plan["hf"]).eval()
-        tables = torch.load(Path(plan["hf"]) / POSITIONS, weights_only=True)
-        with torch.no_grad():
-            for side, table in tables.items():
-                getattr(model.model, side).embed_positions.weight.copy_(table)
-        return lambda beam: HfEngine(model, beam, n)
+        positions = Path(plan["hf"]) / POSITIONS
+        if positions.is_file():  # a copy of mtkit's model: mtkit's tables (an OPUS-MT folder keeps Marian's own)
+            tables = torch.load(positions, weights_only=True)
+            with torch.no_grad():
+                for side, table in tables.items():
+                    getattr(model.model, side).embed_positions.weight.copy_(table)
+        return lambda beam: HfEngine(model, beam, n, plan.get("marian"))
     from mtkit.data.vocab import Vocab
 
     quant = name.removeprefix("ct2-")
@@ -173,6 +190,8 @@ def work(name: str, workdir: Path, threads: int) -> None:
         for beam, label in plan["runs"]:
             engine = make(beam)
             for what in ("batched", "single"):
+                if not plan[what]:  # --latency-n 0
+                    continue
                 results.append({"run": label, "what": what, **time_engine(engine, plan[what])})
     else:
         sys.exit(f"error: unknown worker {name!r}; expected one of {', '.join(ENGINES + TEXT_SIDES)}")
