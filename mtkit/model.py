@@ -32,7 +32,6 @@ from torch import Tensor, nn
 from mtkit.config import ModelConfig
 from mtkit.kernels import AUTO, Dropout, Kernels, KernelsName, reference_attention, select
 
-
 # ------------------------------------------------- §3.5 positions, §3.4 embeddings
 
 
@@ -247,7 +246,6 @@ class DecoderLayer(nn.Module):
         self.sublayer = nn.ModuleList(
             [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(3)]
         )
-        self.project_qkv = kernels.project_qkv  # the decoding step's Q/K/V projection (step)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
@@ -265,8 +263,8 @@ class DecoderLayer(nn.Module):
         def self_attention(x: Tensor) -> Tensor:
             nonlocal cache
             attn = self.self_attn
-            q, k, v = (attn.split_heads(t.unsqueeze(1)) for t in self.project_qkv(x.squeeze(1), cache.qkv))
-            # each (N, h, 1, d_k)
+            q = attn.split_heads(attn.w_q(x))  # (N, h, 1, d_k)
+            k, v = attn.project_kv(x)  # each (N, h, 1, d_k)
             cache = replace(
                 cache, self_k=torch.cat([cache.self_k, k], dim=2), self_v=torch.cat([cache.self_v, v], dim=2)
             )  # (N, h, t+1, d_k)
@@ -414,17 +412,18 @@ class Transformer(nn.Module):
         """
         B = memory.size(0)
         empty = memory.new_zeros(B * beam, self.cfg.h, 0, self.cfg.d_model // self.cfg.h)  # (N, h, 0, d_k)
-        layers = []
-        for layer in self.decoder.layers:
-            k, v = layer.cross_attn.project_kv(memory)  # (B, h, S, d_k)
-            qkv = self.kernels.pack_qkv(layer.self_attn.w_q, layer.self_attn.w_k, layer.self_attn.w_v)
-            layers.append(LayerCache(empty, empty, k, v, qkv))
-        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
+        layers = [LayerCache(empty, empty, *layer.cross_attn.project_kv(memory))  # cross: (B, h, S, d_k)
+                  for layer in self.decoder.layers]
+        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0,
+                            packed=self.kernels.pack_decoder(self))
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
-        """One step: tokens (N,) last token of each row -> logits (N, V) for the next token, new cache."""
-        hidden, cache = self.decoder.step(tokens.unsqueeze(1), cache)  # (N, 1, d_model)
-        return self.logits(hidden.squeeze(1)), cache
+        """One step: tokens (N,) last token of each row -> logits (N, V) for the next token, new cache.
+
+        Through the kernels' decoding step: ``reference`` runs :meth:`Decoder.step` and :meth:`logits`,
+        ``auto`` the same formulas fused over weights packed in :meth:`init_cache` (mtkit.kernels.decoder_step).
+        """
+        return self.kernels.decode_step(self, tokens, cache)
 
     @torch.no_grad()
     def cross_attention(self, src: Tensor, tgt: Tensor) -> Tensor:
@@ -454,15 +453,12 @@ class LayerCache:
         (N = sentences × beam rows).
     cross_k, cross_v: (B, h, S, d_k), the encoder output projected once per sentence;
         the ``beam`` rows of a sentence share them.
-    qkv: the self-attention's W_Q, W_K, W_V as the ``qkv`` kernel packs them once per
-        ``init_cache`` for its per-step projection (mtkit.kernels.projection).
     """
 
     self_k: Tensor
     self_v: Tensor
     cross_k: Tensor
     cross_v: Tensor
-    qkv: tuple[Tensor, ...]
 
 
 @dataclass
@@ -471,13 +467,15 @@ class DecoderCache:
 
     ``beam`` rows per sentence; rows ``i*beam .. i*beam+beam-1`` belong to sentence ``i``.
     ``src_mask`` (B, 1, 1, S) is True at real source tokens. ``step`` is the number of
-    target tokens already consumed (the position of the next one).
+    target tokens already consumed (the position of the next one). ``packed``: what the kernels'
+    decoding step gathered from the weights once per batch (None for the reference step).
     """
 
     layers: list[LayerCache]
     src_mask: Tensor
     beam: int
     step: int = 0
+    packed: object = None
 
     def reorder(self, indices: Tensor) -> "DecoderCache":
         """Reorder the rows (beam search's back-pointers), ``indices`` (N,) of row numbers.

@@ -25,6 +25,7 @@ is forced (with its log-probability, or with ``forced_eos="zero"`` 0, as Hugging
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -57,6 +58,12 @@ def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None
 # ------------------------------------------------------------------- utilities
 
 
+@functools.cache
+def _ids(ids: tuple[int, ...], device: torch.device) -> Tensor:
+    """A constant index tensor, made once per device (every step bans the same ids)."""
+    return torch.tensor(ids, device=device)
+
+
 def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_max: bool,
                forced_eos: str = "logprob") -> Tensor:
     """Float32 log-probabilities (N, V) with PAD/BOS banned, EOS banned before ``min_len``
@@ -64,8 +71,8 @@ def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_
     says whether any is, known to the caller without a device sync), with its own
     log-probability or, ``forced_eos="zero"``, 0 (Hugging Face's ``forced_eos_token_id``)."""
     lprobs = torch.log_softmax(logits.float(), dim=-1)
-    banned = [PAD_ID, BOS_ID, EOS_ID] if step < min_len else [PAD_ID, BOS_ID]
-    lprobs[:, banned] = -math.inf
+    lprobs.index_fill_(1, _ids((PAD_ID, BOS_ID, EOS_ID) if step < min_len else (PAD_ID, BOS_ID), lprobs.device),
+                       -math.inf)
     if any_at_max:
         at_max = max_len <= step  # (N,)
         eos = lprobs[:, EOS_ID].clone()
@@ -267,13 +274,13 @@ def beam_search(
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
     last = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
-    cand_pos = torch.arange(2 * K, device=device)
+    base = torch.arange(B, device=device).unsqueeze(1) * K  # (B', 1): the first row of each sentence
+    min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences
     step = 0
     while alive:
         Bc = len(alive)
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
-        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive),
-                            forced_eos)
+        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min_max_len, forced_eos)
         if no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
         V = lprobs.size(1)
@@ -285,9 +292,8 @@ def beam_search(
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
         lp = length_penalty(step + 1, alpha, penalty)
-        eos_hits = eos_first.nonzero().tolist() if bool(eos_first.any()) else []
+        eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
-            base = torch.arange(Bc, device=device).unsqueeze(1) * K
             rows = (base + top_beam)[:, :K]
             fin_rows = rows[eos_first].tolist()
             fin_scores = top_scores[:, :K][eos_first].tolist()
@@ -295,16 +301,16 @@ def beam_search(
                 if len(finished[alive[b]]) < K:
                     finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
 
-        # Continue: the first K candidates that are not EOS.
-        order = torch.topk(is_eos.long() * (2 * K) + cand_pos, K, dim=1, largest=False).indices  # (Bc, K)
+        # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
+        order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
         next_beam = top_beam.gather(1, order)
         next_token = top_token.gather(1, order)
         scores = top_scores.gather(1, order)  # (Bc, K)
-        rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + next_beam).view(-1)  # (Bc·K,)
+        rows = (base + next_beam).view(-1)  # (Bc·K,)
 
         # Which sentences are done?
         done = []
-        if eos_hits or step >= min(max_len_list[s] for s in alive):
+        if eos_hits or step >= min_max_len:
             best_live = scores[:, 0].tolist()  # candidates are sorted: the first live is the best
             for b, sent in enumerate(alive):
                 fin = finished[sent]
@@ -333,6 +339,8 @@ def beam_search(
             last = last.index_select(0, keep_rows)
             row_max_len = row_max_len.index_select(0, keep_rows)
             alive = [alive[b] for b in keep_list]
+            base = base[: len(alive)]
+            min_max_len = min(max_len_list[s] for s in alive)
         step += 1
 
     return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]

@@ -19,8 +19,10 @@ fused projection   on CPU no (the logits, then the chunked    no (the logits, th
 + CE               CE); elsewhere yes: the (N, V) logits      loss)
                    never exist
 symmetric KL       chunked, gradient computed in forward      float32 log-softmaxes of (N, V)
-decoding step      W_Q, W_K, W_V stacked once per batch, one  three matmuls per step
-Q/K/V              matmul per step
+decoding step      one function over weights packed once per  the model's modules
+                   batch (:func:`~mtkit.kernels.decoder_step.  (``Decoder.step``)
+                   fused_step`): one matmul for W_Q, W_K, W_V,
+                   no module calls
 beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
                    (:func:`~mtkit.kernels.topk.
                    chunked_top_extensions`)
@@ -45,6 +47,7 @@ from mtkit.kernels.attention import (
     reference_attention,
     sdpa_attention,
 )
+from mtkit.kernels.decoder_step import fused_step, module_step, no_pack, pack_decoder
 from mtkit.kernels.dropout import fast_dropout, keep_mask, masked_dropout, reference_dropout
 from mtkit.kernels.loss import (
     label_smoothed_loss,
@@ -54,9 +57,7 @@ from mtkit.kernels.loss import (
     reference_symmetric_kl,
     symmetric_kl,
 )
-from mtkit.kernels.projection import separate_qkv, separate_qkv_weights, stacked_qkv, stacked_qkv_weights
 from mtkit.kernels.topk import chunked_top_extensions, reference_top_extensions
-
 
 KernelsName = Literal["auto", "reference"]
 
@@ -85,8 +86,8 @@ class Kernels:
         linear_label_smoothed_loss: (hidden (B, T, d), W (V, d), target, ε, pad_id) -> the same.
         fuse_projection: device type -> whether the loss takes ``linear_label_smoothed_loss``.
         symmetric_kl: (logits_a, logits_b, target, pad_id) -> summed KL(P_a‖P_b) + KL(P_b‖P_a).
-        pack_qkv: (w_q, w_k, w_v: nn.Linear) -> the packed weights ``project_qkv`` takes (once per batch).
-        project_qkv: (x (N, d_model), packed) -> Q, K, V, each (N, d_model) (every decoding step).
+        pack_decoder: (model) -> what ``decode_step`` needs of the weights (once per batch, in ``init_cache``).
+        decode_step: (model, tokens (N,), cache) -> logits (N, V) and the new cache (every decoding step).
         top_extensions: (scores (B, K), lprobs (B·K, V), k) -> the k best sums, values and indices
             i·V + v (B, k) (beam search).
     """
@@ -98,8 +99,8 @@ class Kernels:
     linear_label_smoothed_loss: Callable[..., tuple[Tensor, Tensor, int]]
     fuse_projection: Callable[[str], bool]
     symmetric_kl: Callable[..., Tensor]
-    pack_qkv: Callable[..., tuple[Tensor, ...]]
-    project_qkv: Callable[[Tensor, tuple[Tensor, ...]], tuple[Tensor, Tensor, Tensor]]
+    pack_decoder: Callable[..., object]
+    decode_step: Callable[..., tuple[Tensor, object]]
     top_extensions: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 
 
@@ -111,8 +112,8 @@ AUTO = Kernels(
     linear_label_smoothed_loss=linear_label_smoothed_loss,
     fuse_projection=fuse_on_accelerators,
     symmetric_kl=symmetric_kl,
-    pack_qkv=stacked_qkv_weights,
-    project_qkv=stacked_qkv,
+    pack_decoder=pack_decoder,
+    decode_step=fused_step,
     top_extensions=chunked_top_extensions,
 )
 
@@ -124,8 +125,8 @@ REFERENCE = Kernels(
     linear_label_smoothed_loss=reference_linear_label_smoothed_loss,
     fuse_projection=never,
     symmetric_kl=reference_symmetric_kl,
-    pack_qkv=separate_qkv_weights,
-    project_qkv=separate_qkv,
+    pack_decoder=no_pack,
+    decode_step=module_step,
     top_extensions=reference_top_extensions,
 )
 
@@ -158,8 +159,7 @@ class Dropout(nn.Module):
 
 __all__ = [
     "AUTO", "REFERENCE", "Dropout", "Kernels", "KernelsName", "choose_attention", "chunked_top_extensions",
-    "fast_dropout", "keep_mask", "reference_top_extensions", "separate_qkv", "separate_qkv_weights", "stacked_qkv",
-    "stacked_qkv_weights",
+    "fast_dropout", "fused_step", "keep_mask", "module_step", "pack_decoder", "reference_top_extensions",
     "label_smoothed_loss", "linear_label_smoothed_loss", "masked_dropout", "plain_attention",
     "reference_attention", "reference_dropout", "reference_label_smoothed_loss",
     "reference_linear_label_smoothed_loss", "reference_symmetric_kl", "sdpa_attention", "select", "symmetric_kl",

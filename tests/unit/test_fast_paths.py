@@ -4,6 +4,7 @@ import math
 import platform
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -18,10 +19,13 @@ from mtkit.kernels import (
     choose_attention,
     chunked_top_extensions,
     fast_dropout,
+    fused_step,
     keep_mask,
     label_smoothed_loss,
     linear_label_smoothed_loss,
     masked_dropout,
+    module_step,
+    pack_decoder,
     plain_attention,
     reference_attention,
     reference_dropout,
@@ -31,14 +35,10 @@ from mtkit.kernels import (
     reference_top_extensions,
     sdpa_attention,
     select,
-    separate_qkv,
-    separate_qkv_weights,
-    stacked_qkv,
-    stacked_qkv_weights,
     symmetric_kl,
 )
-from mtkit.kernels.topk import chunk_size
 from mtkit.kernels.attention import plain_attention_fast_dropout
+from mtkit.kernels.topk import chunk_size
 from mtkit.model import Transformer
 from mtkit.training.loss import TranslationLoss
 
@@ -422,23 +422,72 @@ def test_chunked_top_extensions_equal_the_full_top_k(V):
         assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_stacked_qkv_projection_equals_three_projections(dtype):
-    torch.manual_seed(3)
-    w_q, w_k, w_v = (torch.nn.Linear(32, 32).to(dtype) for _ in range(3))
-    x = torch.randn(10, 32, dtype=dtype)
-    fast = stacked_qkv(x, stacked_qkv_weights(w_q, w_k, w_v))
-    ref = separate_qkv(x, separate_qkv_weights(w_q, w_k, w_v))
-    for a, b, layer in zip(fast, ref, (w_q, w_k, w_v)):
-        assert a.shape == (10, 32)
-        torch.testing.assert_close(a, b)
-        torch.testing.assert_close(b, layer(x))  # the reference is the layer itself
-    assert AUTO.project_qkv is stacked_qkv and REFERENCE.project_qkv is separate_qkv
+DECODER_VARIANTS = [
+    {},
+    {"norm": "pre"},
+    {"activation": "swish", "output_bias": True, "scale_embedding": False, "sinusoid_layout": "concatenated"},
+    {"activation": "gelu", "positions": "learned", "share_embeddings": "none"},
+]
+
+
+@pytest.mark.parametrize("variant", DECODER_VARIANTS)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_fused_decoding_step_equals_the_modules_step(variant, bf16):
+    """Step by step, with beam rows reordered and sentences dropped between steps, the fused step gives the
+    modules' logits and caches, for every model option and under bf16 autocast; the packed Q/K/V weights are
+    the three matrices stacked."""
+    torch.manual_seed(6)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64,
+                      **variant)
+    model = Transformer(cfg, 50, 50, kernels="reference").eval()
+    with torch.no_grad():
+        for p in model.parameters():  # non-zero biases and LayerNorm parameters, so that every term counts
+            p.add_(0.1 * torch.randn_like(p))
+    beam = 3
+    src = torch.randint(4, 50, (4, 9))
+    src[2, 5:] = PAD_ID
+    packed = pack_decoder(model)
+    attn = model.decoder.layers[1].self_attn
+    assert torch.equal(packed.layers[1].qkv_weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    g = torch.Generator().manual_seed(1)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        memory, src_mask = model.encode(src)
+        ref = model.init_cache(memory, src_mask, beam)
+        fast = replace(ref, packed=packed)
+        tokens = torch.randint(4, 50, (4 * beam,), generator=g)
+        for step in range(5):
+            ref_logits, ref = module_step(model, tokens, ref)
+            fast_logits, fast = fused_step(model, tokens, fast)
+            assert fast_logits.shape == ref_logits.shape == (tokens.numel(), 50)
+            torch.testing.assert_close(fast_logits, ref_logits, **({"atol": 0.03, "rtol": 0.02} if bf16 else {}))
+            for a, b in zip(fast.layers, ref.layers):
+                torch.testing.assert_close(a.self_k, b.self_k, **({"atol": 0.03, "rtol": 0.02} if bf16 else {}))
+            assert fast.step == ref.step == step + 1
+            n = tokens.numel() // beam
+            rows = (torch.arange(n).unsqueeze(1) * beam + torch.randint(0, beam, (n, beam), generator=g)).view(-1)
+            ref, fast = ref.reorder(rows), fast.reorder(rows)
+            if step == 2:  # the second sentence finishes
+                keep = torch.tensor([0, 2, 3])
+                ref, fast = ref.select_sentences(keep), fast.select_sentences(keep)
+                n -= 1
+            tokens = torch.randint(4, 50, (n * beam,), generator=g)
+
+
+def test_the_kernel_settings_choose_the_decoding_step():
+    assert AUTO.decode_step is fused_step and REFERENCE.decode_step is module_step
+    torch.manual_seed(2)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
+    src = torch.randint(4, 30, (2, 5))
+    for setting, packed in (("auto", True), ("reference", False)):
+        model = Transformer(cfg, 30, 30, kernels=setting).eval()
+        with torch.inference_mode():
+            cache = model.init_cache(*model.encode(src))
+        assert (cache.packed is not None) == packed
 
 
 @pytest.mark.parametrize("setting", ["auto", "reference"])
-def test_incremental_decoding_with_either_qkv_kernel_equals_the_full_pass(setting):
-    """The decoding step (whose Q/K/V projection is the kernel) gives the teacher-forced logits."""
+def test_incremental_decoding_with_either_decoding_step_equals_the_full_pass(setting):
+    """The decoding step (the kernel) gives the teacher-forced logits."""
     torch.manual_seed(4)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
     model = Transformer(cfg, 30, 30, kernels=setting).eval()

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from mtkit.config import ModelConfig, config_from_dict
-from mtkit.kernels import select
-from mtkit.kernels import reference_attention
+from mtkit.kernels import reference_attention, select
 from mtkit.model import (
     MultiHeadAttention,
     PositionalEncoding,
@@ -315,17 +314,17 @@ def test_tiny_model_learns_copy_and_reverse(task, seed):
     assert accuracy > 0.98
 
 
-def test_fused_self_attention_projection_keeps_parameter_names():
+def test_fused_decoding_step_keeps_parameter_names():
+    """The fused step's stacked W_Q/W_K/W_V live in the decoding cache, never in the state_dict."""
     model = tiny()
     names = {n for n, _ in model.named_parameters()}
     assert {"decoder.layers.0.self_attn.w_q.weight", "decoder.layers.0.self_attn.w_k.bias"} <= names
     src, _ = random_batch()
     memory, mask = model.encode(src)
-    layer, lc = model.decoder.layers[0], model.init_cache(memory, mask).layers[0]
-    attn = layer.self_attn
-    w_qkv, b_qkv = lc.qkv  # auto kernels: stacked once per init_cache
-    assert torch.equal(w_qkv, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
-    assert torch.equal(b_qkv, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+    packed = model.init_cache(memory, mask).packed  # auto kernels: packed once per init_cache
+    attn = model.decoder.layers[0].self_attn
+    assert torch.equal(packed.layers[0].qkv_weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(packed.layers[0].qkv_bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
     assert not any("qkv" in n for n, _ in model.state_dict().items())
 
 
