@@ -7,11 +7,21 @@ the server's resident memory (RSS, from /proc) and how many sentences the server
 (from ``/metrics``: the dynamic batching at work).
 
 The server is started here (``mtkit serve -m MODEL --port 0``, extra flags after ``--``), or
-``--url`` points at a running one (no RSS then).
+``--url`` points at a running one (no RSS then). Issue #22's targets, measured in the same run:
+
+* ``--whole-file``: ``mtkit translate`` (a whole process, the same engine and ``--threads``) on the
+  sentences that the 32-client level sent, as one file; the 32-client throughput against it (target >= 0.8x);
+* ``--rss-requests N``: after the levels (the warm-up), N more requests from 32 clients, and the
+  server's RSS before and after them (target: growth < 5 %);
+* ``--direct``: with ``--engine ctranslate2``, CTranslate2 called directly (SentencePiece, then
+  ``translate_batch`` on one sentence, the model's beam and length penalty) on the first 100
+  sentences, its p50 against the single-client p50 (target <= 1.5x).
 
     .venv/bin/python benchmarks/serve.py -m work/demo/run --input data/test.en
     .venv/bin/python benchmarks/serve.py -m ct2-en-de --requests 50 --clients 1,8 -- --engine ctranslate2
     .venv/bin/python benchmarks/serve.py --url http://127.0.0.1:5000 --source en --target de
+    .venv/bin/python benchmarks/serve.py -m RUN --input test.en --requests 1000 --whole-file --rss-requests 10000
+    .venv/bin/python benchmarks/serve.py -m CT2_DIR --input test.en --whole-file --direct -- --engine ctranslate2
 """
 
 from __future__ import annotations
@@ -87,6 +97,64 @@ async def level(url: str, lines: list[str], clients: int, requests: int, source:
             "per_call": sentences / calls if calls else float("nan")}
 
 
+def flag(extra: list[str], name: str) -> str | None:
+    """The value of ``name VALUE`` or ``name=VALUE`` among the server's flags."""
+    for i, arg in enumerate(extra):
+        if arg == name and i + 1 < len(extra):
+            return extra[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def whole_file(model: str, extra: list[str], lines: list[str]) -> float:
+    """Sentences per second of one whole ``mtkit translate`` process on ``lines`` as one file, with the
+    server's engine and threads."""
+    import tempfile
+
+    options = [arg for name in ("--engine", "--threads", "--device") if (value := flag(extra, name))
+               for arg in (name, value)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "input.txt"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", model, str(path), *options],
+                              capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+    if done.returncode != 0 or len(done.stdout.splitlines()) != len(lines):
+        raise SystemExit(f"mtkit translate failed: {done.stderr.strip()}")
+    return len(lines) / seconds
+
+
+def direct_p50(model_dir: Path, lines: list[str], threads: int) -> float:
+    """The median seconds of CTranslate2 called directly on one sentence (SentencePiece in and out, the
+    exported model's beam and length penalty), over the first 100 sentences after 10 of warm-up."""
+    import json
+
+    import ctranslate2
+    import sentencepiece
+
+    meta = json.loads((model_dir / "mtkit.json").read_text(encoding="utf-8"))
+    names = meta["spm"]
+    src = "spm.src.model" if "spm.src.model" in names else "spm.model"
+    tgt = "spm.tgt.model" if "spm.tgt.model" in names else "spm.model"
+    sp_src = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / src))
+    sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / tgt))
+    decode = meta.get("decode", {})
+    power = decode.get("length_penalty", "gnmt") == "power"
+    translator = ctranslate2.Translator(str(model_dir), intra_threads=threads)
+    options = {"beam_size": decode.get("beam", 4), "length_penalty": decode.get("alpha", 0.6) if power else 0.0,
+               "max_decoding_length": 256}
+    times = []
+    for i, line in enumerate(lines[:110]):
+        start = time.perf_counter()
+        result = translator.translate_batch([sp_src.encode(line, out_type=str)], **options)
+        sp_tgt.decode_pieces(result[0].hypotheses[0])
+        if i >= 10:
+            times.append(time.perf_counter() - start)
+    return percentile(times, 50)
+
+
 def start_server(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "mtkit", "serve", "-m", model, "--port", "0", *extra],
                             stderr=subprocess.PIPE, text=True)
@@ -108,6 +176,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=500, help="Requests per level.")
     parser.add_argument("--source", default="en")
     parser.add_argument("--target", default="de")
+    parser.add_argument("--whole-file", action="store_true",
+                        help="Also time mtkit translate on the 32-client level's sentences as one file.")
+    parser.add_argument("--rss-requests", type=int, default=0,
+                        help="After the levels, this many more requests (32 clients), with the RSS before and after.")
+    parser.add_argument("--direct", action="store_true",
+                        help="With --engine ctranslate2: CTranslate2 called directly on one sentence, p50.")
     parser.add_argument("extra", nargs="*", help="After --: flags for mtkit serve.")
     args = parser.parse_args()
     if not (args.model or args.url):
@@ -121,21 +195,43 @@ def main() -> None:
         lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 12))) for _ in range(1000)]
     proc, url = start_server(args.model, args.extra) if args.url is None else (None, args.url.rstrip("/"))
     pid = proc.pid if proc is not None else None
+    results: dict[int, dict] = {}
     try:
         print(f"{'clients':>7} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
               f"{'sent/call':>9} {'RSS MiB':>8}")
         for clients in (int(c) for c in args.clients.split(",")):
-            r = asyncio.run(level(url, lines, clients, args.requests, args.source, args.target))
+            r = results[clients] = asyncio.run(level(url, lines, clients, args.requests, args.source, args.target))
             rss = rss_mib(pid)
             print(f"{r['clients']:>7} {r['ok']:>6} {r['failed']:>6} {r['req_s']:>8.1f} {1000 * r['p50']:>8.1f} "
                   f"{1000 * r['p95']:>8.1f} {1000 * r['p99']:>8.1f} {r['per_call']:>9.1f} "
                   f"{rss if rss is not None else float('nan'):>8.0f}", flush=True)
+        if args.rss_requests:
+            before = rss_mib(pid)
+            r = asyncio.run(level(url, lines, 32, args.rss_requests, args.source, args.target))
+            after = rss_mib(pid)
+            growth = 100 * (after - before) / before if before and after else float("nan")
+            print(f"RSS over {args.rss_requests} more requests (32 clients, {r['failed']} failed, {r['req_s']:.1f} "
+                  f"req/s): {before:.0f} -> {after:.0f} MiB, {growth:+.1f} % (target < 5 %: "
+                  f"{'met' if growth < 5 else 'not met'})", flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(120)
             if code != 0:
                 print(f"the server exited {code}", file=sys.stderr)
+    if args.direct and args.model and 1 in results:
+        threads = int(flag(args.extra, "--threads") or 0) or min(4, os.cpu_count() or 1)
+        p50 = direct_p50(Path(args.model), lines, threads)
+        ratio = results[1]["p50"] / p50
+        print(f"CTranslate2 directly, one sentence: p50 {1000 * p50:.1f} ms ({threads} threads); the server's "
+              f"single-client p50 is {ratio:.2f}x it (target <= 1.5x: {'met' if ratio <= 1.5 else 'not met'})",
+              flush=True)
+    if args.whole_file and args.model and 32 in results:
+        sent = [lines[i % len(lines)] for i in range(args.requests)]
+        rate = whole_file(args.model, args.extra, sent)
+        ratio = results[32]["req_s"] / rate
+        print(f"mtkit translate, the same {len(sent)} sentences as one file (whole process): {rate:.1f} sent/s; "
+              f"32 clients reach {ratio:.2f}x it (target >= 0.8x: {'met' if ratio >= 0.8 else 'not met'})", flush=True)
     print(f"# {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, {len(lines)} distinct sentences", flush=True)
 
 
