@@ -154,7 +154,7 @@ def prepare(
     if vocab_from is not None:
         flags["data.spm.vocab_from"] = ("--vocab-from", str(vocab_from))
     config = _load(recipe, set_, flags, defaults)
-    if config.data.train is None:
+    if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
     run_prepare(config, out, force=force)
 
@@ -232,6 +232,11 @@ def curves(run: Path = typer.Argument(..., help="Run directory.")) -> None:
 
 # ---------------------------------------------------------------- translate
 
+CONSTRAINTS_HELP = ("JSON lines, one object per input line: {\"include\": [phrases the translation must hold], "
+                    "\"exclude\": [phrases it must not]}, {} for none (torch: both; ctranslate2: exclude only).")
+GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the source term (any case, whole words), "
+                 "the translation holds the target term (torch engine only).")
+
 
 @app.command()
 def translate(
@@ -260,6 +265,10 @@ def translate(
     attention_png: Optional[Path] = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: Optional[int] = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
     threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
+    constraints: Optional[Path] = typer.Option(None, "--constraints", help=CONSTRAINTS_HELP),
+    glossary: Optional[Path] = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="The language to translate into, for a "
+                                           "multilingual model (required when it has several targets)."),
 ) -> None:
     """Translate text, one output line per input line, always.
 
@@ -271,6 +280,7 @@ def translate(
     Example:
       echo "two hundred five" | mtkit translate -m work/demo/run
       mtkit translate -m work/demo/run --beam 5 --nbest 3 test.en    # 3 lines per input
+      mtkit translate -m work/demo/run --glossary terms.tsv test.en  # forces its terms in (torch engine)
     """
     from mtkit.commands.translate import translate as run_translate
 
@@ -284,6 +294,7 @@ def translate(
         list(model), inputs=list(inputs or ["-"]), output=output, output_format=output_format, device=device,
         precision=precision, engine=engine, buffer_size=buffer_size, attention_png=attention_png,
         attention_layer=attention_layer, threads=threads, decode_overrides={k: v for k, v in overrides.items() if v is not None},
+        constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
     )
 
 
@@ -347,6 +358,10 @@ def evaluate(
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α for --model."),
     length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
+    constraints: Optional[Path] = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
+    glossary: Optional[Path] = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="With --model, a multilingual one: the "
+                                           "language to translate into (required when it has several targets)."),
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
 
@@ -369,7 +384,7 @@ def evaluate(
         lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}.items()
                           if v is not None}, device=device,
-        lowercase=lowercase,
+        lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
     )
     typer.echo(text)
 
@@ -387,6 +402,8 @@ def score(
     batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Padded tokens per batch (default: the checkpoint's decode.batch_tokens)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only; log-softmax in fp32)."),
+    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="The target language of a multilingual "
+                                           "model (required when it has several targets)."),
 ) -> None:
     """Score given translations: log P(target | source) under the model (forced decoding).
 
@@ -403,7 +420,7 @@ def score(
     from mtkit.commands.score import score as run_score
 
     run_score(list(model), src=src, tgt=tgt, output_format=output_format, batch_tokens=batch_tokens,
-              device=device, precision=precision)
+              device=device, precision=precision, tgt_lang=tgt_lang)
 
 
 # ---------------------------------------------------------------------- run
@@ -460,11 +477,13 @@ def serve(
     max_beam: int = typer.Option(8, "--max-beam", help="Largest beam a request may ask for."),
     graceful_timeout: float = typer.Option(30.0, "--graceful-timeout", help="Seconds to let requests in flight finish on SIGTERM / Ctrl-C."),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (method, path, status) on stderr."),
+    glossary: Optional[Path] = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
 ) -> None:
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
     Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
-    POST /detect (LibreTranslate's); POST /v1/translate (beam, n-best, scores, confidence), GET /health,
+    POST /detect (LibreTranslate's); POST /v1/translate (beam, n-best, scores, confidence, constraints,
+    glossary), GET /health,
     GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or Ctrl-C: stop accepting, finish the
     requests in flight, exit 0.
 
@@ -483,7 +502,7 @@ def serve(
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
         max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
-        graceful_timeout=graceful_timeout, access_log=access_log,
+        graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
     )
 
 

@@ -104,6 +104,21 @@ class SpmConfig:
 
 
 @dataclass(frozen=True)
+class PairConfig:
+    """One language pair of a multilingual model (``data.pairs``): its sources, as a single-pair
+    recipe's ``data.train`` / ``valid`` / ``test``, and its share of the training mixture."""
+
+    src_lang: str = ""
+    tgt_lang: str = ""
+    train: Optional[SourceConfig] = None
+    valid: Optional[SourceConfig] = None
+    test: Optional[SourceConfig] = None
+    weight: Optional[float] = None  # sampling weight; none on every pair: temperature over sizes
+    # (train.pair_temperature); given, it must be given on every pair
+    lc_tok_ref: Optional[str] = None  # the official lowercased tokenized test references (as eval.lc_tok_ref)
+
+
+@dataclass(frozen=True)
 class DataConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
@@ -113,6 +128,9 @@ class DataConfig:
     clean: CleanConfig = field(default_factory=CleanConfig)
     spm: SpmConfig = field(default_factory=SpmConfig)
     workers: int = 0  # encoding processes; 0 = one per core
+    # Several pairs in one model, each source sentence led by its target language's tag <2xx>
+    # (Johnson et al. 2017); empty: the single pair above (src_lang, tgt_lang, train, valid, test).
+    pairs: tuple[PairConfig, ...] = ()
 
 
 # -------------------------------------------------------------------------- model
@@ -195,6 +213,10 @@ class TrainConfig:
     save_every_minutes: float = 0.0
     keep_last: int = 5
     best_metric: Literal["bleu", "loss"] = "loss"
+    best_pair: str = "mean"  # with data.pairs: the pair (e.g. en-de) whose validation picks best.pt, or
+    # mean: the mean over the pairs
+    pair_temperature: float = 1.0  # with data.pairs: pair i is sampled with p_i ∝ n_i^(1/T) (T = 1:
+    # proportional to its size; larger: flatter), unless data.pairs sets weights
     patience: int = 0  # validations without improvement before stopping; 0 = never
     average_last: int = 0  # average the last N checkpoints at the end of training
     tensorboard: bool = False
@@ -415,6 +437,7 @@ def _validate(config: Config) -> None:
         source = getattr(d, split)
         if source is not None:
             _check(source.size >= 1, f"data.{split}.size", ">= 1", source.size)
+    _validate_pairs(config)
 
     m = config.model
     for name in ("d_model", "h", "d_ff", "encoder_layers", "decoder_layers", "max_positions"):
@@ -468,6 +491,48 @@ def _validate(config: Config) -> None:
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     _check(e.examples >= 0, "eval.examples", ">= 0", e.examples)
+
+
+LANGUAGE_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # no '-': pairs are named src-tgt (en-de)
+
+
+def _validate_pairs(config: Config) -> None:
+    """``data.pairs`` and the training keys that go with it (``train.best_pair``, ``train.pair_temperature``)."""
+    d, t = config.data, config.train
+    _check(t.pair_temperature > 0, "train.pair_temperature", "> 0 (1: proportional to the pairs' sizes)",
+           t.pair_temperature)
+    if not d.pairs:
+        _check(t.best_pair == "mean", "train.best_pair", "mean (data.pairs is empty: one pair)", t.best_pair)
+        return
+    for split in ("train", "valid", "test"):
+        if getattr(d, split) is not None:
+            raise ConfigError(f"data.{split}", "give each pair's sources in data.pairs, not here, when data.pairs "
+                              "is set")
+    names = []
+    for i, pair in enumerate(d.pairs):
+        key = f"data.pairs[{i}]"
+        for name in ("src_lang", "tgt_lang"):
+            value = getattr(pair, name)
+            _check(bool(LANGUAGE_CODE.match(value)), f"{key}.{name}", "a language code such as 'en' "
+                   "(letters, digits and _)", value)
+        if pair.src_lang == pair.tgt_lang:
+            raise ConfigError(f"{key}.tgt_lang", f"the same language as its src_lang ({pair.src_lang})")
+        name = f"{pair.src_lang}-{pair.tgt_lang}"
+        if name in names:
+            raise ConfigError(key, f"{name} is listed twice")
+        names.append(name)
+        for split in ("train", "valid", "test"):
+            source = getattr(pair, split)
+            if source is not None:
+                _check(source.size >= 1, f"{key}.{split}.size", ">= 1", source.size)
+        if pair.weight is not None:
+            _check(pair.weight > 0, f"{key}.weight", "> 0", pair.weight)
+    weighted = [p.weight is not None for p in d.pairs]
+    if any(weighted) and not all(weighted):
+        raise ConfigError(f"data.pairs[{weighted.index(False)}].weight",
+                          "missing: give a weight to every pair or to none (then train.pair_temperature decides)")
+    _check(t.best_pair == "mean" or t.best_pair in names, "train.best_pair",
+           f"mean or one of the pairs ({', '.join(names)})", t.best_pair)
 
 
 def _raw_loader():

@@ -100,6 +100,25 @@ def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> None:
     lprobs.masked_fill_(mask[:, :V], -math.inf)
 
 
+def finished_sentences(alive: list[int], finished: list[list[Hypothesis]], best_live: list[float],
+                       max_len: list[int], step: int, beam: int, nbest: int, alpha: float, penalty: str) -> list[int]:
+    """The batch positions of beam search's live sentences that are done after ``step``: at their maximum
+    length, holding ``beam`` finished hypotheses, or holding ``nbest`` of which the best can no longer be
+    beaten (a live hypothesis's log-probability only falls, and its length penalty is at most that of
+    the maximum length). ``alive`` maps batch positions to sentences, ``best_live`` gives each position's
+    best live cumulative log-probability."""
+    done = []
+    for b, sent in enumerate(alive):
+        fin = finished[sent]
+        if step >= max_len[sent] or len(fin) >= beam:
+            done.append(b)
+        elif len(fin) >= nbest:
+            bound_len = max_len[sent] + 1 if alpha >= 0 else step + 2
+            if max(h.score for h in fin) >= best_live[b] / length_penalty(bound_len, alpha, penalty):
+                done.append(b)
+    return done
+
+
 # ------------------------------------------------------------------ greedy / sample
 
 
@@ -308,20 +327,11 @@ def beam_search(
         scores = top_scores.gather(1, order)  # (Bc, K)
         rows = (base + next_beam).view(-1)  # (Bc·K,)
 
-        # Which sentences are done?
+        # Which sentences are done? (candidates are sorted: the first live one is the best)
         done = []
         if eos_hits or step >= min_max_len:
-            best_live = scores[:, 0].tolist()  # candidates are sorted: the first live is the best
-            for b, sent in enumerate(alive):
-                fin = finished[sent]
-                if step >= max_len_list[sent] or len(fin) >= K:
-                    done.append(b)
-                elif len(fin) >= nbest:
-                    # The best score a live hypothesis could still reach (its log-probability only falls).
-                    bound_len = max_len_list[sent] + 1 if alpha >= 0 else step + 2
-                    bound_lp = length_penalty(bound_len, alpha, penalty)
-                    if max(h.score for h in fin) >= best_live[b] / bound_lp:
-                        done.append(b)
+            done = finished_sentences(alive, finished, scores[:, 0].tolist(), max_len_list, step, K, nbest, alpha,
+                                      penalty)
 
         history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
         cache = cache.reorder(rows)

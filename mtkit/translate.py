@@ -30,6 +30,7 @@ from typing import IO, Callable, Iterator
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import ConstraintSource
 from mtkit.runtime.engine import Translation
 
 OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest")
@@ -122,7 +123,8 @@ def _stderr(message: str) -> None:
 
 def translate_lines(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    log: Callable[[str], None] = _stderr) -> tuple[list[str], bool]:
+                    log: Callable[[str], None] = _stderr, constraints: ConstraintSource | None = None,
+                    tgt_lang: str | None = None) -> tuple[list[str], bool]:
     """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
     list of them: an ensemble), and whether the model's target vocabulary lowercases
     (``data.spm.lowercase``). Logs which checkpoints it loaded, once the settings have passed
@@ -131,6 +133,9 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
     Args:
         decode: the decode settings, from the (first) checkpoint's (None: those as they are).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (an error names ``--device``).
+        constraints: each line's constraints (:mod:`mtkit.runtime.constraints`), if any.
+        tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
+            target, see :func:`mtkit.data.languages.for_config`).
     """
     from mtkit.runtime.checkpoint import describe, load_model
     from mtkit.runtime.device import resolve_device
@@ -141,6 +146,10 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
     loaded = [load_model(p, device) for p in paths]
     settings = loaded[0].config.decode
     translator = Translator(loaded, decode(settings) if decode is not None else settings, device=device)
+    from mtkit.data.languages import for_config, same_pairs
+
+    same_pairs([m.config for m in loaded])
+    translator.vocab = for_config(translator.vocab, loaded[0].config, tgt_lang)
     for model in loaded:
         log(f"loaded {describe(model)}")
-    return translator.translate_text(lines), loaded[0].vocab.lowercases("tgt")
+    return translator.translate_text(lines, constraints), loaded[0].vocab.lowercases("tgt")

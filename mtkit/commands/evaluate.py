@@ -114,13 +114,23 @@ def evaluate(
     decode_overrides: dict,
     device: str = "auto",
     lowercase: bool = False,
+    constraints: Path | None = None,
+    glossary: Path | None = None,
+    tgt_lang: str | None = None,
 ) -> str:
-    """Run the evaluation the options describe; return the text to print."""
+    """Run the evaluation the options describe; return the text to print. ``constraints`` (JSON lines,
+    one per source line) and ``glossary`` (TSV) constrain ``model``'s translations; ``tgt_lang`` is the
+    target of a multilingual ``model`` (required when it has several)."""
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.scoring import read_named
 
     if model is not None and hyp:
         raise MtkitError("give either --hyp or --model, not both")
+    if model is None and tgt_lang is not None:
+        raise MtkitError("--tgt-lang needs --model (it picks the language the model translates into)")
+    if model is None and (constraints is not None or glossary is not None):
+        raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs --model "
+                         "(it constrains the model's translations)")
     if sum(str(p) == "-" for p in [*hyp, *ref]) > 1:
         raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
     if hyp_out is not None:
@@ -147,19 +157,32 @@ def evaluate(
         refs = read_named(ref)
         if lang is None and model is not None:
             suffix = Path(ref[0]).suffix.lstrip(".")
-            lang = suffix if len(suffix) == 2 else None
+            lang = tgt_lang or (suffix if len(suffix) == 2 else None)
     if model is None:
         if not hyp:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         hyps = read_named(hyp)
     else:
-        from mtkit.commands.translate import apply_decode_flags, check_decode_flags
+        from mtkit.commands.translate import (
+            apply_decode_flags,
+            check_decode_flags,
+            check_line_counts,
+            read_constraint_options,
+        )
         from mtkit.translate import translate_lines
 
         src_lines = sources if testset is not None else list(read_lines(src))
         check_decode_flags(decode_overrides)
+        per_line, terms = read_constraint_options(constraints, glossary)
+        check_line_counts(per_line, "--constraints", constraints, len(src_lines))
+        wanted = None
+        if per_line is not None or terms is not None:
+            from mtkit.runtime.constraints import constraint_source
+
+            wanted = constraint_source(per_line, terms, f"--constraints {constraints}")
         with_flags = functools.partial(apply_decode_flags, overrides=decode_overrides)
-        hypotheses, folds_case = translate_lines(model, src_lines, with_flags, device)
+        hypotheses, folds_case = translate_lines(model, src_lines, with_flags, device, constraints=wanted,
+                                                 tgt_lang=tgt_lang)
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
             lowercase = True

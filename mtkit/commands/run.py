@@ -8,6 +8,8 @@ Layout of the working directory::
     WORK/test.hyp       translations of the test split by the averaged (else last) checkpoint,
                         or by the ensemble of the members' averaged (else last) checkpoints
     WORK/scores.json    the scores printed at the end
+    WORK/test.PAIR.hyp  a multilingual recipe's translations, per pair (PAIR: en-de …), and its
+    WORK/test.PAIR.ref  references (scores.json then holds {"pairs": {PAIR: scores}})
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
 
     checkpoints = [final_checkpoint(d) for d in run_dirs]
     described = str(checkpoints[0]) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"
+    if config.data.pairs:
+        return evaluate_pairs(config, work, data_dir, checkpoints, described, started)
     ev = config.eval
     if ev.testset:
         from mtkit.metrics import load_testset
@@ -116,4 +120,56 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         print("examples:")
         for src, hyp, ref in list(zip(sources, hypotheses, read_lines(ref_path)))[: ev.examples]:
             print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
+    return scores
+
+
+def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list[Path], described: str,
+                   started: float) -> dict:
+    """A multilingual recipe's test: each pair's segment of the test split translated into its target
+    (its tag) and scored on its own, sacreBLEU first, then lc-tok BLEU against the pair's
+    ``lc_tok_ref`` or, without one, its raw references lowercased and tokenized.
+
+    Writes ``WORK/test.PAIR.hyp`` and ``WORK/test.PAIR.ref`` per pair and ``WORK/scores.json`` with
+    ``{"pairs": {PAIR: the evaluate --json document}, …}``."""
+    from mtkit.commands.evaluate import to_document
+    from mtkit.data.languages import stored_pairs
+    from mtkit.data.store import load_manifest
+    from mtkit.io import atomic_write_text, read_lines
+    from mtkit.scoring import score_files
+    from mtkit.translate import translate_lines
+
+    ev = config.eval
+    sources_all = list(read_lines(data_dir / "test.src.txt")) if (data_dir / "test.src.txt").is_file() else []
+    references_all = list(read_lines(data_dir / "test.tgt.txt")) if sources_all else []
+    lc_refs = {f"{p.src_lang}-{p.tgt_lang}": p.lc_tok_ref for p in config.data.pairs}
+    scores: dict = {"pairs": {}}
+    for stored in stored_pairs(load_manifest(data_dir)):
+        segment = stored.segment("test")
+        if segment is None:
+            continue
+        name, lang = stored.pair.name, stored.pair.tgt_lang
+        start, count = segment
+        sources, references = sources_all[start : start + count], references_all[start : start + count]
+        _say(f"translate {count} {name} test sentences into {lang} with {described} (beam {config.decode.beam}, "
+             f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
+        hypotheses, lowercase = translate_lines(checkpoints, sources, lambda saved: config.decode, tgt_lang=lang)
+        hyp_path, ref_path = work / f"test.{name}.hyp", work / f"test.{name}.ref"
+        atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
+        atomic_write_text(ref_path, "".join(line + "\n" for line in references))
+        evaluation = score_files([hyp_path], [ref_path], ev.metrics, lang=lang, lowercase=lowercase)
+        lc_ref = Path(lc_refs[name]) if lc_refs.get(name) else ref_path
+        lc = score_files([hyp_path], [lc_ref], ["bleu"], lc_tok=True, lang=lang)
+        evaluation.scores += [s for s in lc.scores if s.metric != "BLEU"]
+        scores["pairs"][name] = to_document(evaluation)
+        print(f"test set {name}: {ref_path} ({count} sentences), "
+              f"{'checkpoint' if len(checkpoints) == 1 else 'models'} {described}")
+        for s in scores["pairs"][name]["scores"]:
+            print(f"{s['metric']:>18} {s['score']:6.2f}   {s['signature']}")
+        if ev.examples:
+            print("examples:")
+            for src, hyp, ref in list(zip(sources, hypotheses, references))[: ev.examples]:
+                print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
+    scores["checkpoint"] = str(checkpoints[0]) if len(checkpoints) == 1 else [str(c) for c in checkpoints]
+    scores["minutes"] = (time.perf_counter() - started) / 60
+    atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores

@@ -83,6 +83,7 @@ def score(
     batch_tokens: int | None = None,
     device: str = "auto",
     precision: str = "fp32",
+    tgt_lang: str | None = None,
 ) -> None:
     """Print the log-probability of each line of ``tgt`` given the same line of ``src``.
 
@@ -94,6 +95,8 @@ def score(
         batch_tokens: padded tokens per batch (None: the checkpoint's ``decode.batch_tokens``).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``fp32`` | ``bf16`` | ``fp16`` (autocast; the log-softmax is fp32).
+        tgt_lang: the target language of a multilingual model, whose tag leads each source (required
+            when it has several targets).
     """
     if output_format not in FORMATS:
         raise MtkitError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
@@ -126,6 +129,10 @@ def score(
     loaded = [load_model(p, device) for p in paths]
     scorer = PairScorer(loaded, device=device, precision=precision,
                         batch_tokens=batch_tokens or loaded[0].config.decode.batch_tokens)
+    from mtkit.data.languages import for_config, same_pairs
+
+    same_pairs([m.config for m in loaded])
+    scorer.vocab = for_config(scorer.vocab, loaded[0].config, tgt_lang)
     say_loaded(loaded)
 
     progress = sentence_progress()

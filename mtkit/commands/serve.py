@@ -5,7 +5,9 @@ an exported directory), built as ``mtkit translate`` builds its engine
 (:func:`mtkit.commands.translate.build_translator`), and named by its path. Its language pair is
 its config's ``data.src_lang`` / ``data.tgt_lang`` (for an exported model: those of the run it
 was exported from, when its ``config.yaml`` is still there); ``--src-lang`` / ``--tgt-lang`` set
-them for every model. Everything is checked, and every model loaded, before the server listens.
+them for every model. A multilingual model (``data.pairs``) serves each of its pairs, as ``NAME:en-de``
+…; ``--src-lang`` / ``--tgt-lang`` then keep only the pairs they match. Everything is checked, and
+every model loaded, before the server listens.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mtkit.commands.translate import ENGINES, build_translator, check_decode_flags
+from mtkit.commands.translate import ENGINES, build_translator, check_decode_flags, read_constraint_options
 from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
 
@@ -55,6 +57,24 @@ def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _served_pairs(name: str, path: Path, translator, engine: str, description: str, src_lang: str | None,
+                  tgt_lang: str | None) -> list:
+    """A multilingual model's pairs as served models ``NAME:en-de`` …, each an engine leading its sources
+    with its target's tag; a request naming ``NAME`` picks among them by source and target. ``--src-lang``
+    / ``--tgt-lang`` keep only the pairs they match."""
+    from mtkit.commands.translate import for_language
+    from mtkit.data.languages import describe
+    from mtkit.serve.models import ServedModel
+
+    pairs = translator.languages[0]
+    chosen = [p for p in pairs if src_lang in (None, p.src_lang) and tgt_lang in (None, p.tgt_lang)]
+    if not chosen:
+        raise MtkitError(f"-m {path}: translates {describe(pairs)}; none of them matches --src-lang / --tgt-lang")
+    print(f"model {name}: {describe(chosen)}", file=sys.stderr, flush=True)
+    return [ServedModel(f"{name}:{p.name}", for_language(translator, p.tgt_lang), p.src_lang, p.tgt_lang, engine,
+                        description, group=name) for p in chosen]
+
+
 def _names(paths: list[Path]) -> list[str]:
     """Each model's name: its run directory's (or file's) name, made unique with -2, -3 ..."""
     names: list[str] = []
@@ -89,6 +109,7 @@ def serve(
     max_beam: int = 8,
     graceful_timeout: float = 30.0,
     access_log: bool = False,
+    glossary: Path | None = None,
 ) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
     try:
@@ -116,6 +137,9 @@ def serve(
     if overrides.get("beam", 1) > max_beam:
         raise MtkitError(f"--beam {overrides['beam']}: above --max-beam {max_beam}")
     keys = read_api_keys(api_keys) if api_keys is not None else None
+    terms = None
+    if glossary is not None:
+        _, terms = read_constraint_options(None, glossary, engine)
     paths = [Path(p) for p in models]
     for path in paths:
         if not path.exists():
@@ -133,10 +157,15 @@ def serve(
             found["src"], found["tgt"] = loaded[0].config.data.src_lang, loaded[0].config.data.tgt_lang
             found["description"] = f"{loaded[0].path}" + (f" (step {loaded[0].step})" if loaded[0].step is not None else "")
 
-        translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect)
+        translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect,
+                                      any_target=True)
         if engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
             found["description"] = translator.description
+        if translator.languages[0]:  # a multilingual model: one served entry per pair, sharing the weights
+            served += _served_pairs(name, path, translator, engine, found.get("description", str(path)), src_lang,
+                                    tgt_lang)
+            continue
         src, tgt = src_lang or found.get("src"), tgt_lang or found.get("tgt")
         if not src or not tgt:
             raise MtkitError(f"-m {path}: its language pair is not recorded with it; give --src-lang and --tgt-lang")
@@ -145,7 +174,9 @@ def serve(
 
     limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                     max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens)
-    service = Service(served, limits, keys)
+    service = Service(served, limits, keys, terms)
+    if terms is not None:
+        print(f"glossary: {len(terms)} terms from {glossary}", file=sys.stderr, flush=True)
     if keys is not None:
         print(f"API keys: {len(keys)} from {api_keys}", file=sys.stderr, flush=True)
     run(Guard(create_app(service), max_body_bytes, service.metrics), host, port, graceful_timeout, access_log)

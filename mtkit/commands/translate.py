@@ -96,6 +96,56 @@ def say_loaded(loaded: list) -> None:
         print(f"loaded {describe(model)}", file=sys.stderr, flush=True)
 
 
+def read_constraint_options(constraints: Path | None, glossary: Path | None, engine: str = "torch",
+                            sampling: bool = False):
+    """The ``--constraints`` file (a checked list of :class:`Constraints`, one per input line) and the
+    ``--glossary`` (a :class:`Glossary`), None for those not given; an error, before any model loads,
+    for what the engine or the decoding cannot do (include phrases on CTranslate2, sampling)."""
+    if constraints is None and glossary is None:
+        return None, None
+    from mtkit.runtime.constraints import read_constraints
+    from mtkit.runtime.glossary import Glossary
+
+    per_line = read_constraints(constraints) if constraints is not None else None
+    terms = Glossary.read(glossary) if glossary is not None else None
+    if sampling:
+        raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs beam search: "
+                         "drop --sampling")
+    if engine == "ctranslate2":
+        from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+
+        include = next((n for n, c in enumerate(per_line or [], 1) if c.include), None)
+        if terms is not None or include is not None:
+            where = "--glossary" if terms is not None else f"--constraints {constraints}: line {include}"
+            raise MtkitError(f"{where}: {INCLUDE_UNSUPPORTED}")
+    return per_line, terms
+
+
+def _count_lines(names: list[str]) -> int | None:
+    """The lines of the input files as :func:`mtkit.translate.read_text_lines` counts them; None when one
+    is stdin or not a regular file (a pipe can be read only once)."""
+    from mtkit.io import open_binary
+
+    if any(name == "-" or not Path(name).is_file() for name in names):
+        return None
+    total = 0
+    for name in names:
+        with open_binary(name) as f:
+            last = b"\n"
+            for block in iter(lambda: f.read(1 << 20), b""):
+                total += block.count(b"\n")
+                last = block[-1:]
+            total += last != b"\n"
+    return total
+
+
+def check_line_counts(per_line: list | None, flag: str, path: Path | None, lines: int | None) -> None:
+    """A constraints file must have one line per input line (``lines``; None: not known yet)."""
+    if per_line is not None and lines is not None and len(per_line) != lines:
+        raise MtkitError(f"{flag} {path}: has {len(per_line)} lines, the input {lines}; "
+                         "give one JSON object per input line ({} for none)")
+
+
 def _check_writable(path: Path | None, flag: str) -> None:
     if path is not None and path.is_dir():
         raise MtkitError(f"{flag} {path}: is a directory; give a file path")
@@ -141,7 +191,8 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
-                     inspect: Callable[[list], None] | None = None):
+                     inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
+                     any_target: bool = False):
     """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
@@ -150,6 +201,9 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
         inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
             checks, or what it reads of them (their configs).
+        tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine then leads
+            each source with its tag (:func:`for_language`).
+        any_target: leave the target open (``serve``, which picks it per request with :func:`for_language`).
     """
     overrides = dict(overrides or {})
     if engine == "ctranslate2":
@@ -162,8 +216,10 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
                                            intra_threads=threads)
+        translator.languages = _exported_pairs(paths[0])
+        chosen = translator if any_target else for_language(translator, tgt_lang)
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
-        return translator
+        return chosen
     from mtkit.runtime.device import resolve_device
 
     device = resolve_device(device)
@@ -182,8 +238,42 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
     translator = Translator(loaded, decode, device=device, precision=precision)
+    from mtkit.data.languages import same_pairs, single_pair
+
+    translator.languages = (same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data))
+    chosen = translator if any_target else for_language(translator, tgt_lang)
     say_loaded(loaded)
-    return translator
+    return chosen
+
+
+def _exported_pairs(model_dir: Path) -> tuple[list, tuple[str, str] | None]:
+    """An exported model's pairs (``mtkit.json``'s ``pairs``; empty for a single-pair model) and its one
+    pair when recorded (``data``)."""
+    from mtkit.data.languages import pairs_from_list
+    from mtkit.runtime.ctranslate2_engine import read_manifest
+
+    manifest = read_manifest(model_dir)
+    data = manifest.get("data") or {}
+    single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
+    return pairs_from_list(manifest.get("pairs")), single
+
+
+def for_language(translator, tgt_lang: str | None, flag: str = "--tgt-lang"):
+    """The engine translating into ``tgt_lang``: for a multilingual model a shallow copy (the same weights)
+    whose sources start with that language's tag; a single-pair model's engine itself. A missing target
+    (when the model has several) or one the model does not translate into is a one-line error naming
+    ``flag``. The engine's ``languages`` (set by :func:`build_translator`) are its pairs."""
+    import copy
+
+    from mtkit.data.languages import for_target
+
+    pairs, single = getattr(translator, "languages", ([], None))
+    vocab = for_target(translator.vocab, pairs, single, tgt_lang, flag)
+    if vocab is translator.vocab:
+        return translator
+    chosen = copy.copy(translator)
+    chosen.vocab = vocab
+    return chosen
 
 
 def translate(
@@ -200,9 +290,16 @@ def translate(
     attention_layer: int | None = None,
     threads: int = 0,
     decode_overrides: dict | None = None,
+    constraints: Path | None = None,
+    glossary: Path | None = None,
+    tgt_lang: str | None = None,
 ) -> None:
     """Translate ``inputs`` (files, ``-`` for stdin; default stdin) with one checkpoint, an
     ensemble of checkpoints, or (``engine='ctranslate2'``) an exported CTranslate2 directory.
+
+    ``constraints`` (JSON lines, one object per input line) and ``glossary`` (TSV) give phrases a
+    translation must (``include``, glossary terms) or must not (``exclude``) contain
+    (:mod:`mtkit.runtime.constraints`); CTranslate2 takes only ``exclude``.
 
     Args:
         model_path: a checkpoint or run directory, a list of them (an ensemble), or the
@@ -221,6 +318,7 @@ def translate(
         threads: CPU threads for the engine (0: the engine's default).
         decode_overrides: decode keys from command-line flags, set on top of ``decode``; errors
             name the flags.
+        tgt_lang: the target language of a multilingual model (required when it has several).
     """
     from mtkit.translate import OUTPUT_FORMATS, format_translation
 
@@ -248,6 +346,9 @@ def translate(
     for name in inputs:  # a named pipe (`<(...)`) is fine: only missing paths and directories are not
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             raise MtkitError(f"{name}: {'is a directory, expected a file' if Path(name).is_dir() else 'no such file'}")
+    per_line, terms = read_constraint_options(constraints, glossary, engine, bool(overrides.get("sampling")))
+    if per_line is not None:
+        check_line_counts(per_line, "--constraints", constraints, _count_lines(inputs))
     _check_writable(output, "--output")
     _check_writable(attention_png, "--attention-png")
     interactive = "-" in inputs and sys.stdin.isatty()
@@ -263,7 +364,8 @@ def translate(
             raise MtkitError(f"--attention-layer {attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
 
-    translator = build_translator(paths, engine, device, precision, threads, overrides, decode, check_attention_layer)
+    translator = build_translator(paths, engine, device, precision, threads, overrides, decode, check_attention_layer,
+                                  tgt_lang=tgt_lang)
     first_model = translator.models[0] if engine == "torch" else None
 
     nbest = translator.decode.nbest
@@ -271,9 +373,16 @@ def translate(
         output_format = "nbest" if nbest > 1 else "text"
     attention_done = attention_png is None
     progress = sentence_progress(enabled=not interactive)
+    wanted = None
+    if per_line is not None or terms is not None:
+        from mtkit.runtime.constraints import constraint_source
+
+        wanted = constraint_source(per_line, terms, f"--constraints {constraints}")
+    done = 0
     try:
         with _output_stream(output) as out:
-            for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size):
+            for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size, constraints=wanted):
+                done += 1
                 out.write("".join(line + "\n" for line in format_translation(t, output_format, nbest)).encode("utf-8"))
                 if buffer_size == 1:
                     out.flush()
@@ -284,6 +393,7 @@ def translate(
 
                     draw(first_model, translator.vocab, t.src_ids, t.best.ids, attention_png, attention_layer)
                     attention_done = True
+            check_line_counts(per_line, "--constraints", constraints, done)  # stdin: known only now
     except BrokenPipeError:
         if output is None:
             discard_stdout()  # the CLI then exits 0

@@ -90,6 +90,9 @@ def resolve_source(source: SourceConfig) -> SourceConfig:
 
 def resolve_data(data: DataConfig) -> DataConfig:
     changes: dict[str, Any] = {s: resolve_source(getattr(data, s)) for s in SPLITS if getattr(data, s) is not None}
+    if data.pairs:
+        changes["pairs"] = tuple(dataclasses.replace(p, **{s: resolve_source(getattr(p, s)) for s in SPLITS
+                                                           if getattr(p, s) is not None}) for p in data.pairs)
     spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model", "vocab_from")
                    if (v := getattr(data.spm, k))}
     return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
@@ -99,10 +102,11 @@ def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[b
     """Hash of the resolved data config (less ``workers``, which changes no output), mtkit's
     version, each input file's size and mtime, and the given vocabulary's bytes (``data.spm.vocab_from``)."""
     files = []
-    for split in SPLITS:
-        source = getattr(data, split)
-        if source is not None:
-            files.extend(source_files(source))
+    for holder in (data, *data.pairs):
+        for split in SPLITS:
+            source = getattr(holder, split)
+            if source is not None:
+                files.extend(source_files(source))
     files.extend(Path(p) for p in (data.spm.model, data.spm.tgt_model) if p)
     stamps = []
     for path in files:
@@ -110,6 +114,10 @@ def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[b
             st = path.stat()
             stamps.append([str(path), st.st_size, st.st_mtime_ns])
     settings = config_to_dict(dataclasses.replace(data, workers=0))
+    if not data.pairs:
+        del settings["pairs"]  # a single-pair recipe keeps the fingerprint it had before data.pairs existed
+    for pair in settings.get("pairs", []):  # training and evaluation settings: no output of prepare changes
+        del pair["weight"], pair["lc_tok_ref"]
     vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None
              else None for m in vocab_models] if vocab_models else None  # (an imported model's piece table third)
     blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps, "vocab": vocab},
@@ -236,15 +244,15 @@ def _check_out_dir(out_dir: Path) -> None:
 
 # --------------------------------------------------------------------- workers
 
-_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype]] = None
+_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype, Optional[int]]] = None
 
 
-def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str,
+def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str, tag: Optional[int] = None,
                  parent: Optional[int] = None) -> None:
     global _STATE
     if parent is not None:
         die_with_parent(parent)
-    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype))
+    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag)
 
 
 def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
@@ -254,7 +262,7 @@ def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
 def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
     """Normalize, encode and length-filter one chunk of training pairs (runs in a worker)."""
     assert _STATE is not None
-    vocab, normalize, clean, dtype = _STATE
+    vocab, normalize, clean, dtype, tag = _STATE
     srcs, tgts = [], []
     empty = 0
     for s, t in pairs:
@@ -277,6 +285,9 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
     hashes = None
     if clean.dedup:
         hashes = np.fromiter(map(pair_hash, srcs, tgts), dtype=np.uint64, count=len(srcs))
+    if tag is not None:  # a multilingual store: the target-language tag leads every source (not counted by max_len)
+        src_ids = [[tag, *ids] for ids in src_ids]
+        src_lens = src_lens + 1
     return {
         "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
         "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
@@ -334,13 +345,40 @@ def _sample_for_spm(data: DataConfig, progress: bool) -> tuple[list[str], list[s
     return [s for s, _ in reservoir], [t for _, t in reservoir], read
 
 
-def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool) -> dict:
-    """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops."""
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """What one pass over a split reads: a single-pair recipe's split, or one pair's of ``data.pairs``."""
+
+    source: Optional[SourceConfig]
+    src_lang: str
+    tgt_lang: str
+    key: Optional[str] = None  # the config key errors name (None: data.<split>)
+    tag: Optional[int] = None  # the target-language tag id that leads each source (multilingual)
+
+    def pairs(self, split: str, invalid_utf8: str, skipped: Optional[collections.Counter] = None):
+        return iter_pairs(self.source, self.src_lang, self.tgt_lang, invalid_utf8, split, skipped=skipped,
+                          key=self.key, demo_languages=self.tag is not None)
+
+
+def _single(data: DataConfig, split: str) -> _Part:
+    return _Part(getattr(data, split), data.src_lang, data.tgt_lang)
+
+
+def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool,
+                  part: Optional[_Part] = None, writer: Optional[ParallelStoreWriter] = None) -> dict:
+    """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops.
+
+    ``part``: one pair of a multilingual recipe, appended to ``writer`` (which the caller closes);
+    by default the recipe's one pair into a store of its own."""
     clean = data.clean
     dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
     skipped: collections.Counter = collections.Counter()
     dropped = dict.fromkeys(RULES, 0)
-    writer = ParallelStoreWriter(out_dir, "train", dtype)
+    own_writer = writer is None
+    part = part or _single(data, "train")
+    if writer is None:  # (not `writer or …`: an empty writer is falsy)
+        writer = ParallelStoreWriter(out_dir, "train", dtype)
+    first = len(writer)
     dedup = Deduplicator() if clean.dedup else None
     read = 0
 
@@ -363,10 +401,10 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
             read += len(chunk)
             yield chunk
 
-    pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train", skipped=skipped)
+    pairs = part.pairs("train", clean.invalid_utf8, skipped)
     chunks = counted(_chunks(pairs, CHUNK_PAIRS))
     models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
-    init_args = (models, clean, dtype.name)
+    init_args = (models, clean, dtype.name, part.tag)
     with _progress(progress, "train: encode") as bar:
         if workers <= 1:
             _init_worker(*init_args)
@@ -387,33 +425,37 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
                     take(result.get())
                     bar.update(n)
     dropped["invalid_utf8"] = skipped["invalid_utf8"]
-    stats = writer.close()
+    stats = writer.close() if own_writer else {"start": first, "pairs": len(writer) - first}
     stats["read"] = read + skipped["invalid_utf8"]
     return {"stats": stats, "dropped": dropped}
 
 
 def _encode_eval(data: DataConfig, split: str, vocab: Vocab, out_dir: Path) -> dict:
     """Validation/test: normalize only, keep every line; write the store and the cleaned text."""
-    source: SourceConfig = getattr(data, split)
-    normalize = make_normalizer(data.clean)
-    skipped: collections.Counter = collections.Counter()
     writer = ParallelStoreWriter(out_dir, split, id_dtype(max(vocab.src_size, vocab.tgt_size)))
-    pairs = iter_pairs(source, data.src_lang, data.tgt_lang, data.clean.invalid_utf8, split, skipped=skipped)
     with open(out_dir / f"{split}.src.txt", "w", encoding="utf-8") as fs, \
             open(out_dir / f"{split}.tgt.txt", "w", encoding="utf-8") as ft:
-        for chunk in _chunks(pairs, CHUNK_PAIRS):
-            # A newline inside an HF example would break line alignment of the text files.
-            srcs = [normalize(s).replace("\n", " ") for s, _ in chunk]
-            tgts = [normalize(t).replace("\n", " ") for _, t in chunk]
-            fs.writelines(s + "\n" for s in srcs)
-            ft.writelines(t + "\n" for t in tgts)
-            for s_ids, t_ids in zip(vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)):
-                writer.add(s_ids, t_ids)
+        skipped = _append_eval(data, _single(data, split), split, vocab, writer, fs, ft)
     stats = writer.close()
-    stats["read"] = stats["pairs"] + skipped["invalid_utf8"]
+    stats["read"] = stats["pairs"] + skipped
     if stats["pairs"] == 0:
         raise MtkitError(f"data.{split}: the {split} set is empty")
-    return {"stats": stats, "dropped": {"invalid_utf8": skipped["invalid_utf8"]}}
+    return {"stats": stats, "dropped": {"invalid_utf8": skipped}}
+
+
+def _append_eval(data: DataConfig, part: _Part, split: str, vocab: Vocab, writer: ParallelStoreWriter, fs, ft) -> int:
+    """Append one validation/test source to ``writer`` and the text files; returns the invalid lines skipped."""
+    normalize = make_normalizer(data.clean)
+    skipped: collections.Counter = collections.Counter()
+    for chunk in _chunks(part.pairs(split, data.clean.invalid_utf8, skipped), CHUNK_PAIRS):
+        # A newline inside an HF example would break line alignment of the text files.
+        srcs = [normalize(s).replace("\n", " ") for s, _ in chunk]
+        tgts = [normalize(t).replace("\n", " ") for _, t in chunk]
+        fs.writelines(s + "\n" for s in srcs)
+        ft.writelines(t + "\n" for t in tgts)
+        for s_ids, t_ids in zip(vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)):
+            writer.add(s_ids if part.tag is None else [part.tag, *s_ids], t_ids)
+    return skipped["invalid_utf8"]
 
 
 def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
@@ -436,7 +478,10 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
         vocab = Vocab.from_files(Path(spm_cfg.model), tgt_path)
         info = {"trained": False, "reused": [spm_cfg.model] + ([spm_cfg.tgt_model] if spm_cfg.tgt_model else [])}
         return vocab, info
-    if data.train is None:
+    if data.pairs and not any(p.train is not None for p in data.pairs):
+        raise MtkitError("data.pairs: no pair has a training source to build the vocabulary from "
+                         "(or set data.spm.model)")
+    if data.train is None and not data.pairs:
         raise MtkitError("data.train: no training source to build the vocabulary from (or set data.spm.model)")
     # Sampling and training run in a child process: the sample and SentencePiece's trainer
     # take memory that CPython would not give back, and the encoding workers forked later
@@ -459,6 +504,8 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
 def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
     """Sample the training data and train SentencePiece on it; returns the serialized model(s)."""
     spm_cfg, timings = data.spm, {}
+    if data.pairs:
+        return _train_multilingual_vocab(data, workers, progress)
     start = time.perf_counter()
     srcs, tgts, read = _sample_for_spm(data, progress)
     timings["sample"] = round(time.perf_counter() - start, 2)
@@ -474,6 +521,98 @@ def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[
     return models, info, timings
 
 
+def _sample_languages(data: DataConfig, progress: bool) -> tuple[dict[tuple[str, str], list[str]], int]:
+    """Pass 1 of a multilingual recipe: a reservoir sample per language (and per model when the
+    vocabularies are separate), so that every language has an equal share of the SentencePiece
+    sample whatever its pairs' sizes; a side that several pairs share (en in en-de and en-fr from
+    one file) is read once. Returns {(model, language): sentences} and the pairs read."""
+    clean, spm_cfg = data.clean, data.spm
+    normalize = make_normalizer(clean)
+    pairs = [(i, p) for i, p in enumerate(data.pairs) if p.train is not None]
+    sides: dict[tuple[str, str], int] = collections.Counter()  # (model, language) -> sides that feed it
+    for _, p in pairs:
+        for side, lang in (("src", p.src_lang), ("tgt", p.tgt_lang)):
+            sides[("joint" if spm_cfg.joint else side, lang)] += 1
+    per_model = collections.Counter(model for model, _ in sides)
+    reservoirs: dict[tuple[str, str], list[str]] = {key: [] for key in sides}
+    seen_count = dict.fromkeys(sides, 0)
+    read_sides: set = set()
+    rng = random.Random(0)
+    read = 0
+    with _progress(progress, "train: sample for SentencePiece") as bar:
+        for i, p in pairs:
+            wanted = []
+            for side, lang in (("src", p.src_lang), ("tgt", p.tgt_lang)):
+                key = ("joint" if spm_cfg.joint else side, lang)
+                origin = (key[0], *_side_origin(p.train, side, lang))
+                if origin not in read_sides:
+                    read_sides.add(origin)
+                    wanted.append((0 if side == "src" else 1, key))
+            if not wanted:
+                continue
+            part = _Part(p.train, p.src_lang, p.tgt_lang, f"data.pairs[{i}].train", tag=0)
+            for pair in part.pairs("train", clean.invalid_utf8):
+                read += 1
+                if read % 10000 == 0:
+                    bar.update(10000)
+                for which, key in wanted:
+                    text = normalize(pair[which])
+                    if not text or not within_words(text, text, clean.max_len):
+                        continue
+                    capacity = max(1, spm_cfg.sample_size // per_model[key[0]])
+                    reservoir = reservoirs[key]
+                    seen_count[key] += 1
+                    if len(reservoir) < capacity:
+                        reservoir.append(text)
+                    else:
+                        j = rng.randrange(seen_count[key])
+                        if j < capacity:
+                            reservoir[j] = text
+        bar.update(read % 10000)
+    return reservoirs, read
+
+
+def _side_origin(source: SourceConfig, side: str, lang: str) -> tuple:
+    """What one side of a training source reads, so that a side shared by several pairs is sampled once:
+    a file, a TSV column, a dataset column, or the demo's sentences in one language."""
+    if source.kind == "files":
+        return ("files", source.src if side == "src" else source.tgt)
+    if source.kind == "tsv":
+        return ("tsv", source.path, side)
+    if source.kind == "demo":
+        return ("demo", source.size, source.seed, lang)
+    field = (source.src_field if side == "src" else source.tgt_field) or lang
+    return ("hf", source.name, source.config, source.split, field)
+
+
+def _train_multilingual_vocab(data: DataConfig, workers: int,
+                              progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
+    """SentencePiece for a multilingual recipe: one model over every language (or a source and a
+    target model), with the pairs' target-language tags reserved as whole pieces of the source model."""
+    from mtkit.data.languages import config_pairs, tag_piece, targets
+
+    spm_cfg, timings = data.spm, {}
+    start = time.perf_counter()
+    reservoirs, read = _sample_languages(data, progress)
+    timings["sample"] = round(time.perf_counter() - start, 2)
+    if not any(reservoirs.values()):
+        raise MtkitError(f"data.pairs: no training pairs left after cleaning ({read} read, all empty or too long)")
+    tags = [tag_piece(lang) for lang in targets(config_pairs(data))]
+    start = time.perf_counter()
+    sample = {model: [t for (m, _), texts in reservoirs.items() if m == model for t in texts]
+              for model in ("joint", "src", "tgt")}
+    if spm_cfg.joint:
+        models = (train_model(sample["joint"], spm_cfg, workers, tags), None)
+    else:
+        models = (train_model(sample["src"], spm_cfg, workers, tags), train_model(sample["tgt"], spm_cfg, workers))
+    timings["spm_train"] = round(time.perf_counter() - start, 2)
+    info = {"trained": True, "sample_sentences": sum(map(len, reservoirs.values())),
+            "sample_per_language": {f"{lang}" if spm_cfg.joint else f"{model}.{lang}": len(texts)
+                                    for (model, lang), texts in reservoirs.items()},
+            "tags": tags}
+    return models, info, timings
+
+
 # ------------------------------------------------------------------- pipeline
 
 
@@ -486,7 +625,10 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
     files = vocab.save(out_dir)
     splits: dict[str, dict] = {}
     dropped: dict[str, dict] = {}
-    if data.train is not None:
+    pairs = None
+    if data.pairs:
+        pairs = _build_pairs(data, vocab, out_dir, workers, progress, timings, splits, dropped)
+    elif data.train is not None:
         start = time.perf_counter()
         result = _encode_train(data, vocab, out_dir, workers, progress)
         timings["encode_train"] = round(time.perf_counter() - start, 2)
@@ -498,7 +640,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
                 f"data.train: no training pairs left after cleaning ({result['stats']['read']} read; dropped: {drops})"
             )
     for split in ("valid", "test"):
-        if getattr(data, split) is not None:
+        if getattr(data, split) is not None and not data.pairs:
             start = time.perf_counter()
             result = _encode_eval(data, split, vocab, out_dir)
             timings[f"encode_{split}"] = round(time.perf_counter() - start, 2)
@@ -507,7 +649,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
                 + (f" (skipped {result['dropped']['invalid_utf8']} invalid UTF-8)" if result["dropped"]["invalid_utf8"]
                    else ""))
     timings["total"] = round(time.perf_counter() - total_start, 2)
-    return {
+    manifest = {
         "format": MANIFEST_FORMAT,
         "mtkit_version": mtkit.__version__,
         "fingerprint": fp,
@@ -532,6 +674,73 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
         "workers": workers,
         "timings_s": timings,
     }
+    if pairs is not None:  # a multilingual store: its pairs replace the single pair's languages and sources
+        for key in ("src_lang", "tgt_lang", "sources"):
+            del manifest[key]
+        manifest["pairs"] = pairs
+    return manifest
+
+
+def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool, timings: dict,
+                 splits: dict, dropped: dict) -> list[dict]:
+    """Encode every pair of a multilingual recipe into one store per split, pair after pair (each a
+    contiguous segment of its split), each source led by its target-language tag; fills ``splits``,
+    ``dropped`` and ``timings`` and returns the manifest's ``pairs``: languages, tag, sources, and
+    per split the segment's ``start`` and ``pairs`` (and for train what cleaning dropped)."""
+    from mtkit.data.languages import Pair, tag_id, tag_piece
+
+    dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
+    entries = []
+    for i, p in enumerate(data.pairs):
+        name = Pair(p.src_lang, p.tgt_lang).name
+        entries.append({"src_lang": p.src_lang, "tgt_lang": p.tgt_lang, "name": name, "tag": tag_piece(p.tgt_lang),
+                        "tag_id": tag_id(vocab, p.tgt_lang),
+                        "sources": {s: config_to_dict(getattr(p, s)) for s in SPLITS if getattr(p, s) is not None},
+                        "splits": {}, "dropped": {}})
+    parts = [_Part(p.train, p.src_lang, p.tgt_lang, f"data.pairs[{i}].train", e["tag_id"])
+             for i, (p, e) in enumerate(zip(data.pairs, entries))]
+    if any(p.train is not None for p in data.pairs):
+        start = time.perf_counter()
+        writer = ParallelStoreWriter(out_dir, "train", dtype)
+        for p, part, entry in zip(data.pairs, parts, entries):
+            if p.train is None:
+                continue
+            result = _encode_train(data, vocab, out_dir, workers, progress, part, writer)
+            entry["splits"]["train"], entry["dropped"]["train"] = result["stats"], result["dropped"]
+            drops = ", ".join(f"{rule} {n}" for rule, n in result["dropped"].items())
+            log(f"train {entry['name']}: kept {result['stats']['pairs']} of {result['stats']['read']} pairs "
+                f"(dropped: {drops})")
+            if result["stats"]["pairs"] == 0:
+                raise MtkitError(f"{part.key}: no training pairs left after cleaning ({result['stats']['read']} read; "
+                                 f"dropped: {drops})")
+        splits["train"] = writer.close()
+        splits["train"]["read"] = sum(e["splits"]["train"]["read"] for e in entries if "train" in e["splits"])
+        dropped["train"] = {rule: sum(e["dropped"]["train"][rule] for e in entries if "train" in e["dropped"])
+                            for rule in RULES}
+        timings["encode_train"] = round(time.perf_counter() - start, 2)
+    for split in ("valid", "test"):
+        if all(getattr(p, split) is None for p in data.pairs):
+            continue
+        start = time.perf_counter()
+        writer = ParallelStoreWriter(out_dir, split, dtype)
+        skipped = 0
+        with open(out_dir / f"{split}.src.txt", "w", encoding="utf-8") as fs, \
+                open(out_dir / f"{split}.tgt.txt", "w", encoding="utf-8") as ft:
+            for i, (p, entry) in enumerate(zip(data.pairs, entries)):
+                if getattr(p, split) is None:
+                    continue
+                first = len(writer)
+                part = dataclasses.replace(parts[i], source=getattr(p, split), key=f"data.pairs[{i}].{split}")
+                skipped += _append_eval(data, part, split, vocab, writer, fs, ft)
+                entry["splits"][split] = {"start": first, "pairs": len(writer) - first}
+                if len(writer) == first:
+                    raise MtkitError(f"{part.key}: the {split} set is empty")
+                log(f"{split} {entry['name']}: kept {len(writer) - first} pairs")
+        splits[split] = writer.close()
+        splits[split]["read"] = splits[split]["pairs"] + skipped
+        dropped[split] = {"invalid_utf8": skipped}
+        timings[f"encode_{split}"] = round(time.perf_counter() - start, 2)
+    return entries
 
 
 def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None,
@@ -545,7 +754,7 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     if progress is None:
         progress = sys.stderr.isatty()
     data = resolve_data(data)
-    if data.train is None and data.valid is None and data.test is None:
+    if data.train is None and data.valid is None and data.test is None and not data.pairs:
         raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
     fp = fingerprint(data, vocab_models)
     _remove_dead_leftovers(out_dir)

@@ -28,6 +28,8 @@ def iter_pairs(
     invalid_utf8: str = "error",
     split_name: str = "train",
     skipped: Optional[collections.Counter] = None,
+    key: Optional[str] = None,
+    demo_languages: bool = False,
 ) -> Iterator[tuple[str, str]]:
     """Yield the raw (source, target) pairs of one split, streaming.
 
@@ -39,8 +41,11 @@ def iter_pairs(
         split_name: ``train``, ``valid`` or ``test``; names the config key in errors
             and picks the HF split and demo split.
         skipped: optional counter that receives the number of skipped pairs.
+        key: the config key errors name (default ``data.<split_name>``; ``data.pairs[i].<split>``).
+        demo_languages: the demo corpus in ``src_lang`` -> ``tgt_lang`` (any two of en, de, fr: a
+            pair of a multilingual recipe), where a single-pair recipe's is always en -> de.
     """
-    key = f"data.{split_name}"
+    key = key or f"data.{split_name}"
     if source.kind == "files":
         if not source.src or not source.tgt:
             raise MtkitError(f"{key}: kind 'files' needs both '{key}.src' and '{key}.tgt'")
@@ -58,7 +63,14 @@ def iter_pairs(
 
         if source.size <= 0:
             raise MtkitError(f"{key}.size: must be positive, got {source.size}")
-        return demo_pairs(source.size, source.seed, split_name)
+        if not demo_languages:
+            return demo_pairs(source.size, source.seed, split_name)
+        from mtkit.data.synthetic import LANGUAGES
+
+        for lang in (src_lang, tgt_lang):
+            if lang not in LANGUAGES:
+                raise MtkitError(f"{key}: the demo corpus has {', '.join(LANGUAGES)}, not {lang!r}")
+        return demo_pairs(source.size, source.seed, split_name, src_lang, tgt_lang)
     raise MtkitError(f"{key}.kind: unknown kind {source.kind!r}")  # the config loader already checks
 
 

@@ -1,4 +1,4 @@
-"""The built-in demo corpus: English number words -> German number words.
+"""The built-in demo corpus: English number words -> German number words (and French, for a multilingual demo).
 
 ``"three hundred forty-two and seven"`` -> ``"dreihundertzweiundvierzig und sieben"``.
 Each sentence holds one to three numbers in 0..999 joined by "and"/"und", so
@@ -24,6 +24,10 @@ _EN_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "e
 _DE_ONES = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn",
             "elf", "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]
 _DE_TENS = ["", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"]
+
+_FR_ONES = ["zéro", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf", "dix", "onze", "douze",
+            "treize", "quatorze", "quinze", "seize", "dix-sept", "dix-huit", "dix-neuf"]
+_FR_TENS = ["", "", "vingt", "trente", "quarante", "cinquante", "soixante"]
 
 MAX_NUMBER = 999
 SPLITS = ("train", "valid", "test")
@@ -64,16 +68,52 @@ def german(n: int) -> str:
     return word
 
 
+def _french_below_100(n: int) -> str:
+    if n < 20:
+        return _FR_ONES[n]
+    tens, ones = divmod(n, 10)
+    if tens in (7, 9):  # 70-79: soixante-dix …, 90-99: quatre-vingt-dix …
+        if n == 71:
+            return "soixante et onze"
+        return ("soixante-" if tens == 7 else "quatre-vingt-") + _FR_ONES[10 + ones]
+    if tens == 8:
+        return "quatre-vingts" if not ones else f"quatre-vingt-{_FR_ONES[ones]}"
+    if not ones:
+        return _FR_TENS[tens]
+    return f"{_FR_TENS[tens]} et un" if ones == 1 else f"{_FR_TENS[tens]}-{_FR_ONES[ones]}"
+
+
+def french(n: int) -> str:
+    """0 <= n <= 999 in French words (the traditional spelling): 342 -> 'trois cent quarante-deux'."""
+    if not 0 <= n <= MAX_NUMBER:
+        raise ValueError(f"number out of range: {n}")
+    hundreds, rest = divmod(n, 100)
+    words = []
+    if hundreds:
+        words.append("cent" if hundreds == 1 else f"{_FR_ONES[hundreds]} cent" + ("" if rest else "s"))
+    if rest or not hundreds:
+        words.append(_french_below_100(rest))
+    return " ".join(words)
+
+
+# The demo's languages: how each writes a number, and the word that joins two.
+LANGUAGES = {"en": (english, " and "), "de": (german, " und "), "fr": (french, " et ")}
+
+
 def split_of(sentence: str) -> str:
     """The split a sentence belongs to: 80% train, 10% valid, 10% test, by hash."""
     bucket = hashlib.blake2b(sentence.encode("utf-8"), digest_size=8).digest()[0] % 10
     return "test" if bucket == 0 else "valid" if bucket == 1 else "train"
 
 
-def demo_pairs(size: int, seed: int = 1, split: str = "train") -> Iterator[tuple[str, str]]:
-    """Yield ``size`` (English, German) pairs of ``split``, deterministic in ``(seed, split)``."""
+def demo_pairs(size: int, seed: int = 1, split: str = "train", src: str = "en",
+               tgt: str = "de") -> Iterator[tuple[str, str]]:
+    """Yield ``size`` (English, German) pairs of ``split``, deterministic in ``(seed, split)``; or
+    the same numbers in ``src`` and ``tgt``, two of :data:`LANGUAGES` (a multilingual demo, whose
+    pairs then hold the same sentences and splits)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}")
+    (src_words, src_and), (tgt_words, tgt_and) = LANGUAGES[src], LANGUAGES[tgt]
     rng = random.Random(f"mtkit-demo-{seed}-{split}")
     made = 0
     while made < size:
@@ -82,4 +122,4 @@ def demo_pairs(size: int, seed: int = 1, split: str = "train") -> Iterator[tuple
         if split_of(en) != split:
             continue
         made += 1
-        yield en, " und ".join(german(n) for n in numbers)
+        yield src_and.join(src_words(n) for n in numbers), tgt_and.join(tgt_words(n) for n in numbers)

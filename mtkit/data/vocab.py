@@ -217,6 +217,13 @@ class Vocab:
         proto = self._proto(side)
         return proto is not None and proto.normalizer_spec.name.endswith("_cf")
 
+    def src_piece_id(self, piece: str) -> Optional[int]:
+        """The source id of ``piece`` as a whole (e.g. a target-language tag), or None if it has none."""
+        if self._tables:
+            return self._tables[0].ids.get(piece)
+        found = self._src.piece_to_id(piece)
+        return found if found != UNK_ID and self._src.id_to_piece(found) == piece else None
+
     def decode_src(self, ids: Iterable[int]) -> str:
         """Text of source ids; pad/bos/eos are dropped."""
         if self._tables:
@@ -253,13 +260,20 @@ def _read_pieces(path: Path) -> Optional[dict]:
     return pieces
 
 
-def train_model(sentences: Sequence[str], spm_config: SpmConfig, threads: int = 1) -> bytes:
-    """Train one SentencePiece model on ``sentences`` (a bounded sample) and return it serialized."""
+def train_model(sentences: Sequence[str], spm_config: SpmConfig, threads: int = 1,
+                user_symbols: Sequence[str] = ()) -> bytes:
+    """Train one SentencePiece model on ``sentences`` (a bounded sample) and return it serialized.
+
+    ``user_symbols``: pieces reserved whole (a multilingual model's target-language tags); none for
+    a single-pair model, whose training call is then what it always was.
+    """
     if not sentences:
         raise MtkitError("data.train: no sentences left to train SentencePiece on")
     writer = io.BytesIO()
+    extra = {"user_defined_symbols": list(user_symbols)} if user_symbols else {}
     try:
         spm.SentencePieceTrainer.train(
+            **extra,
             sentence_iterator=iter(sentences),
             model_writer=writer,
             model_type=spm_config.model_type,

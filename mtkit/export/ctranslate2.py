@@ -17,7 +17,8 @@ from CTranslate2's defaults explicitly:
 The directory holds ``model.bin``, ``config.json``, the vocabularies, mtkit's
 SentencePiece model(s) (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)
 and ``mtkit.json`` (what was exported, and the recipe's decode settings, which
-``mtkit translate --engine ctranslate2`` decodes with unless told otherwise).
+``mtkit translate --engine ctranslate2`` decodes with unless told otherwise; for a multilingual
+model its ``pairs``, whose target-language tags ``<2xx>`` are source tokens like any other).
 
 Translating with the result: :mod:`mtkit.runtime.ctranslate2_engine`.
 """
@@ -154,6 +155,9 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
             "model": config_to_dict(loaded.config.model),
             "decode": config_to_dict(loaded.config.decode),
         }
+        pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
+        if pairs:  # a multilingual model: its sources start with a tag, one source token (mtkit.data.languages)
+            manifest["pairs"] = pairs
         Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         for name in [*names, MANIFEST]:
             spec.register_file(os.path.join(side, name))

@@ -38,6 +38,11 @@ and BOS from outputs; CTranslate2 is not asked to (its ``suppress_sequences`` wo
 renormalize the distribution and change every score), and a trained model gives
 them next to no probability. For the same reason ``min_len`` (EOS banned before it,
 which only benchmarks use) scores differently: CTranslate2 renormalizes without EOS.
+
+Constraints: ``exclude`` phrases are CTranslate2's ``suppress_sequences`` (so the scores of such a
+sentence are renormalized without the banned pieces, unlike mtkit's search); ``include`` phrases,
+and so glossaries, are an error (:data:`INCLUDE_UNSUPPORTED`): CTranslate2 has no lexically
+constrained search, and its ``target_prefix`` only forces a translation's beginning.
 """
 
 from __future__ import annotations
@@ -48,10 +53,13 @@ from pathlib import Path
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.penalties import length_penalty
+from mtkit.runtime.constraints import PieceConstraints
 from mtkit.runtime.device import resolve_device
 from mtkit.runtime.engine import LineTranslator
 
 MANIFEST = "mtkit.json"
+INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
+                       "glossaries): CTranslate2 has no constrained search; use --engine torch (exclude works with both)")
 
 
 def import_ctranslate2():
@@ -124,6 +132,7 @@ class Ctranslate2Translator(LineTranslator):
         except (RuntimeError, ValueError) as e:
             raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
         self.min_len = min_len
+        self._suppress: list[list[str]] | None = None  # set by search_constrained_batch for one call
         source = manifest.get("checkpoint")
         if source and manifest.get("step") is not None:
             source += f" (step {manifest['step']})"
@@ -161,6 +170,26 @@ class Ctranslate2Translator(LineTranslator):
             out.append(scored[: d.nbest])
         return out
 
+    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None]
+                                 ) -> list[list[tuple[list[int], float]]]:
+        """Exclude constraints only, through CTranslate2's ``suppress_sequences``, which holds for a
+        whole call: the batch is searched once per distinct set of excluded phrases. Include
+        constraints (and glossaries) are an error: CTranslate2 has no constrained search."""
+        if any(c is not None and c.include for c in constraints):
+            raise MtkitError(INCLUDE_UNSUPPORTED)
+        groups: dict[tuple, list[int]] = {}
+        for i, c in enumerate(constraints):
+            groups.setdefault(c.exclude if c else (), []).append(i)
+        results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
+        for exclude, rows in groups.items():
+            self._suppress = [self.vocab.tgt_pieces(p) for p in exclude] or None
+            try:
+                for i, hyps in zip(rows, self.search_batch([batch[i] for i in rows])):
+                    results[i] = hyps
+            finally:
+                self._suppress = None
+        return results
+
     def max_length(self, src_len: int) -> int:
         """mtkit's maximum number of output tokens before EOS for a source of ``src_len`` ids (with EOS)."""
         d = self.decode
@@ -180,6 +209,8 @@ class Ctranslate2Translator(LineTranslator):
         options = dict(max_decoding_length=max_steps, min_decoding_length=min(self.min_len, max_steps),
                        max_input_length=0, no_repeat_ngram_size=d.no_repeat_ngram_size, return_scores=True,
                        return_end_token=True, length_penalty=penalty, max_batch_size=0)
+        if self._suppress:  # exclude constraints (search_constrained_batch)
+            options["suppress_sequences"] = self._suppress
         if d.sampling:
             n = d.nbest
             results = self.translator.translate_batch(

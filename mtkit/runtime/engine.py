@@ -13,7 +13,10 @@ An engine (:class:`mtkit.runtime.torch_engine.Translator`,
 * yields exactly one :class:`Translation` per input line: an empty (or all-blank)
   line gives an empty translation without running the model, and an input longer
   than ``decode.max_input_len`` tokens (or than the model's position table) is
-  truncated with a warning on stderr naming its line number, never dropped.
+  truncated with a warning on stderr naming its line number, never dropped;
+* with ``constraints`` (:mod:`mtkit.runtime.constraints`), gives the lines that have some to the
+  engine's :meth:`LineTranslator.search_constrained_batch`, and warns, naming the line, when a
+  best translation lacks an ``include`` phrase (it did not fit in the maximum output length).
 
 No torch at load time: the CTranslate2 engine never loads it (CTranslate2 runs several
 times slower once torch's OpenMP runtime is loaded and used in the same process).
@@ -27,6 +30,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, encode_constraints, unmet
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Translation:
     source: str
     src_ids: list[int]  # as fed to the model (truncated, ending in EOS); empty for an empty line
     candidates: list[Candidate] = field(default_factory=list)
+    unmet: list[str] = field(default_factory=list)  # include phrases the best candidate lacks (as written)
 
     @property
     def best(self) -> Candidate:
@@ -88,14 +93,21 @@ class LineTranslator:
         """Source ids (each ending in EOS) -> per sentence, (target ids, score) pairs, best first."""
         raise NotImplementedError
 
+    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None]
+                                 ) -> list[list[tuple[list[int], float]]]:
+        """As :meth:`search_batch`, each sentence with its constraints (None: none)."""
+        raise MtkitError(f"{type(self).__name__} cannot translate with constraints")
+
     # ---------------------------------------------------------------- pipeline
 
-    def translate(self, lines: Iterable[str | None], buffer_size: int = 1000) -> Iterator[Translation]:
+    def translate(self, lines: Iterable[str | None], buffer_size: int = 1000,
+                  constraints: ConstraintSource | None = None) -> Iterator[Translation]:
         """Translate ``lines`` (text without newlines), reading ``buffer_size`` lines at a time.
 
         Yields one :class:`Translation` per line, in input order, a chunk at a time;
         with ``buffer_size=1`` each line is yielded as soon as it is translated. A None
-        in ``lines`` (see :func:`read_ready_lines`) ends the chunk early.
+        in ``lines`` (see :func:`read_ready_lines`) ends the chunk early. ``constraints``
+        gives each line's constraints, called in input order with (0-based index, line).
         """
         buffer_size = max(1, buffer_size)
         chunk: list[str] = []
@@ -104,15 +116,15 @@ class LineTranslator:
             if line is not None:
                 chunk.append(line)
             if chunk and (line is None or len(chunk) >= buffer_size):
-                yield from self._translate_chunk(chunk, start)
+                yield from self._translate_chunk(chunk, start, constraints)
                 start += len(chunk)
                 chunk = []
         if chunk:
-            yield from self._translate_chunk(chunk, start)
+            yield from self._translate_chunk(chunk, start, constraints)
 
-    def translate_text(self, lines: Sequence[str]) -> list[str]:
+    def translate_text(self, lines: Sequence[str], constraints: ConstraintSource | None = None) -> list[str]:
         """Convenience: the best translation of each line."""
-        return [t.best.text for t in self.translate(lines)]
+        return [t.best.text for t in self.translate(lines, constraints=constraints)]
 
     def _encode(self, lines: list[str], start: int) -> list[list[int]]:
         encoded = self.vocab.encode_src_batch(lines)
@@ -155,15 +167,35 @@ class LineTranslator:
             batches.append(current)
         return batches
 
-    def _translate_chunk(self, lines: list[str], start: int) -> Iterator[Translation]:
+    def _translate_chunk(self, lines: list[str], start: int,
+                         source: ConstraintSource | None = None) -> Iterator[Translation]:
         src = self._encode(lines, start)
+        wanted = [None] * len(lines) if source is None else [
+            encode_constraints(source(start + i, line), self.vocab) for i, line in enumerate(lines)]
         results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
         for batch in self.batches(src):
-            for i, hyps in zip(batch, self.search_batch([src[i] for i in batch])):
+            if any(wanted[i] for i in batch):
+                found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch])
+            else:
+                found = self.search_batch([src[i] for i in batch])
+            for i, hyps in zip(batch, found):
                 results[i] = hyps or [([], 0.0)]
         for i, line in enumerate(lines):
             candidates = [
                 Candidate(ids, self.vocab.decode_tgt(ids), self.vocab.tgt_pieces(ids), score)
                 for ids, score in results[i]
             ]
-            yield Translation(start + i, line, src[i], candidates)
+            missing = unmet(wanted[i], candidates[0].text)
+            if missing:
+                self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]))
+            yield Translation(start + i, line, src[i], candidates, missing)
+
+    def _warn_unmet(self, number: int, missing: list[str], wanted: PieceConstraints, src_len: int) -> None:
+        d = self.decode
+        limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
+        limit = limit if self.max_out_len is None else max(1, min(limit, self.max_out_len))
+        why = (f"{wanted.include_pieces} constraint pieces, more than the maximum output length of {limit}"
+               if wanted.include_pieces > limit else f"not met within the maximum output length of {limit} pieces")
+        if src_len == 0:
+            why = "an empty line is not translated"
+        self.log(f"warning: line {number}: the translation lacks {', '.join(map(repr, missing))} ({why})")

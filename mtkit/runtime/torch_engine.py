@@ -52,6 +52,13 @@ class Translator(LineTranslator):
 
             self.model = Ensemble(self.models)
 
+    # --- lexically constrained decoding (issue #24): batches with constraints go to mtkit.runtime.torch_constrained
+    def search_constrained_batch(self, batch, constraints):
+        from mtkit.runtime.torch_constrained import search_constrained_batch
+
+        return search_constrained_batch(self, batch, constraints)
+    # --- end of constrained decoding
+
     def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
         import torch
 

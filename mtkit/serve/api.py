@@ -17,8 +17,9 @@ LibreTranslate-compatible (its clients work unchanged):
   500 (a bug).
 
 mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
-per-sentence confidence, the model to use), ``GET /health``, ``GET /metrics`` (Prometheus),
-``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model).
+per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /health``,
+``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A
+server-wide glossary (``mtkit serve --glossary``) applies to every request of both APIs.
 
 Confidence is the mean log-probability per target token (EOS included), in nats: the engines
 return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
@@ -42,7 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mtkit.config import DecodeConfig, override_section
 from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import Constraints
 from mtkit.runtime.engine import Translation
+from mtkit.runtime.glossary import Glossary
 from mtkit.serve.batcher import Batcher, QueueFull
 from mtkit.serve.markup import split_markup
 from mtkit.serve.metrics import Metrics
@@ -78,6 +81,24 @@ class ApiError(Exception):
 # ---------------------------------------------------------------------------------------- bodies
 
 
+class ConstraintsBody(BaseModel):
+    """One sentence's constraints in ``POST /v1/translate``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    include: list[str] = Field(default_factory=list, description="Phrases the translation must contain.")
+    exclude: list[str] = Field(default_factory=list, description="Phrases the translation must not contain.")
+
+
+class GlossaryEntry(BaseModel):
+    """One glossary pair in ``POST /v1/translate``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str
+    target: str
+
+
 class NativeRequest(BaseModel):
     """``POST /v1/translate``: one sentence per item of ``text``."""
 
@@ -92,6 +113,14 @@ class NativeRequest(BaseModel):
     length_penalty: Literal["gnmt", "power"] | None = Field(None, description="gnmt ((5+L)/6)^α or power L^α.")
     nbest: int | None = Field(None, ge=1, description="Hypotheses per sentence (at most beam).")
     api_key: str | None = Field(None, description="With --api-keys (or an Authorization: Bearer header).")
+    constraints: ConstraintsBody | list[ConstraintsBody | None] | None = Field(
+        None, description="Phrases the translation must (include) and must not (exclude) contain: one object "
+                          "for a text that is a string, a list of objects (or nulls) for a list. include needs "
+                          "the torch engine; exclude works with both.")
+    glossary: dict[str, str] | list[GlossaryEntry] | None = Field(
+        None, description="Source term -> target term (an object, or a list of {source, target}): where a "
+                          "sentence holds the source term (any case, whole words), its translation holds the "
+                          "target term; on top of the server's --glossary. Torch engine only.")
 
 
 class Hypothesis(BaseModel):
@@ -107,6 +136,9 @@ class Sentence(BaseModel):
     confidence: float | None = Field(description="The best hypothesis's mean token log-probability (nats); "
                                                  "null for an empty input.")
     nbest: list[Hypothesis] = Field(description="Hypotheses, best first (empty for an empty input).")
+    unmet: list[str] = Field(default_factory=list, description="Include phrases (constraints, glossary terms) "
+                                                              "the translation lacks: they did not fit in its "
+                                                              "maximum length.")
 
 
 class NativeResponse(BaseModel):
@@ -178,15 +210,18 @@ def _int_field(fields: dict, name: str, default: int, low: int, high: int) -> in
 
 
 class Service:
-    """The models, their batchers, the limits, the keys and the metrics of one server."""
+    """The models, their batchers, the limits, the keys, the metrics and the glossary of one server
+    (``glossary``: applied to every request, on both APIs)."""
 
-    def __init__(self, models: list[ServedModel], limits: Limits, api_keys: frozenset[str] | None = None) -> None:
+    def __init__(self, models: list[ServedModel], limits: Limits, api_keys: frozenset[str] | None = None,
+                 glossary: Glossary | None = None) -> None:
         if not models:
             raise MtkitError("no model to serve")
         self.models = models
         self.by_name = {m.name: m for m in models}
         self.limits = limits
         self.api_keys = api_keys
+        self.glossary = glossary
         self.metrics = Metrics()
         self.batchers = {
             m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
@@ -234,17 +269,21 @@ class Service:
 
     def pick(self, source: str | None, target: str | None, name: str | None = None) -> ServedModel:
         """The model for a request: by name, else the first whose pair matches (``auto`` or no source:
-        the one source language that translates into ``target``)."""
+        the one source language that translates into ``target``). The name of a multilingual model
+        picks among its pairs the same way."""
+        candidates = self.models
         if name is not None:
             model = self.by_name.get(name)
-            if model is None:
+            candidates = [m for m in self.models if m.group == name] if model is None else []
+            if model is None and not candidates:
                 raise ApiError(400, f"unknown model {name!r}; this server has: {', '.join(self.by_name)}")
-            for value, own, what in ((source, model.src_lang, "source"), (target, model.tgt_lang, "target")):
-                if value not in (None, "auto", own):
-                    raise ApiError(400, f"model {name} translates {model.src_lang}-{model.tgt_lang}, "
-                                        f"not {what} {value}")
-            return model
-        found = [m for m in self.models
+            if model is not None:
+                for value, own, what in ((source, model.src_lang, "source"), (target, model.tgt_lang, "target")):
+                    if value not in (None, "auto", own):
+                        raise ApiError(400, f"model {name} translates {model.src_lang}-{model.tgt_lang}, "
+                                            f"not {what} {value}")
+                return model
+        found = [m for m in candidates
                  if (source in (None, "auto") or m.src_lang == source) and (target is None or m.tgt_lang == target)]
         if not found:
             if source not in (None, "auto") and all(m.src_lang != source for m in self.models):
@@ -276,17 +315,67 @@ class Service:
         except MtkitError as e:
             raise ApiError(400, str(e).replace("decode.", "")) from None
 
-    async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig) -> list[Translation]:
+    def constraints_for(self, model: ServedModel, lines: list[str], requested: list[Constraints | None] | None = None,
+                        glossary: Glossary | None = None) -> list[Constraints | None] | None:
+        """Each line's constraints: the request's, its glossary's and the server's glossary's matches
+        (None when no line has any); a 400 for include phrases on an engine without constrained search."""
+        found: list[Constraints | None] = list(requested) if requested is not None else [None] * len(lines)
+        for terms in (glossary, self.glossary):
+            if terms is not None:
+                found = [terms.constraints(line).merged(c) for line, c in zip(lines, found)]
+        if not any(found):
+            return None
+        if model.engine == "ctranslate2" and any(c is not None and c.include for c in found):
+            from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+
+            raise ApiError(400, f"model {model.name}: {INCLUDE_UNSUPPORTED.replace('--engine ', 'engine ')}")
+        return found
+
+    async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
+                        constraints: list[Constraints | None] | None = None) -> list[Translation]:
+        """``lines`` translated by ``model``'s batcher (``constraints``: per line, after :meth:`constraints_for`)."""
         if not lines:
             return []
         batcher = self.batchers[model.name]
         try:
-            future = batcher.submit(lines, decode)
+            future = batcher.submit(lines, decode, constraints)
         except QueueFull as e:
             self.metrics.rejected.labels(model.name).inc()
             raise ApiError(503, f"the server is busy ({e}); retry later",
                            {"Retry-After": str(self.limits.retry_after)}) from None
         return await asyncio.wrap_future(future)
+
+
+def request_constraints(req: NativeRequest, n: int) -> list[Constraints | None] | None:
+    """The per-sentence constraints of a ``/v1/translate`` request (a 400 names the bad field)."""
+    if req.constraints is None:
+        return None
+    given = [req.constraints] if isinstance(req.text, str) else req.constraints
+    if isinstance(req.text, str) and isinstance(req.constraints, list):
+        raise ApiError(400, "Invalid request: constraints must be one object when text is a string")
+    if not isinstance(given, list) or len(given) != n:
+        raise ApiError(400, f"Invalid request: constraints must be a list of {n} objects (or nulls), one per "
+                            "sentence of text")
+    found = []
+    for i, body in enumerate(given):
+        where = "constraints" if isinstance(req.text, str) else f"constraints[{i}]"
+        try:
+            found.append(None if body is None else Constraints.from_json(body.model_dump(), where))
+        except MtkitError as e:
+            raise ApiError(400, f"Invalid request: {e}") from None
+    return found
+
+
+def request_glossary(req: NativeRequest) -> Glossary | None:
+    """The glossary a ``/v1/translate`` request brings, if any (a 400 names the bad entry)."""
+    if not req.glossary:
+        return None
+    pairs = (req.glossary.items() if isinstance(req.glossary, dict)
+             else ((e.source, e.target) for e in req.glossary))
+    try:
+        return Glossary((s, t, f"glossary entry {s!r}") for s, t in pairs)
+    except MtkitError as e:
+        raise ApiError(400, f"Invalid request: {e}") from None
 
 
 def split_lines(text: str) -> list[str]:
@@ -374,7 +463,8 @@ def create_app(service: Service):
         service.check_size(per_item)
         model = service.pick(source, target)
         decode = service.decode_for(model, {"nbest": alternatives + 1} if alternatives else {})
-        results = await service.translate(model, [line for lines in per_item for line in lines], decode)
+        all_lines = [line for lines in per_item for line in lines]
+        results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
         texts, alts, at = [], [], 0
         for lines, assemble in parsed:
             got = results[at : at + len(lines)]
@@ -436,7 +526,9 @@ def create_app(service: Service):
         model = service.pick(req.source, req.target, req.model)
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha,
                                             "length_penalty": req.length_penalty, "nbest": req.nbest})
-        results = await service.translate(model, items, decode)
+        constraints = service.constraints_for(model, items, request_constraints(req, len(items)),
+                                              request_glossary(req))
+        results = await service.translate(model, items, decode, constraints)
         sentences = []
         for t in results:
             if not t.src_ids:
@@ -445,7 +537,7 @@ def create_app(service: Service):
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=logprob(c, decode),
                                confidence=mean_logprob(c, decode), tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
-            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps))
+            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @app.get("/health", summary="200 when the models are loaded and their decoding threads run", tags=["mtkit"])

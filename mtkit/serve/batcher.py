@@ -1,9 +1,10 @@
 """Dynamic batching: requests that arrive together are decoded together, in one thread per model.
 
-A request becomes a :class:`Job` (its lines and decode settings) in the model's bounded queue.
-The model's decoding thread takes the oldest job, waits until it is ``max_wait`` old for others
-with the same settings, takes them in arrival order up to ``batch_tokens`` source tokens (at
-least one job), and translates all their lines in one :meth:`LineTranslator.translate` call: it
+A request becomes a :class:`Job` (its lines, decode settings and per-line constraints, if any) in
+the model's bounded queue. The model's decoding thread takes the oldest job, waits until it is
+``max_wait`` old for others with the same settings, takes them in arrival order up to
+``batch_tokens`` source tokens (at least one job; their constraints travel with their lines), and
+translates all their lines in one :meth:`LineTranslator.translate` call: it
 sorts them by length and cuts its own token-budget batches (``decode.batch_tokens``), gives one
 result per line (an empty line an empty translation, an over-long line truncated with a
 warning), in order. Each job gets its slice back through a :class:`concurrent.futures.Future`,
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mtkit.config import DecodeConfig
+from mtkit.runtime.constraints import Constraints
 from mtkit.runtime.engine import Translation
 from mtkit.serve.models import ServedModel
 
@@ -35,6 +37,7 @@ class Job:
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
     tokens: int | None = None  # source tokens, counted by the decoding thread
+    constraints: list[Constraints | None] | None = None  # per line (None: no line has any)
 
 
 @dataclass
@@ -87,9 +90,10 @@ class Batcher:
     def queue_length(self) -> int:
         return len(self._pending)
 
-    def submit(self, lines: list[str], decode: DecodeConfig) -> Future:
+    def submit(self, lines: list[str], decode: DecodeConfig,
+               constraints: list[Constraints | None] | None = None) -> Future:
         """Queue ``lines`` for translation; the future gives one :class:`Translation` per line, in order."""
-        job = Job(list(lines), decode)
+        job = Job(list(lines), decode, constraints=constraints)
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is stopping")
@@ -168,7 +172,10 @@ class Batcher:
             start = time.perf_counter()
             try:
                 translator = self.model.variant(jobs[0].decode)
-                results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines))))
+                merged = [c for job in jobs for c in (job.constraints or [None] * len(job.lines))]
+                wanted = _per_line(merged) if any(merged) else None
+                results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines)),
+                                                                       constraints=wanted))
                 if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
                     raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
             except BaseException as e:  # noqa: BLE001 - every waiting request gets the error, the thread goes on
@@ -183,3 +190,8 @@ class Batcher:
             self.on_batch(BatchStats(
                 self.model.name, len(lines), sum(len(t.src_ids) for t in results),
                 sum(len(t.best.ids) + 1 for t in results if t.src_ids), seconds))
+
+
+def _per_line(found: list[Constraints | None]):
+    """The constraint source of :meth:`LineTranslator.translate` that gives line ``i`` ``found[i]``."""
+    return lambda index, line: found[index]

@@ -43,6 +43,8 @@ class ServedModel:
         src_lang, tgt_lang: language codes (the checkpoint config's ``data.src_lang`` / ``data.tgt_lang``).
         engine: ``torch`` or ``ctranslate2``.
         description: what was loaded (a path and step), for ``/health``.
+        group: the name of the multilingual model this is one pair of (a request naming it picks the
+            pair by its source and target); empty for a model of one pair.
     """
 
     name: str
@@ -51,6 +53,7 @@ class ServedModel:
     tgt_lang: str
     engine: str = "torch"
     description: str = ""
+    group: str = ""
     _variants: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

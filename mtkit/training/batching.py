@@ -62,6 +62,45 @@ def make_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: i
     return batches
 
 
+def mixture_probabilities(sizes: Sequence[int], temperature: float = 1.0,
+                          weights: Sequence[float] | None = None) -> np.ndarray:
+    """Each pair's share of a multilingual training mixture: ``weights`` normalized, or temperature
+    sampling over the pairs' sizes, p_i ∝ n_i^(1/T) (Arivazhagan et al. 2019; T = 1 is proportional,
+    larger T flatter, towards uniform). A pair without training data gets 0."""
+    n = np.asarray(sizes, dtype=np.float64)
+    raw = np.asarray(weights, dtype=np.float64) if weights is not None else n ** (1.0 / temperature)
+    raw = np.where(n > 0, raw, 0.0)
+    return raw / raw.sum()
+
+
+class PairMixture:
+    """Draws one epoch of a multilingual store: from each pair's contiguous segment, its share of
+    the store's size (``probs`` × N, rounded by largest remainders). A pair drawn more often than it
+    has examples repeats all of them (and a random part once more); one drawn less takes a random
+    subset, without repeats. Deterministic in the seed."""
+
+    def __init__(self, segments: Sequence[tuple[int, int]], probs: Sequence[float]) -> None:
+        self.segments = [(int(start), int(count)) for start, count in segments]
+        total = sum(count for _, count in self.segments)
+        quota = np.asarray(probs, dtype=np.float64) * total
+        counts = np.floor(quota).astype(np.int64)
+        for i in np.argsort(-(quota - counts), kind="stable")[: total - int(counts.sum())]:
+            counts[i] += 1
+        self.counts = counts  # examples drawn from each pair per epoch, (P,)
+
+    def epoch_indices(self, seed: int) -> np.ndarray:
+        """The store indices of one epoch, (sum(counts),) int64, pair after pair."""
+        rng = np.random.default_rng(seed)
+        parts = []
+        for (start, n), k in zip(self.segments, self.counts.tolist()):
+            if k == 0 or n == 0:
+                continue
+            full, rest = divmod(k, n)
+            parts += [np.arange(start, start + n, dtype=np.int64)] * full
+            parts.append(start + rng.choice(n, size=rest, replace=False).astype(np.int64))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class SamplerState:
     epoch: int = 1
@@ -80,6 +119,7 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         shuffle: bool = True,
+        mixture: PairMixture | None = None,
     ) -> None:
         self.src_lengths = src_lengths
         self.tgt_lengths = tgt_lengths
@@ -88,11 +128,18 @@ class TokenBatchSampler:
         self.rank = rank
         self.world_size = world_size
         self.shuffle = shuffle
+        self.mixture = mixture  # a multilingual store sampled in other shares than its pairs' sizes
         self.state = SamplerState()
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches for ``epoch``; every rank gets the same number."""
-        batches = make_batches(self.src_lengths, self.tgt_lengths, self.max_tokens, self.seed + epoch if self.shuffle else self.seed)
+        seed = self.seed + epoch if self.shuffle else self.seed
+        if self.mixture is None:
+            batches = make_batches(self.src_lengths, self.tgt_lengths, self.max_tokens, seed)
+        else:
+            drawn = self.mixture.epoch_indices(seed)
+            batches = [drawn[b] for b in make_batches(self.src_lengths[drawn], self.tgt_lengths[drawn],
+                                                      self.max_tokens, seed)]
         if self.shuffle:
             perm = np.random.default_rng(self.seed * 1_000_003 + epoch).permutation(len(batches))
             batches = [batches[i] for i in perm]

@@ -38,7 +38,8 @@ GROWTH_SAMPLE = 1000  # training sentences sampled once at start-up to measure t
 class BPEDropout:
     """Re-segments the sentences of a batch with BPE-dropout ``p`` (one instance per training process)."""
 
-    def __init__(self, vocab: Vocab, p: float, seed: int, max_len: int = 1 << 30) -> None:
+    def __init__(self, vocab: Vocab, p: float, seed: int, max_len: int = 1 << 30, tags: Sequence[int] = ()) -> None:
+        """``tags``: a multilingual store's target-language tag ids, which lead its sources and stay as they are."""
         if not 0.0 < p < 1.0:
             raise MtkitError(f"train.bpe_dropout must be in (0, 1), got {p}")
         for side in ("src", "tgt"):
@@ -50,15 +51,19 @@ class BPEDropout:
         self.p = p
         self.seed = seed  # of the growth sample
         self.max_len = max_len
+        self.tags = frozenset(int(t) for t in tags)
 
     def _resegment(self, side: str, sentences: Sequence[np.ndarray]) -> list:
         decode = self.vocab.decode_src if side == "src" else self.vocab.decode_tgt
         todo = [i for i, ids in enumerate(sentences) if UNK_ID not in ids]
-        sampled = self.vocab.sample_batch(side, [decode(sentences[i]) for i in todo], self.p)
+        # A leading tag is kept as it is: decoded and encoded again, it could gain a separate "▁" piece.
+        lead = [[int(sentences[i][0])] if side == "src" and self.tags and len(sentences[i]) and
+                int(sentences[i][0]) in self.tags else [] for i in todo]
+        sampled = self.vocab.sample_batch(side, [decode(sentences[i][len(k):]) for i, k in zip(todo, lead)], self.p)
         out = list(sentences)
-        for i, ids in zip(todo, sampled):
-            if len(ids) <= self.max_len:
-                out[i] = ids
+        for i, k, ids in zip(todo, lead, sampled):
+            if len(ids) + len(k) <= self.max_len:
+                out[i] = k + list(ids)
         return out
 
     def __call__(self, srcs: Sequence[np.ndarray], tgts: Sequence[np.ndarray]) -> tuple[list, list]:

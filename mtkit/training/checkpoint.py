@@ -5,7 +5,7 @@ A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded wit
 
     format_version   mtkit.runtime.checkpoint.CHECKPOINT_FORMAT
     mtkit_version    str
-    config           the resolved Config as plain data
+    config           the resolved Config as plain data (a multilingual model's pairs: data.pairs)
     model            the raw (uncompiled, unwrapped) model state_dict
     vocab            {"src": bytes, "tgt": bytes | None}: the SentencePiece model(s); an imported model's
                      also "pieces": {"src": [str], "tgt": [str] | None}, its id -> piece table(s)

@@ -37,6 +37,11 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
+def _pairs(records: list[dict], prefix: str) -> list[str]:
+    """The pairs a multilingual run logged under ``prefix`` (``valid_loss/en-de`` -> ``en-de``), in order."""
+    return list(dict.fromkeys(k[len(prefix):] for r in records for k in r if k.startswith(prefix)))
+
+
 def draw_curves(metrics_path: Path, png_path: Path) -> Path:
     """Write a PNG with training/validation loss and validation BLEU against the update step."""
     import matplotlib
@@ -54,16 +59,26 @@ def draw_curves(metrics_path: Path, png_path: Path) -> Path:
         ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
     if valid:
         ax.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], "o-", label="valid loss")
+    for pair in _pairs(valid, "valid_loss/"):  # a multilingual run: each pair's, beside their mean above
+        rows = [r for r in valid if f"valid_loss/{pair}" in r]
+        ax.plot([r["step"] for r in rows], [r[f"valid_loss/{pair}"] for r in rows], ".--", label=f"valid loss {pair}")
     ax.set_xlabel("update step")
     ax.set_ylabel("label-smoothed loss per token")
     ax.grid(alpha=0.3)
     ax.legend()
     if bleu:
         ax = axes[0][1]
-        ax.plot([r["step"] for r in bleu], [r["valid_bleu"] for r in bleu], "o-", color="tab:green")
+        pairs = _pairs(bleu, "valid_bleu/")
+        ax.plot([r["step"] for r in bleu], [r["valid_bleu"] for r in bleu], "o-", color="tab:green",
+                label="mean over the pairs" if pairs else None)
+        for pair in pairs:
+            rows = [r for r in bleu if f"valid_bleu/{pair}" in r]
+            ax.plot([r["step"] for r in rows], [r[f"valid_bleu/{pair}"] for r in rows], ".--", label=pair)
         ax.set_xlabel("update step")
         ax.set_ylabel("validation BLEU (sacreBLEU)")
         ax.grid(alpha=0.3)
+        if pairs:
+            ax.legend()
     fig.tight_layout()
     with atomic_path(png_path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)

@@ -190,8 +190,9 @@ class Trainer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.progress = self.progress and self.dist.is_main
 
-        check_prepared(self.data_dir)
+        manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
+        self.pairs = self._check_pairs(manifest)  # a multilingual store's pairs; empty for one pair
         self.vocab = Vocab.load(self.data_dir)
         if init is not None:
             check_vocabulary(init, self.vocab, self.data_dir)  # before its weights are loaded
@@ -209,6 +210,7 @@ class Trainer:
         if init is not None:
             self._start_from(init)
         self.scaler = grad_scaler(self.cfg.precision, self.device.type)
+        self.mixture_shares: dict[str, float] = {}
         self.sampler = TokenBatchSampler(
             self.train_store.src_lengths,
             self.train_store.tgt_lengths,
@@ -216,6 +218,7 @@ class Trainer:
             self.cfg.seed,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
+            mixture=self._mixture(),
         )
         self.bpe_dropout = None
         self.length_growth = (1.0, 1.0)
@@ -223,7 +226,8 @@ class Trainer:
             from mtkit.training.bpe_dropout import BPEDropout
 
             self.bpe_dropout = BPEDropout(self.vocab, self.cfg.bpe_dropout, self.cfg.seed,
-                                          max_len=config.model.max_positions - 1)
+                                          max_len=config.model.max_positions - 1,
+                                          tags=[p.tag_id for p in self.pairs])
             # Averaged over ranks so that every rank cuts the same batches; a resumed run reuses the saved one.
             growth = self.bpe_dropout.growth(self.train_store)
             self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size for g in growth))
@@ -247,6 +251,45 @@ class Trainer:
             self.train_model = self.ddp
         if self.cfg.compile:
             self.train_model = torch.compile(self.train_model)
+
+    # ------------------------------------------------------------- languages
+
+    def _check_pairs(self, manifest: dict) -> list:
+        """The prepared data's pairs, which must be the recipe's ``data.pairs`` (the checkpoint records
+        them: translation reads its targets and tags there), and ``train.best_pair`` among them."""
+        from mtkit.data.languages import config_pairs, describe, stored_pairs
+
+        stored, wanted = stored_pairs(manifest), config_pairs(self.config.data)
+        if [p.pair for p in stored] != wanted:
+            has = describe([p.pair for p in stored]) or "one pair, untagged"
+            says = describe(wanted) or "one pair (no data.pairs)"
+            raise MtkitError(f"data.pairs: {self.data_dir} was prepared for {has}; the recipe says {says}: train "
+                             "with the recipe it was prepared with")
+        if self.cfg.best_pair != "mean":
+            named = next(p for p in stored if p.pair.name == self.cfg.best_pair)
+            if named.segment("valid") is None and self.cfg.valid_every:
+                raise MtkitError(f"train.best_pair: {self.cfg.best_pair} has no validation set in {self.data_dir}")
+        return stored
+
+    def _mixture(self):
+        """The pairs' shares of each epoch (:func:`mtkit.training.batching.mixture_probabilities`); None
+        when they are the pairs' own sizes, which is one pass over the store, as for one pair."""
+        import numpy as np
+
+        from mtkit.training.batching import PairMixture, mixture_probabilities
+
+        if not self.pairs:
+            return None
+        segments = [p.segment("train") or (0, 0) for p in self.pairs]
+        sizes = [n for _, n in segments]
+        weights = [p.weight for p in self.config.data.pairs]
+        for pair, weight, n in zip(self.pairs, weights, sizes):
+            if weight is not None and n == 0:
+                raise MtkitError(f"data.pairs: {pair.pair.name} has a weight but no training data")
+        probs = mixture_probabilities(sizes, self.cfg.pair_temperature, weights if weights[0] is not None else None)
+        self.mixture_shares = {p.pair.name: float(q) for p, q in zip(self.pairs, probs)}
+        proportional = np.asarray(sizes, dtype=np.float64) / max(1, sum(sizes))
+        return None if np.allclose(probs, proportional, rtol=0, atol=1e-12) else PairMixture(segments, probs)
 
     # ------------------------------------------------------------------ state
 
@@ -394,6 +437,8 @@ class Trainer:
         world_size-th batch; the sums are all-reduced, so every rank gets the same values)."""
         assert self.valid_store is not None
         self.model.eval()
+        if self.pairs:
+            return self._validate_pairs_loss()
         loss_sum = nll_sum = 0.0
         n = 0
         batches = make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0)
@@ -407,6 +452,45 @@ class Trainer:
         loss_sum, nll_sum, n = distributed.all_reduce_sums([loss_sum, nll_sum, n], self.device)
         return {"valid_loss": loss_sum / n, "valid_nll": nll_sum / n, "valid_ppl": perplexity(nll_sum / n)}
 
+    def _valid_pairs(self) -> list:
+        return [p for p in self.pairs if p.segment("valid") is not None]
+
+    def _validate_pairs_loss(self) -> dict:
+        """A multilingual run's validation: loss, NLL and perplexity per pair (``valid_loss/en-de`` …),
+        and as ``valid_loss`` / ``valid_nll`` the mean over the pairs, each pair counting once
+        whatever its size (``valid_ppl``: the perplexity of that mean NLL)."""
+        import numpy as np
+
+        sums: list[float] = []
+        for pair in self._valid_pairs():
+            start, count = pair.segment("valid")
+            rows = np.arange(start, start + count)
+            loss_sum = nll_sum = 0.0
+            n = 0
+            batches = make_batches(self.valid_store.src_lengths[rows], self.valid_store.tgt_lengths[rows],
+                                   self.cfg.max_tokens, 0)
+            for indices in batches[self.dist.rank :: self.dist.world_size]:
+                batch = collate(self.valid_store, rows[indices]).to(self.device)
+                with autocast(self.cfg.precision, self.device.type):
+                    loss, nll, tokens = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
+                loss_sum += float(loss)
+                nll_sum += float(nll)
+                n += tokens
+            sums += [loss_sum, nll_sum, n]
+        sums = distributed.all_reduce_sums(sums, self.device)
+        record: dict = {}
+        losses, nlls = [], []
+        for k, pair in enumerate(self._valid_pairs()):
+            loss_sum, nll_sum, n = sums[3 * k : 3 * k + 3]
+            losses.append(loss_sum / max(n, 1))
+            nlls.append(nll_sum / max(n, 1))
+            name = pair.pair.name
+            record.update({f"valid_loss/{name}": losses[-1], f"valid_nll/{name}": nlls[-1],
+                           f"valid_ppl/{name}": perplexity(nlls[-1])})
+        mean_nll = sum(nlls) / len(nlls)
+        return {"valid_loss": sum(losses) / len(losses), "valid_nll": mean_nll, "valid_ppl": perplexity(mean_nll),
+                **record}
+
     def validate_bleu(self) -> float:
         """sacreBLEU of the model's translations of the validation sources against the raw references."""
         from mtkit.training.validation import validation_bleu
@@ -415,17 +499,38 @@ class Trainer:
         return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device,
                                self.dist.rank, self.dist.world_size)
 
+    def validate_pairs_bleu(self) -> dict:
+        """A multilingual run's validation BLEU: per pair (``valid_bleu/en-de`` …), its sources led by the
+        pair's tag, and their mean as ``valid_bleu``."""
+        from mtkit.data.languages import TaggedVocab
+        from mtkit.training.validation import validation_bleu
+
+        self.model.eval()
+        record = {}
+        for pair in self._valid_pairs():
+            start, count = pair.segment("valid")
+            record[f"valid_bleu/{pair.pair.name}"] = validation_bleu(
+                self.model, TaggedVocab(self.vocab, pair.pair.tgt_lang), self.data_dir, self.config.decode,
+                self.cfg.bleu_beam, self.device, self.dist.rank, self.dist.world_size, lines=(start, start + count))
+        return {"valid_bleu": sum(record.values()) / len(record), **record}
+
     def validate(self, final: bool = False) -> dict:
         record = self.validate_loss()
         # Every rank gets the same values (the loss over the whole set, BLEU gathered), so that
         # early-stopping decisions agree.
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
-            record["valid_bleu"] = self.validate_bleu()
+            if self.pairs:
+                record.update(self.validate_pairs_bleu())
+            else:
+                record["valid_bleu"] = self.validate_bleu()
         return record
 
     def is_better(self, record: dict) -> bool | None:
-        """Whether this validation beats the best so far (None when the metric was not computed)."""
+        """Whether this validation beats the best so far (None when the metric was not computed); a
+        multilingual run goes by ``train.best_pair``'s value, or the mean over its pairs."""
         key = "valid_bleu" if self.cfg.best_metric == "bleu" else "valid_loss"
+        if self.pairs and self.cfg.best_pair != "mean":
+            key = f"{key}/{self.cfg.best_pair}"
         if key not in record:
             return None
         value = record[key]
@@ -500,6 +605,7 @@ class Trainer:
                 self.log.write({"step": 0, "event": "start", "parameters": count_parameters(self.model),
                                 "world_size": self.dist.world_size, "device": str(self.device),
                                 **({"init_from": str(self.init[0]), "init_step": self.init[1]} if self.init else {}),
+                                **({"pair_shares": self.mixture_shares} if self.mixture_shares else {}),
                                 **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
 
     def _train(self, signals: StopSignals) -> TrainResult:

@@ -241,6 +241,7 @@ def test_search_equals_generate(case, beam, max_length):
     assert max_length == MAX_LENGTH or max_length - 1 in lengths  # some cut at the maximum length
 
 
+@pytest.mark.slow  # real mtkit processes
 def test_cli_translate_and_ctranslate2_export(case, tmp_path):
     pytest.importorskip("ctranslate2")
     folder, run = case
@@ -263,6 +264,7 @@ def test_cli_translate_and_ctranslate2_export(case, tmp_path):
         assert ct2_out == torch_out
 
 
+@pytest.mark.slow  # real mtkit processes
 def test_import_errors_are_one_line_and_write_nothing(tmp_path):
     import shutil
 

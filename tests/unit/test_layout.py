@@ -48,6 +48,8 @@ def test_the_kernels_know_only_the_config():
 def test_search_sees_only_token_ids_and_the_model_protocol():
     allowed = ("mtkit.config", "mtkit.penalties", "mtkit.kernels")  # penalties: shared with the CTranslate2 engine
     assert all(m.startswith(allowed) for m in mtkit_imports(PACKAGE / "search.py"))
+    # Constrained search builds on search and sees no more: phrases come in as token ids.
+    assert all(m.startswith((*allowed, "mtkit.search")) for m in mtkit_imports(PACKAGE / "constrained_search.py"))
 
 
 def test_config_and_errors_depend_on_nothing_above_them():
@@ -83,12 +85,13 @@ LAYERS = [
     {"mtkit.training", "mtkit.export", "mtkit.translate", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
      "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood", "mtkit.importers"},
     {"mtkit.runtime"},
-    {"mtkit.search", "mtkit.data"},
+    {"mtkit.search", "mtkit.constrained_search", "mtkit.data"},
     {"mtkit.model", "mtkit.penalties"},
     {"mtkit.kernels"},
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
-INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.export", "mtkit.penalties",
+INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.constrained_search", "mtkit.export",
+             "mtkit.penalties",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
              "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
 
@@ -169,7 +172,7 @@ def test_importing_the_inference_path_loads_no_training_module():
     code = ("import sys, mtkit.translate, mtkit.runtime, mtkit.runtime.torch_engine, mtkit.runtime.ctranslate2_engine, "
             "mtkit.runtime.checkpoint\n"
             "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

@@ -20,7 +20,8 @@ def test_the_recipes_are_there():
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_loads_strictly_and_states_its_expectation(recipe):
     config = load_config(recipe)
-    assert config.data.train is not None and config.data.test is not None
+    holders = config.data.pairs or [config.data]  # a multilingual recipe's pairs, or its one pair
+    assert all(h.train is not None and h.test is not None for h in holders)
     assert config.expected.metric and config.expected.source and config.expected.hardware
 
 
@@ -49,7 +50,21 @@ def test_multi30k_recipes_read_the_hub_dataset_by_default(recipe, src, tgt):
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipes_read_nothing_outside_the_repository(recipe):
     config = load_config(recipe)
-    paths = [config.eval.lc_tok_ref] + [getattr(getattr(config.data, s), k, None)
-                                        for s in ("train", "valid", "test") if getattr(config.data, s)
+    paths = [config.eval.lc_tok_ref] + [getattr(getattr(holder, s), k, None)
+                                        for holder in (config.data, *config.data.pairs)
+                                        for s in ("train", "valid", "test") if getattr(holder, s)
                                         for k in ("src", "tgt", "path")]
+    paths += [p.lc_tok_ref for p in config.data.pairs] + [config.data.spm.vocab_from, config.train.init_from]
     assert not [p for p in paths if p and (Path(p).is_absolute() or ".." in Path(p).parts)]
+
+
+def test_the_multilingual_recipe_lists_four_directions_and_its_fine_tuning_stage_continues_it():
+    folder = Path(RECIPES[0]).parent
+    config = load_config(folder / "multi30k-multilingual.yaml")
+    assert [(p.src_lang, p.tgt_lang) for p in config.data.pairs] == [("en", "de"), ("en", "fr"), ("en", "cs"),
+                                                                      ("de", "en")]
+    assert config.train.best_pair == "en-de"
+    stage2 = load_config(folder / "multi30k-multilingual-en-de.yaml")
+    assert [(p.src_lang, p.tgt_lang) for p in stage2.data.pairs] == [("en", "de")]  # the <2de> tag stays
+    assert stage2.data.spm.vocab_from == stage2.train.init_from
+    assert config.train.max_minutes + stage2.train.max_minutes == 60

@@ -1,0 +1,292 @@
+"""Lexically constrained beam search: Dynamic Beam Allocation (Post & Vilar, 2018), vectorized
+over sentences × beams as Hu et al. (2019) do, on the protocol of :mod:`mtkit.search`.
+
+Each sentence may carry phrases (lists of target ids) that its output must contain
+(``include``) and phrases it must not contain (``exclude``).
+
+* Exclude: a hypothesis that ends with all but the last piece of an excluded phrase may not
+  add that last piece (its log-probability becomes -inf, as :func:`mtkit.search._ban_repeated_ngrams`
+  bans tokens); a one-piece phrase is never generated.
+* Include: every hypothesis tracks which phrases it holds and how far it is into the one it is
+  writing (a phrase must be written without interruption; phrases come in any order). Its
+  *bank* is the number of constraint pieces it has met. At each step the candidates are the
+  ``2·beam`` best extensions (as in :func:`mtkit.search.beam_search`), every hypothesis's next
+  constraint pieces and every hypothesis's best next token; duplicates are dropped, and the
+  beam is shared among banks round-robin, the highest bank first (the "stripes" of Hu et al.,
+  fairseq's ``LexicallyConstrainedBeamSearch``): the best of each bank, then the second best of
+  each, and so on. EOS is banned for a hypothesis that has not met all its phrases, except at
+  the maximum length, where EOS is forced as usual and the hypothesis finishes without them
+  (the caller checks and reports that); they come after those that hold every phrase. As the
+  highest bank always takes the first place, the hypothesis furthest along meets one more constraint
+  piece at every step: every phrase fits when their pieces fit in the maximum length (and no ban forbids one).
+
+Everything else is :func:`mtkit.search.beam_search`'s: those of the first ``beam`` ordered
+candidates that end in EOS finish with score ``logprob / lp(n + 1)``, the first ``beam`` others
+carry on; a sentence stops with ``beam`` finished hypotheses, when its best finished score
+can no longer be beaten and it holds ``nbest``, or at its maximum length. A sentence without
+constraints has one bank, so its candidates are ordered by score alone and it is searched
+exactly as :func:`mtkit.search.beam_search` searches it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from mtkit.config import BOS_ID, EOS_ID
+from mtkit.kernels import Kernels, KernelsName, select
+from mtkit.penalties import length_penalty
+from mtkit.search import Hypothesis, _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths
+
+Phrases = Sequence[Sequence[int]]  # one sentence's phrases, each a list of target ids
+
+
+class _ExcludeTable:
+    """One sentence-level table per phrase length l: the first l-1 pieces (B, X, l-1), the last
+    piece (B, X) and which entries are real (B, X)."""
+
+    def __init__(self, exclude: Sequence[Phrases], device: torch.device) -> None:
+        by_length: dict[int, list[list[tuple[int, ...]]]] = {}
+        for b, phrases in enumerate(exclude):
+            for p in phrases:
+                if p:
+                    by_length.setdefault(len(p), [[] for _ in exclude])[b].append(tuple(p))
+        self.groups: list[tuple[int, Tensor, Tensor, Tensor]] = []
+        for n, rows in sorted(by_length.items()):
+            X = max(len(r) for r in rows)
+            table = torch.zeros(len(exclude), X, n, dtype=torch.long)
+            ok = torch.zeros(len(exclude), X, dtype=torch.bool)
+            for b, r in enumerate(rows):
+                for x, p in enumerate(r):
+                    table[b, x] = torch.tensor(p)
+                    ok[b, x] = True
+            table, ok = table.to(device), ok.to(device)
+            self.groups.append((n, table[:, :, : n - 1], table[:, :, n - 1], ok))
+
+    def select(self, keep: Tensor) -> None:
+        self.groups = [(n, p.index_select(0, keep), last.index_select(0, keep), ok.index_select(0, keep))
+                       for n, p, last, ok in self.groups]
+
+    def ban(self, lprobs: Tensor, history: Tensor, K: int) -> None:
+        """Forbid, in place, the last piece of every phrase the rows' ``history`` (N, t) ends with the rest of."""
+        N, t = history.shape
+        V = lprobs.size(1)
+        for n, prefix, last, ok in self.groups:
+            if t < n - 1:
+                continue
+            last_rows = last.repeat_interleave(K, dim=0)  # (N, X)
+            match = ok.repeat_interleave(K, dim=0)  # (N, X)
+            if n > 1:
+                tail = history[:, t - n + 1 :]  # (N, n-1)
+                match = match & (prefix.repeat_interleave(K, dim=0) == tail.unsqueeze(1)).all(dim=-1)
+            banned = torch.where(match, last_rows, torch.full_like(last_rows, V))
+            mask = torch.zeros(N, V + 1, dtype=torch.bool, device=lprobs.device)
+            mask.scatter_(1, banned, True)
+            lprobs.masked_fill_(mask[:, :V], -math.inf)
+
+
+def _include_table(include: Sequence[Phrases], device: torch.device) -> tuple[Tensor, Tensor]:
+    """The phrases (B, M, L) padded with -1 and their lengths (B, M), 0 for no phrase."""
+    M = max([len(p) for p in include] + [1])
+    L = max([len(x) for p in include for x in p] + [1])
+    phrases = torch.full((len(include), M, L), -1, dtype=torch.long)
+    lengths = torch.zeros(len(include), M, dtype=torch.long)
+    for b, sentence in enumerate(include):
+        for m, p in enumerate(sentence):
+            phrases[b, m, : len(p)] = torch.tensor(list(p), dtype=torch.long)
+            lengths[b, m] = len(p)
+    return phrases.to(device), lengths.to(device)
+
+
+@torch.inference_mode()
+def constrained_beam_search(
+    model,
+    src: Tensor,
+    include: Sequence[Phrases],
+    exclude: Sequence[Phrases],
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    nbest: int = 1,
+    no_repeat_ngram_size: int = 0,
+    min_len: int = 0,
+    max_len_limit: int | None = None,
+    penalty: str = "gnmt",
+    kernels: KernelsName | Kernels = "auto",
+    forced_eos: str = "logprob",
+) -> list[list[Hypothesis]]:
+    """Beam search in which sentence ``i``'s outputs contain every phrase of ``include[i]`` and none
+    of ``exclude[i]`` (see the module docstring); the other arguments are
+    :func:`mtkit.search.beam_search`'s.
+
+    Args:
+        model: follows the protocol of :mod:`mtkit.search`.
+        src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+        include: per sentence, the phrases (non-empty lists of target ids) its output must contain.
+        exclude: per sentence, the phrases its output must not contain.
+
+    Returns:
+        per sentence, its ``nbest`` best hypotheses: those that hold every ``include`` phrase first,
+        then those that reached the maximum length without (when fewer than ``nbest`` hold them), each
+        group by score. None holds an ``exclude`` phrase.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError("need 1 <= nbest <= beam")
+    if len(include) != src.size(0) or len(exclude) != src.size(0):
+        raise ValueError("need one include and one exclude list per sentence")
+    if any(not p for s in [*include, *exclude] for p in s):
+        raise ValueError("a constraint phrase is empty")
+    length_penalty(1, alpha, penalty)  # an unknown penalty fails here, before any work
+    B = src.size(0)
+    K = beam
+    device = src.device
+    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    max_len_list = max_len.tolist()
+    top_extensions = select(kernels).top_extensions
+    memory, src_mask = model.encode(src)
+    cache = model.init_cache(memory, src_mask, K)
+
+    phrases, phrase_len = _include_table(include, device)  # (B, M, L), (B, M)
+    M, L = phrases.size(1), phrases.size(2)
+    total = phrase_len.sum(dim=1)  # (B,) constraint pieces per sentence
+    n_banks = int(total.max()) + 1
+    banned = _ExcludeTable(exclude, device)
+
+    alive = list(range(B))  # original sentence of each batch position
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    holds: list[list[bool]] = [[] for _ in range(B)]  # whether each finished hypothesis holds every phrase
+    scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
+    scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
+    history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
+    last = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
+    met = torch.zeros(B * K, M, dtype=torch.bool, device=device)  # phrases each row holds
+    cur = torch.full((B * K,), -1, dtype=torch.long, device=device)  # the phrase a row is writing, or -1
+    pos = torch.zeros(B * K, dtype=torch.long, device=device)  # pieces of it written so far
+    bank = torch.zeros(B * K, dtype=torch.long, device=device)  # constraint pieces met
+    step = 0
+    while alive:
+        Bc = len(alive)
+        logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
+        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive),
+                            forced_eos)
+        if no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
+        banned.ban(lprobs, history, K)
+        # EOS waits until every phrase is in (at the maximum length it is forced all the same).
+        lprobs[:, EOS_ID].masked_fill_((bank < total.repeat_interleave(K)) & (row_max_len > step), -math.inf)
+        V = lprobs.size(1)
+
+        # The candidates (Bc, P): the 2K best extensions, each row's next constraint pieces, each row's best token.
+        top_scores, top_index = top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K)
+        flat_scores = scores.view(-1)  # (Bc·K,)
+        row_phr = phrases.repeat_interleave(K, dim=0)  # (Bc·K, M, L)
+        expected = row_phr.view(Bc * K, M * L).gather(1, (cur.clamp(min=0) * L + pos.clamp(max=L - 1)).unsqueeze(1))
+        starts = torch.where(met | (phrase_len.repeat_interleave(K, dim=0) == 0), -1, row_phr[:, :, 0])  # (Bc·K, M)
+        first_col = torch.where(cur >= 0, expected.squeeze(1), starts[:, 0]).unsqueeze(1)
+        wanted = torch.cat([first_col, torch.where((cur >= 0).unsqueeze(1), -1, starts[:, 1:])], dim=1)  # (Bc·K, M)
+        wanted_lp = lprobs.gather(1, wanted.clamp(min=0)).masked_fill(wanted < 0, -math.inf)
+        best_lp, best_token = lprobs.max(dim=1)  # (Bc·K,)
+        beam_ids = torch.arange(K, device=device)
+        pool_score = torch.cat([top_scores, (flat_scores.unsqueeze(1) + wanted_lp).view(Bc, K * M),
+                                (flat_scores + best_lp).view(Bc, K)], dim=1)  # (Bc, P)
+        pool_beam = torch.cat([top_index // V, beam_ids.repeat_interleave(M).expand(Bc, K * M),
+                               beam_ids.expand(Bc, K)], dim=1)
+        pool_token = torch.cat([top_index % V, wanted.view(Bc, K * M), best_token.view(Bc, K)], dim=1)
+        P = pool_score.size(1)
+        cand_pos = torch.arange(P, device=device)
+        earlier = cand_pos.unsqueeze(0) < cand_pos.unsqueeze(1)  # (P, P) [i, j]: j comes before i
+        valid = torch.isfinite(pool_score) & (pool_token >= 0)
+        key = pool_beam * V + pool_token.clamp(min=0)
+        duplicate = ((key.unsqueeze(2) == key.unsqueeze(1)) & earlier & valid.unsqueeze(1)).any(dim=2)
+        valid &= ~duplicate
+
+        # Each candidate's constraint state: it goes on with its phrase, starts one, or holds none in progress.
+        parent = torch.arange(Bc, device=device).unsqueeze(1) * K + pool_beam  # (Bc, P) rows
+        p_met, p_cur, p_pos = met[parent], cur[parent], pos[parent]  # (Bc, P, M), (Bc, P), (Bc, P)
+        p_expected = expected.squeeze(1)[parent]
+        going_on = (p_cur >= 0) & (pool_token == p_expected)
+        cur_len = phrase_len.gather(1, p_cur.clamp(min=0))  # (Bc, P)
+        completes_on = going_on & (p_pos + 1 == cur_len)
+        starting = (~p_met) & (phrase_len.unsqueeze(1) > 0) & (phrases[:, :, 0].unsqueeze(1) == pool_token.unsqueeze(2))
+        starts_one = starting.any(dim=2) & ~going_on
+        started = starting.long().argmax(dim=2)  # (Bc, P) the first phrase it starts
+        completes_new = starts_one & (phrase_len.gather(1, started) == 1)
+        in_progress_on = going_on & ~completes_on
+        in_progress_new = starts_one & ~completes_new
+        new_cur = torch.where(in_progress_on, p_cur, torch.where(in_progress_new, started, -1))
+        new_pos = torch.where(in_progress_on, p_pos + 1, in_progress_new.long())
+        completed = torch.where(completes_on, p_cur, started)
+        new_met = p_met | ((completed.unsqueeze(2) == torch.arange(M, device=device))
+                           & (completes_on | completes_new).unsqueeze(2))
+        new_bank = (new_met.long() * phrase_len.unsqueeze(1)).sum(dim=2) + new_pos  # (Bc, P)
+
+        # Order: round-robin over banks, highest first; within a bank by score, ties by pool position.
+        better = ((pool_score.unsqueeze(1) > pool_score.unsqueeze(2))
+                  | ((pool_score.unsqueeze(1) == pool_score.unsqueeze(2)) & earlier))  # [b, i, j]: j before i
+        rank = (better & (new_bank.unsqueeze(1) == new_bank.unsqueeze(2)) & valid.unsqueeze(1)).sum(dim=2)
+        stripe = torch.where(valid, rank * n_banks + (total.unsqueeze(1) - new_bank),
+                             (P * n_banks + 1) + cand_pos)  # invalid candidates last, in pool order
+        ordered = stripe.argsort(dim=1)  # (Bc, P)
+        o_score = torch.where(valid, pool_score, -math.inf).gather(1, ordered)
+        o_beam, o_token = pool_beam.gather(1, ordered), pool_token.gather(1, ordered).clamp(min=0)
+        is_eos = (o_token == EOS_ID) & torch.isfinite(o_score)
+        eos_first = is_eos[:, :K]  # only candidates among the first K may finish
+
+        lp = length_penalty(step + 1, alpha, penalty)
+        eos_hits = eos_first.nonzero().tolist() if bool(eos_first.any()) else []
+        if eos_hits:
+            rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + o_beam)[:, :K]
+            fin_rows = rows[eos_first].tolist()
+            fin_scores = o_score[:, :K][eos_first].tolist()
+            fin_holds = (bank.view(Bc, K).gather(1, o_beam[:, :K]) == total.unsqueeze(1))[eos_first].tolist()
+            for (b, _), row, s, ok in zip(eos_hits, fin_rows, fin_scores, fin_holds):
+                if len(finished[alive[b]]) < K:
+                    finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
+                    holds[alive[b]].append(ok)
+
+        # Continue: the first K ordered candidates that are not EOS.
+        order = torch.topk(is_eos.long() * (2 * P) + cand_pos, K, dim=1, largest=False).indices  # (Bc, K)
+        chosen = ordered.gather(1, order)  # (Bc, K) pool positions
+        next_token = o_token.gather(1, order)
+        scores = o_score.gather(1, order)  # (Bc, K)
+        rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + o_beam.gather(1, order)).view(-1)  # (Bc·K,)
+        met = new_met.gather(1, chosen.unsqueeze(2).expand(Bc, K, M)).view(Bc * K, M)
+        cur = new_cur.gather(1, chosen).view(-1)
+        pos = new_pos.gather(1, chosen).view(-1)
+        bank = new_bank.gather(1, chosen).view(-1)
+
+        done = []
+        if eos_hits or step >= min(max_len_list[s] for s in alive):
+            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, K,
+                                      nbest, alpha, penalty)
+
+        history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
+        cache = cache.reorder(rows)
+        last = next_token.view(-1)
+        if done:
+            done_set = set(done)
+            keep_list = [b for b in range(Bc) if b not in done_set]
+            if not keep_list:
+                break
+            keep = torch.tensor(keep_list, device=device)
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+            cache = cache.select_sentences(keep)
+            scores = scores.index_select(0, keep)
+            history, last = history.index_select(0, keep_rows), last.index_select(0, keep_rows)
+            row_max_len = row_max_len.index_select(0, keep_rows)
+            met, cur = met.index_select(0, keep_rows), cur.index_select(0, keep_rows)
+            pos, bank = pos.index_select(0, keep_rows), bank.index_select(0, keep_rows)
+            phrases, phrase_len = phrases.index_select(0, keep), phrase_len.index_select(0, keep)
+            total = total.index_select(0, keep)
+            banned.select(keep)
+            alive = [alive[b] for b in keep_list]
+        step += 1
+
+    # Those that hold every phrase first (others finished only at the maximum length), each by score.
+    return [[h for _, h in sorted(zip(ok, hyps), key=lambda x: (not x[0], -x[1].score))][:nbest]
+            for ok, hyps in zip(holds, finished)]

@@ -1,0 +1,56 @@
+"""The torch engine's constrained decoding: a batch whose sentences carry constraints, searched with
+:func:`mtkit.constrained_search.constrained_beam_search` under the engine's settings.
+
+The sentences without constraints are searched apart, by the engine's own
+:meth:`~mtkit.runtime.torch_engine.Translator.search_batch` (so they translate exactly as in a batch
+without constraints, however that search evolves); those with constraints go to the constrained
+search, with beam 1 too (DBA needs candidates beyond the single best). Sampling takes no constraints.
+"""
+
+from __future__ import annotations
+
+from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import PieceConstraints
+
+
+def search_constrained_batch(translator, batch: list[list[int]], constraints: list[PieceConstraints | None]
+                             ) -> list[list[tuple[list[int], float]]]:
+    """Per sentence of ``batch`` (source ids ending in EOS), its (target ids, score) pairs, best first.
+
+    Args:
+        translator: a :class:`mtkit.runtime.torch_engine.Translator` (its model, device, precision,
+            decode settings, ``max_out_len`` and ``min_len`` are used).
+        constraints: per sentence, its encoded constraints (None: none).
+    """
+    import torch
+
+    from mtkit.config import PAD_ID
+    from mtkit.constrained_search import constrained_beam_search
+    from mtkit.runtime.precision import autocast
+
+    d = translator.decode
+    if d.sampling:
+        raise MtkitError("constraints and glossaries need beam search: drop --sampling")
+    plain = [i for i, c in enumerate(constraints) if not c]
+    forced = [i for i, c in enumerate(constraints) if c]
+    results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
+    if plain:
+        for i, hyps in zip(plain, translator.search_batch([batch[i] for i in plain])):
+            results[i] = hyps
+    if not forced:
+        return results
+    width = max(len(batch[i]) for i in forced)
+    src = torch.full((len(forced), width), PAD_ID, dtype=torch.long)
+    for row, i in enumerate(forced):
+        src[row, : len(batch[i])] = torch.tensor(batch[i])
+    src = src.to(translator.device)
+    with torch.inference_mode(), autocast(translator.precision, translator.device.type):
+        found = constrained_beam_search(
+            translator.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],
+            beam=d.beam, alpha=d.alpha, max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=d.nbest,
+            no_repeat_ngram_size=d.no_repeat_ngram_size, min_len=translator.min_len,
+            max_len_limit=translator.max_out_len, penalty=d.length_penalty,
+            kernels=getattr(translator.models[0], "kernels", "auto"), forced_eos=d.forced_eos)
+    for i, hyps in zip(forced, found):
+        results[i] = [(h.tokens, h.score) for h in hyps]
+    return results

@@ -1,0 +1,313 @@
+"""A multilingual model end to end: the demo corpus into German and into French in one model, a
+target-language tag deciding which (Johnson et al. 2017), through prepare, training, translate,
+evaluate, the server's pairs and the CTranslate2 export; and single-pair data left as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TINY_MODEL
+
+from mtkit.config import config_from_dict
+from mtkit.errors import MtkitError
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
+
+
+def demo_pair(tgt: str) -> dict:
+    return {"src_lang": "en", "tgt_lang": tgt, "train": {"kind": "demo", "size": 3000, "seed": 1},
+            "valid": {"kind": "demo", "size": 40, "seed": 1}, "test": {"kind": "demo", "size": 60, "seed": 1}}
+
+
+DATA = {"pairs": [demo_pair("de"), demo_pair("fr")], "spm": {"vocab_size": 300}, "workers": 1}
+TRAIN = {"max_tokens": 1000, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 100, "label_smoothing": 0.0,
+         "log_every": 50, "valid_every": 200, "bleu_every": 400, "bleu_beam": 1, "best_metric": "bleu",
+         "save_every": 0, "max_steps": 400, "seed": 3}
+
+
+@pytest.fixture(scope="session")
+def multi_data(tmp_path_factory) -> Path:
+    from mtkit.commands.prepare import prepare
+
+    out = tmp_path_factory.mktemp("multilingual") / "prepared"
+    prepare(config_from_dict({"data": DATA}), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def multi_run(multi_data, tmp_path_factory) -> Path:
+    """A tiny model trained briefly on en-de and en-fr (a shared session fixture)."""
+    from mtkit.training.trainer import train
+
+    config = config_from_dict({"data": DATA, "model": TINY_MODEL, "decode": {"beam": 2}, "train": TRAIN})
+    run_dir = tmp_path_factory.mktemp("multilingual-run") / "run"
+    train(config, multi_data, run_dir, progress=False)
+    return run_dir
+
+
+def test_prepare_writes_one_store_with_a_tag_before_each_source_and_counts_per_pair(multi_data):
+    from mtkit.data.store import ParallelStore
+    from mtkit.data.vocab import Vocab
+
+    manifest = json.loads((multi_data / "manifest.json").read_text())
+    assert "src_lang" not in manifest and [p["name"] for p in manifest["pairs"]] == ["en-de", "en-fr"]
+    vocab = Vocab.load(multi_data)
+    store = ParallelStore.open(multi_data, "train")
+    total = 0
+    for entry in manifest["pairs"]:
+        assert vocab.src_pieces([entry["tag_id"]]) == [entry["tag"]] == [f"<2{entry['tgt_lang']}>"]
+        start, count = entry["splits"]["train"]["start"], entry["splits"]["train"]["pairs"]
+        assert count > 2500 and start == total  # contiguous segments, pair after pair
+        total += count
+        assert all(store.src(i)[0] == entry["tag_id"] for i in range(start, start + count, 97))
+        assert entry["splits"]["test"]["pairs"] == 60
+    assert total == len(store) == manifest["splits"]["train"]["pairs"]
+    # The French side is French: the vocabulary covers both targets (one joint model).
+    fr_start = manifest["pairs"][1]["splits"]["train"]["start"]
+    assert " et " in " ".join(vocab.decode_tgt(store.tgt(i)) for i in range(fr_start, fr_start + 50))
+
+
+def test_a_single_pair_prepare_has_no_tags_and_encodes_as_it_always_did(reverse_data):
+    from mtkit.data.store import ParallelStore
+    from mtkit.data.vocab import Vocab
+
+    data_dir, _ = reverse_data
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    assert "pairs" not in manifest and (manifest["src_lang"], manifest["tgt_lang"]) == ("en", "de")
+    vocab = Vocab.load(data_dir)
+    assert not [p for p in vocab.src_pieces(range(vocab.src_size)) if p.startswith("<2")]
+    store = ParallelStore.open(data_dir, "valid")
+    first = (data_dir / "valid.src.txt").read_text().splitlines()[0]
+    assert store.src(0).tolist() == vocab.encode_src(first)  # no tag in front
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_the_tag_decides_the_output_language(multi_run, multi_data, tmp_path):
+    """Both directions are learned, and the same English sentences come out in German with <2de>
+    and in French with <2fr>: each output is closer to its own language's reference."""
+    import sacrebleu
+
+    from mtkit.commands.translate import translate
+
+    src = (multi_data / "test.src.txt").read_text().splitlines()[:60]
+    refs = (multi_data / "test.tgt.txt").read_text().splitlines()
+    de_refs, fr_refs = refs[:60], refs[60:120]
+    (tmp_path / "test.en").write_text("\n".join(src) + "\n")
+    outputs = {}
+    for lang in ("de", "fr"):
+        translate(multi_run, [str(tmp_path / "test.en")], tmp_path / f"hyp.{lang}", device="cpu", tgt_lang=lang)
+        outputs[lang] = (tmp_path / f"hyp.{lang}").read_text().splitlines()
+        assert len(outputs[lang]) == 60
+    own = {"de": de_refs, "fr": fr_refs}
+    for lang, other in (("de", "fr"), ("fr", "de")):
+        closer = sum(sacrebleu.sentence_chrf(h, [a]).score > sacrebleu.sentence_chrf(h, [b]).score
+                     for h, a, b in zip(outputs[lang], own[lang], own[other]))
+        assert closer >= 54, f"{lang}: {closer}/60 outputs closer to their own language"
+        assert sacrebleu.corpus_chrf(outputs[lang], [own[lang]]).score > 50  # learned, not just tagged
+
+
+@pytest.mark.slow  # real processes
+def test_a_missing_or_unknown_target_is_a_one_line_error(multi_run, tmp_path):
+    (tmp_path / "in.txt").write_text("two hundred five\n")
+    for args, message in (([], "error: --tgt-lang: missing; the model translates into de, fr"),
+                          (["--tgt-lang", "cs"], "error: --tgt-lang cs: the model does not translate into it")):
+        done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(multi_run), "--device", "cpu",
+                               str(tmp_path / "in.txt"), *args], capture_output=True, text=True, env=ENV, timeout=300,
+                              check=False)
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_validation_is_logged_per_pair_and_the_checkpoint_lists_its_pairs(multi_run):
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.training.curves import read_metrics
+
+    records = read_metrics(multi_run / "metrics.jsonl")
+    assert records[0]["event"] == "start"
+    assert records[0]["pair_shares"] == pytest.approx({"en-de": 0.5, "en-fr": 0.5})  # by size: alike
+    valid = [r for r in records if "valid_loss" in r]
+    assert valid and all({"valid_loss/en-de", "valid_loss/en-fr", "valid_ppl/en-fr"} <= set(r) for r in valid)
+    for r in valid:
+        assert r["valid_loss"] == pytest.approx((r["valid_loss/en-de"] + r["valid_loss/en-fr"]) / 2)
+    bleu = [r for r in valid if "valid_bleu" in r]
+    assert bleu and all({"valid_bleu/en-de", "valid_bleu/en-fr"} <= set(r) for r in bleu)
+    loaded = load_model(multi_run)
+    assert [(p.src_lang, p.tgt_lang) for p in loaded.config.data.pairs] == [("en", "de"), ("en", "fr")]
+    assert (multi_run / "curves.png").is_file()
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_evaluate_translates_into_the_target_it_is_given(multi_run, multi_data, tmp_path):
+    from mtkit.commands.evaluate import evaluate
+
+    lines = (multi_data / "test.src.txt").read_text().splitlines()
+    refs = (multi_data / "test.tgt.txt").read_text().splitlines()
+    (tmp_path / "test.en").write_text("\n".join(lines[60:]) + "\n")
+    (tmp_path / "test.fr").write_text("\n".join(refs[60:]) + "\n")
+    common = {"hyp": [], "ref": [tmp_path / "test.fr"], "model": [multi_run], "src": tmp_path / "test.en",
+              "testset": None, "langpair": None, "hyp_out": None, "metrics": ["chrf"], "chrf_plus": False,
+              "lc_tok": False, "compound_split": False, "lang": None, "as_json": True,
+              "decode_overrides": {"beam": 1}, "device": "cpu"}
+    into = {lang: json.loads(evaluate(**common, tgt_lang=lang))["scores"][0]["score"] for lang in ("fr", "de")}
+    assert into["fr"] > into["de"] + 20
+    with pytest.raises(MtkitError, match="--tgt-lang: missing"):
+        evaluate(**common)
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, multi_data):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("prometheus_client")
+    from mtkit.commands.serve import _served_pairs
+    from mtkit.commands.translate import build_translator, for_language
+    from mtkit.serve.api import Limits, Service, create_app
+
+    translator = build_translator([multi_run], device="cpu", any_target=True)
+    served = _served_pairs("multi", multi_run, translator, "torch", "", None, None)
+    assert [(m.name, m.src_lang, m.tgt_lang) for m in served] == [("multi:en-de", "en", "de"),
+                                                                   ("multi:en-fr", "en", "fr")]
+    service = Service(served, Limits())
+    route = next(r for r in create_app(service).routes if getattr(r, "path", None) == "/languages")
+    assert asyncio.run(route.endpoint()) == [{"code": "en", "name": "English", "targets": ["de", "fr"]}]
+    lines = (multi_data / "test.src.txt").read_text().splitlines()[:8]
+    service.start()
+    try:
+        for target in ("de", "fr"):
+            for name in (None, "multi"):  # by the pair alone, or by the model's name and the pair
+                model = service.pick("en", target, name)
+                got = asyncio.run(service.translate(model, lines, model.decode))
+                assert [t.best.text for t in got] == for_language(translator, target).translate_text(lines)
+    finally:
+        service.stop()
+
+
+@pytest.mark.slow  # real processes
+def test_ctranslate2_export_carries_the_tags_and_translates_the_same(multi_run, multi_data, tmp_path):
+    pytest.importorskip("ctranslate2")
+    src = tmp_path / "test.en"
+    src.write_text("\n".join((multi_data / "test.src.txt").read_text().splitlines()[:60]) + "\n")
+
+    def mtkit(*args):
+        done = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
+                              env=ENV, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    mtkit("export", "ctranslate2", multi_run, tmp_path / "ct2")
+    assert json.loads((tmp_path / "ct2" / "mtkit.json").read_text())["pairs"] == [["en", "de"], ["en", "fr"]]
+    for lang in ("de", "fr"):
+        torch_out = mtkit("translate", "-m", multi_run, "--device", "cpu", "--tgt-lang", lang, src)
+        ct2_out = mtkit("translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--device", "cpu",
+                        "--tgt-lang", lang, src)
+        assert len(torch_out) == 60 and sum(a == b for a, b in zip(torch_out, ct2_out)) >= 58, lang
+
+
+@pytest.mark.slow
+def test_a_multilingual_model_fine_tunes_on_one_pair_and_keeps_its_tag(multi_run, tmp_path):
+    """Stage 2 of the multilingual recipe in miniature: en-de alone, prepared with the model's
+    vocabulary (the <2de> tag kept), trained from its weights; then --tgt-lang is optional."""
+    from mtkit.commands.prepare import prepare
+    from mtkit.commands.translate import translate
+    from mtkit.data.store import ParallelStore
+    from mtkit.data.vocab import Vocab
+    from mtkit.training.trainer import train
+
+    data = {"pairs": [demo_pair("de")], "spm": {"vocab_from": str(multi_run)}, "workers": 1}
+    prepare(config_from_dict({"data": data}), tmp_path / "data", progress=False)
+    vocab = Vocab.load(tmp_path / "data")
+    assert ParallelStore.open(tmp_path / "data", "train").src(0)[0] == vocab.src_piece_id("<2de>")
+    train_cfg = {**TRAIN, "max_steps": 40, "valid_every": 0, "bleu_every": 0, "init_from": str(multi_run)}
+    config = config_from_dict({"data": data, "decode": {"beam": 2}, "train": train_cfg})
+    train(config, tmp_path / "data", tmp_path / "run", progress=False)
+    (tmp_path / "in.en").write_text("two hundred five\nseventy\n")
+    translate(tmp_path / "run", [str(tmp_path / "in.en")], tmp_path / "out", device="cpu")  # one target
+    assert len((tmp_path / "out").read_text().splitlines()) == 2
+    with pytest.raises(MtkitError, match="--tgt-lang fr: the model does not translate into it"):
+        translate(tmp_path / "run", [str(tmp_path / "in.en")], tmp_path / "out", device="cpu", tgt_lang="fr")
+
+
+def test_training_refuses_data_prepared_for_other_pairs(multi_data, reverse_data, tmp_path):
+    from mtkit.training.trainer import Trainer
+
+    single = config_from_dict({"data": reverse_data[1], "model": TINY_MODEL, "train": {"device": "cpu"}})
+    with pytest.raises(MtkitError, match=r"data\.pairs: .* was prepared for en-de, en-fr; the recipe says one pair"):
+        Trainer(single, multi_data, tmp_path / "run")
+    multi = config_from_dict({"data": DATA, "model": TINY_MODEL})
+    with pytest.raises(MtkitError, match=r"prepared for one pair, untagged; the recipe says en-de, en-fr"):
+        Trainer(multi, reverse_data[0], tmp_path / "run")
+
+
+def test_weights_change_the_mixture_the_trainer_samples(multi_data, tmp_path):
+    from mtkit.training.trainer import Trainer
+
+    pairs = [{**demo_pair("de"), "weight": 3.0}, {**demo_pair("fr"), "weight": 1.0}]
+    trainer = Trainer(config_from_dict({"data": {**DATA, "pairs": pairs}, "model": TINY_MODEL,
+                                        "train": {"max_tokens": 1000}}), multi_data, tmp_path / "run")
+    assert trainer.mixture_shares == pytest.approx({"en-de": 0.75, "en-fr": 0.25})
+    manifest = json.loads((multi_data / "manifest.json").read_text())
+    boundary = manifest["pairs"][1]["splits"]["train"]["start"]
+    drawn = np.concatenate(trainer.sampler.epoch_batches(1))
+    assert (drawn < boundary).mean() == pytest.approx(0.75, abs=0.01)
+
+
+@pytest.mark.slow
+def test_mtkit_run_scores_each_pair_of_a_multilingual_recipe(tmp_path):
+    """``mtkit run`` on a multilingual recipe: each pair's test set translated into its own target and
+    scored on its own (sacreBLEU first, then lc-tok BLEU against its references)."""
+    import yaml
+
+    from mtkit.commands.run import run_recipe
+
+    recipe = tmp_path / "multi.yaml"
+    train = {**TRAIN, "max_steps": 60, "valid_every": 30, "bleu_every": 60, "average_last": 0, "best_pair": "en-fr"}
+    recipe.write_text(yaml.safe_dump({"data": DATA, "model": TINY_MODEL, "train": train,
+                                      "decode": {"beam": 2}, "eval": {"metrics": ["bleu"], "examples": 1}}))
+    scores = run_recipe(recipe, tmp_path / "work", [])
+    assert sorted(scores["pairs"]) == ["en-de", "en-fr"]
+    for name in ("en-de", "en-fr"):
+        assert [s["metric"] for s in scores["pairs"][name]["scores"]] == ["BLEU", "BLEU-lc-tok"]
+        assert len((tmp_path / "work" / f"test.{name}.hyp").read_text().splitlines()) == 60
+    assert json.loads((tmp_path / "work" / "scores.json").read_text())["pairs"].keys() == scores["pairs"].keys()
+    assert (tmp_path / "work" / "run" / "checkpoints" / "best.pt").is_file()  # picked by en-fr's validation BLEU
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_score_reads_the_target_tag_too(multi_run, multi_data, tmp_path, capsys):
+    """Forced decoding of French references: likelier with <2fr> before the source than with <2de>."""
+    from mtkit.commands.score import score
+
+    lines = (multi_data / "test.src.txt").read_text().splitlines()[60:80]
+    refs = (multi_data / "test.tgt.txt").read_text().splitlines()[60:80]
+    (tmp_path / "src.en").write_text("\n".join(lines) + "\n")
+    (tmp_path / "ref.fr").write_text("\n".join(refs) + "\n")
+    totals = {}
+    for lang in ("fr", "de"):
+        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), device="cpu", tgt_lang=lang)
+        totals[lang] = [float(line.split("\t")[0]) for line in capsys.readouterr().out.splitlines()]
+    assert sum(f > d for f, d in zip(totals["fr"], totals["de"])) >= 18
+    with pytest.raises(MtkitError, match="--tgt-lang: missing"):
+        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), device="cpu")
+
+
+@pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
+def test_a_single_pair_model_translates_as_before_with_or_without_its_target(reverse_run):
+    """No tag reaches a single-pair model: its engine is the one built before --tgt-lang existed, the
+    flag may name its one target, and naming another is an error."""
+    from mtkit.commands.translate import build_translator, for_language
+
+    translator = build_translator([reverse_run], device="cpu", any_target=True)
+    assert for_language(translator, None) is translator and for_language(translator, "de") is translator
+    lines = ["alpha bravo charlie", "", "delta echo"]
+    chosen = build_translator([reverse_run], device="cpu", tgt_lang="de")
+    assert chosen.vocab.encode_src_batch(lines) == translator.vocab.encode_src_batch(lines)
+    assert chosen.translate_text(lines) == translator.translate_text(lines)
+    with pytest.raises(MtkitError, match=r"^--tgt-lang fr: the model translates en-de only$"):
+        build_translator([reverse_run], device="cpu", tgt_lang="fr")

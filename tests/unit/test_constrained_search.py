@@ -1,0 +1,178 @@
+"""Lexically constrained beam search (issue #24): invariants on tiny random models.
+
+The search level: no constraints is exactly beam search; include phrases appear as contiguous
+ids in every returned hypothesis, exclude phrases never; n-best lists stay distinct and ordered;
+scores are still the model's length-normalized log-probabilities. The pipeline level (a real
+SentencePiece vocabulary): the phrases appear in the output text, sentences without constraints
+translate as without any, and a phrase that cannot fit is reported on its line.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import incremental_logprob
+
+from mtkit.config import EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig
+from mtkit.constrained_search import constrained_beam_search
+from mtkit.data.synthetic import english, german
+from mtkit.data.vocab import Vocab, train_model
+from mtkit.model import Transformer
+from mtkit.runtime.constraints import Constraints
+from mtkit.runtime.torch_engine import Translator
+from mtkit.search import beam_search, length_penalty
+
+torch.set_num_threads(1)
+V = 40
+CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    m = Transformer(CFG, V, V).eval()
+    with torch.no_grad():  # larger logits: less repetitive, more varied outputs than the default init
+        m.output_projection.weight.mul_(3.0)
+    return m
+
+
+@pytest.fixture(scope="module")
+def src() -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    lengths = [7, 3, 9, 5, 1, 6]
+    batch = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
+    for i, n in enumerate(lengths):
+        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
+        batch[i, n] = EOS_ID
+    return batch
+
+
+def contains(tokens: list[int], phrase: list[int]) -> bool:
+    n = len(phrase)
+    return any(tokens[i : i + n] == phrase for i in range(len(tokens) - n + 1))
+
+
+def random_phrases(seed: int, B: int, most: int) -> list[list[list[int]]]:
+    rng = random.Random(seed)
+    return [[[rng.randrange(4, V) for _ in range(rng.randint(1, 3))] for _ in range(rng.randint(0, most))]
+            for _ in range(B)]
+
+
+@pytest.mark.parametrize("beam,nbest", [(1, 1), (2, 2), (4, 1), (5, 3)])
+def test_without_constraints_it_is_beam_search(model, src, beam, nbest):
+    none = [[] for _ in range(src.size(0))]
+    plain = beam_search(model, src, beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6)
+    found = constrained_beam_search(model, src, none, none, beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6)
+    assert [[(h.tokens, h.score) for h in s] for s in found] == [[(h.tokens, h.score) for h in s] for s in plain]
+
+
+@pytest.mark.parametrize("beam", [1, 3, 5])
+def test_the_best_holds_every_include_phrase_and_none_holds_an_exclude_phrase(model, src, beam):
+    include = random_phrases(seed=beam, B=src.size(0), most=2)
+    exclude = [[[t] for t in range(4, 12)] + [[20, 21]] for _ in range(src.size(0))]
+    include = [[p for p in s if not any(t < 12 for t in p) and p != [20, 21]] for s in include]
+    found = constrained_beam_search(model, src, include, exclude, beam=beam, nbest=beam, max_len_a=1.0, max_len_b=8)
+    assert any(include)
+    for i, (sentence, phrases, banned) in enumerate(zip(found, include, exclude)):
+        holds = [all(contains(h.tokens, p) for p in phrases) for h in sentence]
+        assert holds[0], (sentence[0].tokens, phrases)
+        assert holds == sorted(holds, reverse=True)  # those that lack one (cut at the maximum length) come last
+        for h, ok in zip(sentence, holds):
+            assert not any(contains(h.tokens, p) for p in banned), h.tokens
+            if not ok:
+                assert len(h.tokens) == int((src[i] != PAD_ID).sum()) + 8  # only at the maximum length
+
+
+def test_nbest_distinct_ordered_and_scored_as_the_model_scores(model, src):
+    include = [[[9, 10], [30]] for _ in range(src.size(0))]
+    exclude = [[[11]] for _ in range(src.size(0))]
+    found = constrained_beam_search(model, src, include, exclude, beam=5, nbest=5, max_len_a=1.0, max_len_b=8)
+    for i, sentence in enumerate(found):
+        assert len({tuple(h.tokens) for h in sentence}) == len(sentence) == 5
+        holds = [contains(h.tokens, [9, 10]) and contains(h.tokens, [30]) for h in sentence]
+        assert holds[0] and holds == sorted(holds, reverse=True)
+        for group in (True, False):
+            scores = [h.score for h, ok in zip(sentence, holds) if ok == group]
+            assert scores == sorted(scores, reverse=True)
+        src_ids = [t for t in src[i].tolist() if t not in (PAD_ID, EOS_ID)]
+        for h in sentence:  # the banned piece changes no probability: these are the model's own
+            assert h.logprob == pytest.approx(incremental_logprob(model, src_ids, h.tokens), abs=1e-4)
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 0.6))
+
+
+def test_a_phrase_longer_than_the_limit_is_left_out_only_at_the_maximum_length(model, src):
+    include = [[[5, 6, 7, 8, 9]] for _ in range(src.size(0))]
+    found = constrained_beam_search(model, src, include, [[] for _ in include], beam=3, max_len_a=0.0, max_len_b=3)
+    for sentence in found:
+        assert len(sentence[0].tokens) == 3  # EOS came only when forced, at the maximum length
+        assert not contains(sentence[0].tokens, [5, 6, 7, 8, 9])
+
+
+# ----------------------------------------------------------------------------------- the pipeline
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
+    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
+    torch.manual_seed(0)
+    m = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
+    with torch.no_grad():
+        m.output_projection.weight.mul_(3.0)
+    return SimpleNamespace(model=m, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
+
+
+LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 17, 342, 999, 40, 1, 77, 610)]
+
+
+def translate(loaded, lines, wanted=None, log=None, **decode):
+    decode = DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode})
+    translator = Translator(loaded, decode, log=log or (lambda message: None))
+    source = None if wanted is None else (lambda i, line: wanted[i])
+    return list(translator.translate(lines, constraints=source))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_phrases_appear_in_the_text_and_other_lines_are_untouched(loaded, beam):
+    plain = translate(loaded, LINES, beam=beam)
+    first = loaded.vocab.tgt_pieces(plain[2].best.ids[:1])  # a piece plain search chose
+    banned = (first[0].lstrip("▁") if first else "") or "und"
+    wanted = [Constraints(include=("hundert", "sieben und")), None, Constraints(exclude=(banned,)),
+              None, Constraints(include=("dreißig",), exclude=("und",)), None, None, Constraints(include=("elf",))]
+    found = translate(loaded, LINES, wanted, beam=beam)
+    for t, p, c in zip(found, plain, wanted):
+        if c is None:  # as without constraints (the batch invariance of beam search)
+            assert t.best.ids == p.best.ids and t.best.score == pytest.approx(p.best.score, abs=1e-5)
+            continue
+        assert all(phrase in t.best.text for phrase in c.include), (t.best.text, c.include)
+        for phrase in c.exclude:
+            assert not contains(t.best.ids, loaded.vocab.encode_tgt(phrase)), (t.best.pieces, phrase)
+        assert t.unmet == []
+
+
+def test_a_constraint_that_cannot_fit_is_reported_on_its_line(loaded):
+    messages: list[str] = []
+    wanted = [None, Constraints(include=("dreihundertzweiundvierzig siebenhundertneunundneunzig",))]
+    found = translate(loaded, LINES[:2], wanted, log=messages.append, max_len_a=0.0, max_len_b=2)
+    assert found[1].unmet and not found[0].unmet
+    assert len(messages) == 1 and messages[0].startswith("warning: line 2: the translation lacks")
+    assert "maximum output length of 2" in messages[0]
+
+
+def test_sampling_takes_no_constraints(loaded):
+    from mtkit.errors import MtkitError
+
+    with pytest.raises(MtkitError, match="need beam search"):
+        translate(loaded, LINES[:1], [Constraints(include=("elf",))], sampling=True, nbest=1)
+
+
+def test_length_penalty_is_unchanged(model, src):
+    include = [[[7]] for _ in range(src.size(0))]
+    for sentence in constrained_beam_search(model, src, include, [[] for _ in include], beam=4, nbest=4,
+                                            alpha=1.0, penalty="power", max_len_b=6):
+        for h in sentence:
+            assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0, "power"))
