@@ -469,7 +469,7 @@ def serve(
     src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
     api_keys: Optional[Path] = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
-    max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it."),
+    max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),
     max_chars: int = typer.Option(20_000, "--max-chars", help="Characters of text per request (400 beyond)."),

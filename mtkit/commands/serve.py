@@ -100,7 +100,7 @@ def serve(
     src_lang: str | None = None,
     tgt_lang: str | None = None,
     api_keys: Path | None = None,
-    max_wait_ms: float = 5.0,
+    max_wait_ms: float = 0.0,
     max_queue: int = 256,
     batch_tokens: int | None = None,
     max_body_bytes: int = 1 << 20,

@@ -63,7 +63,7 @@ class Limits:
     max_beam: int = 8
     max_alternatives: int = 4
     max_queue: int = 256  # requests waiting per model
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0
     batch_tokens: int | None = None  # source tokens merged into one decoding call (None: the model's)
     retry_after: int = 1  # seconds, in a 503's Retry-After
 

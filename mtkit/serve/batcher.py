@@ -64,7 +64,7 @@ class Batcher:
         on_queue: called with the queue length whenever it changes.
     """
 
-    def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.005,
+    def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.0,
                  batch_tokens: int | None = None, on_batch: Callable[[BatchStats], None] | None = None,
                  on_queue: Callable[[int], None] | None = None) -> None:
         self.model = model
