@@ -39,7 +39,7 @@ from torch import Tensor
 from mtkit.config import BOS_ID, EOS_ID
 from mtkit.kernels import Kernels, KernelsName, select
 from mtkit.penalties import length_penalty
-from mtkit.search import Hypothesis, _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths
+from mtkit.search import Hypothesis, _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths, surviving
 
 Phrases = Sequence[Sequence[int]]  # one sentence's phrases, each a list of target ids
 
@@ -269,12 +269,9 @@ def constrained_beam_search(
         cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
-            done_set = set(done)
-            keep_list = [b for b in range(Bc) if b not in done_set]
+            keep_list, keep, keep_rows = surviving(done, Bc, K, device)
             if not keep_list:
                 break
-            keep = torch.tensor(keep_list, device=device)
-            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
             cache = cache.select_sentences(keep)
             scores = scores.index_select(0, keep)
             history, last = history.index_select(0, keep_rows), last.index_select(0, keep_rows)

@@ -119,6 +119,14 @@ def finished_sentences(alive: list[int], finished: list[list[Hypothesis]], best_
     return done
 
 
+def surviving(done: list[int], n: int, beam: int, device: torch.device) -> tuple[list[int], Tensor, Tensor]:
+    """The batch positions of ``n`` that are not ``done``: as a list, as a tensor, and their ``beam`` rows each."""
+    done_set = set(done)
+    keep_list = [b for b in range(n) if b not in done_set]
+    keep = torch.tensor(keep_list, dtype=torch.long, device=device)
+    return keep_list, keep, (keep.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
+
+
 # ------------------------------------------------------------------ greedy / sample
 
 
@@ -337,12 +345,9 @@ def beam_search(
         cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
-            done_set = set(done)
-            keep_list = [b for b in range(Bc) if b not in done_set]
+            keep_list, keep, keep_rows = surviving(done, Bc, K, device)
             if not keep_list:
                 break
-            keep = torch.tensor(keep_list, device=device)
-            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
             cache = cache.select_sentences(keep)
             scores = scores.index_select(0, keep)
             history = history.index_select(0, keep_rows)

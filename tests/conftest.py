@@ -110,6 +110,32 @@ def multi30k() -> Path:
     return MULTI30K
 
 
+def random_search_model(vocab: int = 40):
+    """A small random Transformer with sharpened logits (less repetitive, more varied outputs than the
+    default init), for search tests."""
+    from mtkit.config import ModelConfig
+    from mtkit.model import Transformer
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
+    model = Transformer(cfg, vocab, vocab).eval()
+    with torch.no_grad():
+        model.output_projection.weight.mul_(3.0)
+    return model
+
+
+def random_sources(vocab: int = 40, lengths: tuple[int, ...] = (7, 3, 9, 5, 1, 6)) -> torch.Tensor:
+    """Random source rows of the given lengths, each ending in EOS, padded with PAD."""
+    from mtkit.config import EOS_ID, PAD_ID
+
+    g = torch.Generator().manual_seed(1)
+    batch = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
+    for i, n in enumerate(lengths):
+        batch[i, :n] = torch.randint(4, vocab, (n,), generator=g)
+        batch[i, n] = EOS_ID
+    return batch
+
+
 def incremental_logprob(model, src_ids: list[int], tgt_ids: list[int]) -> float:
     """log P(tgt + EOS | src) the way search computes it, step by step: encode, init_cache, then one
     decode_step per token (an independent check of teacher-forced scoring)."""

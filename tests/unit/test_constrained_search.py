@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import incremental_logprob
+from conftest import incremental_logprob, random_search_model, random_sources
 
 from mtkit.config import EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig
 from mtkit.constrained_search import constrained_beam_search
@@ -33,22 +33,12 @@ CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, 
 
 @pytest.fixture(scope="module")
 def model() -> Transformer:
-    torch.manual_seed(0)
-    m = Transformer(CFG, V, V).eval()
-    with torch.no_grad():  # larger logits: less repetitive, more varied outputs than the default init
-        m.output_projection.weight.mul_(3.0)
-    return m
+    return random_search_model(V)
 
 
 @pytest.fixture(scope="module")
 def src() -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    lengths = [7, 3, 9, 5, 1, 6]
-    batch = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
-    for i, n in enumerate(lengths):
-        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
-        batch[i, n] = EOS_ID
-    return batch
+    return random_sources(V)
 
 
 def contains(tokens: list[int], phrase: list[int]) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import random_search_model, random_sources
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
 from mtkit.model import Transformer
@@ -19,23 +20,12 @@ V = 40
 
 @pytest.fixture(scope="module")
 def model() -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
-    m = Transformer(cfg, V, V).eval()
-    with torch.no_grad():  # larger logits: less repetitive, more varied outputs than the default init
-        m.output_projection.weight.mul_(3.0)
-    return m
+    return random_search_model(V)
 
 
 @pytest.fixture(scope="module")
 def src() -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    lengths = [7, 3, 9, 5, 1, 6]
-    batch = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
-    for i, n in enumerate(lengths):
-        batch[i, :n] = torch.randint(4, V, (n,), generator=g)
-        batch[i, n] = EOS_ID
-    return batch
+    return random_sources(V)
 
 
 def teacher_forced_logprob(model, src_row: torch.Tensor, tokens: list[int]) -> float:
