@@ -24,7 +24,6 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     """
     import torch
 
-    from mtkit.config import PAD_ID
     from mtkit.constrained_search import constrained_beam_search
     from mtkit.runtime.precision import autocast
 
@@ -39,11 +38,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
             results[i] = hyps
     if not forced:
         return results
-    width = max(len(batch[i]) for i in forced)
-    src = torch.full((len(forced), width), PAD_ID, dtype=torch.long)
-    for row, i in enumerate(forced):
-        src[row, : len(batch[i])] = torch.tensor(batch[i])
-    src = src.to(translator.device)
+    src = translator.source_tensor([batch[i] for i in forced])
     with torch.inference_mode(), autocast(translator.precision, translator.device.type):
         found = constrained_beam_search(
             translator.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],

@@ -52,26 +52,31 @@ class Translator(LineTranslator):
 
             self.model = Ensemble(self.models)
 
-    # --- lexically constrained decoding (issue #24): batches with constraints go to mtkit.runtime.torch_constrained
     def search_constrained_batch(self, batch, constraints):
+        """Lexically constrained decoding: see :mod:`mtkit.runtime.torch_constrained`."""
         from mtkit.runtime.torch_constrained import search_constrained_batch
 
         return search_constrained_batch(self, batch, constraints)
-    # --- end of constrained decoding
+
+    def source_tensor(self, batch: list[list[int]]):
+        """Source ids (each ending in EOS) as one (B, S) tensor on the engine's device, padded with PAD."""
+        import torch
+
+        from mtkit.config import PAD_ID
+
+        src = torch.full((len(batch), max(len(ids) for ids in batch)), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(batch):
+            src[row, : len(ids)] = torch.tensor(ids)
+        return src.to(self.device)
 
     def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
         import torch
 
         from mtkit import search
-        from mtkit.config import PAD_ID
         from mtkit.runtime.precision import autocast
 
         d = self.decode
-        width = max(len(ids) for ids in batch)
-        src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
-        for row, ids in enumerate(batch):
-            src[row, : len(ids)] = torch.tensor(ids)
-        src = src.to(self.device)
+        src = self.source_tensor(batch)
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
                       no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
                       min_len=self.min_len, forced_eos=d.forced_eos)
