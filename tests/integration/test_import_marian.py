@@ -331,3 +331,35 @@ def test_an_imported_model_fine_tunes(tmp_path):
     parent, child = load_model(run).vocab, load_model(ft).vocab
     assert child.pieces() == parent.pieces() and child.model_bytes() == parent.model_bytes()
     assert child.encode_src(SOURCES[2]) == parent.encode_src(SOURCES[2])
+
+
+@pytest.mark.slow  # real mtkit processes
+def test_a_hub_name_imports_through_huggingface_hub(case, tmp_path):
+    """`mtkit import marian ORG/NAME` goes through huggingface_hub's snapshot_download. No network here: the
+    folder is laid out as the hub's cache holds a downloaded snapshot (refs/main naming the commit, the files
+    under snapshots/COMMIT), and HF_HUB_OFFLINE=1 makes huggingface_hub answer from that cache, by its own code.
+    A name missing from the cache is a one-line error that writes nothing."""
+    import os
+    import shutil
+
+    pytest.importorskip("huggingface_hub")
+    folder, local_run = case
+    cache = tmp_path / "hub"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "models--Tiny--opus-mt-en-de"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+
+    r = mtkit("import", "marian", "Tiny/opus-mt-en-de", "-o", tmp_path / "run", env=env)
+    assert "from the Hugging Face hub" in r.stderr
+    text = "\n".join(SOURCES) + "\n"
+    via_hub = mtkit("translate", "-m", tmp_path / "run", "--beam", "2", input=text, env=env).stdout
+    via_folder = mtkit("translate", "-m", local_run, "--beam", "2", input=text, env=env).stdout
+    assert via_hub == via_folder and len(via_hub.splitlines()) == len(SOURCES)
+
+    r = mtkit("import", "marian", "Tiny/opus-mt-en-fr", "-o", tmp_path / "missing", check=False, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert [x for x in r.stderr.splitlines() if x.startswith("error:")][0].startswith("error: Tiny/opus-mt-en-fr")
+    assert not (tmp_path / "missing").exists()
