@@ -10,7 +10,10 @@ sentence ``i``.
 * :func:`fused_step` (auto) computes the same formulas with the functional ops directly on weights
   that :func:`pack_decoder` gathered in ``init_cache``: one matmul for W_Q, W_K and W_V together,
   no module calls, no per-layer closures or dataclass copies. At the tiny shapes of a decoding step
-  (a few rows of d_model 128-512) the time goes to the number of operator calls, not to arithmetic.
+  (a few rows of d_model 128-512) the time goes to the number of operator calls; at larger ones to
+  the matmuls, which run through oneDNN on weights reordered for it once
+  (:class:`~mtkit.kernels.linear.PackedLinear`). The packing is kept for the model until one of its
+  parameters changes (a training step between two validations), not redone per batch.
 
 Both take the model duck-typed (this package imports nothing of mtkit but the config): the fused step
 reads the parameters by their checkpoint names' attributes and the model's config. Dropout is
@@ -19,6 +22,7 @@ inactive in both (decoding runs the model in eval mode; the fused step has no dr
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -26,21 +30,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.kernels.linear import PackedLinear
+
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
 
 @dataclass(frozen=True)
 class PackedLayer:
-    """One decoder layer's weights as the fused step uses them (views of the parameters, except the
-    stacked W_Q/W_K/W_V (3·d_model, d_model) and its bias)."""
+    """One decoder layer's weights as the fused step uses them: its projections as :class:`PackedLinear`
+    (W_Q, W_K and W_V stacked into one (3·d_model, d_model)), its LayerNorms' parameters."""
 
-    qkv_weight: Tensor
-    qkv_bias: Tensor
-    self_out: tuple[Tensor, Tensor]
-    cross_query: tuple[Tensor, Tensor]
-    cross_out: tuple[Tensor, Tensor]
-    ffn_in: tuple[Tensor, Tensor]
-    ffn_out: tuple[Tensor, Tensor]
+    qkv: PackedLinear
+    self_out: PackedLinear
+    cross_query: PackedLinear
+    cross_out: PackedLinear
+    ffn_in: PackedLinear
+    ffn_out: PackedLinear
     norms: tuple[tuple[Tensor, Tensor], ...]  # the three sub-layers' LayerNorm (weight, bias)
 
 
@@ -53,19 +58,35 @@ class PackedDecoder:
     positions: Tensor  # (P, d_model): the sinusoid table or the learned embeddings
     layers: tuple[PackedLayer, ...]
     final_norm: tuple[Tensor, Tensor] | None  # pre-norm's last LayerNorm
-    output: tuple[Tensor, Tensor | None]  # the pre-softmax projection (V, d_model) and its bias
+    output: PackedLinear  # the pre-softmax projection (V, d_model) and its bias
     heads: int
     pre_norm: bool
     eps: float
     activation: Callable[[Tensor], Tensor]
 
 
-def _linear(module) -> tuple[Tensor, Tensor]:
-    return module.weight, module.bias
+def _linear(module) -> PackedLinear:
+    return PackedLinear(module.weight, module.bias)
+
+
+# model -> (the identity and version of each of its parameters when packed, the packing)
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def pack_decoder(model) -> PackedDecoder:
-    """The decoder of a :class:`mtkit.model.Transformer` packed for :func:`fused_step` (in ``init_cache``)."""
+    """The decoder of a :class:`mtkit.model.Transformer` packed for :func:`fused_step` (in ``init_cache``):
+    packed once and reused while no parameter has been replaced, moved or changed in place."""
+    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    found = _PACKED.get(model)
+    if found is not None and found[0] == state:
+        return found[1]
+    with torch.no_grad():
+        packed = _pack(model)
+    _PACKED[model] = (state, packed)
+    return packed
+
+
+def _pack(model) -> PackedDecoder:
     cfg = model.cfg
     embeddings = model.decoder.embeddings
     positions = embeddings.positions
@@ -73,8 +94,8 @@ def pack_decoder(model) -> PackedDecoder:
     for layer in model.decoder.layers:
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
         layers.append(PackedLayer(
-            qkv_weight=torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]),
-            qkv_bias=torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]),
+            qkv=PackedLinear(torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]),
+                             torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias])),
             self_out=_linear(attn.w_o),
             cross_query=_linear(cross.w_q),
             cross_out=_linear(cross.w_o),
@@ -89,7 +110,7 @@ def pack_decoder(model) -> PackedDecoder:
         positions=positions.table if hasattr(positions, "table") else positions.weight,
         layers=tuple(layers),
         final_norm=(norm.weight, norm.bias) if cfg.norm == "pre" else None,
-        output=(model.output_projection.weight, model.output_projection.bias),
+        output=_linear(model.output_projection),
         heads=cfg.h,
         pre_norm=cfg.norm == "pre",
         eps=cfg.layer_norm_eps,
@@ -129,24 +150,24 @@ def fused_step(model, tokens: Tensor, cache):
         (n0w, n0b), (n1w, n1b), (n2w, n2b) = lp.norms
         # masked self-attention: the new position sees every cached one (all are in its past)
         y = F.layer_norm(x, (d,), n0w, n0b, eps) if p.pre_norm else x
-        q, k, v = F.linear(y, lp.qkv_weight, lp.qkv_bias).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
+        q, k, v = lp.qkv(y).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
         self_k = torch.cat([lc.self_k, k], dim=2)  # (N, h, t+1, d_k)
         self_v = torch.cat([lc.self_v, v], dim=2)
         a = F.scaled_dot_product_attention(q, self_k, self_v)  # (N, h, 1, d_k)
-        a = F.linear(a.reshape(N, d), *lp.self_out)
+        a = lp.self_out(a.reshape(N, d))
         x = x + a if p.pre_norm else F.layer_norm(x + a, (d,), n0w, n0b, eps)
         # attention over the encoder output
         y = F.layer_norm(x, (d,), n1w, n1b, eps) if p.pre_norm else x
-        q = F.linear(y, *lp.cross_query).view(N // beam, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
+        q = lp.cross_query(y).view(N // beam, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
         a = F.scaled_dot_product_attention(q, lc.cross_k, lc.cross_v, attn_mask=cache.src_mask)
-        a = F.linear(a.transpose(1, 2).reshape(N, d), *lp.cross_out)
+        a = lp.cross_out(a.transpose(1, 2).reshape(N, d))
         x = x + a if p.pre_norm else F.layer_norm(x + a, (d,), n1w, n1b, eps)
         # position-wise feed-forward network
         y = F.layer_norm(x, (d,), n2w, n2b, eps) if p.pre_norm else x
-        a = F.linear(p.activation(F.linear(y, *lp.ffn_in)), *lp.ffn_out)
+        a = lp.ffn_out(p.activation(lp.ffn_in(y)))
         x = x + a if p.pre_norm else F.layer_norm(x + a, (d,), n2w, n2b, eps)
         layers.append(type(lc)(self_k, self_v, lc.cross_k, lc.cross_v))
     if p.final_norm is not None:
         x = F.layer_norm(x, (d,), *p.final_norm, eps)
-    logits = F.linear(x, *p.output)
+    logits = p.output(x)
     return logits, type(cache)(layers, cache.src_mask, cache.beam, cache.step + 1, p)

@@ -432,10 +432,16 @@ DECODER_VARIANTS = [
 
 @pytest.mark.parametrize("variant", DECODER_VARIANTS)
 @pytest.mark.parametrize("bf16", [False, True])
-def test_fused_decoding_step_equals_the_modules_step(variant, bf16):
+@pytest.mark.parametrize("onednn", [False, True])
+def test_fused_decoding_step_equals_the_modules_step(variant, bf16, onednn, monkeypatch):
     """Step by step, with beam rows reordered and sentences dropped between steps, the fused step gives the
-    modules' logits and caches, for every model option and under bf16 autocast; the packed Q/K/V weights are
-    the three matrices stacked."""
+    modules' logits and caches, for every model option and under bf16 autocast, with its matmuls through BLAS
+    or (every one, whatever its size) through oneDNN; the packed Q/K/V weights are the three matrices stacked."""
+    import mtkit.kernels.linear as linear
+
+    if onednn and not linear.onednn_linear_available():
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(linear, "MIN_MACS", 0 if onednn else 1 << 62)
     torch.manual_seed(6)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64,
                       **variant)
@@ -448,7 +454,7 @@ def test_fused_decoding_step_equals_the_modules_step(variant, bf16):
     src[2, 5:] = PAD_ID
     packed = pack_decoder(model)
     attn = model.decoder.layers[1].self_attn
-    assert torch.equal(packed.layers[1].qkv_weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(packed.layers[1].qkv.weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
     g = torch.Generator().manual_seed(1)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         memory, src_mask = model.encode(src)
@@ -471,6 +477,57 @@ def test_fused_decoding_step_equals_the_modules_step(variant, bf16):
                 ref, fast = ref.select_sentences(keep), fast.select_sentences(keep)
                 n -= 1
             tokens = torch.randint(4, 50, (n * beam,), generator=g)
+
+
+def test_packed_linear_equals_f_linear_and_falls_back_where_onednn_does_not_serve(monkeypatch):
+    """Through oneDNN (float32 on the CPU, from MIN_MACS on) the packed linear is F.linear up to summation order;
+    under bf16 autocast, for other dtypes and below MIN_MACS it is F.linear itself, bit for bit."""
+    import mtkit.kernels.linear as linear
+
+    if not linear.onednn_linear_available():
+        pytest.skip("this torch has no oneDNN linear")
+    torch.manual_seed(3)
+    weight, bias = torch.randn(300, 96), torch.randn(300)
+    packed, unbiased = linear.PackedLinear(weight, bias), linear.PackedLinear(weight, None)
+    assert packed.packed is not None
+    calls = []
+    onednn = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(linear, "MIN_MACS", 300 * 96 * 8)  # 8 rows and more
+    monkeypatch.setattr(linear.torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(1) or onednn(*a),
+                        raising=False)
+    with torch.inference_mode():
+        for rows in (1, 7, 8, 64):
+            x = torch.randn(rows, 96)
+            for layer, b in ((packed, bias), (unbiased, None)):
+                before = len(calls)
+                y = layer(x)
+                assert len(calls) - before == (rows >= 8)
+                if rows >= 8:
+                    torch.testing.assert_close(y, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+                else:
+                    assert torch.equal(y, F.linear(x, weight, b))
+        x = torch.randn(64, 96)
+        before = len(calls)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = packed(x)
+            assert y.dtype == torch.bfloat16 and torch.equal(y, F.linear(x, weight, bias))
+        assert len(calls) == before
+
+
+def test_the_decoder_is_packed_once_until_a_parameter_changes():
+    """pack_decoder reuses its packing for the same unchanged model (it is not redone per batch), and packs
+    again after an in-place update (an optimizer step between two validations) or for another model."""
+    torch.manual_seed(5)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
+    model = Transformer(cfg, 30, 30).eval()
+    first = pack_decoder(model)
+    assert pack_decoder(model) is first
+    with torch.no_grad():
+        model.decoder.layers[0].feed_forward.w_1.weight.add_(1.0)
+    second = pack_decoder(model)
+    assert second is not first
+    assert torch.equal(second.layers[0].ffn_in.weight, model.decoder.layers[0].feed_forward.w_1.weight)
+    assert pack_decoder(Transformer(cfg, 30, 30).eval()) is not second
 
 
 def test_the_kernel_settings_choose_the_decoding_step():

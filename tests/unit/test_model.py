@@ -321,10 +321,10 @@ def test_fused_decoding_step_keeps_parameter_names():
     assert {"decoder.layers.0.self_attn.w_q.weight", "decoder.layers.0.self_attn.w_k.bias"} <= names
     src, _ = random_batch()
     memory, mask = model.encode(src)
-    packed = model.init_cache(memory, mask).packed  # auto kernels: packed once per init_cache
+    packed = model.init_cache(memory, mask).packed  # auto kernels: packed once, kept while the weights stay
     attn = model.decoder.layers[0].self_attn
-    assert torch.equal(packed.layers[0].qkv_weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
-    assert torch.equal(packed.layers[0].qkv_bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+    assert torch.equal(packed.layers[0].qkv.weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(packed.layers[0].qkv.bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
     assert not any("qkv" in n for n, _ in model.state_dict().items())
 
 

@@ -1,0 +1,62 @@
+"""Inference matmuls through oneDNN, on weights reordered once into its blocked layout.
+
+``F.linear`` on the CPU calls the BLAS torch was built with (MKL), which repacks the weight on
+every call and, on CPUs other than Intel's, does not take its fastest code paths. oneDNN (which
+torch also ships, and which CTranslate2 uses on such CPUs) multiplies by a weight reordered once
+for it: measured here (AMD EPYC, 2 threads) 2-6x faster for the decoding step's larger matmuls,
+e.g. 128 rows by the 58,102 x 512 output projection 54 -> 16 ms, 4 rows by a 2048 x 512 FFN
+weight 171 -> 51 us (benchmarks/README.md). At a few rows of a small weight its fixed cost per call
+(~15 us) loses to BLAS, so each call picks by its size (:data:`MIN_MACS`).
+
+It serves float32 inference on the CPU only: under autocast (bf16) and on other devices, or when
+torch was built without oneDNN, :class:`PackedLinear` is ``F.linear`` on the original weight.
+oneDNN sums in another order than BLAS, so results differ in the last bits (about 1e-6 relative).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MIN_MACS = 1 << 21  # rows x out x in from which oneDNN beat BLAS here (benchmarks/README.md)
+
+
+@functools.cache
+def onednn_linear_available() -> bool:
+    """Whether torch has oneDNN's packed linear (a CPU build with mkldnn; the op is internal, so checked)."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        w = torch.ones(2, 2)
+        y = torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), torch.ops.mkldnn._reorder_linear_weight(w, 1),
+                                               None, "none", [], "")
+        return bool(torch.equal(y, torch.full((1, 2), 2.0)))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+class PackedLinear:
+    """``x @ weight.T + bias`` for inference, through oneDNN when that pays (see the module docstring).
+
+    Args:
+        weight: (out, in); kept for the calls that take ``F.linear``.
+        bias: (out,) or None.
+    """
+
+    __slots__ = ("weight", "bias", "packed", "macs_per_row")
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        self.weight = weight
+        self.bias = bias
+        self.macs_per_row = weight.size(0) * weight.size(1)
+        usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 64) if usable else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if (self.packed is not None and x.size(0) * self.macs_per_row >= MIN_MACS and x.dtype == torch.float32
+                and x.dim() == 2 and not torch.is_autocast_enabled("cpu")):
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
