@@ -8,6 +8,8 @@ i·V + v into the K·V extensions, best first: exactly
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -21,8 +23,13 @@ def reference_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Te
 
 def chunk_size(V: int) -> int | None:
     """The width of the vocabulary chunks of :func:`chunked_top_extensions`: the largest multiple of
-    16 up to 256 that divides V (e.g. 160 for 8000, 256 for 32000); None when there is none."""
-    return next((c for c in range(256, 15, -16) if V % c == 0 and V // c > 1), None)
+    16 up to 256 that divides V (e.g. 160 for 8000, 256 for 32000); otherwise 256, the last chunk
+    holding the remainder (OPUS-MT's 58,101 + 1 ids: 226 chunks and one of 246); None when V is
+    below two chunks of 16."""
+    exact = next((c for c in range(256, 15, -16) if V % c == 0 and V // c > 1), None)
+    if exact is not None:
+        return exact
+    return next((c for c in (256, 128, 64, 32, 16) if V > 2 * c), None)
 
 
 def chunked_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -33,19 +40,32 @@ def chunked_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tens
     sums has a maximum at least the k-th best, and at most k chunks do, so the k best sums lie in
     the k chunks of highest maximum (max(x) + s = max(x + s) also in floating point, rounding being
     monotonic). Only those chunks' sums are computed and ranked; the values are bit-identical.
-    Falls back to the plain ranking when V has no suitable chunk width or k chunks cover it all.
+    When the chunk width does not divide V, the last chunk is shorter (padded with -inf where it is
+    ranked). Falls back to the plain ranking when V has no chunk width or k chunks cover it all.
     """
     B, K = scores.shape
     V = lprobs.size(1)
     chunk = chunk_size(V)
     if chunk is None or k * chunk >= K * V:
         return reference_top_extensions(scores, lprobs, k)
-    n = V // chunk
-    chunks = lprobs.view(B * K, n, chunk)  # (B·K, n, chunk)
-    maxima = (scores.view(-1, 1) + chunks.amax(dim=2)).view(B, K * n)  # (B, K·n)
+    full = V // chunk
+    n = -(-V // chunk)  # chunks, the last one shorter when chunk does not divide V
+    rows_all = lprobs.as_strided((B * K, full, chunk), (lprobs.stride(0), chunk, 1))  # (B·K, full, chunk)
+    maxima = rows_all.amax(dim=2)  # (B·K, full)
+    if n > full:
+        maxima = torch.cat([maxima, lprobs[:, full * chunk :].amax(dim=1, keepdim=True)], dim=1)  # (B·K, n)
+    maxima = (scores.view(-1, 1) + maxima).view(B, K * n)  # (B, K·n)
     best = maxima.topk(k, dim=1).indices  # (B, k) chunk numbers i·n + c
     rows = torch.arange(B, device=lprobs.device).unsqueeze(1) * K + best // n  # (B, k) rows of lprobs
-    sums = chunks[rows, best % n] + scores.view(-1)[rows].unsqueeze(2)  # (B, k, chunk)
+    if n == full:
+        picked_values = rows_all[rows, best % n]  # (B, k, chunk)
+    else:
+        columns = (best % n).unsqueeze(2) * chunk + torch.arange(chunk, device=lprobs.device)  # (B, k, chunk)
+        picked_values = lprobs[rows.unsqueeze(2), columns.clamp(max=V - 1)].masked_fill(columns >= V, -math.inf)
+    sums = picked_values + scores.view(-1)[rows].unsqueeze(2)  # (B, k, chunk)
     values, pos = sums.view(B, k * chunk).topk(k, dim=1)  # (B, k)
     picked = best.gather(1, pos // chunk)  # (B, k) the chunk of each pick
-    return values, (picked // n) * V + (picked % n) * chunk + pos % chunk
+    column = (picked % n) * chunk + pos % chunk
+    if n > full:  # a -inf pick from the short chunk's padding (fewer than k finite sums) names a real column
+        column = column.clamp(max=V - 1)
+    return values, (picked // n) * V + column

@@ -403,23 +403,35 @@ def test_a_tiny_model_learns_to_copy_with_rdrop():
     assert (tokens[:, 1:] == seqs).float().mean() > 0.98
 
 
-@pytest.mark.parametrize("V", [640, 8000, 40])
+@pytest.mark.parametrize("V", [640, 8000, 20, 40, 58102, 1001])
 def test_chunked_top_extensions_equal_the_full_top_k(V):
     """Bit-identical values and the same indices, also on a first step (one live hypothesis), with
-    banned tokens (-inf), and when V has no chunk width (the plain ranking)."""
-    assert chunk_size(8000) == 160 and chunk_size(32000) == 256 and chunk_size(40) is None
+    banned tokens (-inf), when no chunk width divides V (a shorter last chunk, ranked too: the best
+    token is put there once), and when V is too small for chunks (the plain ranking)."""
+    assert chunk_size(8000) == 160 and chunk_size(32000) == 256 and chunk_size(20) is None and chunk_size(40) == 16
+    assert chunk_size(58102) == 256 and chunk_size(1001) == 256 and chunk_size(33) == 16
     g = torch.Generator().manual_seed(5)
     B, K = 6, 4
     lprobs = torch.log_softmax(3 * torch.randn(B * K, V, generator=g), dim=-1)
     lprobs[:, [PAD_ID, BOS_ID]] = -math.inf
     scores = torch.randn(B, K, generator=g)
     scores[0, 1:] = -math.inf
+    lprobs[5, V - 1] = 0.0  # the best extension of sentence 1 in the last column (the short chunk, if any)
+    scores[1, 1] = scores[1].max() + 1
     for k in (1, 2, 8):
         values, index = chunked_top_extensions(scores, lprobs, k)
         ref_values, ref_index = reference_top_extensions(scores, lprobs, k)
         plain = (scores.view(-1, 1) + lprobs).view(B, K * V).topk(k, dim=1)
         assert torch.equal(ref_values, plain.values) and torch.equal(ref_index, plain.indices)
         assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
+        assert index[1, 0] == 1 * V + V - 1
+    # Fewer finite sums than k (sentence 0: one live beam with 3 allowed tokens): the same values, and every
+    # index names one of the K·V extensions, also a -inf pick from a short last chunk's padding.
+    sparse = torch.full_like(lprobs, -math.inf)
+    sparse[:, 2:5] = lprobs[:, 2:5]
+    values, index = chunked_top_extensions(scores, sparse, 8)
+    assert torch.equal(values, reference_top_extensions(scores, sparse, 8)[0])
+    assert bool(((index >= 0) & (index < K * V)).all())
 
 
 DECODER_VARIANTS = [
