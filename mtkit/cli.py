@@ -458,7 +458,8 @@ def serve(
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads of the engine (0: one fewer than the usable "
+                                "CPUs, at least 1: the HTTP side keeps one)."),
     beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Default length penalty α."),
     length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),

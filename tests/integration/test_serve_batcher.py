@@ -126,3 +126,14 @@ def test_the_server_loads_no_torch_before_an_engine_does():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_the_engine_leaves_the_event_loop_a_core_unless_told(monkeypatch):
+    """--threads 0: one fewer engine thread than the usable CPUs, at least one."""
+    import os
+
+    from mtkit.commands import serve
+
+    for cpus, threads in ((1, 1), (2, 1), (8, 7)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)), raising=False)
+        assert serve.serving_threads() == threads
