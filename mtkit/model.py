@@ -468,7 +468,7 @@ class DecoderCache:
     ``beam`` rows per sentence; rows ``i*beam .. i*beam+beam-1`` belong to sentence ``i``.
     ``src_mask`` (B, 1, 1, S) is True at real source tokens. ``step`` is the number of
     target tokens already consumed (the position of the next one). ``packed``: what the kernels'
-    decoding step gathered from the weights once per batch (None for the reference step).
+    decoding step gathered from the weights (kept per model while they stay the same; None for the reference step).
     """
 
     layers: list[LayerCache]

@@ -20,9 +20,11 @@ fused projection   on CPU no (the logits, then the chunked    no (the logits, th
                    never exist
 symmetric KL       chunked, gradient computed in forward      float32 log-softmaxes of (N, V)
 decoding step      one function over weights packed once per  the model's modules
-                   batch (:func:`~mtkit.kernels.decoder_step.  (``Decoder.step``)
+                   model (:func:`~mtkit.kernels.decoder_step.  (``Decoder.step``)
                    fused_step`): one matmul for W_Q, W_K, W_V,
-                   no module calls
+                   no module calls; fp32 matmuls on the CPU
+                   through oneDNN where that is faster
+                   (:class:`~mtkit.kernels.linear.PackedLinear`)
 beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
                    (:func:`~mtkit.kernels.topk.
                    chunked_top_extensions`)
@@ -86,7 +88,7 @@ class Kernels:
         linear_label_smoothed_loss: (hidden (B, T, d), W (V, d), target, ε, pad_id) -> the same.
         fuse_projection: device type -> whether the loss takes ``linear_label_smoothed_loss``.
         symmetric_kl: (logits_a, logits_b, target, pad_id) -> summed KL(P_a‖P_b) + KL(P_b‖P_a).
-        pack_decoder: (model) -> what ``decode_step`` needs of the weights (once per batch, in ``init_cache``).
+        pack_decoder: (model) -> what ``decode_step`` needs of the weights (asked in every ``init_cache``).
         decode_step: (model, tokens (N,), cache) -> logits (N, V) and the new cache (every decoding step).
         top_extensions: (scores (B, K), lprobs (B·K, V), k) -> the k best sums, values and indices
             i·V + v (B, k) (beam search).

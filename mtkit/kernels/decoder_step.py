@@ -1,5 +1,5 @@
 """The decoding step of incremental decoding: the model's own modules (reference) or one function
-over weights packed once per batch (fused).
+over weights packed once per model (fused).
 
 A step takes the last token of each of N rows and the :class:`~mtkit.model.DecoderCache`, and
 returns the next-token logits (N, V) and the new cache; rows ``i*beam .. i*beam+beam-1`` belong to
@@ -51,7 +51,7 @@ class PackedLayer:
 
 @dataclass(frozen=True)
 class PackedDecoder:
-    """The decoder's weights for :func:`fused_step`, gathered once per batch by :func:`pack_decoder`."""
+    """The decoder's weights for :func:`fused_step`, gathered by :func:`pack_decoder` (once per model)."""
 
     tokens: Tensor  # (V, d_model) target embeddings
     scale: float  # √d_model, or 1 (scale_embedding: false)
