@@ -1,10 +1,12 @@
 """``mtkit serve`` under load: 1, 8, 32 and 128 concurrent clients, each sending one sentence per request.
 
 For each level of concurrency, ``--requests`` requests go to ``POST /translate`` (LibreTranslate's
-API) from that many clients at once (httpx, asyncio), and the script prints the throughput
-(requests and sentences per second), the latency percentiles (p50, p95, p99), the failed requests,
-the server's resident memory (RSS, from /proc) and how many sentences the server decoded per call
-(from ``/metrics``: the dynamic batching at work).
+API) from that many clients at once (asyncio; ``--client raw``, the default: a minimal keep-alive
+HTTP/1.1 client, or ``--client httpx``), and the script prints the throughput (requests and
+sentences per second), the latency percentiles (p50, p95, p99), the failed requests, the server's
+resident memory (RSS, from /proc), how many sentences the server decoded per call (from
+``/metrics``: the dynamic batching at work) and the CPU the load generator itself used (on a
+machine it shares with the server, that CPU is taken from the server).
 
 The server is started here (``mtkit serve -m MODEL --port 0``, extra flags after ``--``), or
 ``--url`` points at a running one (no RSS then). Issue #22's targets, measured in the same run:
@@ -62,22 +64,71 @@ def metric(text: str, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
-async def level(url: str, lines: list[str], clients: int, requests: int, source: str, target: str) -> dict:
+def raw_connections(url: str, clients: int) -> list:
+    """A minimal HTTP/1.1 client for the load: one keep-alive connection per client, a request written
+    whole, the answer read by its Content-Length (reconnecting when the server closes). It costs the
+    shared cores a fraction of httpx's CPU (the ``client CPU`` column), so that the server gets them."""
+    import json
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+
+    class Connection:
+        def __init__(self) -> None:
+            self.reader = self.writer = None
+
+        async def post(self, payload: dict) -> bool:
+            body = json.dumps(payload).encode()
+            head = (f"POST /translate HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
+            for attempt in range(2):  # once more on a fresh connection if the kept one was closed
+                try:
+                    if self.writer is None:
+                        self.reader, self.writer = await asyncio.open_connection(host, port)
+                    self.writer.write(head + body)
+                    status = await self.reader.readline()
+                    length, close = 0, False
+                    while (line := await self.reader.readline()) not in (b"\r\n", b""):
+                        name, _, value = line.partition(b":")
+                        name = name.strip().lower()
+                        if name == b"content-length":
+                            length = int(value)
+                        elif name == b"connection" and value.strip().lower() == b"close":
+                            close = True
+                    data = await self.reader.readexactly(length)
+                    if close:
+                        self.close()
+                    return status.split(b" ", 2)[1:2] == [b"200"] and "translatedText" in json.loads(data)
+                except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+                    self.close()
+                    if attempt:
+                        return False
+            return False
+
+        def close(self) -> None:
+            if self.writer is not None:
+                self.writer.close()
+            self.reader = self.writer = None
+
+    return [Connection() for _ in range(clients)]
+
+
+async def level(url: str, lines: list[str], clients: int, requests: int, source: str, target: str,
+                kind: str = "raw") -> dict:
+    import resource
+
     import httpx
 
     latencies: list[float] = []
     failures = 0
     todo = iter(range(requests))
 
-    async def client(http) -> None:
+    async def client(post) -> None:
         nonlocal failures
         for i in todo:
             start = time.perf_counter()
-            try:
-                r = await http.post("/translate", json={"q": lines[i % len(lines)], "source": source, "target": target})
-                ok = r.status_code == 200 and "translatedText" in r.json()
-            except httpx.HTTPError:
-                ok = False
+            ok = await post({"q": lines[i % len(lines)], "source": source, "target": target})
             if ok:
                 latencies.append(time.perf_counter() - start)
             else:
@@ -85,18 +136,33 @@ async def level(url: str, lines: list[str], clients: int, requests: int, source:
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits, trust_env=False) as http:
+
+        async def post_httpx(payload: dict) -> bool:
+            try:
+                r = await http.post("/translate", json=payload)
+                return r.status_code == 200 and "translatedText" in r.json()
+            except httpx.HTTPError:
+                return False
+
+        connections = raw_connections(url, clients) if kind == "raw" else []
+        posts = [c.post for c in connections] or [post_httpx] * clients
         before = (await http.get("/metrics")).text
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
+        await asyncio.gather(*(client(post) for post in posts))
         elapsed = time.perf_counter() - start
+        cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+        for connection in connections:
+            connection.close()
         after = (await http.get("/metrics")).text
     calls = metric(after, "mtkit_serve_batch_sentences_count") - metric(before, "mtkit_serve_batch_sentences_count")
     sentences = metric(after, "mtkit_serve_batch_sentences_sum") - metric(before, "mtkit_serve_batch_sentences_sum")
+    client_cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu.ru_utime + cpu.ru_stime)
     return {"clients": clients, "ok": len(latencies), "failed": failures, "req_s": len(latencies) / elapsed,
             "p50": percentile(latencies, 50) if latencies else float("nan"),
             "p95": percentile(latencies, 95) if latencies else float("nan"),
             "p99": percentile(latencies, 99) if latencies else float("nan"),
-            "per_call": sentences / calls if calls else float("nan")}
+            "per_call": sentences / calls if calls else float("nan"), "client_cpu": 100 * client_cpu / elapsed}
 
 
 def flag(extra: list[str], name: str) -> str | None:
@@ -184,6 +250,8 @@ def main() -> None:
                         help="After the levels, this many more requests (32 clients), with the RSS before and after.")
     parser.add_argument("--direct", action="store_true",
                         help="With --engine ctranslate2: CTranslate2 called directly on one sentence, p50.")
+    parser.add_argument("--client", choices=["raw", "httpx"], default="raw",
+                        help="The load generator: a minimal keep-alive HTTP/1.1 client (raw) or httpx.")
     parser.add_argument("extra", nargs="*", help="After --: flags for mtkit serve.")
     args = parser.parse_args()
     if not (args.model or args.url):
@@ -200,16 +268,17 @@ def main() -> None:
     results: dict[int, dict] = {}
     try:
         print(f"{'clients':>7} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-              f"{'sent/call':>9} {'RSS MiB':>8}")
+              f"{'sent/call':>9} {'RSS MiB':>8} {'client CPU %':>12}")
         for clients in (int(c) for c in args.clients.split(",")):
-            r = results[clients] = asyncio.run(level(url, lines, clients, args.requests, args.source, args.target))
+            r = results[clients] = asyncio.run(level(url, lines, clients, args.requests, args.source, args.target,
+                                                     args.client))
             rss = rss_mib(pid)
             print(f"{r['clients']:>7} {r['ok']:>6} {r['failed']:>6} {r['req_s']:>8.1f} {1000 * r['p50']:>8.1f} "
                   f"{1000 * r['p95']:>8.1f} {1000 * r['p99']:>8.1f} {r['per_call']:>9.1f} "
-                  f"{rss if rss is not None else float('nan'):>8.0f}", flush=True)
+                  f"{rss if rss is not None else float('nan'):>8.0f} {r['client_cpu']:>12.0f}", flush=True)
         if args.rss_requests:
             before = rss_mib(pid)
-            r = asyncio.run(level(url, lines, 32, args.rss_requests, args.source, args.target))
+            r = asyncio.run(level(url, lines, 32, args.rss_requests, args.source, args.target, args.client))
             after = rss_mib(pid)
             growth = 100 * (after - before) / before if before and after else float("nan")
             print(f"RSS over {args.rss_requests} more requests (32 clients, {r['failed']} failed, {r['req_s']:.1f} "
@@ -223,7 +292,8 @@ def main() -> None:
                 print(f"the server exited {code}", file=sys.stderr)
     if args.direct and args.model and 1 in results:
         # CTranslate2 at its best: the faster of one thread and its default count (the lower p50)
-        p50, threads = min((direct_p50(Path(args.model), lines, t), t) for t in sorted({1, min(4, os.cpu_count() or 1)}))
+        counts = sorted({1, min(4, os.cpu_count() or 1)})
+        p50, threads = min((direct_p50(Path(args.model), lines, t), t) for t in counts)
         ratio = results[1]["p50"] / p50
         print(f"CTranslate2 directly, one sentence: p50 {1000 * p50:.1f} ms ({threads} threads); the server's "
               f"single-client p50 is {ratio:.2f}x it (target <= 1.5x: {'met' if ratio <= 1.5 else 'not met'})",
@@ -234,7 +304,8 @@ def main() -> None:
         ratio = results[32]["req_s"] / rate
         print(f"mtkit translate, the same {len(sent)} sentences as one file (whole process): {rate:.1f} sent/s; "
               f"32 clients reach {ratio:.2f}x it (target >= 0.8x: {'met' if ratio >= 0.8 else 'not met'})", flush=True)
-    print(f"# {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, {len(lines)} distinct sentences", flush=True)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, {len(lines)} distinct sentences, "
+          f"{args.client} client", flush=True)
 
 
 if __name__ == "__main__":
