@@ -5,8 +5,10 @@ API) from that many clients at once (asyncio; ``--client raw``, the default: a m
 HTTP/1.1 client, or ``--client httpx``), and the script prints the throughput (requests and
 sentences per second), the latency percentiles (p50, p95, p99), the failed requests, the server's
 resident memory (RSS, from /proc), how many sentences the server decoded per call (from
-``/metrics``: the dynamic batching at work) and the CPU the load generator itself used (on a
-machine it shares with the server, that CPU is taken from the server).
+``/metrics``: the dynamic batching at work), the CPU the load generator itself used (on a
+machine it shares with the server, that CPU is taken from the server), and the server's CPU split
+between its event loop (main thread: HTTP, JSON, validation) and its other threads (decoding),
+in % of one core over the level.
 
 The server is started here (``mtkit serve -m MODEL --port 0``, extra flags after ``--``), or
 ``--url`` points at a running one (no RSS then). Issue #22's targets, measured in the same run:
@@ -46,6 +48,26 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def thread_cpu(pid: int | None) -> tuple[float, float]:
+    """CPU seconds so far of the server's main thread (its event loop: HTTP, JSON, validation) and of all
+    its other threads together (the decoding threads and the engine's worker threads), from /proc."""
+    if pid is None:
+        return float("nan"), float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if task.name == str(pid):
+            main += seconds
+        else:
+            other += seconds
+    return main, other
 
 
 def rss_mib(pid: int | None) -> float | None:
@@ -268,14 +290,17 @@ def main() -> None:
     results: dict[int, dict] = {}
     try:
         print(f"{'clients':>7} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-              f"{'sent/call':>9} {'RSS MiB':>8} {'client CPU %':>12}")
+              f"{'sent/call':>9} {'RSS MiB':>8} {'client CPU %':>12} {'loop CPU %':>10} {'engine CPU %':>12}")
         for clients in (int(c) for c in args.clients.split(",")):
+            cpu, start = thread_cpu(pid), time.perf_counter()
             r = results[clients] = asyncio.run(level(url, lines, clients, args.requests, args.source, args.target,
                                                      args.client))
+            loop, engine = (100 * (b - a) / (time.perf_counter() - start) for a, b in zip(cpu, thread_cpu(pid)))
             rss = rss_mib(pid)
             print(f"{r['clients']:>7} {r['ok']:>6} {r['failed']:>6} {r['req_s']:>8.1f} {1000 * r['p50']:>8.1f} "
                   f"{1000 * r['p95']:>8.1f} {1000 * r['p99']:>8.1f} {r['per_call']:>9.1f} "
-                  f"{rss if rss is not None else float('nan'):>8.0f} {r['client_cpu']:>12.0f}", flush=True)
+                  f"{rss if rss is not None else float('nan'):>8.0f} {r['client_cpu']:>12.0f} {loop:>10.0f} "
+                  f"{engine:>12.0f}", flush=True)
         if args.rss_requests:
             before = rss_mib(pid)
             r = asyncio.run(level(url, lines, 32, args.rss_requests, args.source, args.target, args.client))

@@ -470,6 +470,7 @@ def serve(
     src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
     api_keys: Optional[Path] = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
+    decoding_threads: int = typer.Option(1, "--decoding-threads", help="Batches of one model decoded at the same time, each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),
@@ -501,7 +502,7 @@ def serve(
     run_serve(
         list(model), engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
-        api_keys=api_keys, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
+        api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
         max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
         graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
     )

@@ -116,6 +116,7 @@ def serve(
     tgt_lang: str | None = None,
     api_keys: Path | None = None,
     max_wait_ms: float = 0.0,
+    decoding_threads: int = 1,
     max_queue: int = 256,
     batch_tokens: int | None = None,
     max_body_bytes: int = 1 << 20,
@@ -140,6 +141,7 @@ def serve(
     for flag, value, low in (("--max-queue", max_queue, 1), ("--max-body-bytes", max_body_bytes, 1),
                              ("--max-chars", max_chars, 1), ("--max-sentences", max_sentences, 1),
                              ("--max-beam", max_beam, 1), ("--threads", threads, 0),
+                             ("--decoding-threads", decoding_threads, 1),
                              ("--batch-tokens", batch_tokens if batch_tokens is not None else 1, 1)):
         if value < low:
             raise MtkitError(f"{flag}: must be >= {low}, got {value}")
@@ -189,7 +191,8 @@ def serve(
         print(f"model {name}: {src}-{tgt}", file=sys.stderr, flush=True)
 
     limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
-                    max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens)
+                    max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens,
+                    decoding_threads=decoding_threads)
     service = Service(served, limits, keys, terms)
     if terms is not None:
         print(f"glossary: {len(terms)} terms from {glossary}", file=sys.stderr, flush=True)

@@ -66,6 +66,7 @@ class Limits:
     max_wait_ms: float = 0.0
     batch_tokens: int | None = None  # source tokens merged into one decoding call (None: the model's)
     retry_after: int = 1  # seconds, in a 503's Retry-After
+    decoding_threads: int = 1  # per model: batches decoded at the same time
 
 
 class ApiError(Exception):
@@ -226,7 +227,8 @@ class Service:
         self.batchers = {
             m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
                             on_batch=self.metrics.batch_done,
-                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n))
+                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n),
+                            threads=limits.decoding_threads)
             for m in models
         }
         self.ready = False

@@ -66,7 +66,7 @@ class Batcher:
 
     def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.0,
                  batch_tokens: int | None = None, on_batch: Callable[[BatchStats], None] | None = None,
-                 on_queue: Callable[[int], None] | None = None) -> None:
+                 on_queue: Callable[[int], None] | None = None, threads: int = 1) -> None:
         self.model = model
         self.max_queue = max_queue
         self.max_wait = max_wait
@@ -76,16 +76,18 @@ class Batcher:
         self._pending: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"mtkit-serve-{model.name}", daemon=True)
+        self._threads = [threading.Thread(target=self._run, name=f"mtkit-serve-{model.name}-{i}", daemon=True)
+                         for i in range(max(1, threads))]
 
     # ------------------------------------------------------------------ the event loop's side
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stopping
+        return all(thread.is_alive() for thread in self._threads) and not self._stopping
 
     def queue_length(self) -> int:
         return len(self._pending)
@@ -109,8 +111,9 @@ class Batcher:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
 
     # ------------------------------------------------------------------ the decoding thread
 

@@ -59,9 +59,10 @@ def served(engine: Reverser) -> ServedModel:
     return ServedModel("reverse", engine, "en", "de")
 
 
-def test_concurrent_requests_are_merged_and_each_gets_its_own_lines():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_concurrent_requests_are_merged_and_each_gets_its_own_lines(threads):
     engine = Reverser()
-    batcher = Batcher(served(engine), max_queue=100, max_wait=0.05)
+    batcher = Batcher(served(engine), max_queue=100, max_wait=0.05, threads=threads)
     batcher.start()
     try:
         requests = [[f"w{i} x{i} y{i}", "", f"z{i}"] for i in range(40)]
@@ -73,6 +74,30 @@ def test_concurrent_requests_are_merged_and_each_gets_its_own_lines():
         assert len(engine.calls) < 80  # 40 requests of 2 non-empty lines: some were decoded together
     finally:
         batcher.stop()
+
+
+def test_decoding_threads_decode_batches_at_the_same_time():
+    """With two decoding threads, two batches are in the engine at once (each waits for the other at a
+    barrier, which one thread alone would never pass), and each request still gets its own lines."""
+    engine = Reverser()
+    barrier = threading.Barrier(2, timeout=30)
+    search = engine.search_batch
+    engine.search_batch = lambda batch: (barrier.wait(), search(batch))[1]
+    engine.gate.clear()  # hold the first batch until the second request has queued
+    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0, threads=2)
+    batcher.start()
+    try:
+        first = batcher.submit(["a b"], engine.decode)
+        while batcher.queue_length():
+            time.sleep(0.001)
+        second = batcher.submit(["c d"], engine.decode)
+        engine.gate.set()
+        assert first.result(30)[0].best.text == "b a" and second.result(30)[0].best.text == "d c"
+        assert [n for n, _ in engine.calls] == [1, 1]
+        assert batcher.alive
+    finally:
+        batcher.stop()
+    assert not batcher.alive
 
 
 def test_requests_with_other_settings_are_never_decoded_together():
