@@ -389,7 +389,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) ids, padded with pad_id -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
         src_mask = self.source_mask(src)
-        return self.encoder(src, src_mask), src_mask
+        return self.kernels.encode(self, src, src_mask), src_mask  # the encoder's modules (fused for decoding)
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """tgt (B, T) ids (BOS-first) over memory (B, S, d_model) -> hidden states (B, T, d_model)."""

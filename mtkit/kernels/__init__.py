@@ -25,6 +25,10 @@ decoding step      one function over weights packed once per  the model's module
                    no module calls; fp32 matmuls on the CPU
                    through oneDNN where that is faster
                    (:class:`~mtkit.kernels.linear.PackedLinear`)
+encoder, decoding  one function over weights packed once per  the model's modules
+                   model (:func:`~mtkit.kernels.encoder.
+                   fused_encode`), as the decoding step; the
+                   modules while training
 beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
                    (:func:`~mtkit.kernels.topk.
                    chunked_top_extensions`)
@@ -50,6 +54,7 @@ from mtkit.kernels.attention import (
     sdpa_attention,
 )
 from mtkit.kernels.decoder_step import fused_step, module_step, no_pack, pack_decoder
+from mtkit.kernels.encoder import fused_encode, module_encode
 from mtkit.kernels.dropout import fast_dropout, keep_mask, masked_dropout, reference_dropout
 from mtkit.kernels.loss import (
     label_smoothed_loss,
@@ -88,6 +93,7 @@ class Kernels:
         linear_label_smoothed_loss: (hidden (B, T, d), W (V, d), target, ε, pad_id) -> the same.
         fuse_projection: device type -> whether the loss takes ``linear_label_smoothed_loss``.
         symmetric_kl: (logits_a, logits_b, target, pad_id) -> summed KL(P_a‖P_b) + KL(P_b‖P_a).
+        encode: (model, src (B, S), src_mask) -> the encoder output (B, S, d_model) (``Transformer.encode``).
         pack_decoder: (model) -> what ``decode_step`` needs of the weights (asked in every ``init_cache``).
         decode_step: (model, tokens (N,), cache) -> logits (N, V) and the new cache (every decoding step).
         top_extensions: (scores (B, K), lprobs (B·K, V), k) -> the k best sums, values and indices
@@ -101,6 +107,7 @@ class Kernels:
     linear_label_smoothed_loss: Callable[..., tuple[Tensor, Tensor, int]]
     fuse_projection: Callable[[str], bool]
     symmetric_kl: Callable[..., Tensor]
+    encode: Callable[..., Tensor]
     pack_decoder: Callable[..., object]
     decode_step: Callable[..., tuple[Tensor, object]]
     top_extensions: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
@@ -114,6 +121,7 @@ AUTO = Kernels(
     linear_label_smoothed_loss=linear_label_smoothed_loss,
     fuse_projection=fuse_on_accelerators,
     symmetric_kl=symmetric_kl,
+    encode=fused_encode,
     pack_decoder=pack_decoder,
     decode_step=fused_step,
     top_extensions=chunked_top_extensions,
@@ -127,6 +135,7 @@ REFERENCE = Kernels(
     linear_label_smoothed_loss=reference_linear_label_smoothed_loss,
     fuse_projection=never,
     symmetric_kl=reference_symmetric_kl,
+    encode=module_encode,
     pack_decoder=no_pack,
     decode_step=module_step,
     top_extensions=reference_top_extensions,

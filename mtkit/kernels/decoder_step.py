@@ -22,7 +22,6 @@ inactive in both (decoding runs the model in eval mode; the fused step has no dr
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mtkit.kernels.linear import PackedLinear
+from mtkit.kernels.linear import PackedLinear, packed_once
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
@@ -69,21 +68,10 @@ def _linear(module) -> PackedLinear:
     return PackedLinear(module.weight, module.bias)
 
 
-# model -> (the identity and version of each of its parameters when packed, the packing)
-_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def pack_decoder(model) -> PackedDecoder:
     """The decoder of a :class:`mtkit.model.Transformer` packed for :func:`fused_step` (in ``init_cache``):
     packed once and reused while no parameter has been replaced, moved or changed in place."""
-    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
-    found = _PACKED.get(model)
-    if found is not None and found[0] == state:
-        return found[1]
-    with torch.no_grad():
-        packed = _pack(model)
-    _PACKED[model] = (state, packed)
-    return packed
+    return packed_once(model, "decoder", _pack)
 
 
 def _pack(model) -> PackedDecoder:

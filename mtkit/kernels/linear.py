@@ -16,12 +16,31 @@ oneDNN sums in another order than BLAS, so results differ in the last bits (abou
 from __future__ import annotations
 
 import functools
+import weakref
+from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 MIN_MACS = 1 << 21  # rows x out x in from which oneDNN beat BLAS here (benchmarks/README.md)
+T = TypeVar("T")
+# (model, what) -> (the identity and version of each of the model's parameters when packed, the packing)
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def packed_once(model, what: str, pack: Callable[[object], T]) -> T:
+    """``pack(model)``, made once and reused while none of the model's parameters has been replaced,
+    moved or changed in place (an optimizer step between two validations packs again)."""
+    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    packs = _PACKED.setdefault(model, {})
+    found = packs.get(what)
+    if found is not None and found[0] == state:
+        return found[1]
+    with torch.no_grad():
+        packed = pack(model)
+    packs[what] = (state, packed)
+    return packed
 
 
 @functools.cache

@@ -38,6 +38,7 @@ from mtkit.kernels import (
     symmetric_kl,
 )
 from mtkit.kernels.attention import plain_attention_fast_dropout
+from mtkit.kernels.encoder import fused_encode, module_encode
 from mtkit.kernels.topk import chunk_size
 from mtkit.model import Transformer
 from mtkit.training.loss import TranslationLoss
@@ -489,6 +490,40 @@ def test_fused_decoding_step_equals_the_modules_step(variant, bf16, onednn, monk
                 ref, fast = ref.select_sentences(keep), fast.select_sentences(keep)
                 n -= 1
             tokens = torch.randint(4, 50, (n * beam,), generator=g)
+
+
+@pytest.mark.parametrize("variant", DECODER_VARIANTS)
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("onednn", [False, True])
+def test_fused_encoder_equals_the_modules(variant, bf16, onednn, monkeypatch):
+    """For decoding, the fused encoder gives the modules' output on padded batches, for every model option,
+    under bf16 autocast, with its matmuls through BLAS or oneDNN; the padding positions do not leak into the
+    real ones. While gradients are recorded (training) it is the modules themselves: gradients reach the weights."""
+    import mtkit.kernels.linear as linear
+
+    if onednn and not linear.onednn_linear_available():
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(linear, "MIN_MACS", 0 if onednn else 1 << 62)
+    torch.manual_seed(7)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=1, dropout=0.0, max_positions=64,
+                      **variant)
+    model = Transformer(cfg, 50, 50).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    src = torch.randint(4, 50, (3, 9))
+    src[1, 4:] = PAD_ID
+    mask = model.source_mask(src)
+    tol = {"atol": 0.03, "rtol": 0.02} if bf16 else {}
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        fast, ref = fused_encode(model, src, mask), module_encode(model, src, mask)
+        torch.testing.assert_close(fast, ref, **tol)
+        alone = fused_encode(model, src[1:2, :4], mask[1:2, :, :, :4])  # the padded sentence without its padding
+        torch.testing.assert_close(fast[1:2, :4], alone, **tol)
+    model.train()
+    out = fused_encode(model, src, mask)
+    out.sum().backward()
+    assert model.encoder.layers[0].self_attn.w_q.weight.grad is not None
 
 
 def test_packed_linear_equals_f_linear_and_falls_back_where_onednn_does_not_serve(monkeypatch):
