@@ -176,7 +176,7 @@ def serve(
             found["description"] = f"{loaded[0].path}" + (f" (step {loaded[0].step})" if loaded[0].step is not None else "")
 
         translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect,
-                                      any_target=True)
+                                      any_target=True, parallel=decoding_threads)
         if engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
             found["description"] = translator.description

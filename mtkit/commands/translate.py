@@ -192,7 +192,7 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
-                     any_target: bool = False):
+                     any_target: bool = False, parallel: int = 1):
     """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
@@ -204,6 +204,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine then leads
             each source with its tag (:func:`for_language`).
         any_target: leave the target open (``serve``, which picks it per request with :func:`for_language`).
+        parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
+            the torch engine needs nothing for it).
     """
     overrides = dict(overrides or {})
     if engine == "ctranslate2":
@@ -215,7 +217,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads)
+                                           intra_threads=threads, inter_threads=parallel)
         translator.languages = _exported_pairs(paths[0])
         chosen = translator if any_target else for_language(translator, tgt_lang)
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
