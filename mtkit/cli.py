@@ -458,8 +458,8 @@ def serve(
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    threads: int = typer.Option(0, "--threads", help="CPU threads of the engine (0: one fewer than the usable "
-                                "CPUs, at least 1: the HTTP side keeps one)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads of the engine per decoding thread (0: the usable "
+                                "CPUs but one, which the HTTP side keeps, shared by the decoding threads; at least 1)."),
     beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Default length penalty α."),
     length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),
@@ -470,7 +470,7 @@ def serve(
     src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
     api_keys: Optional[Path] = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
-    decoding_threads: int = typer.Option(1, "--decoding-threads", help="Batches of one model decoded at the same time, each in a thread of its own with --threads engine threads."),
+    decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time, each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),

@@ -89,18 +89,20 @@ def _names(paths: list[Path]) -> list[str]:
     return names
 
 
-def serving_threads() -> int:
-    """The engine's CPU threads when ``--threads`` is 0: one fewer than the CPUs this process may use, at least 1.
+def serving_threads(decoding_threads: int = 2) -> int:
+    """The engine's CPU threads per decoding thread when ``--threads`` is 0: the CPUs this process may use
+    but one, shared by the decoding threads, at least 1 each.
 
-    The event loop (HTTP parsing, JSON, the answers) runs beside the decoding thread; an engine that takes
-    every core makes the two fight over them. Measured on 2 cores (benchmarks/README.md): one engine thread
-    instead of two served 3.3x the requests at 1 client and 1.9x at 32 with the torch engine, 1.3x and 1.2x
-    with CTranslate2."""
+    The event loop (HTTP parsing, JSON, the answers) runs beside the decoding threads; engines that take
+    every core make them fight over it. Measured on 2 cores (benchmarks/README.md): one engine thread
+    instead of two served 3.3x the requests at 1 client and 1.9x at 32 with the torch engine; two decoding
+    threads of one engine thread each then 1.17x (torch) and 1.68x (CTranslate2) at 32 clients against one,
+    the same at 1 client."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
-    return max(1, cpus - 1)
+    return max(1, (cpus - 1) // max(1, decoding_threads))
 
 
 def serve(
@@ -116,7 +118,7 @@ def serve(
     tgt_lang: str | None = None,
     api_keys: Path | None = None,
     max_wait_ms: float = 0.0,
-    decoding_threads: int = 1,
+    decoding_threads: int = 2,
     max_queue: int = 256,
     batch_tokens: int | None = None,
     max_body_bytes: int = 1 << 20,
@@ -149,7 +151,7 @@ def serve(
         raise MtkitError("--max-wait-ms and --graceful-timeout must be >= 0")
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
-    threads = threads or serving_threads()
+    threads = threads or serving_threads(decoding_threads)
     overrides = dict(decode_overrides or {})
     check_decode_flags(overrides)
     if overrides.get("beam", 1) > max_beam:

@@ -66,7 +66,7 @@ class Limits:
     max_wait_ms: float = 0.0
     batch_tokens: int | None = None  # source tokens merged into one decoding call (None: the model's)
     retry_after: int = 1  # seconds, in a 503's Retry-After
-    decoding_threads: int = 1  # per model: batches decoded at the same time
+    decoding_threads: int = 2  # per model: batches decoded at the same time
 
 
 class ApiError(Exception):

@@ -154,11 +154,11 @@ def test_the_server_loads_no_torch_before_an_engine_does():
 
 
 def test_the_engine_leaves_the_event_loop_a_core_unless_told(monkeypatch):
-    """--threads 0: one fewer engine thread than the usable CPUs, at least one."""
+    """--threads 0: the usable CPUs but one, shared by the decoding threads, at least one each."""
     import os
 
     from mtkit.commands import serve
 
-    for cpus, threads in ((1, 1), (2, 1), (8, 7)):
+    for cpus, decoding, threads in ((1, 2, 1), (2, 2, 1), (8, 2, 3), (8, 1, 7), (2, 1, 1)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)), raising=False)
-        assert serve.serving_threads() == threads
+        assert serve.serving_threads(decoding) == threads
