@@ -130,6 +130,9 @@ def serve(
     glossary: Path | None = None,
 ) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
+    from mtkit.host_memory import bound_onednn_caches
+
+    bound_onednn_caches()  # before torch is loaded: batch shapes vary without end in a server
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401

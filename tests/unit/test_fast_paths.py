@@ -1,6 +1,7 @@
 """The fast paths equal the plain formulas they replace."""
 
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mtkit.config import BOS_ID, PAD_ID, ModelConfig
+from mtkit.host_memory import SERVING_CACHE_CAPACITY
 from mtkit.kernels import (
     AUTO,
     REFERENCE,
@@ -254,6 +256,22 @@ def test_keep_freed_memory_sets_glibc_thresholds_and_can_be_turned_off():
     assert off == "False"
     if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
         assert on == "True"
+
+
+def test_serve_bounds_both_onednn_caches_before_torch_loads_and_keeps_a_users_setting():
+    """A server meets new matmul shapes without end: oneDNN's two caches of compiled primitives are
+    bounded (issue #22: unbounded, the server's RSS rose ~70 % over 10,000 requests)."""
+    code = ("import os, sys\n"
+            "from pathlib import Path\n"
+            "from mtkit.commands.serve import serve\n"
+            "try:\n    serve([Path('no-such-model')])\nexcept Exception:\n    pass\n"
+            "print(os.environ.get('ONEDNN_PRIMITIVE_CACHE_CAPACITY'), os.environ.get('LRU_CACHE_CAPACITY'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == [str(SERVING_CACHE_CAPACITY)] * 2
+    env["LRU_CACHE_CAPACITY"] = "7"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == [str(SERVING_CACHE_CAPACITY), "7"]
 
 
 @pytest.mark.parametrize("bf16", [False, True])
