@@ -65,11 +65,12 @@ class PackedLinear:
         bias: (out,) or None.
     """
 
-    __slots__ = ("weight", "bias", "packed", "macs_per_row")
+    __slots__ = ("weight", "bias", "packed", "macs_per_row", "weight_t")
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         self.weight = weight
         self.bias = bias
+        self.weight_t = weight.t()  # F.linear's own addmm operand, made once rather than per call
         self.macs_per_row = weight.size(0) * weight.size(1)
         usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 64) if usable else None
@@ -78,4 +79,6 @@ class PackedLinear:
         if (self.packed is not None and x.size(0) * self.macs_per_row >= MIN_MACS and x.dtype == torch.float32
                 and x.dim() == 2 and not torch.is_autocast_enabled("cpu")):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        if self.bias is not None and x.dim() == 2 and not torch.is_autocast_enabled(x.device.type):
+            return torch.addmm(self.bias, x, self.weight_t)  # what F.linear calls, in one operator call
         return F.linear(x, self.weight, self.bias)
