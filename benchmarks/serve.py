@@ -326,11 +326,11 @@ def main() -> None:
             code = proc.wait(120)
             if code != 0:
                 print(f"the server exited {code}", file=sys.stderr)
+    sent = [lines[i % len(lines)] for i in range(args.requests)]  # what each level sent, in order
     if args.direct and args.model and 1 in results:
         # CTranslate2 at its best: the faster of one thread and its default count (the lower p50)
         # on the sentences the single client sent
         counts = sorted({1, min(4, os.cpu_count() or 1)})
-        sent = [lines[i % len(lines)] for i in range(args.requests)]
         for same, what in ((False, "CTranslate2's own search"), (True, "the server's search options")):
             p50, threads = min((direct_p50(Path(args.model), sent, t, same), t) for t in counts)
             ratio = results[1]["p50"] / p50
@@ -338,7 +338,6 @@ def main() -> None:
                   f"server's single-client p50 is {ratio:.2f}x it (target <= 1.5x: "
                   f"{'met' if ratio <= 1.5 else 'not met'})", flush=True)
     if args.whole_file and args.model and 32 in results:
-        sent = [lines[i % len(lines)] for i in range(args.requests)]
         rate = whole_file(args.model, args.extra, sent)
         ratio = results[32]["req_s"] / rate
         print(f"mtkit translate, the same {len(sent)} sentences as one file (whole process): {rate:.1f} sent/s; "
