@@ -131,6 +131,9 @@ class DataConfig:
     # Several pairs in one model, each source sentence led by its target language's tag <2xx>
     # (Johnson et al. 2017); empty: the single pair above (src_lang, tgt_lang, train, valid, test).
     pairs: tuple[PairConfig, ...] = ()
+    # Where the tag goes: "source", the source's first token (Johnson et al. 2017); "target", the
+    # decoder's first token in place of BOS (fairseq's --decoder-langtok). Only with data.pairs.
+    tag_side: str = "source"
 
 
 # -------------------------------------------------------------------------- model
@@ -501,8 +504,11 @@ def _validate_pairs(config: Config) -> None:
     d, t = config.data, config.train
     _check(t.pair_temperature > 0, "train.pair_temperature", "> 0 (1: proportional to the pairs' sizes)",
            t.pair_temperature)
+    _check(d.tag_side in ("source", "target"), "data.tag_side", "source or target", d.tag_side)
     if not d.pairs:
         _check(t.best_pair == "mean", "train.best_pair", "mean (data.pairs is empty: one pair)", t.best_pair)
+        _check(d.tag_side == "source", "data.tag_side", "source (data.pairs is empty: one pair, no tags)",
+               d.tag_side)
         return
     for split in ("train", "valid", "test"):
         if getattr(d, split) is not None:

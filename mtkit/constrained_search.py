@@ -118,6 +118,7 @@ def constrained_beam_search(
     penalty: str = "gnmt",
     kernels: KernelsName | Kernels = "auto",
     forced_eos: str = "logprob",
+    start: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search in which sentence ``i``'s outputs contain every phrase of ``include[i]`` and none
     of ``exclude[i]`` (see the module docstring); the other arguments are
@@ -162,7 +163,7 @@ def constrained_beam_search(
     scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
-    last = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    last = torch.full((B * K,), BOS_ID if start is None else start, dtype=torch.long, device=device)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
     met = torch.zeros(B * K, M, dtype=torch.bool, device=device)  # phrases each row holds
     cur = torch.full((B * K,), -1, dtype=torch.long, device=device)  # the phrase a row is writing, or -1

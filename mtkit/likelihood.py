@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+from mtkit.data.languages import decoder_start
 from mtkit.errors import MtkitError
 from mtkit.runtime.ensemble import check_one_vocabulary
 from mtkit.runtime.precision import check_precision
@@ -83,9 +84,11 @@ def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id
     return out
 
 
-def pad_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> tuple[Tensor, Tensor, Tensor]:
+def pad_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+              start: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(source ids, target ids) pairs, without BOS/EOS -> src (B, S), tgt_in (B, T), tgt_out (B, T),
-    as training builds them (EOS after the source; BOS before, EOS after the target)."""
+    as training builds them (EOS after the source; BOS, or ``start``: a target-side tag, before the
+    target, EOS after it)."""
     B = len(pairs)
     S = max(len(s) for s, _ in pairs) + 1
     T = max(len(t) for _, t in pairs) + 1
@@ -94,7 +97,7 @@ def pad_pairs(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> tuple[Ten
     tgt_out = torch.full((B, T), PAD_ID, dtype=torch.long)
     for row, (s, t) in enumerate(pairs):
         src[row, : len(s) + 1] = torch.tensor([*s, EOS_ID])
-        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID, *t])
+        tgt_in[row, : len(t) + 1] = torch.tensor([BOS_ID if start is None else start, *t])
         tgt_out[row, : len(t) + 1] = torch.tensor([*t, EOS_ID])
     return src, tgt_in, tgt_out
 
@@ -179,7 +182,8 @@ class PairScorer:
         sums = [0.0] * len(pairs)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             for batch in self.batches(pairs):
-                src, tgt_in, tgt_out = (x.to(self.device) for x in pad_pairs([pairs[i] for i in batch]))
+                padded = pad_pairs([pairs[i] for i in batch], decoder_start(self.vocab))
+                src, tgt_in, tgt_out = (x.to(self.device) for x in padded)
                 totals = token_log_probs(self.models, src, tgt_in, tgt_out).sum(dim=1)  # (B,)
                 for i, total in zip(batch, totals.tolist()):
                     sums[i] = total

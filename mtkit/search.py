@@ -142,6 +142,7 @@ def greedy_search(
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
     forced_eos: str = "logprob",
+    start: int | None = None,
 ) -> list[list[Hypothesis]]:
     """The most probable next token at every step, for a batch of sentences.
 
@@ -151,12 +152,13 @@ def greedy_search(
         alpha, penalty: only for the reported score (the length-normalized log-probability).
         min_len: EOS is banned before this many tokens.
         max_len_limit: a cap on the output length (e.g. the model's position table).
+        start: the decoder's first input (None: BOS; a multilingual model's target-side tag).
 
     Returns:
         one list holding one :class:`Hypothesis` per sentence.
     """
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, forced_eos, sampler=None)
+                             max_len_limit, penalty, forced_eos, start, sampler=None)
 
 
 @torch.inference_mode()
@@ -175,6 +177,7 @@ def sample(
     max_len_limit: int | None = None,
     penalty: str = "gnmt",
     forced_eos: str = "logprob",
+    start: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Ancestral sampling from the model, optionally restricted to the ``top_k`` tokens and/or
     the nucleus of probability ``top_p`` (Holtzman et al., 2020), at ``temperature``.
@@ -201,11 +204,11 @@ def sample(
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, forced_eos, sampler=sampler)
+                             max_len_limit, penalty, forced_eos, start, sampler=sampler)
 
 
 def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size, max_len_limit,
-                      penalty, forced_eos, sampler) -> list[list[Hypothesis]]:
+                      penalty, forced_eos, start, sampler) -> list[list[Hypothesis]]:
     B = src.size(0)
     device = src.device
     max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
@@ -214,7 +217,7 @@ def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repea
     alive = torch.arange(B, device=device)  # original sentence of each row
     history = torch.full((B, 0), BOS_ID, dtype=torch.long, device=device)  # generated tokens, (B', t)
     logprob = torch.zeros(B, dtype=torch.float32, device=device)
-    last = torch.full((B,), BOS_ID, dtype=torch.long, device=device)
+    last = torch.full((B,), BOS_ID if start is None else start, dtype=torch.long, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
     min_max_len = int(max_len.min())
     step = 0
@@ -261,6 +264,7 @@ def beam_search(
     penalty: str = "gnmt",
     kernels: KernelsName | Kernels = "auto",
     forced_eos: str = "logprob",
+    start: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search batched over sentences × beams, with the model's cached keys and values.
 
@@ -278,6 +282,7 @@ def beam_search(
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
         kernels: ranks the extensions with its ``top_extensions`` (mtkit.kernels; the same result
             either way).
+        start: the decoder's first input (None: BOS; a multilingual model's target-side tag).
 
     Returns:
         per sentence, its ``nbest`` best hypotheses, best first.
@@ -299,7 +304,7 @@ def beam_search(
     scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
-    last = torch.full((B * K,), BOS_ID, dtype=torch.long, device=device)
+    last = torch.full((B * K,), BOS_ID if start is None else start, dtype=torch.long, device=device)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
     base = torch.arange(B, device=device).unsqueeze(1) * K  # (B', 1): the first row of each sentence
     min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences

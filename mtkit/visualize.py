@@ -12,17 +12,18 @@ from typing import Sequence
 from mtkit.config import BOS_ID, EOS_ID
 
 
-def cross_attention(model, src_ids: Sequence[int], tgt_ids: Sequence[int]):
+def cross_attention(model, src_ids: Sequence[int], tgt_ids: Sequence[int], start: int | None = None):
     """The cross-attention weights of one sentence pair, a numpy array (L, h, T+1, S).
 
     ``src_ids`` end in EOS; ``tgt_ids`` are the output without BOS/EOS. Row ``t``
-    is the decoder position that predicted output token ``t`` (the last row, EOS).
+    is the decoder position that predicted output token ``t`` (the last row, EOS). ``start``: the
+    decoder's first input (None: BOS; a target-side tag).
     """
     import torch
 
     device = next(model.parameters()).device
     src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)  # (1, S)
-    tgt = torch.tensor([[BOS_ID, *tgt_ids]], dtype=torch.long, device=device)  # (1, T+1)
+    tgt = torch.tensor([[BOS_ID if start is None else start, *tgt_ids]], dtype=torch.long, device=device)  # (1, T+1)
     with torch.inference_mode():
         maps = model.cross_attention(src, tgt)  # (L, 1, h, T+1, S)
     return maps[:, 0].float().cpu().numpy()
@@ -72,7 +73,9 @@ def save_attention_png(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[
 def attention_png(model, vocab, src_ids: Sequence[int], tgt_ids: Sequence[int], path: str | Path,
                   layer: int | None = None) -> Path:
     """The heatmap of one translated sentence (source ids with EOS, output ids without)."""
-    weights = cross_attention(model, src_ids, tgt_ids)
+    from mtkit.data.languages import decoder_start
+
+    weights = cross_attention(model, src_ids, tgt_ids, decoder_start(vocab))
     src_labels = vocab.src_pieces(src_ids)
     tgt_labels = vocab.tgt_pieces(tgt_ids) + [vocab.tgt_pieces([EOS_ID])[0]]
     return save_attention_png(weights, src_labels, tgt_labels, path, layer)

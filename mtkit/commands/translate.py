@@ -213,12 +213,13 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode, read_manifest
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
                                            intra_threads=threads, inter_threads=parallel)
         translator.languages = _exported_pairs(paths[0])
+        translator.tag_side = read_manifest(paths[0]).get("tag_side", "source")
         chosen = translator if any_target else for_language(translator, tgt_lang)
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
         return chosen
@@ -243,6 +244,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     from mtkit.data.languages import same_pairs, single_pair
 
     translator.languages = (same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data))
+    translator.tag_side = loaded[0].config.data.tag_side
     chosen = translator if any_target else for_language(translator, tgt_lang)
     say_loaded(loaded)
     return chosen
@@ -262,7 +264,8 @@ def _exported_pairs(model_dir: Path) -> tuple[list, tuple[str, str] | None]:
 
 def for_language(translator, tgt_lang: str | None, flag: str = "--tgt-lang"):
     """The engine translating into ``tgt_lang``: for a multilingual model a shallow copy (the same weights)
-    whose sources start with that language's tag; a single-pair model's engine itself. A missing target
+    whose sources (or decoder: ``data.tag_side``) start with that language's tag; a single-pair model's
+    engine itself. A missing target
     (when the model has several) or one the model does not translate into is a one-line error naming
     ``flag``. The engine's ``languages`` (set by :func:`build_translator`) are its pairs."""
     import copy
@@ -270,7 +273,7 @@ def for_language(translator, tgt_lang: str | None, flag: str = "--tgt-lang"):
     from mtkit.data.languages import for_target
 
     pairs, single = getattr(translator, "languages", ([], None))
-    vocab = for_target(translator.vocab, pairs, single, tgt_lang, flag)
+    vocab = for_target(translator.vocab, pairs, single, tgt_lang, flag, getattr(translator, "tag_side", "source"))
     if vocab is translator.vocab:
         return translator
     chosen = copy.copy(translator)

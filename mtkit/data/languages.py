@@ -1,14 +1,18 @@
 """Multilingual models: the language pairs a model translates and the target-language tags it reads.
 
-A model trained on several pairs (``data.pairs``) reads, before each source sentence, one token
-naming the language to translate into: ``<2de>``, ``<2fr>`` … (Johnson et al. 2017, "Google's
-Multilingual Neural Machine Translation System"; OPUS-MT's ``>>de<<``). Each tag is a
-user-defined piece of the SentencePiece model, so it is one id that the text never splits, the
-source side carries it to every engine unchanged (CTranslate2 sees it as the first source
-token), and search needs nothing new. The other placement, the tag as the decoder's first token
-(fairseq's ``--decoder-langtok``, NLLB's forced BOS token), would need a forced target prefix in
-search and in the CTranslate2 export; the two were not measured against each other here. A
-single-pair model has no tags: its vocabulary, store and inputs are what they always were.
+A model trained on several pairs (``data.pairs``) reads one token naming the language to
+translate into: ``<2de>``, ``<2fr>`` … (Johnson et al. 2017, "Google's Multilingual Neural Machine
+Translation System"; OPUS-MT's ``>>de<<``). Each tag is a user-defined piece of the SentencePiece
+model, so it is one id that the text never splits. ``data.tag_side`` places it:
+
+- ``source`` (the default): the source's first token. It reaches every engine unchanged
+  (CTranslate2 sees it as the first source token), and search needs nothing new.
+- ``target``: the decoder's first token, in place of BOS (fairseq's ``--decoder-langtok``). The
+  store keeps it before each target; training feeds it as the decoder's start and never predicts
+  it; search starts from it (``start``); a CTranslate2 export has no fixed start token and is given
+  the tag as the target prefix.
+
+A single-pair model has no tags: its vocabulary, store and inputs are what they always were.
 
 The pairs are the model's config (``data.pairs``), saved in every checkpoint; an exported
 CTranslate2 model lists them in its ``mtkit.json``. :func:`for_target` gives the vocabulary that
@@ -56,10 +60,11 @@ def languages(pairs: Sequence[Pair]) -> list[str]:
     return list(dict.fromkeys(lang for p in pairs for lang in (p.src_lang, p.tgt_lang)))
 
 
-def tag_id(vocab, lang: str) -> int:
-    """The source id of ``lang``'s tag in ``vocab``; an error when the vocabulary lacks it."""
+def tag_id(vocab, lang: str, side: str = "source") -> int:
+    """The id of ``lang``'s tag in ``vocab``'s ``side`` (``source`` or ``target``: ``data.tag_side``); an
+    error when the vocabulary lacks it."""
     piece = tag_piece(lang)
-    found = vocab.src_piece_id(piece)
+    found = vocab.src_piece_id(piece) if side == "source" else vocab.tgt_piece_id(piece)
     if found is None:
         raise MtkitError(f"the vocabulary has no target-language tag {piece}: it was not trained for a "
                          f"multilingual model translating into {lang} (mtkit prepare with data.pairs reserves it)")
@@ -67,16 +72,21 @@ def tag_id(vocab, lang: str) -> int:
 
 
 class TaggedVocab:
-    """A vocabulary whose source encodings start with one target-language tag id.
+    """A vocabulary that tags its sentences for one target language.
 
-    Everything but the source encoders is the wrapped :class:`mtkit.data.vocab.Vocab`'s. An empty
-    line stays empty (no tag), so that the engines still give it an empty translation untouched.
+    With ``side="source"`` its source encodings start with the tag id; an empty line stays empty
+    (no tag), so that the engines still give it an empty translation untouched. With
+    ``side="target"`` sources are encoded as they are and ``decoder_start`` is the tag's target id,
+    where search starts instead of BOS. Everything else is the wrapped
+    :class:`mtkit.data.vocab.Vocab`'s.
     """
 
-    def __init__(self, vocab, tgt_lang: str) -> None:
+    def __init__(self, vocab, tgt_lang: str, side: str = "source") -> None:
         self.base = vocab
         self.tgt_lang = tgt_lang
-        self.tag = tag_id(vocab, tgt_lang)
+        self.side = side
+        self.tag = tag_id(vocab, tgt_lang, side)
+        self.decoder_start = self.tag if side == "target" else None
 
     def __getattr__(self, name: str):
         if name == "base":  # not set yet (a copy being built): no recursion
@@ -85,10 +95,11 @@ class TaggedVocab:
 
     def encode_src(self, text: str) -> list[int]:
         ids = self.base.encode_src(text)
-        return [self.tag, *ids] if ids else []
+        return [self.tag, *ids] if ids and self.side == "source" else ids
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [[self.tag, *ids] if ids else [] for ids in self.base.encode_src_batch(texts)]
+        found = self.base.encode_src_batch(texts)
+        return [[self.tag, *ids] if ids else [] for ids in found] if self.side == "source" else found
 
 
 def describe(pairs: Sequence[Pair]) -> str:
@@ -125,11 +136,16 @@ def pick_target(pairs: Sequence[Pair], single: tuple[str, str] | None, tgt_lang:
 
 
 def for_target(vocab, pairs: Sequence[Pair], single: tuple[str, str] | None, tgt_lang: str | None,
-               flag: str = "--tgt-lang"):
+               flag: str = "--tgt-lang", side: str = "source"):
     """The vocabulary that encodes sources for ``tgt_lang`` (see :func:`pick_target`): ``vocab``
-    itself for a single-pair model, a :class:`TaggedVocab` for a multilingual one."""
+    itself for a single-pair model, a :class:`TaggedVocab` with the tag on ``side`` for a multilingual one."""
     lang = pick_target(pairs, single, tgt_lang, flag)
-    return vocab if lang is None else TaggedVocab(vocab, lang)
+    return vocab if lang is None else TaggedVocab(vocab, lang, side)
+
+
+def decoder_start(vocab) -> int | None:
+    """Where search starts for ``vocab``'s sentences: a target-side tag's id, or None (BOS)."""
+    return getattr(vocab, "decoder_start", None)
 
 
 def pairs_from_list(raw) -> list[Pair]:
@@ -140,7 +156,7 @@ def pairs_from_list(raw) -> list[Pair]:
 @dataclass(frozen=True)
 class StoredPair:
     """One pair of a multilingual prepared directory (its manifest's ``pairs``): the tag id that
-    leads its sources, and per split the contiguous segment of the store it fills."""
+    leads its sources (or its targets: the manifest's ``tag_side``), and per split the contiguous segment of the store it fills."""
 
     pair: Pair
     tag_id: int
@@ -171,9 +187,13 @@ def same_pairs(configs: Sequence) -> list[Pair]:
         if config_pairs(config.data) != first:
             raise MtkitError(f"an ensemble's models must translate the same pairs: {describe(first) or 'one pair'} "
                              f"against {describe(config_pairs(config.data)) or 'one pair'}")
+        if config.data.tag_side != configs[0].data.tag_side:
+            raise MtkitError(f"an ensemble's models must place their tags alike: data.tag_side "
+                             f"{configs[0].data.tag_side} against {config.data.tag_side}")
     return first
 
 
 def for_config(vocab, config, tgt_lang: str | None, flag: str = "--tgt-lang"):
-    """:func:`for_target` for a checkpoint's config (``data.pairs`` or its one pair)."""
-    return for_target(vocab, config_pairs(config.data), single_pair(config.data), tgt_lang, flag)
+    """:func:`for_target` for a checkpoint's config (``data.pairs`` or its one pair, ``data.tag_side``)."""
+    return for_target(vocab, config_pairs(config.data), single_pair(config.data), tgt_lang, flag,
+                      config.data.tag_side)

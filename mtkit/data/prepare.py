@@ -244,15 +244,15 @@ def _check_out_dir(out_dir: Path) -> None:
 
 # --------------------------------------------------------------------- workers
 
-_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype, Optional[int]]] = None
+_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype, Optional[int], str]] = None
 
 
 def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str, tag: Optional[int] = None,
-                 parent: Optional[int] = None) -> None:
+                 tag_side: str = "source", parent: Optional[int] = None) -> None:
     global _STATE
     if parent is not None:
         die_with_parent(parent)
-    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag)
+    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag, tag_side)
 
 
 def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
@@ -262,7 +262,7 @@ def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
 def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
     """Normalize, encode and length-filter one chunk of training pairs (runs in a worker)."""
     assert _STATE is not None
-    vocab, normalize, clean, dtype, tag = _STATE
+    vocab, normalize, clean, dtype, tag, tag_side = _STATE
     srcs, tgts = [], []
     empty = 0
     for s, t in pairs:
@@ -285,9 +285,14 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
     hashes = None
     if clean.dedup:
         hashes = np.fromiter(map(pair_hash, srcs, tgts), dtype=np.uint64, count=len(srcs))
-    if tag is not None:  # a multilingual store: the target-language tag leads every source (not counted by max_len)
+    # A multilingual store: the target-language tag leads every source, or every target with
+    # data.tag_side "target" (not counted by max_len either way).
+    if tag is not None and tag_side == "source":
         src_ids = [[tag, *ids] for ids in src_ids]
         src_lens = src_lens + 1
+    elif tag is not None:
+        tgt_ids = [[tag, *ids] for ids in tgt_ids]
+        tgt_lens = tgt_lens + 1
     return {
         "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
         "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
@@ -353,7 +358,8 @@ class _Part:
     src_lang: str
     tgt_lang: str
     key: Optional[str] = None  # the config key errors name (None: data.<split>)
-    tag: Optional[int] = None  # the target-language tag id that leads each source (multilingual)
+    tag: Optional[int] = None  # the target-language tag id that leads each source (multilingual) ...
+    tag_side: str = "source"  # ... or each target (data.tag_side)
 
     def pairs(self, split: str, invalid_utf8: str, skipped: Optional[collections.Counter] = None):
         return iter_pairs(self.source, self.src_lang, self.tgt_lang, invalid_utf8, split, skipped=skipped,
@@ -404,7 +410,7 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
     pairs = part.pairs("train", clean.invalid_utf8, skipped)
     chunks = counted(_chunks(pairs, CHUNK_PAIRS))
     models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
-    init_args = (models, clean, dtype.name, part.tag)
+    init_args = (models, clean, dtype.name, part.tag, part.tag_side)
     with _progress(progress, "train: encode") as bar:
         if workers <= 1:
             _init_worker(*init_args)
@@ -454,7 +460,11 @@ def _append_eval(data: DataConfig, part: _Part, split: str, vocab: Vocab, writer
         fs.writelines(s + "\n" for s in srcs)
         ft.writelines(t + "\n" for t in tgts)
         for s_ids, t_ids in zip(vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)):
-            writer.add(s_ids if part.tag is None else [part.tag, *s_ids], t_ids)
+            if part.tag is not None and part.tag_side == "source":
+                s_ids = [part.tag, *s_ids]
+            elif part.tag is not None:
+                t_ids = [part.tag, *t_ids]
+            writer.add(s_ids, t_ids)
     return skipped["invalid_utf8"]
 
 
@@ -588,7 +598,8 @@ def _side_origin(source: SourceConfig, side: str, lang: str) -> tuple:
 def _train_multilingual_vocab(data: DataConfig, workers: int,
                               progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
     """SentencePiece for a multilingual recipe: one model over every language (or a source and a
-    target model), with the pairs' target-language tags reserved as whole pieces of the source model."""
+    target model), with the pairs' target-language tags reserved as whole pieces of the model of their
+    side (``data.tag_side``)."""
     from mtkit.data.languages import config_pairs, tag_piece, targets
 
     spm_cfg, timings = data.spm, {}
@@ -604,7 +615,9 @@ def _train_multilingual_vocab(data: DataConfig, workers: int,
     if spm_cfg.joint:
         models = (train_model(sample["joint"], spm_cfg, workers, tags), None)
     else:
-        models = (train_model(sample["src"], spm_cfg, workers, tags), train_model(sample["tgt"], spm_cfg, workers))
+        on_source = data.tag_side == "source"
+        models = (train_model(sample["src"], spm_cfg, workers, tags if on_source else ()),
+                  train_model(sample["tgt"], spm_cfg, workers, () if on_source else tags))
     timings["spm_train"] = round(time.perf_counter() - start, 2)
     info = {"trained": True, "sample_sentences": sum(map(len, reservoirs.values())),
             "sample_per_language": {f"{lang}" if spm_cfg.joint else f"{model}.{lang}": len(texts)
@@ -684,7 +697,8 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
 def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool, timings: dict,
                  splits: dict, dropped: dict) -> list[dict]:
     """Encode every pair of a multilingual recipe into one store per split, pair after pair (each a
-    contiguous segment of its split), each source led by its target-language tag; fills ``splits``,
+    contiguous segment of its split), each source (or target: ``data.tag_side``) led by its target-language
+    tag; fills ``splits``,
     ``dropped`` and ``timings`` and returns the manifest's ``pairs``: languages, tag, sources, and
     per split the segment's ``start`` and ``pairs`` (and for train what cleaning dropped)."""
     from mtkit.data.languages import Pair, tag_id, tag_piece
@@ -694,10 +708,10 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
     for i, p in enumerate(data.pairs):
         name = Pair(p.src_lang, p.tgt_lang).name
         entries.append({"src_lang": p.src_lang, "tgt_lang": p.tgt_lang, "name": name, "tag": tag_piece(p.tgt_lang),
-                        "tag_id": tag_id(vocab, p.tgt_lang),
+                        "tag_id": tag_id(vocab, p.tgt_lang, data.tag_side), "tag_side": data.tag_side,
                         "sources": {s: config_to_dict(getattr(p, s)) for s in SPLITS if getattr(p, s) is not None},
                         "splits": {}, "dropped": {}})
-    parts = [_Part(p.train, p.src_lang, p.tgt_lang, f"data.pairs[{i}].train", e["tag_id"])
+    parts = [_Part(p.train, p.src_lang, p.tgt_lang, f"data.pairs[{i}].train", e["tag_id"], data.tag_side)
              for i, (p, e) in enumerate(zip(data.pairs, entries))]
     if any(p.train is not None for p in data.pairs):
         start = time.perf_counter()

@@ -224,6 +224,13 @@ class Vocab:
         found = self._src.piece_to_id(piece)
         return found if found != UNK_ID and self._src.id_to_piece(found) == piece else None
 
+    def tgt_piece_id(self, piece: str) -> Optional[int]:
+        """The target id of ``piece`` as a whole (a tag on the target side), or None if it has none."""
+        if self._tables:
+            return self._tables[1].ids.get(piece)
+        found = self._tgt.piece_to_id(piece)
+        return found if found != UNK_ID and self._tgt.id_to_piece(found) == piece else None
+
     def decode_src(self, ids: Iterable[int]) -> str:
         """Text of source ids; pad/bos/eos are dropped."""
         if self._tables:

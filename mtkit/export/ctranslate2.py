@@ -12,13 +12,17 @@ from CTranslate2's defaults explicitly:
   target embeddings unless ``share_embeddings='none'``) -- or the model's options
   ``scale_embedding: false``, ``activation: swish | gelu`` and ``output_bias`` (an imported
   Marian model's); the table written above covers ``sinusoid_layout``;
-* the source gets EOS appended (``add_source_eos``) and the decoder starts from BOS.
+* the source gets EOS appended (``add_source_eos``) and the decoder starts from BOS -- or, for a
+  multilingual model with its tags on the target side (``data.tag_side: target``), from no fixed
+  token (``decoder_start_token`` None): the engine gives the tag as the target prefix, which
+  CTranslate2 then takes as the start token and leaves out of its hypotheses and scores.
 
 The directory holds ``model.bin``, ``config.json``, the vocabularies, mtkit's
 SentencePiece model(s) (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)
 and ``mtkit.json`` (what was exported, and the recipe's decode settings, which
 ``mtkit translate --engine ctranslate2`` decodes with unless told otherwise; for a multilingual
-model its ``pairs``, whose target-language tags ``<2xx>`` are source tokens like any other).
+model its ``pairs``, whose target-language tags ``<2xx>`` are source tokens like any other, and
+its ``tag_side``).
 
 Translating with the result: :mod:`mtkit.runtime.ctranslate2_engine`.
 """
@@ -42,7 +46,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 # ------------------------------------------------------------------------ export
 
 
-def build_spec(model, vocab):
+def build_spec(model, vocab, start_from_prefix: bool = False):
     """The CTranslate2 ``TransformerSpec`` of an mtkit Transformer (weights set, not yet validated)."""
     import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
@@ -121,7 +125,7 @@ def build_spec(model, vocab):
     spec.config.unk_token = tgt_pieces[UNK_ID]
     spec.config.bos_token = tgt_pieces[BOS_ID]
     spec.config.eos_token = tgt_pieces[EOS_ID]
-    spec.config.decoder_start_token = tgt_pieces[BOS_ID]
+    spec.config.decoder_start_token = None if start_from_prefix else tgt_pieces[BOS_ID]
     spec.config.add_source_bos = False
     spec.config.add_source_eos = True
     return spec
@@ -142,7 +146,8 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
         raise MtkitError(f"unknown quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
-    spec = build_spec(loaded.model, loaded.vocab)
+    data = loaded.config.data
+    spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent) as side:
         names = loaded.vocab.save(Path(side))
@@ -156,8 +161,9 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
             "decode": config_to_dict(loaded.config.decode),
         }
         pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
-        if pairs:  # a multilingual model: its sources start with a tag, one source token (mtkit.data.languages)
+        if pairs:  # a multilingual model: its sources (or its decoder) start with a tag (mtkit.data.languages)
             manifest["pairs"] = pairs
+            manifest["tag_side"] = data.tag_side
         Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         for name in [*names, MANIFEST]:
             spec.register_file(os.path.join(side, name))

@@ -211,8 +211,11 @@ class Ctranslate2Translator(LineTranslator):
                        return_end_token=True, length_penalty=penalty, max_batch_size=0)
         if self._suppress:  # exclude constraints (search_constrained_batch)
             options["suppress_sequences"] = self._suppress
+        start = self._start_piece()
         if d.sampling:
             n = d.nbest
+            if start:
+                options["target_prefix"] = [start] * (len(source) * n)
             results = self.translator.translate_batch(
                 [s for s in source for _ in range(n)], beam_size=1, sampling_topk=d.top_k, sampling_topp=d.top_p,
                 sampling_temperature=d.temperature, **options)
@@ -220,6 +223,8 @@ class Ctranslate2Translator(LineTranslator):
                        for i in range(len(source))]
         else:
             wide = keep_all and d.beam > 1
+            if start:
+                options["target_prefix"] = [start] * len(source)
             results = self.translator.translate_batch(source, beam_size=d.beam, patience=2 if wide else 1,
                                                       num_hypotheses=2 * d.beam if wide else d.beam, **options)
             grouped = [list(zip(r.hypotheses, r.scores)) for r in results]
@@ -234,13 +239,22 @@ class Ctranslate2Translator(LineTranslator):
             found.append(sentence)
         return found
 
+    def _start_piece(self) -> list[str]:
+        """``[tag]`` for a multilingual model with its tags on the target side (exported without a fixed
+        start token: the target prefix's first token is the start, left out of the results); else []."""
+        from mtkit.data.languages import decoder_start
+
+        start = decoder_start(self.vocab)
+        return [] if start is None else self.vocab.tgt_pieces([start])
+
     def _add_forced_eos(self, source: list[list[str]], found: list[list[tuple[list[int], float, bool]]]) -> None:
         """Give each hypothesis cut at the maximum length the EOS that mtkit forces there, with its log-probability."""
         cut = [(i, k) for i, hyps in enumerate(found) for k, (_, _, ended) in enumerate(hyps) if not ended]
         if not cut:
             return
+        start = self._start_piece()
         scored = self.translator.score_batch([source[i] for i, _ in cut],
-                                             [self.vocab.tgt_pieces(found[i][k][0]) for i, k in cut],
+                                             [start + self.vocab.tgt_pieces(found[i][k][0]) for i, k in cut],
                                              max_input_length=0, max_batch_size=0)
         for (i, k), result in zip(cut, scored):
             ids, logprob, _ = found[i][k]

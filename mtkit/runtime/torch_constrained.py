@@ -25,6 +25,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     import torch
 
     from mtkit.constrained_search import constrained_beam_search
+    from mtkit.data.languages import decoder_start
     from mtkit.runtime.precision import autocast
 
     d = translator.decode
@@ -45,7 +46,8 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
             beam=d.beam, alpha=d.alpha, max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=d.nbest,
             no_repeat_ngram_size=d.no_repeat_ngram_size, min_len=translator.min_len,
             max_len_limit=translator.max_out_len, penalty=d.length_penalty,
-            kernels=getattr(translator.models[0], "kernels", "auto"), forced_eos=d.forced_eos)
+            kernels=getattr(translator.models[0], "kernels", "auto"), forced_eos=d.forced_eos,
+            start=decoder_start(translator.vocab))
     for i, hyps in zip(forced, found):
         results[i] = [(h.tokens, h.score) for h in hyps]
     return results

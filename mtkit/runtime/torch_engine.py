@@ -73,13 +73,14 @@ class Translator(LineTranslator):
         import torch
 
         from mtkit import search
+        from mtkit.data.languages import decoder_start
         from mtkit.runtime.precision import autocast
 
         d = self.decode
         src = self.source_tensor(batch)
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
                       no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
-                      min_len=self.min_len, forced_eos=d.forced_eos)
+                      min_len=self.min_len, forced_eos=d.forced_eos, start=decoder_start(self.vocab))
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             if d.sampling:
                 n = d.nbest

@@ -193,30 +193,40 @@ Resegment = Callable[[list, list], tuple[list, list]]
 REPACK_POOL = 32  # batches whose re-segmented sentences are dealt out again together (BPE-dropout)
 
 
-def pad_batch(srcs: Sequence, tgts: Sequence) -> Batch:
-    """Padded tensors of source and target id sequences (EOS after the source, BOS/EOS around the target)."""
+def pad_batch(srcs: Sequence, tgts: Sequence, tagged_targets: bool = False) -> Batch:
+    """Padded tensors of source and target id sequences (EOS after the source, BOS/EOS around the target).
+
+    ``tagged_targets``: each target starts with its target-language tag (``data.tag_side: target``),
+    which takes BOS's place as the decoder's first input and is never an output to predict.
+    """
     B = len(srcs)
     S = max(len(s) for s in srcs) + 1
-    T = max(len(t) for t in tgts) + 1
+    lead = 0 if tagged_targets else 1  # BOS cells before the target ids of tgt_in
+    T = max(len(t) for t in tgts) + lead
     src = np.full((B, S), PAD_ID, dtype=np.int64)
     tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)
     tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)
     for row, (s, t) in enumerate(zip(srcs, tgts)):
         src[row, : len(s)] = s
         src[row, len(s)] = EOS_ID
-        tgt_in[row, 0] = BOS_ID
-        tgt_in[row, 1 : len(t) + 1] = t
+        if tagged_targets:
+            t_in, t = t, t[1:]
+            tgt_in[row, : len(t_in)] = t_in
+        else:
+            tgt_in[row, 0] = BOS_ID
+            tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
 
 
-def collate(store: Store, indices: Sequence[int]) -> Batch:
-    """Assemble padded tensors for the examples ``indices`` of ``store``."""
-    return pad_batch([store.src(int(i)) for i in indices], [store.tgt(int(i)) for i in indices])
+def collate(store: Store, indices: Sequence[int], tagged_targets: bool = False) -> Batch:
+    """Assemble padded tensors for the examples ``indices`` of ``store`` (see :func:`pad_batch`)."""
+    return pad_batch([store.src(int(i)) for i in indices], [store.tgt(int(i)) for i in indices], tagged_targets)
 
 
-def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Resegment) -> list[Batch]:
+def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Resegment,
+           tagged_targets: bool = False) -> list[Batch]:
     """Re-segment the sentences of a pool of (indices, epoch, position) batches and deal them out again.
 
     Sampled segmentations vary in length, so padding each batch to its longest would waste a
@@ -233,33 +243,35 @@ def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Res
     for slot in np.argsort(stored, kind="stable"):
         rows = order[start : start + len(pool[slot][0])]
         start += len(rows)
-        batch = pad_batch([srcs[i] for i in rows], [tgts[i] for i in rows])
+        batch = pad_batch([srcs[i] for i in rows], [tgts[i] for i in rows], tagged_targets)
         batch.epoch, batch.position = pool[slot][1], pool[slot][2]
         batches[slot] = batch
     return batches  # type: ignore[return-value]
 
 
-def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | None) -> Iterator[Batch]:
+def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | None,
+             tagged_targets: bool = False) -> Iterator[Batch]:
     """The sampler's batches, assembled; each carries the sampler position after it."""
     pool: list[tuple[np.ndarray, int, int]] = []
     for _epoch, indices in sampler:
         # Read right after the yield: the state is the position after this batch.
         epoch, position = sampler.state.epoch, sampler.state.position
         if resegment is None:
-            batch = collate(store, indices)
+            batch = collate(store, indices, tagged_targets)
             batch.epoch, batch.position = epoch, position
             yield batch
             continue
         if pool and pool[-1][1] != epoch:  # pools stay within an epoch
-            yield from repack(store, pool, resegment)
+            yield from repack(store, pool, resegment, tagged_targets)
             pool = []
         pool.append((indices, epoch, position))
         if len(pool) == REPACK_POOL:
-            yield from repack(store, pool, resegment)
+            yield from repack(store, pool, resegment, tagged_targets)
             pool = []
 
 
-def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment: Resegment | None = None) -> Iterator[Batch]:
+def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment: Resegment | None = None,
+             tagged_targets: bool = False) -> Iterator[Batch]:
     """Assemble batches in a background thread, ``depth`` ahead, so the step never waits for data.
 
     Each Batch carries the sampler position after it, which is what a checkpoint must
@@ -272,7 +284,7 @@ def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment
 
     def work() -> None:
         try:
-            for batch in _batches(store, sampler, resegment):
+            for batch in _batches(store, sampler, resegment, tagged_targets):
                 while not stop.is_set():
                     try:
                         q.put(batch, timeout=0.1)

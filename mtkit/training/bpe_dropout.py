@@ -38,8 +38,10 @@ GROWTH_SAMPLE = 1000  # training sentences sampled once at start-up to measure t
 class BPEDropout:
     """Re-segments the sentences of a batch with BPE-dropout ``p`` (one instance per training process)."""
 
-    def __init__(self, vocab: Vocab, p: float, seed: int, max_len: int = 1 << 30, tags: Sequence[int] = ()) -> None:
-        """``tags``: a multilingual store's target-language tag ids, which lead its sources and stay as they are."""
+    def __init__(self, vocab: Vocab, p: float, seed: int, max_len: int = 1 << 30, tags: Sequence[int] = (),
+                 tag_side: str = "src") -> None:
+        """``tags``: a multilingual store's target-language tag ids, which lead its sources (or its targets:
+        ``tag_side`` "tgt") and stay as they are."""
         if not 0.0 < p < 1.0:
             raise MtkitError(f"train.bpe_dropout must be in (0, 1), got {p}")
         for side in ("src", "tgt"):
@@ -52,12 +54,13 @@ class BPEDropout:
         self.seed = seed  # of the growth sample
         self.max_len = max_len
         self.tags = frozenset(int(t) for t in tags)
+        self.tag_side = tag_side
 
     def _resegment(self, side: str, sentences: Sequence[np.ndarray]) -> list:
         decode = self.vocab.decode_src if side == "src" else self.vocab.decode_tgt
         todo = [i for i, ids in enumerate(sentences) if UNK_ID not in ids]
         # A leading tag is kept as it is: decoded and encoded again, it could gain a separate "▁" piece.
-        lead = [[int(sentences[i][0])] if side == "src" and self.tags and len(sentences[i]) and
+        lead = [[int(sentences[i][0])] if side == self.tag_side and self.tags and len(sentences[i]) and
                 int(sentences[i][0]) in self.tags else [] for i in todo]
         sampled = self.vocab.sample_batch(side, [decode(sentences[i][len(k):]) for i, k in zip(todo, lead)], self.p)
         out = list(sentences)

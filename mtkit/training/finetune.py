@@ -131,6 +131,10 @@ def resolve_init(config: Config, run_dir: Path, resume: bool | None = None,
     if t.init_from is None or last.exists():  # a run without a parent, or one the trainer will refuse to overwrite
         return config, None
     parent = load_parent(t.init_from, t.init_sha256, t.init_keep_optimizer)
+    side, parent_side = config.data.tag_side, parent.config.data.tag_side
+    if config.data.pairs and parent.config.data.pairs and side != parent_side:
+        raise MtkitError(f"data.tag_side: {parent.path} was trained with its tags on the {parent_side} side; the "
+                         f"recipe says {side}: fine-tune with the parent's tag_side")
     if data_dir is not None:
         from mtkit.data.vocab import Vocab
 

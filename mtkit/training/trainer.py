@@ -193,6 +193,8 @@ class Trainer:
         manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
         self.pairs = self._check_pairs(manifest)  # a multilingual store's pairs; empty for one pair
+        # data.tag_side "target": the stored targets start with their tag, the decoder's first input
+        self.tagged_targets = bool(self.pairs) and config.data.tag_side == "target"
         self.vocab = Vocab.load(self.data_dir)
         if init is not None:
             check_vocabulary(init, self.vocab, self.data_dir)  # before its weights are loaded
@@ -227,7 +229,8 @@ class Trainer:
 
             self.bpe_dropout = BPEDropout(self.vocab, self.cfg.bpe_dropout, self.cfg.seed,
                                           max_len=config.model.max_positions - 1,
-                                          tags=[p.tag_id for p in self.pairs])
+                                          tags=[p.tag_id for p in self.pairs],
+                                          tag_side="tgt" if self.tagged_targets else "src")
             # Averaged over ranks so that every rank cuts the same batches; a resumed run reuses the saved one.
             growth = self.bpe_dropout.growth(self.train_store)
             self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size for g in growth))
@@ -265,6 +268,11 @@ class Trainer:
             says = describe(wanted) or "one pair (no data.pairs)"
             raise MtkitError(f"data.pairs: {self.data_dir} was prepared for {has}; the recipe says {says}: train "
                              "with the recipe it was prepared with")
+        sides = {entry.get("tag_side", "source") for entry in manifest.get("pairs") or []}
+        if stored and sides != {self.config.data.tag_side}:
+            raise MtkitError(f"data.tag_side: {self.data_dir} was prepared with the tags on the "
+                             f"{', '.join(sorted(sides))} side; the recipe says {self.config.data.tag_side}: prepare it "
+                             "again with the recipe")
         if self.cfg.best_pair != "mean":
             named = next(p for p in stored if p.pair.name == self.cfg.best_pair)
             if named.segment("valid") is None and self.cfg.valid_every:
@@ -443,7 +451,7 @@ class Trainer:
         n = 0
         batches = make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0)
         for indices in batches[self.dist.rank :: self.dist.world_size]:
-            batch = collate(self.valid_store, indices).to(self.device)
+            batch = collate(self.valid_store, indices, self.tagged_targets).to(self.device)
             with autocast(self.cfg.precision, self.device.type):
                 loss, nll, count = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
             loss_sum += float(loss)
@@ -470,7 +478,7 @@ class Trainer:
             batches = make_batches(self.valid_store.src_lengths[rows], self.valid_store.tgt_lengths[rows],
                                    self.cfg.max_tokens, 0)
             for indices in batches[self.dist.rank :: self.dist.world_size]:
-                batch = collate(self.valid_store, rows[indices]).to(self.device)
+                batch = collate(self.valid_store, rows[indices], self.tagged_targets).to(self.device)
                 with autocast(self.cfg.precision, self.device.type):
                     loss, nll, tokens = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
                 loss_sum += float(loss)
@@ -510,7 +518,8 @@ class Trainer:
         for pair in self._valid_pairs():
             start, count = pair.segment("valid")
             record[f"valid_bleu/{pair.pair.name}"] = validation_bleu(
-                self.model, TaggedVocab(self.vocab, pair.pair.tgt_lang), self.data_dir, self.config.decode,
+                self.model, TaggedVocab(self.vocab, pair.pair.tgt_lang, self.config.data.tag_side), self.data_dir,
+                self.config.decode,
                 self.cfg.bleu_beam, self.device, self.dist.rank, self.dist.world_size, lines=(start, start + count))
         return {"valid_bleu": sum(record.values()) / len(record), **record}
 
@@ -610,7 +619,8 @@ class Trainer:
 
     def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg
-        batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout)
+        batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout,
+                           tagged_targets=self.tagged_targets)
         bar = None
         if self.progress:
             from tqdm import tqdm

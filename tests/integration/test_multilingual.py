@@ -311,3 +311,144 @@ def test_a_single_pair_model_translates_as_before_with_or_without_its_target(rev
     assert chosen.translate_text(lines) == translator.translate_text(lines)
     with pytest.raises(MtkitError, match=r"^--tgt-lang fr: the model translates en-de only$"):
         build_translator([reverse_run], device="cpu", tgt_lang="fr")
+
+
+# ------------------------------------------------- the tag as the decoder's first token (data.tag_side)
+
+TARGET_SIDE = {**DATA, "tag_side": "target"}
+
+
+@pytest.fixture(scope="session")
+def target_data(tmp_path_factory) -> Path:
+    from mtkit.commands.prepare import prepare
+
+    out = tmp_path_factory.mktemp("multilingual-target") / "prepared"
+    prepare(config_from_dict({"data": TARGET_SIDE}), out, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def target_run(target_data, tmp_path_factory) -> Path:
+    """The tiny en-de + en-fr model with its tags in place of the decoder's BOS."""
+    from mtkit.training.trainer import train
+
+    config = config_from_dict({"data": TARGET_SIDE, "model": TINY_MODEL, "decode": {"beam": 2}, "train": TRAIN})
+    run_dir = tmp_path_factory.mktemp("multilingual-target-run") / "run"
+    train(config, target_data, run_dir, progress=False)
+    return run_dir
+
+
+def test_target_side_tags_lead_the_stored_targets_not_the_sources(target_data):
+    from mtkit.data.store import ParallelStore
+    from mtkit.data.vocab import Vocab
+
+    manifest = json.loads((target_data / "manifest.json").read_text())
+    vocab = Vocab.load(target_data)
+    store = ParallelStore.open(target_data, "valid")
+    tags = set()
+    for entry in manifest["pairs"]:
+        assert entry["tag_side"] == "target" and vocab.tgt_piece_id(entry["tag"]) == entry["tag_id"]
+        tags.add(entry["tag_id"])
+        start, count = entry["splits"]["valid"]["start"], entry["splits"]["valid"]["pairs"]
+        for i in range(start, start + count):
+            assert store.tgt(i)[0] == entry["tag_id"] and store.src(i)[0] not in tags
+    sources = (target_data / "valid.src.txt").read_text().splitlines()
+    assert store.src(0).tolist() == vocab.encode_src(sources[0])  # the source as a single pair's
+
+
+def test_a_tagged_target_replaces_bos_and_is_never_predicted():
+    from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+    from mtkit.training.batching import pad_batch
+
+    tag = 7
+    plain = pad_batch([[4, 5], [6]], [[10, 11, 12], [13]])
+    tagged = pad_batch([[4, 5], [6]], [[tag, 10, 11, 12], [tag, 13]], tagged_targets=True)
+    assert tagged.src.tolist() == plain.src.tolist()
+    assert tagged.tgt_out.tolist() == plain.tgt_out.tolist() == [[10, 11, 12, EOS_ID], [13, EOS_ID, PAD_ID, PAD_ID]]
+    assert plain.tgt_in.tolist() == [[BOS_ID, 10, 11, 12], [BOS_ID, 13, PAD_ID, PAD_ID]]
+    assert tagged.tgt_in.tolist() == [[tag, 10, 11, 12], [tag, 13, PAD_ID, PAD_ID]]
+    assert tagged.n_tgt_tokens == plain.n_tgt_tokens == 6
+
+
+def test_training_refuses_data_prepared_with_the_tags_on_the_other_side(multi_data, tmp_path):
+    from mtkit.training.trainer import Trainer
+
+    config = config_from_dict({"data": TARGET_SIDE, "model": TINY_MODEL})
+    with pytest.raises(MtkitError, match=r"data\.tag_side: .* with the tags on the source side; the recipe says "
+                                         r"target"):
+        Trainer(config, multi_data, tmp_path / "run")
+    with pytest.raises(MtkitError, match=r"data\.tag_side"):  # a single pair has no tags to place
+        config_from_dict({"data": {"tag_side": "target"}})
+
+
+@pytest.mark.slow  # trains a second tiny multilingual model
+def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(target_run, target_data, tmp_path):
+    """The tag as the decoder's first token: both directions learned, the tag picks the output language,
+    search and forced decoding start from the same tag (a greedy output's log-probability is what
+    scoring it gives), and the CTranslate2 export (no fixed start token, the tag as target prefix)
+    translates the same."""
+    import sacrebleu
+
+    from mtkit.commands.translate import build_translator
+    from mtkit.likelihood import PairScorer
+    from mtkit.runtime.checkpoint import load_model
+
+    src = (target_data / "test.src.txt").read_text().splitlines()[:60]
+    refs = (target_data / "test.tgt.txt").read_text().splitlines()
+    own = {"de": refs[:60], "fr": refs[60:120]}
+    outputs = {}
+    for lang in ("de", "fr"):
+        translator = build_translator([target_run], device="cpu", tgt_lang=lang)
+        assert translator.vocab.encode_src(src[0]) == translator.vocab.base.encode_src(src[0])  # no source tag
+        outputs[lang] = translator.translate_text(src)
+    for lang, other in (("de", "fr"), ("fr", "de")):
+        closer = sum(sacrebleu.sentence_chrf(h, [a]).score > sacrebleu.sentence_chrf(h, [b]).score
+                     for h, a, b in zip(outputs[lang], own[lang], own[other]))
+        assert closer >= 54, f"{lang}: {closer}/60 outputs closer to their own language"
+        assert sacrebleu.corpus_chrf(outputs[lang], [own[lang]]).score > 50
+
+    greedy = build_translator([target_run], device="cpu", tgt_lang="fr",
+                              overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
+    found = list(greedy.translate(src[:10]))
+    scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
+    scorer.vocab = greedy.vocab
+    pairs = [(greedy.vocab.encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
+    assert scorer.score_ids(pairs) == pytest.approx([t.best.score for t in found], abs=1e-3)
+
+    pytest.importorskip("ctranslate2")
+    from mtkit.export.ctranslate2 import export_model
+
+    export_model(load_model(target_run, "cpu"), tmp_path / "ct2")
+    manifest = json.loads((tmp_path / "ct2" / "mtkit.json").read_text())
+    assert manifest["tag_side"] == "target"
+    assert json.loads((tmp_path / "ct2" / "config.json").read_text())["decoder_start_token"] is None
+    for lang in ("de", "fr"):
+        ct2 = build_translator([tmp_path / "ct2"], engine="ctranslate2", device="cpu", tgt_lang=lang)
+        got = ct2.translate_text(src)
+        assert sum(a == b for a, b in zip(outputs[lang], got)) >= 58, lang
+
+
+@pytest.mark.slow  # trains a second tiny multilingual model
+def test_fine_tuning_keeps_the_parents_tag_side(target_run, tmp_path):
+    """Stage 2 in miniature for a target-side model: en-de alone keeps the tag before each target;
+    a recipe that places the tags on the source side instead is refused."""
+    from mtkit.commands.prepare import prepare
+    from mtkit.commands.translate import build_translator
+    from mtkit.data.store import ParallelStore
+    from mtkit.data.vocab import Vocab
+    from mtkit.training.trainer import Trainer, train
+
+    data = {"pairs": [demo_pair("de")], "spm": {"vocab_from": str(target_run)}, "workers": 1, "tag_side": "target"}
+    prepare(config_from_dict({"data": data}), tmp_path / "data", progress=False)
+    vocab = Vocab.load(tmp_path / "data")
+    assert ParallelStore.open(tmp_path / "data", "train").tgt(0)[0] == vocab.tgt_piece_id("<2de>")
+    train_cfg = {**TRAIN, "max_steps": 20, "valid_every": 0, "bleu_every": 0, "init_from": str(target_run)}
+    train(config_from_dict({"data": data, "train": train_cfg}), tmp_path / "data", tmp_path / "run", progress=False)
+    assert build_translator([tmp_path / "run"], device="cpu").translate_text(["seventy", ""])[1] == ""
+    source_side = config_from_dict({"data": {**data, "tag_side": "source"}, "train": train_cfg})
+    with pytest.raises(MtkitError, match=r"data\.tag_side: .* prepared with the tags on the target side"):
+        Trainer(source_side, tmp_path / "data", tmp_path / "other")
+    with pytest.raises(MtkitError, match=r"data\.tag_side: .* trained with its tags on the target side; the recipe "
+                                         r"says source"):
+        train(source_side, tmp_path / "data", tmp_path / "other", progress=False)
+    assert not (tmp_path / "other").exists()
