@@ -27,6 +27,11 @@ JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
 PIECES_FILE = "pieces.json"  # the piece table of an imported vocabulary: {"src": [...], "tgt": [...] | null}
+# SentencePiece encodes a list on a thread pool that it starts for the call, even with one thread:
+# 30-500 µs measured here for a list of one sentence, against about 10 µs for the sentence alone
+# (a served request is often one line). Shorter lists are encoded one sentence at a time.
+BATCH_ENCODE_MIN = 16
+
 _SPECIAL = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
 
 
@@ -176,12 +181,12 @@ class Vocab:
         return self._tables[1].encode(self._tgt, text) if self._tables else self._tgt.encode(text)
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        if self._tables:
+        if self._tables or len(texts) < BATCH_ENCODE_MIN:
             return [self.encode_src(t) for t in texts]
         return self._src.encode(list(texts), num_threads=1)
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        if self._tables:
+        if self._tables or len(texts) < BATCH_ENCODE_MIN:
             return [self.encode_tgt(t) for t in texts]
         return self._tgt.encode(list(texts), num_threads=1)
 

@@ -37,6 +37,20 @@ def test_separate_vocab_and_unigram(tmp_path):
     assert not Vocab.load(tmp_path).joint
 
 
+def test_short_and_long_lists_encode_as_each_sentence_alone():
+    """Below BATCH_ENCODE_MIN sentences a list is encoded one sentence at a time, above it in one
+    SentencePiece call: the ids are the same either way, on both sides."""
+    from mtkit.data.vocab import BATCH_ENCODE_MIN
+
+    cfg = SpmConfig(joint=False, vocab_size=200)
+    vocab = Vocab.from_bytes(train_model([e for e, _ in PAIRS], cfg), train_model([d for _, d in PAIRS], cfg))
+    for n in (0, 1, BATCH_ENCODE_MIN - 1, BATCH_ENCODE_MIN, 3 * BATCH_ENCODE_MIN):
+        src, tgt = [e for e, _ in PAIRS[:n]], [d for _, d in PAIRS[:n]]
+        assert vocab.encode_src_batch(src) == [vocab.encode_src(e) for e in src]
+        assert vocab.encode_tgt_batch(tgt) == [vocab.encode_tgt(d) for d in tgt]
+    assert vocab.encode_src_batch([PAIRS[0][0]]) != vocab.encode_tgt_batch([PAIRS[0][0]])  # two models
+
+
 def test_other_special_ids_are_refused(tmp_path):
     writer = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter([s for p in PAIRS for s in p]), model_writer=writer,
