@@ -595,6 +595,41 @@ def test_the_decoder_is_packed_once_until_a_parameter_changes():
     assert pack_decoder(Transformer(cfg, 30, 30).eval()) is not second
 
 
+def test_a_training_step_of_the_fused_optimizer_packs_the_decoder_again():
+    """The fused AdamW kernel leaves the parameters' version counters as they were; the optimizer mtkit
+    trains with bumps them, so the weights packed for decoding (validation BLEU between two steps) are
+    packed again after a step, and decoding uses the updated weights."""
+    from mtkit.config import TrainConfig
+    from mtkit.search import greedy_search
+    from mtkit.training.optim import build_optimizer
+
+    torch.manual_seed(6)
+    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
+    model = Transformer(cfg, 30, 30)
+    optimizer = build_optimizer(model.parameters(), TrainConfig(lr=0.05), "cpu")
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, PAD_ID]])
+    tgt_in = torch.tensor([[BOS_ID, 10, 11], [BOS_ID, 12, PAD_ID]])
+    model.eval()
+    first = pack_decoder(model)
+    greedy_search(model, src, max_len_b=6)  # packs the encoder too
+    for _ in range(3):
+        model.train()
+        logits = model(src, tgt_in)
+        logits.sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    second = pack_decoder(model)
+    assert second is not first
+    qkv = torch.cat([model.decoder.layers[0].self_attn.w_q.weight, model.decoder.layers[0].self_attn.w_k.weight,
+                     model.decoder.layers[0].self_attn.w_v.weight])
+    assert torch.equal(second.layers[0].qkv.weight, qkv)
+    reference = Transformer(cfg, 30, 30, kernels="reference").eval()
+    reference.load_state_dict(model.state_dict())
+    fused = [h[0].tokens for h in greedy_search(model, src, max_len_b=6)]
+    assert fused == [h[0].tokens for h in greedy_search(reference, src, max_len_b=6)]
+
+
 def test_the_kernel_settings_choose_the_decoding_step():
     assert AUTO.decode_step is fused_step and REFERENCE.decode_step is module_step
     torch.manual_seed(2)
