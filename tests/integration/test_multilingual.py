@@ -32,24 +32,33 @@ TRAIN = {"max_tokens": 1000, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup"
          "save_every": 0, "max_steps": 400, "seed": 3}
 
 
-@pytest.fixture(scope="session")
-def multi_data(tmp_path_factory) -> Path:
+def prepared(data: dict, tmp_path_factory, name: str) -> Path:
     from mtkit.commands.prepare import prepare
 
-    out = tmp_path_factory.mktemp("multilingual") / "prepared"
-    prepare(config_from_dict({"data": DATA}), out, progress=False)
+    out = tmp_path_factory.mktemp(name) / "prepared"
+    prepare(config_from_dict({"data": data}), out, progress=False)
     return out
+
+
+def trained(data: dict, data_dir: Path, tmp_path_factory, name: str) -> Path:
+    """A tiny model trained briefly on ``data``'s pairs."""
+    from mtkit.training.trainer import train
+
+    config = config_from_dict({"data": data, "model": TINY_MODEL, "decode": {"beam": 2}, "train": TRAIN})
+    run_dir = tmp_path_factory.mktemp(name) / "run"
+    train(config, data_dir, run_dir, progress=False)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def multi_data(tmp_path_factory) -> Path:
+    return prepared(DATA, tmp_path_factory, "multilingual")
 
 
 @pytest.fixture(scope="session")
 def multi_run(multi_data, tmp_path_factory) -> Path:
     """A tiny model trained briefly on en-de and en-fr (a shared session fixture)."""
-    from mtkit.training.trainer import train
-
-    config = config_from_dict({"data": DATA, "model": TINY_MODEL, "decode": {"beam": 2}, "train": TRAIN})
-    run_dir = tmp_path_factory.mktemp("multilingual-run") / "run"
-    train(config, multi_data, run_dir, progress=False)
-    return run_dir
+    return trained(DATA, multi_data, tmp_path_factory, "multilingual-run")
 
 
 def test_prepare_writes_one_store_with_a_tag_before_each_source_and_counts_per_pair(multi_data):
@@ -320,22 +329,13 @@ TARGET_SIDE = {**DATA, "tag_side": "target"}
 
 @pytest.fixture(scope="session")
 def target_data(tmp_path_factory) -> Path:
-    from mtkit.commands.prepare import prepare
-
-    out = tmp_path_factory.mktemp("multilingual-target") / "prepared"
-    prepare(config_from_dict({"data": TARGET_SIDE}), out, progress=False)
-    return out
+    return prepared(TARGET_SIDE, tmp_path_factory, "multilingual-target")
 
 
 @pytest.fixture(scope="session")
 def target_run(target_data, tmp_path_factory) -> Path:
     """The tiny en-de + en-fr model with its tags in place of the decoder's BOS."""
-    from mtkit.training.trainer import train
-
-    config = config_from_dict({"data": TARGET_SIDE, "model": TINY_MODEL, "decode": {"beam": 2}, "train": TRAIN})
-    run_dir = tmp_path_factory.mktemp("multilingual-target-run") / "run"
-    train(config, target_data, run_dir, progress=False)
-    return run_dir
+    return trained(TARGET_SIDE, target_data, tmp_path_factory, "multilingual-target-run")
 
 
 def test_target_side_tags_lead_the_stored_targets_not_the_sources(target_data):
