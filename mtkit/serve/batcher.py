@@ -140,9 +140,10 @@ class Batcher:
                 return None
             first = self._pending.popleft()
             self.on_queue(len(self._pending))
-        jobs, tokens = [first], self._count_tokens(first)
+        # Alone and with no wait, the first job is never counted: a one-line request skips an encoding.
+        jobs, tokens = [first], (self._count_tokens(first) if self.max_wait > 0 else None)
         deadline = first.arrived + self.max_wait
-        while tokens < self.batch_tokens:
+        while tokens is None or tokens < self.batch_tokens:
             with self._cond:
                 job = self._next_compatible(first.decode)
                 while job is None and not self._stopping:
@@ -153,6 +154,8 @@ class Batcher:
                     job = self._next_compatible(first.decode)
             if job is None:
                 break
+            if tokens is None:
+                tokens = self._count_tokens(first)
             more = self._count_tokens(job)
             if tokens + more > self.batch_tokens:
                 with self._cond:  # it starts the next batch

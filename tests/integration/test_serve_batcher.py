@@ -119,6 +119,31 @@ def test_requests_with_other_settings_are_never_decoded_together():
         batcher.stop()
 
 
+def test_the_token_budget_splits_queued_requests_and_a_lone_request_is_encoded_once():
+    """Queued requests are merged up to ``batch_tokens`` source tokens (words + EOS); a request that is
+    alone, with no wait, goes to the engine without the batcher encoding it to count its tokens."""
+    engine = Reverser()
+    encoded: list[list[str]] = []
+    encode = engine.vocab.encode_src_batch
+    engine.vocab.encode_src_batch = lambda lines: (encoded.append(list(lines)), encode(lines))[1]
+    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0, batch_tokens=8)
+    batcher.start()
+    try:
+        assert batcher.submit(["a b c"], engine.decode).result(30)[0].best.text == "c b a"
+        assert encoded == [["a b c"]]  # by the engine alone
+        engine.gate.clear()
+        blocker = batcher.submit(["hold"], engine.decode)
+        while batcher.queue_length():  # the thread has taken it and waits at the gate
+            time.sleep(0.001)
+        futures = [batcher.submit([f"a{i} b{i} c{i}"], engine.decode) for i in range(6)]  # 4 tokens each
+        engine.gate.set()
+        blocker.result(30)
+        assert [f.result(30)[0].best.text for f in futures] == [f"c{i} b{i} a{i}" for i in range(6)]
+        assert [n for n, _ in engine.calls] == [1, 1, 2, 2, 2]
+    finally:
+        batcher.stop()
+
+
 def test_a_full_queue_refuses_and_an_engine_error_reaches_its_requests_only():
     engine = Reverser()
     engine.gate.clear()
