@@ -58,13 +58,16 @@ def test_recipes_read_nothing_outside_the_repository(recipe):
     assert not [p for p in paths if p and (Path(p).is_absolute() or ".." in Path(p).parts)]
 
 
-def test_the_multilingual_recipe_lists_four_directions_and_its_fine_tuning_stage_continues_it():
+def test_the_multilingual_recipes_list_their_directions_and_the_fine_tuning_stage_continues_the_bidirectional_one():
     folder = Path(RECIPES[0]).parent
     config = load_config(folder / "multi30k-multilingual.yaml")
     assert [(p.src_lang, p.tgt_lang) for p in config.data.pairs] == [("en", "de"), ("en", "fr"), ("en", "cs"),
                                                                       ("de", "en")]
-    assert config.train.best_pair == "en-de"
+    both = load_config(folder / "multi30k-bidirectional.yaml")
+    assert [(p.src_lang, p.tgt_lang) for p in both.data.pairs] == [("en", "de"), ("de", "en")]
+    for stage1 in (config, both):
+        assert stage1.train.best_pair == "en-de" and stage1.data.tag_side == "target"
     stage2 = load_config(folder / "multi30k-multilingual-en-de.yaml")
     assert [(p.src_lang, p.tgt_lang) for p in stage2.data.pairs] == [("en", "de")]  # the <2de> tag stays
-    assert stage2.data.spm.vocab_from == stage2.train.init_from
-    assert config.train.max_minutes + stage2.train.max_minutes == 60
+    assert stage2.data.spm.vocab_from == stage2.train.init_from == "work/multi30k-bidirectional/run"
+    assert both.train.max_minutes + stage2.train.max_minutes == 60
