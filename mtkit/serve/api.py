@@ -408,7 +408,11 @@ def create_app(service: Service):
         finally:
             await asyncio.get_running_loop().run_in_executor(None, service.stop)
 
-    app = FastAPI(title="mtkit", version=__version__, lifespan=lifespan,
+    try:  # the serve extra: Swagger UI (/docs) and ReDoc (/redoc) served by this server, no CDN
+        from fastapi_offline import FastAPIOffline as make_app
+    except ImportError:  # FastAPI's own pages, which load them from a CDN
+        make_app = FastAPI
+    app = make_app(title="mtkit", version=__version__, lifespan=lifespan,
                   description="Machine translation with mtkit models: LibreTranslate's API and mtkit's own (/v1).")
     app.state.service = service
 

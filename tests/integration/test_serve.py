@@ -244,6 +244,10 @@ def test_languages_detect_health_metrics_docs_page(server):
     assert "mtkit_serve_queue_length" in server.get("/metrics")[2].decode()
     status, _, body = server.get("/docs")
     assert status == 200 and b"swagger" in body.lower()
+    assert b"http://" not in body and b"https://" not in body  # Swagger UI's files from this server, no CDN
+    script = re.search(rb'<script src="(/[^"]+\.js)"', body).group(1).decode()
+    status, _, body = server.get(script)
+    assert status == 200 and b"SwaggerUIBundle" in body
     status, _, body = server.get("/openapi.json")
     assert status == 200 and "/v1/translate" in json.loads(body)["paths"]
     status, headers, body = server.get("/")

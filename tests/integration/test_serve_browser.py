@@ -1,6 +1,8 @@
 """The page at ``/`` of ``mtkit serve``, in a real headless browser (Debian's chromium and
 chromium-driver through Selenium, both installed by .ci/run; no driver is downloaded at run time):
-typing a sentence and pressing Translate shows ``mtkit translate``'s translation and a confidence.
+typing a sentence and pressing Translate shows ``mtkit translate``'s translation and a confidence;
+the OpenAPI docs at ``/docs`` render. The browser resolves no host name but the server's address,
+so a page that needed a CDN would fail here.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--no-proxy-server", "--user-data-dir=" + str(__import__("tempfile").mkdtemp(prefix="mtkit-chrome-"))):
+                 "--no-proxy-server", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                 "--user-data-dir=" + str(__import__("tempfile").mkdtemp(prefix="mtkit-chrome-"))):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=ENV), options=options)
     yield driver
@@ -54,5 +57,23 @@ def test_the_page_translates_what_is_typed(reverse_run, tmp_path, browser):
         wait.until(ready.text_to_be_present_in_element((By.ID, "scores"), "confidence"))
         assert browser.find_element(By.ID, "output").text == expected
         assert "error" not in browser.find_element(By.ID, "status").get_attribute("class")
+    finally:
+        assert server.stop() == 0, server.log.read_text()
+
+
+def test_the_openapi_docs_render_without_internet(reverse_run, tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = Server(tmp_path, "-m", reverse_run)
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/docs")
+        wait = WebDriverWait(browser, 120)  # a bound on a hung page, not a timing assertion
+        wait.until(ready.text_to_be_present_in_element((By.CSS_SELECTOR, ".swagger-ui .info .title"), "mtkit"))
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"))
+        operations = [e.get_attribute("data-path") or e.text for e in
+                      browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")]
+        assert any("/v1/translate" in p for p in operations), operations
     finally:
         assert server.stop() == 0, server.log.read_text()
