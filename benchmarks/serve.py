@@ -18,12 +18,14 @@ The server is started here (``mtkit serve -m MODEL --port 0``, extra flags after
   sentences that the 32-client level sent, as one file; the 32-client throughput against it (target >= 0.8x);
 * ``--rss-requests N``: after the levels (the warm-up), N more requests from 32 clients, and the
   server's RSS before and after them (target: growth < 5 %);
-* ``--direct``: with ``--engine ctranslate2``, CTranslate2 called directly (SentencePiece, then
-  ``translate_batch`` on one sentence, the model's beam and length penalty) on the sentences the
-  single client sent, with 1 thread and with its default count (the lower p50 counts), its p50 against
-  the single-client p50 (target <= 1.5x); twice: with CTranslate2's own search options (it stops at
-  the first finished hypothesis) and with those the server's engine passes (mtkit's beam: it stops
-  once ``beam`` hypotheses have finished, the search that gives the server's translations).
+* ``--direct``: with ``--engine ctranslate2``, after the levels, one client's requests to the server
+  interleaved with CTranslate2 called directly, each setting in a process of its own (SentencePiece, then
+  ``translate_batch`` on one sentence, the model's beam and length penalty; 1 thread and its default
+  count, the lower p50 counts), in alternating blocks of 50 of the single client's sentences (so that
+  the machine's speed, which moves by a quarter within minutes here, weighs on both alike); the
+  server's p50 against the direct p50 (target <= 1.5x); with CTranslate2's own search options (it
+  stops at the first finished hypothesis) and with those the server's engine passes (mtkit's beam:
+  it stops once ``beam`` hypotheses have finished, the search that gives the server's translations).
 
     .venv/bin/python benchmarks/serve.py -m work/demo/run --input data/test.en
     .venv/bin/python benchmarks/serve.py -m ct2-en-de --requests 50 --clients 1,8 -- --engine ctranslate2
@@ -112,6 +114,8 @@ def raw_connections(url: str, clients: int) -> list:
                         self.reader, self.writer = await asyncio.open_connection(host, port)
                     self.writer.write(head + body)
                     status = await self.reader.readline()
+                    if not status:  # the server closed the kept connection (idle beyond its keep-alive)
+                        raise ConnectionResetError
                     length, close = 0, False
                     while (line := await self.reader.readline()) not in (b"\r\n", b""):
                         name, _, value = line.partition(b":")
@@ -218,42 +222,127 @@ def whole_file(model: str, extra: list[str], lines: list[str]) -> float:
     return len(lines) / seconds
 
 
-def direct_p50(model_dir: Path, lines: list[str], threads: int, same_search: bool) -> float:
-    """The median seconds of CTranslate2 called directly on one sentence (SentencePiece in and out, the
-    exported model's beam and length penalty) over ``lines`` after 10 of warm-up. ``same_search``: the
-    options the server's engine passes (mtkit's beam, which ends once it holds ``beam`` finished
-    hypotheses, input length + ``max_len_b`` steps at most), so that both find the same translations;
-    otherwise CTranslate2's defaults (it ends at the first finished hypothesis, 256 steps at most)."""
+class Direct:
+    """CTranslate2 called directly on one sentence at a time: SentencePiece in and out, the exported
+    model's beam and length penalty, ``threads`` CPU threads. ``same_search``: the options the server's
+    engine passes (mtkit's beam, which ends once it holds ``beam`` finished hypotheses, input length +
+    ``max_len_b`` steps at most), so that both find the same translations; otherwise CTranslate2's
+    defaults (it ends at the first finished hypothesis, 256 steps at most)."""
+
+    def __init__(self, model_dir: Path, threads: int, same_search: bool) -> None:
+        import json
+
+        import ctranslate2
+        import sentencepiece
+
+        meta = json.loads((model_dir / "mtkit.json").read_text(encoding="utf-8"))
+        names = meta["spm"]
+        src = "spm.src.model" if "spm.src.model" in names else "spm.model"
+        tgt = "spm.tgt.model" if "spm.tgt.model" in names else "spm.model"
+        self.sp_src = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / src))
+        self.sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / tgt))
+        self.decode = meta.get("decode", {})
+        beam = self.decode.get("beam", 4)
+        power = self.decode.get("length_penalty", "gnmt") == "power"
+        self.translator = ctranslate2.Translator(str(model_dir), intra_threads=threads)
+        self.options = {"beam_size": beam, "length_penalty": self.decode.get("alpha", 0.6) if power else 0.0}
+        if same_search:
+            self.options.update(num_hypotheses=beam, return_scores=True, return_end_token=True,
+                                max_input_length=0, length_penalty=self.options["length_penalty"] or 1e-6)
+        self.threads, self.same_search = threads, same_search
+
+    def times(self, lines: list[str]) -> list[float]:
+        """Seconds per sentence, one call each."""
+        out = []
+        for line in lines:
+            pieces = self.sp_src.encode(line, out_type=str)
+            steps = (int(self.decode.get("max_len_a", 0) * (len(pieces) + 1) + self.decode.get("max_len_b", 200))
+                     if self.same_search else 256)
+            start = time.perf_counter()
+            result = self.translator.translate_batch([pieces], max_decoding_length=steps, **self.options)
+            self.sp_tgt.decode_pieces(result[0].hypotheses[0])
+            out.append(time.perf_counter() - start)
+        return out
+
+
+def direct_worker(argv: list[str]) -> None:
+    """``serve.py --direct-worker MODEL_DIR THREADS SAME_SEARCH``: a process of its own for one direct
+    arm; each line on stdin is a JSON list of sentences, answered by a JSON list of seconds."""
     import json
 
-    import ctranslate2
-    import sentencepiece
+    direct = Direct(Path(argv[0]), int(argv[1]), argv[2] == "1")
+    for line in sys.stdin:
+        print(json.dumps(direct.times(json.loads(line))), flush=True)
 
-    meta = json.loads((model_dir / "mtkit.json").read_text(encoding="utf-8"))
-    names = meta["spm"]
-    src = "spm.src.model" if "spm.src.model" in names else "spm.model"
-    tgt = "spm.tgt.model" if "spm.tgt.model" in names else "spm.model"
-    sp_src = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / src))
-    sp_tgt = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / tgt))
-    decode = meta.get("decode", {})
-    beam = decode.get("beam", 4)
-    power = decode.get("length_penalty", "gnmt") == "power"
-    translator = ctranslate2.Translator(str(model_dir), intra_threads=threads)
-    options = {"beam_size": beam, "length_penalty": decode.get("alpha", 0.6) if power else 0.0}
-    if same_search:
-        options.update(num_hypotheses=beam, return_scores=True, return_end_token=True, max_input_length=0,
-                       length_penalty=options["length_penalty"] or 1e-6)
-    times = []
-    for i, line in enumerate(lines[:10] + lines):
-        pieces = sp_src.encode(line, out_type=str)
-        steps = int(decode.get("max_len_a", 0) * (len(pieces) + 1) + decode.get("max_len_b", 200)) if same_search \
-            else 256
-        start = time.perf_counter()
-        result = translator.translate_batch([pieces], max_decoding_length=steps, **options)
-        sp_tgt.decode_pieces(result[0].hypotheses[0])
-        if i >= 10:
-            times.append(time.perf_counter() - start)
-    return percentile(times, 50)
+
+class DirectProcess:
+    """A :class:`Direct` arm in a process of its own (so that arms with different thread counts do
+    not share one OpenMP runtime, and none shares the server's)."""
+
+    def __init__(self, model_dir: Path, threads: int, same_search: bool) -> None:
+        self.proc = subprocess.Popen([sys.executable, __file__, "--direct-worker", str(model_dir), str(threads),
+                                      "1" if same_search else "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+
+    def times(self, lines: list[str]) -> list[float]:
+        import json
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(lines) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"the direct CTranslate2 process failed (exit {self.proc.wait()})")
+        return json.loads(answer)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def interleaved(url: str, model_dir: Path, lines: list[str], source: str, target: str,
+                block: int = 50) -> tuple[list[float], dict[tuple[bool, int], list[float]]]:
+    """Single-client latencies of the server and of CTranslate2 called directly (own and server's search
+    options, 1 thread and the default count; each in a process of its own), measured in alternating
+    blocks of ``block`` sentences, so that a change in the machine's speed during the measurement hits
+    every arm alike. Each arm gets every sentence of ``lines`` once (after 10 of warm-up each); the
+    arms' order rotates per block, with a pause between arms (the last one's OpenMP threads may spin
+    for up to 200 ms after its last call)."""
+    counts = sorted({1, min(4, os.cpu_count() or 1)})
+    direct = {(same, t): DirectProcess(model_dir, t, same) for same in (False, True) for t in counts}
+    loop = asyncio.new_event_loop()
+    connection = raw_connections(url, 1)[0]
+
+    def server_times(chunk: list[str]) -> list[float]:
+        async def run() -> list[float]:
+            out = []
+            for line in chunk:
+                start = time.perf_counter()
+                if not await connection.post({"q": line, "source": source, "target": target}):
+                    raise SystemExit(f"the server failed on {line!r}")
+                out.append(time.perf_counter() - start)
+            return out
+
+        return loop.run_until_complete(run())
+
+    arms: list = ["server", *direct]
+    try:
+        server_times(lines[:10])
+        for d in direct.values():
+            d.times(lines[:10])
+        measured: dict = {arm: [] for arm in arms}
+        for b, first in enumerate(range(0, len(lines), block)):
+            chunk = lines[first:first + block]
+            for arm in arms[b % len(arms):] + arms[:b % len(arms)]:
+                time.sleep(0.3)
+                measured[arm] += server_times(chunk) if arm == "server" else direct[arm].times(chunk)
+    finally:
+        connection.close()
+        loop.close()
+        for d in direct.values():
+            d.close()
+    return measured.pop("server"), measured
 
 
 def start_server(model: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
@@ -299,6 +388,7 @@ def main() -> None:
     proc, url = start_server(args.model, args.extra) if args.url is None else (None, args.url.rstrip("/"))
     pid = proc.pid if proc is not None else None
     results: dict[int, dict] = {}
+    sent = [lines[i % len(lines)] for i in range(args.requests)]  # what each level sent, in order
     try:
         print(f"{'clients':>7} {'ok':>6} {'failed':>6} {'req/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
               f"{'sent/call':>9} {'RSS MiB':>8} {'client CPU %':>12} {'loop CPU %':>10} {'engine CPU %':>12}")
@@ -320,23 +410,27 @@ def main() -> None:
             print(f"RSS over {args.rss_requests} more requests (32 clients, {r['failed']} failed, {r['req_s']:.1f} "
                   f"req/s): {before:.0f} -> {after:.0f} MiB, {growth:+.1f} % (target < 5 %: "
                   f"{'met' if growth < 5 else 'not met'})", flush=True)
+        if args.direct and args.model:
+            # CTranslate2 at its best (the faster of one thread and its default count: the lower p50) on the
+            # sentences the single client sent, measured interleaved with the server in blocks
+            server, direct = interleaved(url, Path(args.model), sent, args.source, args.target)
+            p50 = percentile(server, 50)
+            arms = ", ".join(f"{'server' if same else 'own'} search {t} thread{'s' * (t > 1)} "
+                             f"{1000 * percentile(times, 50):.1f}" for (same, t), times in direct.items())
+            print(f"interleaved in blocks of 50, {len(sent)} sentences each: the server's single-client p50 "
+                  f"{1000 * p50:.1f} ms; CTranslate2 directly ({arms} ms)", flush=True)
+            for same, what in ((False, "CTranslate2's own search"), (True, "the server's search options")):
+                best, threads = min((percentile(t, 50), k[1]) for k, t in direct.items() if k[0] == same)
+                ratio = p50 / best
+                print(f"CTranslate2 directly, one sentence, {what}: p50 {1000 * best:.1f} ms ({threads} threads); the "
+                      f"server's single-client p50 is {ratio:.2f}x it (target <= 1.5x: "
+                      f"{'met' if ratio <= 1.5 else 'not met'})", flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(120)
             if code != 0:
                 print(f"the server exited {code}", file=sys.stderr)
-    sent = [lines[i % len(lines)] for i in range(args.requests)]  # what each level sent, in order
-    if args.direct and args.model and 1 in results:
-        # CTranslate2 at its best: the faster of one thread and its default count (the lower p50)
-        # on the sentences the single client sent
-        counts = sorted({1, min(4, os.cpu_count() or 1)})
-        for same, what in ((False, "CTranslate2's own search"), (True, "the server's search options")):
-            p50, threads = min((direct_p50(Path(args.model), sent, t, same), t) for t in counts)
-            ratio = results[1]["p50"] / p50
-            print(f"CTranslate2 directly, one sentence, {what}: p50 {1000 * p50:.1f} ms ({threads} threads); the "
-                  f"server's single-client p50 is {ratio:.2f}x it (target <= 1.5x: "
-                  f"{'met' if ratio <= 1.5 else 'not met'})", flush=True)
     if args.whole_file and args.model and 32 in results:
         rate = whole_file(args.model, args.extra, sent)
         ratio = results[32]["req_s"] / rate
@@ -347,4 +441,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--direct-worker"]:
+        direct_worker(sys.argv[2:])
+    else:
+        main()
