@@ -9,14 +9,19 @@ sorts them by length and cuts its own token-budget batches (``decode.batch_token
 result per line (an empty line an empty translation, an over-long line truncated with a
 warning), in order. Each job gets its slice back through a :class:`concurrent.futures.Future`,
 which the event loop awaits: inference never runs on the event loop.
+
+A decoding thread never dies of a job: a job whose tokens cannot be counted fails alone; a batch
+whose decoding fails is decoded again job by job, so that only the job that broke it fails (its
+request answers 500); the thread takes the next job.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -131,17 +136,27 @@ class Batcher:
                 return job
         return None
 
-    def _gather(self) -> list[Job] | None:
-        """The next batch of jobs (None: stopped with nothing left)."""
+    def _counted(self, job: Job) -> int | None:
+        """``job``'s source tokens; None, with the job failed, when they cannot be counted (bad text)."""
+        try:
+            return self._count_tokens(job)
+        except Exception as e:  # noqa: BLE001 - that request fails, the batch goes on
+            _fail(job, e)
+            return None
+
+    def _gather(self, taken: list[Job]) -> bool:
+        """Put the next batch of jobs in ``taken`` (False: stopped with nothing left). Every job taken
+        from the queue is in ``taken`` at once, so that an error on the way still answers it."""
         with self._cond:
             while not self._pending and not self._stopping:
                 self._cond.wait()
             if not self._pending:
-                return None
+                return False
             first = self._pending.popleft()
+            taken.append(first)
             self.on_queue(len(self._pending))
         # Alone and with no wait, the first job is never counted: a one-line request skips an encoding.
-        jobs, tokens = [first], (self._count_tokens(first) if self.max_wait > 0 else None)
+        tokens = self._first_tokens(first, taken) if self.max_wait > 0 else None
         deadline = first.arrived + self.max_wait
         while tokens is None or tokens < self.batch_tokens:
             with self._cond:
@@ -154,48 +169,91 @@ class Batcher:
                     job = self._next_compatible(first.decode)
             if job is None:
                 break
+            taken.append(job)
             if tokens is None:
-                tokens = self._count_tokens(first)
-            more = self._count_tokens(job)
-            if tokens + more > self.batch_tokens:
+                tokens = self._first_tokens(first, taken)
+            more = self._counted(job)
+            if more is None:
+                taken.remove(job)
+            elif tokens + more > self.batch_tokens and len(taken) > 1:
+                taken.remove(job)
                 with self._cond:  # it starts the next batch
                     self._pending.appendleft(job)
                     self.on_queue(len(self._pending))
                 break
-            jobs.append(job)
-            tokens += more
-        return jobs
+            else:
+                tokens += more
+        return True
+
+    def _first_tokens(self, first: Job, taken: list[Job]) -> int:
+        """The first job's tokens (0, with the job failed and out of ``taken``, when they cannot be counted)."""
+        tokens = self._counted(first)
+        if tokens is None:
+            taken.remove(first)
+            return 0
+        return tokens
 
     def _run(self) -> None:
+        """The decoding thread's loop: it ends only when the batcher stops. Whatever a job raises (while
+        its tokens are counted, decoded or answered) fails that job's request, never the thread."""
         while True:
-            jobs = self._gather()
-            if jobs is None:
-                return
-            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # the client may have gone
-            if not jobs:
-                continue
-            lines = [line for job in jobs for line in job.lines]
-            start = time.perf_counter()
+            jobs: list[Job] = []
             try:
-                translator = self.model.variant(jobs[0].decode)
-                merged = [c for job in jobs for c in (job.constraints or [None] * len(job.lines))]
-                wanted = _per_line(merged) if any(merged) else None
-                results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines)),
-                                                                       constraints=wanted))
-                if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
-                    raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
-            except BaseException as e:  # noqa: BLE001 - every waiting request gets the error, the thread goes on
+                if not self._gather(jobs):
+                    return
+                if jobs:
+                    self._decode(jobs)
+            except BaseException as e:  # noqa: BLE001 - the requests get the error, the thread goes on
                 for job in jobs:
-                    job.future.set_exception(e)
-                continue
-            seconds = time.perf_counter() - start
-            offset = 0
+                    _fail(job, e)
+
+    def _decode(self, jobs: list[Job]) -> None:
+        jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # the client may have gone
+        if not jobs:
+            return
+        try:
+            self._answer(jobs)
+        except Exception:  # noqa: BLE001 - one job's text broke the batch: each job alone, so only it fails
+            if len(jobs) == 1:
+                raise
             for job in jobs:
-                job.future.set_result(results[offset : offset + len(job.lines)])
-                offset += len(job.lines)
+                try:
+                    self._answer([job])
+                except Exception as e:  # noqa: BLE001
+                    _fail(job, e)
+
+    def _answer(self, jobs: list[Job]) -> None:
+        """Translate the jobs' lines in one call and give each job its slice."""
+        lines = [line for job in jobs for line in job.lines]
+        start = time.perf_counter()
+        translator = self.model.variant(jobs[0].decode)
+        merged = [c for job in jobs for c in (job.constraints or [None] * len(job.lines))]
+        wanted = _per_line(merged) if any(merged) else None
+        results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines)),
+                                                               constraints=wanted))
+        if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
+            raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
+        seconds = time.perf_counter() - start
+        offset = 0
+        for job in jobs:
+            job.future.set_result(results[offset : offset + len(job.lines)])
+            offset += len(job.lines)
+        try:
             self.on_batch(BatchStats(
                 self.model.name, len(lines), sum(len(t.src_ids) for t in results),
                 sum(len(t.best.ids) + 1 for t in results if t.src_ids), seconds))
+        except Exception as e:  # noqa: BLE001 - the requests are answered; the metrics lose one batch
+            print(f"warning: the batch metrics failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+
+def _fail(job: Job, error: BaseException) -> None:
+    """Fail ``job``'s request with ``error`` (a job already answered or cancelled keeps its outcome)."""
+    if job.future.done():
+        return
+    try:
+        job.future.set_exception(error)
+    except InvalidStateError:  # answered or cancelled meanwhile
+        pass
 
 
 def _per_line(found: list[Constraints | None]):

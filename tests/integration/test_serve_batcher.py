@@ -187,3 +187,51 @@ def test_the_engine_leaves_the_event_loop_a_core_unless_told(monkeypatch):
     for cpus, decoding, threads in ((1, 2, 1), (2, 2, 1), (8, 2, 3), (8, 1, 7), (2, 1, 1)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)), raising=False)
         assert serve.serving_threads(decoding) == threads
+
+
+class PoisonVocab(WordVocab):
+    """Refuses to encode a line holding ``poison`` (as SentencePiece refuses a lone surrogate)."""
+
+    def encode_src_batch(self, lines):
+        if any("poison" in line for line in lines):
+            raise UnicodeEncodeError("utf-8", "poison", 0, 1, "surrogates not allowed")
+        return super().encode_src_batch(lines)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("max_wait", [0.0, 0.02])
+def test_no_failing_job_kills_a_decoding_thread(threads, max_wait):
+    """Jobs that fail while their tokens are counted (first in a batch or joining it), while they are
+    decoded, or after (the metrics callback) each fail their own request; every thread lives on and
+    every other request gets its own translation, however the failures mix with the traffic."""
+    engine = Reverser()
+    engine.vocab = PoisonVocab()
+    calls = [0]
+
+    def on_batch(stats):
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            raise ZeroDivisionError("the metrics callback failed")
+
+    batcher = Batcher(served(engine), max_queue=1000, max_wait=max_wait, threads=threads, on_batch=on_batch)
+    batcher.start()
+    try:
+        for round_ in range(3):
+            kinds = ["poison", "boom", "good"] * 8
+            engine.gate.clear()  # let a queue build, so that bad jobs are first in, and join, batches
+            blocker = batcher.submit([f"hold{round_}"], engine.decode)
+            futures = [(kind, i, batcher.submit([f"{kind} w{i}"] if kind != "good" else [f"a{i} b{i}", ""],
+                                                engine.decode))
+                       for i, kind in enumerate(kinds)]
+            engine.gate.set()
+            blocker.result(30)
+            for kind, i, future in futures:
+                if kind == "good":
+                    assert [t.best.text for t in future.result(30)] in ([f"b{i} a{i}", ""],), (kind, i)
+                else:
+                    with pytest.raises((UnicodeEncodeError, RuntimeError)):
+                        future.result(30)
+            assert batcher.alive and all(t.is_alive() for t in batcher._threads)
+        assert batcher.submit(["c d"], engine.decode).result(30)[0].best.text == "d c"
+    finally:
+        batcher.stop()
