@@ -478,7 +478,12 @@ def serve(
     max_sentences: int = typer.Option(128, "--max-sentences", help="Lines of text per request (400 beyond)."),
     max_beam: int = typer.Option(8, "--max-beam", help="Largest beam a request may ask for."),
     graceful_timeout: float = typer.Option(30.0, "--graceful-timeout", help="Seconds to let requests in flight finish on SIGTERM / Ctrl-C."),
-    access_log: bool = typer.Option(False, "--access-log", help="Log every request (method, path, status) on stderr."),
+    access_log: bool = typer.Option(False, "--access-log", help="Log every request on stderr: method, path (no query string), status, milliseconds."),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", help="Seconds a connection may take to send a request's headers (from its opening or its last response); then it is closed."),
+    body_timeout: float = typer.Option(20.0, "--body-timeout", help="Seconds a request's body may take to arrive (408 beyond)."),
+    keep_alive_timeout: float = typer.Option(5.0, "--keep-alive-timeout", help="Seconds an idle kept-alive connection stays open."),
+    max_connections: int = typer.Option(0, "--max-connections", help="Connections open at once; beyond them a new one gets 503 and is closed (0: half the process's file-descriptor limit, at most 1024)."),
+    cors: bool = typer.Option(True, "--cors/--no-cors", help="Answer browsers of any origin on LibreTranslate's endpoints (CORS, as LibreTranslate does)."),
     glossary: Optional[Path] = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
 ) -> None:
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
@@ -504,7 +509,8 @@ def serve(
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
         max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
-        graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
+        graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary, header_timeout=header_timeout,
+        body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout, max_connections=max_connections, cors=cors,
     )
 
 

@@ -12,6 +12,7 @@ every model loaded, before the server listens.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _served_pairs(name: str, path: Path, translator, engine: str, description: str, src_lang: str | None,
+def _served_pairs(name: str, path: Path, translator, engine: str, step: int | None, src_lang: str | None,
                   tgt_lang: str | None) -> list:
     """A multilingual model's pairs as served models ``NAME:en-de`` …, each an engine leading its sources
     with its target's tag; a request naming ``NAME`` picks among them by source and target. ``--src-lang``
@@ -73,7 +74,7 @@ def _served_pairs(name: str, path: Path, translator, engine: str, description: s
         raise MtkitError(f"-m {path}: translates {describe(pairs)}; none of them matches --src-lang / --tgt-lang")
     print(f"model {name}: {describe(chosen)}", file=sys.stderr, flush=True)
     return [ServedModel(f"{name}:{p.name}", for_language(translator, p.tgt_lang), p.src_lang, p.tgt_lang, engine,
-                        description, group=name) for p in chosen]
+                        step, group=name) for p in chosen]
 
 
 def _names(paths: list[Path]) -> list[str]:
@@ -87,6 +88,20 @@ def _names(paths: list[Path]) -> list[str]:
             name, k = f"{base}-{k}", k + 1
         names.append(name)
     return names
+
+
+def default_connections() -> int:
+    """Half the process's file-descriptor limit (the rest for models, logs and connections being refused),
+    at most 1024."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, ValueError, OSError):
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(8, min(1024, soft // 2))
 
 
 def serving_threads(decoding_threads: int = 2) -> int:
@@ -128,6 +143,11 @@ def serve(
     graceful_timeout: float = 30.0,
     access_log: bool = False,
     glossary: Path | None = None,
+    header_timeout: float = 10.0,
+    body_timeout: float = 20.0,
+    keep_alive_timeout: float = 5.0,
+    max_connections: int = 0,
+    cors: bool = True,
 ) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
     from mtkit.host_memory import bound_onednn_caches
@@ -150,8 +170,14 @@ def serve(
                              ("--batch-tokens", batch_tokens if batch_tokens is not None else 1, 1)):
         if value < low:
             raise MtkitError(f"{flag}: must be >= {low}, got {value}")
-    if max_wait_ms < 0 or graceful_timeout < 0:
-        raise MtkitError("--max-wait-ms and --graceful-timeout must be >= 0")
+    for flag, value, low in (("--max-wait-ms", max_wait_ms, 0.0), ("--graceful-timeout", graceful_timeout, 0.0),
+                             ("--header-timeout", header_timeout, 0.001), ("--body-timeout", body_timeout, 0.001),
+                             ("--keep-alive-timeout", keep_alive_timeout, 0.001)):
+        if not math.isfinite(value) or value < low or value > 86_400:
+            raise MtkitError(f"{flag}: must be a number of {'milliseconds' if 'ms' in flag else 'seconds'} "
+                             f"between {low:g} and 86400, got {value}")
+    if max_connections < 0:
+        raise MtkitError(f"--max-connections: must be >= 0, got {max_connections}")
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
     threads = threads or serving_threads(decoding_threads)
@@ -170,7 +196,7 @@ def serve(
 
     from mtkit.serve.api import Limits, Service, create_app
     from mtkit.serve.models import ServedModel
-    from mtkit.serve.server import Guard, run
+    from mtkit.serve.server import Cors, Guard, run
 
     served = []
     for name, path in zip(_names(paths), paths):
@@ -178,21 +204,23 @@ def serve(
 
         def inspect(loaded: list, found=found) -> None:
             found["src"], found["tgt"] = loaded[0].config.data.src_lang, loaded[0].config.data.tgt_lang
-            found["description"] = f"{loaded[0].path}" + (f" (step {loaded[0].step})" if loaded[0].step is not None else "")
+            found["step"] = loaded[0].step
 
         translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect,
                                       any_target=True, parallel=decoding_threads)
         if engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
-            found["description"] = translator.description
+            from mtkit.runtime.ctranslate2_engine import read_manifest
+
+            found["step"] = read_manifest(path).get("step")
         if translator.languages[0]:  # a multilingual model: one served entry per pair, sharing the weights
-            served += _served_pairs(name, path, translator, engine, found.get("description", str(path)), src_lang,
+            served += _served_pairs(name, path, translator, engine, found.get("step"), src_lang,
                                     tgt_lang)
             continue
         src, tgt = src_lang or found.get("src"), tgt_lang or found.get("tgt")
         if not src or not tgt:
             raise MtkitError(f"-m {path}: its language pair is not recorded with it; give --src-lang and --tgt-lang")
-        served.append(ServedModel(name, translator, src, tgt, engine, found.get("description", str(path))))
+        served.append(ServedModel(name, translator, src, tgt, engine, found.get("step")))
         print(f"model {name}: {src}-{tgt}", file=sys.stderr, flush=True)
 
     limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
@@ -203,4 +231,6 @@ def serve(
         print(f"glossary: {len(terms)} terms from {glossary}", file=sys.stderr, flush=True)
     if keys is not None:
         print(f"API keys: {len(keys)} from {api_keys}", file=sys.stderr, flush=True)
-    run(Guard(create_app(service), max_body_bytes, service.metrics), host, port, graceful_timeout, access_log)
+    app = create_app(service)
+    app = Guard(Cors(app) if cors else app, max_body_bytes, service.metrics, body_timeout, access_log)
+    run(app, host, port, graceful_timeout, header_timeout, keep_alive_timeout, max_connections or default_connections())

@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
+import re
 import sys
 import traceback
 import urllib.parse
@@ -149,6 +151,9 @@ class NativeResponse(BaseModel):
     translations: list[Sentence]
 
 
+MAX_DEPTH = 32  # levels of JSON nesting a request may have (mtkit's own needs 4: glossary lists of objects)
+
+
 def _decode_body(body: bytes) -> str:
     try:
         return body.decode("utf-8")
@@ -156,35 +161,77 @@ def _decode_body(body: bytes) -> str:
         raise ApiError(400, f"the request body is not valid UTF-8 (byte {e.start})") from None
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def check_values(data: Any) -> None:
+    """Refuse what JSON can carry but a request must not: nesting deeper than :data:`MAX_DEPTH`, lone
+    surrogates (``"\\ud800"``, which no encoder can write), and numbers too large for a float (``1e400``).
+    Iterative, so that no input can exhaust the stack; the 400 names the field."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ApiError(400, f"Invalid request: {where or 'the body'} is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ApiError(400, f"Invalid request: {where or 'the body'} is not valid Unicode: lone surrogate "
+                                    f"at character {e.start}") from None
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ApiError(400, f"Invalid request: {where or 'the body'}: {value} is not a finite number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                shown = str(key).encode("utf-8", "backslashreplace").decode("utf-8")  # the message must encode too
+                path = f"{where}.{shown}" if where else shown
+                stack.append((key, f"{path} (the key)", depth + 1))
+                stack.append((item, path, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
 def parse_json(body: bytes) -> dict:
     text = _decode_body(body)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ApiError(400, f"Invalid request: the JSON is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as e:
         raise ApiError(400, f"malformed JSON: {e}") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"expected a JSON object, got {type(data).__name__}")
+    check_values(data)
     return data
 
 
-def parse_fields(body: bytes, content_type: str) -> dict:
-    """A LibreTranslate request's fields, from JSON or a form (a repeated form field gives a list)."""
+def _form(text: str, where: str) -> dict[str, Any]:
+    """A form's or a query string's fields (a repeated field gives a list)."""
+    try:
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError(400, f"{where} is not valid UTF-8 once percent-decoded") from None
+    fields: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in fields:
+            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
+        else:
+            fields[key] = value
+    return fields
+
+
+def parse_fields(body: bytes, content_type: str, query: bytes = b"") -> dict:
+    """A LibreTranslate request's fields, as LibreTranslate reads them: from the URL's query string, then
+    a JSON or a form body (a field in the body wins; a repeated form field gives a list)."""
+    fields = _form(_decode_body(query), "a query parameter") if query else {}
     kind = content_type.split(";", 1)[0].strip().lower()
-    if kind == "application/json" or (not kind and body.lstrip()[:1] in (b"{", b"[")):
-        return parse_json(body)
-    if kind in ("application/x-www-form-urlencoded", ""):
-        text = _decode_body(body)
-        try:
-            pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
-        except UnicodeDecodeError:
-            raise ApiError(400, "a form field is not valid UTF-8 once percent-decoded") from None
-        fields: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in fields:
-                fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
-            else:
-                fields[key] = value
+    if not body.strip():
         return fields
+    if kind == "application/json" or (not kind and body.lstrip()[:1] in (b"{", b"[")):
+        return {**fields, **parse_json(body)}
+    if kind in ("application/x-www-form-urlencoded", ""):
+        return {**fields, **_form(_decode_body(body), "a form field")}
     raise ApiError(400, f"unsupported Content-Type {kind}: send application/json or "
                         "application/x-www-form-urlencoded")
 
@@ -198,7 +245,7 @@ def _optional_str(fields: dict, name: str) -> str | None:
 
 def _int_field(fields: dict, name: str, default: int, low: int, high: int) -> int:
     value = fields.get(name, default)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():  # a form sends text
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,9}\s*", value):  # a form sends text (ASCII digits)
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, f"Invalid request: {name} must be an integer")
@@ -441,7 +488,8 @@ def create_app(service: Service):
     @app.post("/translate", summary="Translate (LibreTranslate's API)", tags=["LibreTranslate"],
               openapi_extra=_form_docs("q, source, target, format (text), alternatives, api_key"))
     async def translate(request: Request):
-        fields = parse_fields(await request.body(), request.headers.get("content-type", ""))
+        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
+                              request.scope.get("query_string", b""))
         service.check_key(_optional_str(fields, "api_key"), request.headers)
         q = fields.get("q")
         if q is None:
@@ -477,8 +525,10 @@ def create_app(service: Service):
             at += len(lines)
             texts.append(assemble([clean_output(t.best.text) for t in got]))
             # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
-            alts.append([assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text) for t in got])
-                         for k in range(1, alternatives + 1)])
+            # An empty alternative (a hypothesis of EOS alone) is no alternative.
+            alts.append([alt for k in range(1, alternatives + 1)
+                         if (alt := assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text)
+                                              for t in got])).strip()])
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
         if alternatives:
             answer["alternatives"] = alts if isinstance(q, list) else alts[0]
@@ -501,7 +551,8 @@ def create_app(service: Service):
                           "translate from, with confidence 100, or 400 when they translate from several.",
               openapi_extra=_form_docs("q, api_key"))
     async def detect(request: Request):
-        fields = parse_fields(await request.body(), request.headers.get("content-type", ""))
+        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
+                              request.scope.get("query_string", b""))
         service.check_key(_optional_str(fields, "api_key"), request.headers)
         if fields.get("q") is None:
             raise ApiError(400, "Invalid request: missing q parameter")
@@ -543,6 +594,7 @@ def create_app(service: Service):
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=logprob(c, decode),
                                confidence=mean_logprob(c, decode), tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
+            hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
@@ -551,7 +603,7 @@ def create_app(service: Service):
         alive = service.ready and all(b.alive for b in service.batchers.values())
         body = {"status": "ok" if alive else "unavailable",
                 "models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
-                            "loaded": m.description, "queue": service.batchers[m.name].queue_length()}
+                            "step": m.step, "queue": service.batchers[m.name].queue_length()}
                            for m in service.models]}
         return JSONResponse(body, status_code=200 if alive else 503)
 

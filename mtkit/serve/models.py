@@ -42,7 +42,8 @@ class ServedModel:
         translator: the engine, with the model's default decode settings.
         src_lang, tgt_lang: language codes (the checkpoint config's ``data.src_lang`` / ``data.tgt_lang``).
         engine: ``torch`` or ``ctranslate2``.
-        description: what was loaded (a path and step), for ``/health``.
+        step: the training step of the loaded checkpoint (None when not recorded), for ``/health``, which
+            shows no filesystem path.
         group: the name of the multilingual model this is one pair of (a request naming it picks the
             pair by its source and target); empty for a model of one pair.
     """
@@ -52,7 +53,7 @@ class ServedModel:
     src_lang: str
     tgt_lang: str
     engine: str = "torch"
-    description: str = ""
+    step: int | None = None
     group: str = ""
     _variants: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

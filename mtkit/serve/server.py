@@ -1,4 +1,5 @@
-"""Running the app: a guard in front of it (body size, request metrics), and uvicorn with a graceful stop.
+"""Running the app: middleware in front of it (body size and time, CORS, request metrics, the access log),
+uvicorn's protocol with header timeouts and a bound on connections, and a graceful stop.
 
 On SIGTERM or SIGINT the server stops accepting connections, lets the requests in flight
 finish (at most ``graceful_timeout`` seconds), stops the decoding threads and returns, so
@@ -19,29 +20,33 @@ ENDPOINTS = ("/translate", "/languages", "/detect", "/v1/translate", "/health", 
              "/redoc", "/openapi.json")
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class Guard:
-    """ASGI middleware: refuse a body over ``max_body_bytes`` with 413 (by its Content-Length, or while
-    reading it), and count each request and its latency in ``metrics``."""
+    """ASGI middleware in front of the app: it refuses a body (with the query string) over
+    ``max_body_bytes`` with 413 (by its Content-Length, or while reading it) and one that has not
+    arrived within ``body_timeout`` seconds with 408; answers a request still running when the
+    graceful stop runs out with a JSON 503; counts each request and its latency in ``metrics``; and,
+    with ``access_log``, writes one line per request on stderr (method, path without the query string,
+    which may hold an API key, status, milliseconds)."""
 
-    def __init__(self, app, max_body_bytes: int, metrics) -> None:
+    def __init__(self, app, max_body_bytes: int, metrics, body_timeout: float = 30.0,
+                 access_log: bool = False) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
+        self.body_timeout = body_timeout
+        self.access_log = access_log
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        import asyncio
         import time
 
         start = time.perf_counter()
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else "other"
-        status = [500]
+        status = [0]
 
         async def send_status(message) -> None:
             if message["type"] == "http.response.start":
@@ -50,9 +55,15 @@ class Guard:
 
         self.metrics.in_flight.inc()
         try:
-            body = await self._read_body(scope, receive)
+            try:
+                body = await asyncio.wait_for(self._read_body(scope, receive), self.body_timeout)
+            except asyncio.TimeoutError:
+                await _answer(send_status, 408, f"the request body did not arrive within {self.body_timeout:g} s "
+                                                "(--body-timeout)")
+                return
             if body is None:
-                await self._too_large(send_status)
+                await _answer(send_status, 413, f"the request body is too large (the limit is {self.max_body_bytes} "
+                                                "bytes, --max-body-bytes)")
                 return
             done = False
 
@@ -64,18 +75,32 @@ class Guard:
                 return await receive()
 
             await self.app(scope, replay, send_status)
+        except asyncio.CancelledError:  # the graceful stop ran out while this request was decoding
+            if not status[0]:
+                try:
+                    await _answer(send_status, 503, "the server is stopping; retry later")
+                except Exception:  # noqa: BLE001 - the connection is gone: nothing to answer
+                    pass
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.requests.labels(endpoint, str(status[0])).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            self.metrics.requests.labels(endpoint, str(status[0] or 500)).inc()
+            self.metrics.latency.labels(endpoint).observe(seconds)
+            if self.access_log:
+                shown = path if path.isprintable() and len(path) <= 200 else repr(path[:200])
+                print(f"{scope.get('method', '?')} {shown} {status[0] or '-'} {seconds * 1000:.1f} ms",
+                      file=sys.stderr, flush=True)
 
     async def _read_body(self, scope, receive) -> bytes | None:
-        """The whole body (None when it is over the limit)."""
+        """The whole body (None when it and the query string are over the limit)."""
+        limit = self.max_body_bytes - len(scope.get("query_string") or b"")
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
+        if limit < 0:
+            return None
         if declared is not None:
             try:
-                if int(declared) > self.max_body_bytes:
+                if int(declared) > limit:
                     return None
             except ValueError:
                 pass
@@ -85,18 +110,103 @@ class Guard:
             if message["type"] != "http.request":  # the client went away
                 return bytes(body)
             body += message.get("body", b"")
-            if len(body) > self.max_body_bytes:
+            if len(body) > limit:
                 return None
             if not message.get("more_body", False):
                 return bytes(body)
 
-    async def _too_large(self, send) -> None:
-        payload = json.dumps({"error": f"the request body is too large (the limit is {self.max_body_bytes} "
-                                       "bytes, --max-body-bytes)"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": payload})
+
+async def _answer(send, status: int, message: str) -> None:
+    """A JSON error ``{"error": message}`` that closes the connection."""
+    payload = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+# LibreTranslate's endpoints answer browsers of any origin (its routes are flask_cors' @cross_origin()).
+CORS_PATHS = frozenset({"/translate", "/languages", "/detect"})
+
+
+class Cors:
+    """ASGI middleware: CORS for :data:`CORS_PATHS` as LibreTranslate answers it (``mtkit serve --cors``):
+    any origin; a preflight ``OPTIONS`` gets 200 with the methods and the headers it asked for."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope.get("path") not in CORS_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        if b"origin" not in headers:
+            await self.app(scope, receive, send)
+            return
+        allow = [(b"access-control-allow-origin", b"*"), (b"vary", b"Origin")]
+        if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
+            asked = headers.get(b"access-control-request-headers")
+            preflight = allow + [(b"access-control-allow-methods", b"GET, HEAD, OPTIONS, POST"),
+                                 (b"access-control-max-age", b"600"), (b"content-length", b"0")]
+            if asked:
+                preflight.append((b"access-control-allow-headers", asked[:1000]))
+            await send({"type": "http.response.start", "status": 200, "headers": preflight})
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def send_with_cors(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *allow]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+
+_BUSY_BODY = json.dumps({"error": "the server has too many connections open (--max-connections); retry later"}).encode()
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+         b"connection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
+
+
+def guarded_protocol(header_timeout: float, max_connections: int):
+    """uvicorn's HTTP protocol (httptools, else h11) that closes a connection whose request headers have
+    not all arrived ``header_timeout`` seconds after it opened or after its last response (a slow client
+    sending a header line a second), and refuses connections beyond ``max_connections`` at once, so that
+    slow clients cannot hold every file descriptor."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+        _timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.write(_BUSY)
+                transport.close()
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_later(header_timeout, self._expired, self.cycle)
+
+        def _expired(self, cycle) -> None:
+            # No request's headers completed since the timer was armed: uvicorn starts a new cycle for each.
+            if self.cycle is cycle and not self.transport.is_closing():
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            super().connection_lost(exc)
+
+    return GuardedProtocol
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -119,8 +229,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def run(app, host: str = "127.0.0.1", port: int = 5000, graceful_timeout: float = 30.0,
-        access_log: bool = False) -> None:
-    """Serve ``app`` until SIGTERM or SIGINT, then stop gracefully and return."""
+        header_timeout: float = 10.0, keep_alive_timeout: float = 5.0, max_connections: int = 256) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then stop gracefully and return.
+
+    A connection whose request headers take over ``header_timeout`` seconds is closed, an idle kept-alive
+    one after ``keep_alive_timeout``, and connections beyond ``max_connections`` are refused at once;
+    uvicorn answers what it rejects at the HTTP level itself (a malformed request line: 400, as text)."""
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -132,8 +246,9 @@ def run(app, host: str = "127.0.0.1", port: int = 5000, graceful_timeout: float 
     sock = bind(host, port)
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="on",
-                            timeout_graceful_shutdown=graceful_timeout)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=graceful_timeout, timeout_keep_alive=keep_alive_timeout,
+                            http=guarded_protocol(header_timeout, max_connections))
     server = _Server(config)
     print(f"serving on http://{shown}:{bound[1]}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
           file=sys.stderr, flush=True)
