@@ -235,3 +235,24 @@ def test_no_failing_job_kills_a_decoding_thread(threads, max_wait):
         assert batcher.submit(["c d"], engine.decode).result(30)[0].best.text == "d c"
     finally:
         batcher.stop()
+
+
+def test_an_empty_alternative_is_never_returned():
+    """A hypothesis of EOS alone is no alternative: neither in LibreTranslate's ``alternatives`` nor in
+    an n-best list (the app in process, on a stand-in engine whose second hypothesis is empty)."""
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from mtkit.serve.api import Limits, Service, create_app
+
+    class WithEmpty(Reverser):
+        def search_batch(self, batch):
+            return [[(list(reversed(ids[:-1])), -1.0), ([], -2.0), (list(ids[:1]), -3.0)] for ids in batch]
+
+    engine = WithEmpty()
+    engine.decode = replace(engine.decode, beam=3)
+    with TestClient(create_app(Service([served(engine)], Limits()))) as client:
+        answer = client.post("/translate", json={"q": "a b", "source": "en", "target": "de", "alternatives": 2})
+        assert answer.status_code == 200 and answer.json() == {"translatedText": "b a", "alternatives": ["a"]}
+        answer = client.post("/v1/translate", json={"text": "a b", "nbest": 3})
+        assert [h["text"] for h in answer.json()["translations"][0]["nbest"]] == ["b a", "a"]
