@@ -6,7 +6,11 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
 
 * Exclude: a hypothesis that ends with all but the last piece of an excluded phrase may not
   add that last piece (its log-probability becomes -inf, as :func:`mtkit.search._ban_repeated_ngrams`
-  bans tokens); a one-piece phrase is never generated.
+  bans tokens); a one-piece phrase is never generated. A phrase given with an
+  :class:`mtkit.runtime.constraints.ExcludeMatcher` (an ``ExcludeSet``'s ``matchers``) is matched on
+  the text instead: every hypothesis tracks which prefixes of the phrase's text it ends with (written
+  by whole pieces), and may not add a piece that would complete the phrase, so that no spelling of
+  the phrase, or of a word it begins, gets in.
 * Include: every hypothesis tracks which phrases it holds and how far it is into the one it is
   writing (a phrase must be written without interruption; phrases come in any order). Its
   *bank* is the number of constraint pieces it has met. At each step the candidates are the
@@ -88,6 +92,79 @@ class _ExcludeTable:
             lprobs.masked_fill_(mask[:, :V], -math.inf)
 
 
+class _ExcludeMatchers:
+    """The phrases of :class:`mtkit.runtime.constraints.ExcludeMatcher` form: per row, which prefixes of
+    each phrase's text it ends with (``active``, (N, E·L): column e·L + k for k characters of phrase e;
+    k = 0 is always on), and per sentence the (prefix, piece) pairs that are banned and the (prefix,
+    piece, longer prefix) steps, as flat tables padded with entries that are off."""
+
+    def __init__(self, exclude: Sequence[Phrases], K: int, device: torch.device) -> None:
+        per = [tuple(getattr(p, "matchers", ())) for p in exclude]
+        self.empty = not any(per)
+        if self.empty:
+            return
+        E = max(len(m) for m in per)
+        L = self.L = max(len(m.text) for ms in per for m in ms) + 1
+        self.width = E * L
+        B = len(exclude)
+        X = max([sum(len(m.bans) for m in ms) for ms in per] + [1])
+        Y = max([sum(len(m.steps) for m in ms) for ms in per] + [1])
+        ban_at, ban_piece, ban_ok = (torch.zeros(B, X, dtype=torch.long), torch.zeros(B, X, dtype=torch.long),
+                                     torch.zeros(B, X, dtype=torch.bool))
+        step_at, step_piece, step_to = (torch.zeros(B, Y, dtype=torch.long), torch.zeros(B, Y, dtype=torch.long),
+                                        torch.full((B, Y), self.width, dtype=torch.long))
+        always = torch.zeros(B, self.width, dtype=torch.bool)
+        start = torch.zeros(B, self.width, dtype=torch.bool)
+        for b, ms in enumerate(per):
+            bans = [(e * L + k, i) for e, m in enumerate(ms) for k, i in m.bans]
+            steps = [(e * L + k, i, e * L + k2) for e, m in enumerate(ms) for k, i, k2 in m.steps]
+            if bans:
+                ban_at[b, : len(bans)] = torch.tensor([a for a, _ in bans])
+                ban_piece[b, : len(bans)] = torch.tensor([i for _, i in bans])
+                ban_ok[b, : len(bans)] = True
+            if steps:
+                step_at[b, : len(steps)] = torch.tensor([a for a, _, _ in steps])
+                step_piece[b, : len(steps)] = torch.tensor([i for _, i, _ in steps])
+                step_to[b, : len(steps)] = torch.tensor([t for _, _, t in steps])
+            for e, m in enumerate(ms):
+                always[b, e * L] = True
+                start[b, e * L + m.start] = True
+        self.ban_at, self.ban_piece, self.ban_ok = ban_at.to(device), ban_piece.to(device), ban_ok.to(device)
+        self.step_at, self.step_piece, self.step_to = step_at.to(device), step_piece.to(device), step_to.to(device)
+        self.always = always.to(device)
+        self.active = (start | always).to(device).repeat_interleave(K, dim=0)  # (B·K, E·L)
+
+    def select(self, keep: Tensor, keep_rows: Tensor) -> None:
+        if self.empty:
+            return
+        for name in ("ban_at", "ban_piece", "ban_ok", "step_at", "step_piece", "step_to", "always"):
+            setattr(self, name, getattr(self, name).index_select(0, keep))
+        self.active = self.active.index_select(0, keep_rows)
+
+    def ban(self, lprobs: Tensor, K: int) -> None:
+        """Forbid, in place, every piece that would complete a phrase after a prefix the row ends with."""
+        if self.empty:
+            return
+        V = lprobs.size(1)
+        match = self.active.gather(1, self.ban_at.repeat_interleave(K, dim=0)) & self.ban_ok.repeat_interleave(K, dim=0)
+        banned = torch.where(match, self.ban_piece.repeat_interleave(K, dim=0), V)  # (N, X)
+        mask = torch.zeros(lprobs.size(0), V + 1, dtype=torch.bool, device=lprobs.device)
+        mask.scatter_(1, banned, True)
+        lprobs.masked_fill_(mask[:, :V], -math.inf)
+
+    def advance(self, rows: Tensor, tokens: Tensor, K: int) -> None:
+        """The prefixes of the rows that continue ``rows`` (parents, (N,)) with ``tokens`` (N,)."""
+        if self.empty:
+            return
+        parent = self.active.index_select(0, rows)  # (N, E·L)
+        hit = (parent.gather(1, self.step_at.repeat_interleave(K, dim=0))
+               & (self.step_piece.repeat_interleave(K, dim=0) == tokens.unsqueeze(1)))
+        target = torch.where(hit, self.step_to.repeat_interleave(K, dim=0), self.width)  # padding points past the end
+        found = torch.zeros(parent.size(0), self.width + 1, dtype=torch.bool, device=parent.device)
+        found.scatter_(1, target, True)
+        self.active = found[:, : self.width] | self.always.repeat_interleave(K, dim=0)
+
+
 def _include_table(include: Sequence[Phrases], device: torch.device) -> tuple[Tensor, Tensor]:
     """The phrases (B, M, L) padded with -1 and their lengths (B, M), 0 for no phrase."""
     M = max([len(p) for p in include] + [1])
@@ -155,7 +232,9 @@ def constrained_beam_search(
     M, L = phrases.size(1), phrases.size(2)
     total = phrase_len.sum(dim=1)  # (B,) constraint pieces per sentence
     n_banks = int(total.max()) + 1
-    banned = _ExcludeTable(exclude, device)
+    # Phrases with a matcher are matched on their text; others (plain id lists) as sequences.
+    banned = _ExcludeTable([() if getattr(p, "matchers", ()) else p for p in exclude], device)
+    matched = _ExcludeMatchers(exclude, K, device)
 
     alive = list(range(B))  # original sentence of each batch position
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -178,6 +257,7 @@ def constrained_beam_search(
         if no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
         banned.ban(lprobs, history, K)
+        matched.ban(lprobs, K)
         # EOS waits until every phrase is in (at the maximum length it is forced all the same).
         lprobs[:, EOS_ID].masked_fill_((bank < total.repeat_interleave(K)) & (row_max_len > step), -math.inf)
         V = lprobs.size(1)
@@ -267,6 +347,7 @@ def constrained_beam_search(
                                       nbest, alpha, penalty)
 
         history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
+        matched.advance(rows, next_token.view(-1), K)
         cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
@@ -282,6 +363,7 @@ def constrained_beam_search(
             phrases, phrase_len = phrases.index_select(0, keep), phrase_len.index_select(0, keep)
             total = total.index_select(0, keep)
             banned.select(keep)
+            matched.select(keep, keep_rows)
             alive = [alive[b] for b in keep_list]
         step += 1
 

@@ -97,8 +97,9 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
 
 
 def clean_output(text: str) -> str:
-    """``text`` with any line-break character replaced by a space."""
-    return text.translate(_LINE_BREAKS)
+    """``text`` with any line-break character replaced by a space, and no whitespace at either end
+    (a last piece ``▁`` would leave a trailing space)."""
+    return text.translate(_LINE_BREAKS).strip()
 
 
 def format_translation(t: Translation, output_format: str = "text", nbest: int = 1) -> list[str]:

@@ -9,6 +9,15 @@ SentencePiece models only segment, and a piece table (``pieces``: id -> piece, o
 by both sides or one per side) gives the ids, a piece missing from it being unk, as Marian and
 Hugging Face's MarianTokenizer do. The table is stored beside the models (checkpoint key
 ``vocab.pieces``, file ``pieces.json``) and has mtkit's special ids.
+
+Text is never a control channel: SentencePiece matches a user-defined piece (a multilingual model's
+``<2fr>``) wherever the text holds it, so the text is encoded with a copy of the model in which those
+pieces are unused (``<2fr>`` typed in a line is the characters ``<``, ``2``, ``f``, ``r``, ``>``); tags
+are added by id (:mod:`mtkit.data.languages`). Control pieces (``<s>``, ``</s>``, ``<pad>``) and
+``<unk>`` are never matched in text. A model without user-defined pieces encodes as it always did.
+Decoded text is trimmed (no leading or trailing whitespace, as Hugging Face's tokenizers decode).
+A lone surrogate (``"\\ud800"`` in JSON) cannot be encoded: :func:`first_lone_surrogate` finds one,
+and callers report it as a one-line error.
 """
 
 from __future__ import annotations
@@ -52,6 +61,49 @@ def _processor(model: bytes, name: str, check_ids: bool = True) -> spm.SentenceP
     return sp
 
 
+def first_lone_surrogate(text: str) -> Optional[int]:
+    """The 0-based index of the first lone surrogate (U+D800-U+DFFF) in ``text``, None if it has none.
+
+    Python strings hold them (``json.loads('"\\ud800"')``, ``surrogateescape`` decoding), but they are
+    not Unicode text: SentencePiece (and UTF-8) cannot encode them. Callers turn a hit into a one-line
+    error naming the file and line (or the request field) and the character position (from 1).
+    """
+    for i, c in enumerate(text):
+        if "\ud800" <= c <= "\udfff":
+            return i
+    return None
+
+
+def check_text(text: str, where: str) -> None:
+    """Raise :class:`MtkitError` naming ``where`` when ``text`` holds a lone surrogate (see
+    :func:`first_lone_surrogate`)."""
+    at = first_lone_surrogate(text)
+    if at is not None:
+        raise MtkitError(f"{where}: character {at + 1} is a lone surrogate (U+{ord(text[at]):04X}), "
+                         "which is not Unicode text and cannot be encoded")
+
+
+def _plain_processor(model: bytes, sp: spm.SentencePieceProcessor) -> spm.SentencePieceProcessor:
+    """A processor that encodes text as ``sp`` does, except that it never matches a user-defined piece
+    (a target-language tag): those pieces are marked unused, so their characters are segmented as any
+    others. ``sp`` itself when it has none (or without protobuf)."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+    except ImportError:  # pragma: no cover - protobuf is missing
+        return sp
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    kind = sentencepiece_model_pb2.ModelProto.SentencePiece
+    reserved = [p for p in proto.pieces if p.type == kind.USER_DEFINED]
+    if not reserved:
+        return sp
+    for p in reserved:
+        p.type = kind.UNUSED
+    plain = spm.SentencePieceProcessor()
+    plain.LoadFromSerializedProto(proto.SerializeToString())
+    return plain
+
+
 def _strip_special(ids: Iterable[int]) -> list[int]:
     return [int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
 
@@ -71,7 +123,7 @@ class PieceTable:
         return [self.ids.get(p, UNK_ID) for p in code + sp.encode(text, out_type=str, **sampling)]
 
     def decode(self, sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
-        return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids)])
+        return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids)]).strip()
 
 
 def _tables(pieces: Optional[dict]) -> Optional[tuple[PieceTable, PieceTable]]:
@@ -92,6 +144,9 @@ class Vocab:
                  src_model: bytes, tgt_model: Optional[bytes], pieces: Optional[dict] = None) -> None:
         self._src = src
         self._tgt = tgt if tgt is not None else src
+        # What encodes text: the same models with user-defined pieces (tags) unused, see the module docstring.
+        self._src_text = _plain_processor(src_model, self._src)
+        self._tgt_text = _plain_processor(tgt_model, self._tgt) if tgt is not None else self._src_text
         self._models = (src_model, tgt_model)
         self.joint = tgt is None
         self._pieces = pieces
@@ -175,25 +230,28 @@ class Vocab:
     # ------------------------------------------------------------ text <-> ids
 
     def encode_src(self, text: str) -> list[int]:
-        return self._tables[0].encode(self._src, text) if self._tables else self._src.encode(text)
+        """Source ids of ``text`` (no tag, no EOS); text never yields a reserved piece (module docstring)."""
+        sp = self._src_text
+        return self._tables[0].encode(sp, text) if self._tables else sp.encode(text)
 
     def encode_tgt(self, text: str) -> list[int]:
-        return self._tables[1].encode(self._tgt, text) if self._tables else self._tgt.encode(text)
+        sp = self._tgt_text
+        return self._tables[1].encode(sp, text) if self._tables else sp.encode(text)
 
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
         if self._tables or len(texts) < BATCH_ENCODE_MIN:
             return [self.encode_src(t) for t in texts]
-        return self._src.encode(list(texts), num_threads=1)
+        return self._src_text.encode(list(texts), num_threads=1)
 
     def encode_tgt_batch(self, texts: Sequence[str]) -> list[list[int]]:
         if self._tables or len(texts) < BATCH_ENCODE_MIN:
             return [self.encode_tgt(t) for t in texts]
-        return self._tgt.encode(list(texts), num_threads=1)
+        return self._tgt_text.encode(list(texts), num_threads=1)
 
     def sample_batch(self, side: str, texts: Sequence[str], dropout: float) -> list[list[int]]:
         """Sampled segmentations of ``texts`` (BPE-dropout ``dropout`` for a BPE model), seeded by
         ``sentencepiece.set_random_generator_seed``."""
-        sp = self._src if side == "src" else self._tgt
+        sp = self._src_text if side == "src" else self._tgt_text
         if self._tables:
             table = self._tables[0 if side == "src" else 1]
             return [table.encode(sp, t, enable_sampling=True, alpha=dropout, nbest_size=-1) for t in texts]
@@ -237,16 +295,16 @@ class Vocab:
         return found if found != UNK_ID and self._tgt.id_to_piece(found) == piece else None
 
     def decode_src(self, ids: Iterable[int]) -> str:
-        """Text of source ids; pad/bos/eos are dropped."""
+        """Text of source ids, trimmed; pad/bos/eos are dropped."""
         if self._tables:
             return self._tables[0].decode(self._src, ids)
-        return self._src.decode(_strip_special(ids))
+        return self._src.decode(_strip_special(ids)).strip()
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
-        """Text of target ids; pad/bos/eos are dropped."""
+        """Text of target ids, trimmed (a last piece ``▁`` leaves no trailing space); pad/bos/eos are dropped."""
         if self._tables:
             return self._tables[1].decode(self._tgt, ids)
-        return self._tgt.decode(_strip_special(ids))
+        return self._tgt.decode(_strip_special(ids)).strip()
 
     def src_pieces(self, ids: Iterable[int]) -> list[str]:
         if self._tables:

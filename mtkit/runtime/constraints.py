@@ -8,21 +8,48 @@ inside a sentence (after a word boundary, with the leading ``▁``), and the tex
 contain, which is the phrase as the model writes it (through its normalization: a lowercasing
 model writes it in lowercase). :func:`unmet` checks an output's text.
 
-Phrases match at a word start: an excluded ``Tasse`` keeps ``Tasse`` (and ``Tassen``, which starts
-with it) out, not ``Kaffeetasse``; it is banned in each of its :func:`segmentations` into pieces,
-not only SentencePiece's own, since a model also writes words in other pieces at times.
+Phrases match at a word start: an excluded ``Tasse`` keeps ``Tasse`` and every word it begins
+(``Tassen``) out, not ``Kaffeetasse``, however the model spells them in pieces: one piece
+``▁Tassen``, or ``▁Ta`` + ``ssen``. An :class:`ExcludeMatcher` per phrase, built from a scan of the
+vocabulary, lists the pieces that would complete the phrase's text after each prefix of it, and
+the pieces that carry a hypothesis further into it; mtkit's search tracks every hypothesis's prefixes.
+The phrase's piece sequences (its :func:`segmentations` and the pieces that complete it, a bounded
+list) are also kept, for engines that ban sequences (CTranslate2's ``suppress_sequences``).
+
+A phrase the model cannot write (a piece of it is ``<unk>``: a character missing from the
+vocabulary) is never forced: :class:`PieceConstraints` lists it in ``unwritable`` with the reason,
+and the engines report it unmet. Phrases holding a reserved piece's text (``<s>``, ``</s>``,
+``<pad>``, ``<unk>``, a language tag ``<2de>``) or a lone surrogate are refused when read.
 
 No torch here: the CTranslate2 engine uses this module too.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtkit.errors import MtkitError
+
+UNK_ID = 1  # mtkit.config's (not imported here: no torch)
+# Text of reserved pieces: the special pieces and a multilingual model's target-language tags.
+_RESERVED = re.compile(r"<(?:/?s|pad|unk|2[^\s<>]+)>")
+
+
+def check_phrase(phrase: str, where: str, what: str = "phrase") -> None:
+    """Raise :class:`MtkitError` naming ``where`` for a phrase no translation may be made to hold: one
+    with a lone surrogate, or with a reserved piece's text (``</s>``, ``<2de>``: never text)."""
+    from mtkit.data.vocab import check_text
+
+    check_text(phrase, f"{where}: {what} {phrase!r}")
+    found = _RESERVED.search(phrase)
+    if found:
+        raise MtkitError(f"{where}: {what} {phrase!r} holds {found.group(0)!r}, a reserved piece of the "
+                         "vocabulary (a special token or language tag), not text a translation can hold")
 
 
 @dataclass(frozen=True)
@@ -62,6 +89,7 @@ class Constraints:
                     raise MtkitError(f"{where}: {key} holds an empty phrase")
                 if "\n" in p or "\r" in p:
                     raise MtkitError(f"{where}: {key} phrase {p!r} holds a line break")
+                check_phrase(p, where, f"{key} phrase")
             found[key] = tuple(dict.fromkeys(p.strip() for p in phrases))
         clash = set(found["include"]) & set(found["exclude"])
         if clash:
@@ -122,13 +150,43 @@ def constraint_source(per_line: list[Constraints] | None, glossary=None,
 
 
 @dataclass(frozen=True)
+class ExcludeMatcher:
+    """One exclude phrase against a vocabulary's pieces: ``text``, the phrase in pieces' text (``▁fünf``);
+    ``bans``, (k, piece id) pairs: after the first k characters of ``text`` (written by whole pieces from
+    a piece start, k = 0: at any piece start), that piece would complete it (``▁fünfhundert`` at 0,
+    ``fhundert`` after ``▁fün``); ``steps``, (k, piece id, k'): the piece writes more of it, up to k'.
+    ``start``: the prefix the start of an output counts as written (``▁``: it is a word start)."""
+
+    text: str
+    bans: tuple[tuple[int, int], ...]
+    steps: tuple[tuple[int, int, int], ...]
+    start: int = 0
+
+
+class ExcludeSet(tuple):
+    """A sentence's exclude phrases as piece sequences (a tuple of id tuples: what an engine that bans
+    sequences takes) with ``matchers``, one :class:`ExcludeMatcher` per phrase (what mtkit's
+    constrained search uses: every spelling of every word the phrase begins)."""
+
+    matchers: tuple[ExcludeMatcher, ...] = ()
+
+    def __new__(cls, sequences=(), matchers=()):
+        found = super().__new__(cls, sequences)
+        found.matchers = tuple(matchers)
+        return found
+
+
+@dataclass(frozen=True)
 class PieceConstraints:
-    """Constraints as target ids: ``include`` / ``exclude`` phrases (tuples of ids), and ``texts``, the
-    text of each include phrase as the model writes it (what :func:`unmet` looks for)."""
+    """Constraints as target ids: ``include`` / ``exclude`` phrases (tuples of ids; ``exclude`` is an
+    :class:`ExcludeSet` when encoded by :func:`encode_constraints`), ``texts``, the text of each include
+    phrase as the model writes it (what :func:`unmet` looks for), and ``unwritable``: include phrases
+    (as given) the model cannot write, which are not forced, with the reason."""
 
     include: tuple[tuple[int, ...], ...]
     exclude: tuple[tuple[int, ...], ...]
     texts: tuple[str, ...]
+    unwritable: dict[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.include or self.exclude)
@@ -140,6 +198,8 @@ class PieceConstraints:
 
 _MAX_SEGMENTATIONS = 32  # per exclude phrase: its canonical pieces and the next fewest-piece alternatives
 _SEARCH_STEPS = 20_000  # per phrase: a long phrase has exponentially many segmentations
+_MAX_SEQUENCES = 512  # per exclude phrase: the sequences that complete it (for an engine that bans sequences)
+_MAX_MATCHERS = 4096  # per vocabulary: the matchers kept (a glossary repeats its terms)
 
 
 class _PieceTable:
@@ -151,6 +211,22 @@ class _PieceTable:
         self.ids = {piece: i for piece, i in zip(vocab.tgt_pieces(ids), ids)}
         self.longest = max(map(len, self.ids), default=1)
         self.found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self.sorted = sorted(self.ids)  # the pieces, for those that start with a text (bisect)
+        self.inner: dict[str, list[tuple[str, int]]] = {}  # a character -> pieces holding it after their start
+        self.matchers: dict[str, ExcludeMatcher] = {}
+        self.sequences: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+    def starting_with(self, text: str) -> list[int]:
+        """Ids of the pieces whose text starts with ``text``."""
+        lo = bisect.bisect_left(self.sorted, text)
+        hi = bisect.bisect_left(self.sorted, text + "\U0010ffff")
+        return [self.ids[p] for p in self.sorted[lo:hi] if p.startswith(text)]
+
+    def holding_inside(self, char: str) -> list[tuple[str, int]]:
+        """(piece, id) of the pieces holding ``char`` after their first character."""
+        if char not in self.inner:
+            self.inner[char] = [(p, i) for p, i in self.ids.items() if char in p[1:]]
+        return self.inner[char]
 
 
 _TABLES: dict[int, _PieceTable] = {}
@@ -163,16 +239,72 @@ def segmentations(vocab, ids: list[int], limit: int = _MAX_SEGMENTATIONS) -> lis
     key = tuple(ids)
     if not (hasattr(vocab, "tgt_pieces") and hasattr(vocab, "tgt_size")) or any(i < 4 for i in key):
         return [key]
-    table = _TABLES.get(id(vocab))
-    if table is None or table.vocab is not vocab:
-        table = _TABLES[id(vocab)] = _PieceTable(vocab)
+    table = _table(vocab)
     if key not in table.found:
         table.found[key] = _segment("".join(vocab.tgt_pieces(key)), key, table, limit)
     return table.found[key]
 
 
-def _segment(text: str, canonical: tuple[int, ...], table: _PieceTable, limit: int) -> list[tuple[int, ...]]:
-    found = [canonical]
+def _table(vocab) -> _PieceTable:
+    table = _TABLES.get(id(vocab))
+    if table is None or table.vocab is not vocab:
+        table = _TABLES[id(vocab)] = _PieceTable(vocab)
+    return table
+
+
+def matcher(vocab, text: str) -> ExcludeMatcher:
+    """The :class:`ExcludeMatcher` of an exclude phrase whose pieces' text is ``text`` (``▁fünf``), from
+    a scan of ``vocab``'s target pieces (kept per vocabulary)."""
+    table = _table(vocab)
+    found = table.matchers.get(text)
+    if found is not None:
+        return found
+    bans: set[tuple[int, int]] = set()
+    steps: set[tuple[int, int, int]] = set()
+    for piece, i in table.holding_inside(text[0]):  # an occurrence that starts inside a piece
+        for offset in range(1, len(piece)):
+            rest = piece[offset:]
+            if rest.startswith(text):
+                bans.add((0, i))
+            elif text.startswith(rest):
+                steps.add((0, i, len(rest)))
+    for k in range(len(text)):
+        tail = text[k:]
+        bans.update((k, i) for i in table.starting_with(tail))
+        for j in range(1, len(tail)):
+            i = table.ids.get(tail[:j])
+            if i is not None:
+                steps.add((k, i, k + j))
+    found = ExcludeMatcher(text, tuple(sorted(bans)), tuple(sorted(steps)), 1 if text.startswith("▁") else 0)
+    if len(table.matchers) >= _MAX_MATCHERS:
+        table.matchers.clear()
+    table.matchers[text] = found
+    return found
+
+
+def _sequences(vocab, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int, ...], ...]:
+    """Piece sequences that write an exclude phrase or a word it begins, at most :data:`_MAX_SEQUENCES`:
+    its :func:`segmentations`, each one-piece completion, then each completion after a few spellings of
+    the prefix before it (the shortest prefixes first)."""
+    table = _table(vocab)
+    if found.text in table.sequences:
+        return table.sequences[found.text]
+    out = dict.fromkeys(segmentations(vocab, ids))
+    out.update(((i,), None) for k, i in found.bans if k == 0)
+    for k in sorted({k for k, _ in found.bans if k > 0}):
+        heads = _segment(found.text[:k], None, table, 4)
+        for head in heads:
+            for kk, i in found.bans:
+                if kk == k:
+                    out[head + (i,)] = None
+        if len(out) >= _MAX_SEQUENCES:
+            break
+    table.sequences[found.text] = result = tuple(list(out)[:_MAX_SEQUENCES])
+    return result
+
+
+def _segment(text: str, canonical: tuple[int, ...] | None, table: _PieceTable, limit: int) -> list[tuple[int, ...]]:
+    found = [canonical] if canonical is not None else []
     budget = [_SEARCH_STEPS]
 
     def split(start: int, pieces_left: int, prefix: list[int]):
@@ -198,21 +330,42 @@ def _segment(text: str, canonical: tuple[int, ...], table: _PieceTable, limit: i
     return found
 
 
+def _cannot_write(vocab, phrase: str) -> str:
+    """Why ``vocab``'s target model cannot write ``phrase`` (a piece of it is ``<unk>``)."""
+    missing = [c for c in dict.fromkeys(phrase) if not c.isspace() and UNK_ID in vocab.encode_tgt(c)]
+    if not missing:
+        return "the model's vocabulary cannot write it (a piece of it is <unk>)"
+    return (f"the model cannot write {', '.join(map(repr, missing))} (not in its vocabulary); "
+            "the phrase is not forced")
+
+
 def encode_constraints(constraints: Constraints | None, vocab) -> PieceConstraints | None:
     """Encode ``constraints`` with ``vocab``'s target model; None for no constraints. An include phrase
-    whose text lies inside another include phrase is dropped: the longer one brings it. An exclude
-    phrase becomes each of its :func:`segmentations`."""
+    whose text lies inside another include phrase is dropped: the longer one brings it. An include
+    phrase the model cannot write (a piece of it is ``<unk>``) goes to ``unwritable`` instead (forced,
+    it would come out as `` ⁇ ``); an exclude phrase it cannot write needs no ban. An exclude phrase
+    becomes an :class:`ExcludeMatcher` (for a vocabulary of pieces) and piece sequences."""
     if not constraints:
         return None
-    written = {p: vocab.decode_tgt(vocab.encode_tgt(p)) for p in (*constraints.include, *constraints.exclude)}
-    phrases = constraints.include
+    ids = {p: vocab.encode_tgt(p) for p in (*constraints.include, *constraints.exclude)}
+    unwritable = {p: _cannot_write(vocab, p) for p in constraints.include if UNK_ID in ids[p]}
+    written = {p: vocab.decode_tgt(ids[p]) for p in ids}
+    phrases = [p for p in constraints.include if p not in unwritable]
     include = [p for i, p in enumerate(phrases)  # kept: the first of equal texts, and no text inside a longer one
                if not any(j != i and written[p] in written[q] and (len(written[q]) > len(written[p]) or j < i)
                           for j, q in enumerate(phrases))]
+    excluded = [p for p in constraints.exclude if ids[p] and UNK_ID not in ids[p]]
+    if hasattr(vocab, "tgt_pieces") and hasattr(vocab, "tgt_size"):
+        matchers = [matcher(vocab, "".join(vocab.tgt_pieces(ids[p]))) for p in excluded]
+        sequences = dict.fromkeys(s for p, m in zip(excluded, matchers) for s in _sequences(vocab, ids[p], m))
+        exclude = ExcludeSet(sequences, matchers)
+    else:  # a vocabulary without a piece table (tests): the phrases' own ids
+        exclude = tuple(tuple(ids[p]) for p in excluded)
     return PieceConstraints(
-        include=tuple(tuple(vocab.encode_tgt(p)) for p in include),
-        exclude=tuple(s for p in constraints.exclude for s in segmentations(vocab, vocab.encode_tgt(p))),
+        include=tuple(tuple(ids[p]) for p in include),
+        exclude=exclude,
         texts=tuple(written[p] for p in include),
+        unwritable=unwritable,
     )
 
 

@@ -16,7 +16,11 @@ An engine (:class:`mtkit.runtime.torch_engine.Translator`,
   truncated with a warning on stderr naming its line number, never dropped;
 * with ``constraints`` (:mod:`mtkit.runtime.constraints`), gives the lines that have some to the
   engine's :meth:`LineTranslator.search_constrained_batch`, and warns, naming the line, when a
-  best translation lacks an ``include`` phrase (it did not fit in the maximum output length).
+  best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an
+  include phrase the model cannot write (a character outside its vocabulary) is not forced, is
+  unmet on every line that has it (``Translation.unwritable`` says why) and is warned about once;
+* refuses a line holding a lone surrogate (not Unicode text; SentencePiece cannot encode it) with
+  a one-line error naming the line.
 
 No torch at load time: the CTranslate2 engine never loads it (CTranslate2 runs several
 times slower once torch's OpenMP runtime is loaded and used in the same process).
@@ -52,6 +56,8 @@ class Translation:
     src_ids: list[int]  # as fed to the model (truncated, ending in EOS); empty for an empty line
     candidates: list[Candidate] = field(default_factory=list)
     unmet: list[str] = field(default_factory=list)  # include phrases the best candidate lacks (as written)
+    # include phrases (as given, also in ``unmet``) that the model cannot write, so never forced -> why
+    unwritable: dict[str, str] = field(default_factory=dict)
 
     @property
     def best(self) -> Candidate:
@@ -86,6 +92,7 @@ class LineTranslator:
         self.max_src_len = decode.max_input_len if max_positions is None else min(decode.max_input_len, max_positions)
         self.max_out_len = None if max_positions is None else max_positions - 1
         self._warned_max_len = False
+        self._warned_unwritable: set[str] = set()
 
     # ------------------------------------------------------------------ engine
 
@@ -127,6 +134,10 @@ class LineTranslator:
         return [t.best.text for t in self.translate(lines, constraints=constraints)]
 
     def _encode(self, lines: list[str], start: int) -> list[list[int]]:
+        from mtkit.data.vocab import check_text
+
+        for i, line in enumerate(lines):
+            check_text(line, f"line {start + i + 1}")
         encoded = self.vocab.encode_src_batch(lines)
         out = []
         for i, ids in enumerate(encoded):
@@ -188,7 +199,13 @@ class LineTranslator:
             missing = unmet(wanted[i], candidates[0].text)
             if missing:
                 self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]))
-            yield Translation(start + i, line, src[i], candidates, missing)
+            unwritable = dict(wanted[i].unwritable) if wanted[i] is not None else {}
+            for phrase, why in unwritable.items():
+                if phrase not in self._warned_unwritable:
+                    self._warned_unwritable.add(phrase)
+                    self.log(f"warning: line {start + i + 1}: include phrase {phrase!r}: {why} "
+                             "(later lines with it are not reported)")
+            yield Translation(start + i, line, src[i], candidates, missing + list(unwritable), unwritable)
 
     def _warn_unmet(self, number: int, missing: list[str], wanted: PieceConstraints, src_len: int) -> None:
         d = self.decode

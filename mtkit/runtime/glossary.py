@@ -5,7 +5,8 @@ A source term matches case-insensitively (Unicode case folding) and as whole wor
 a longer word (``cup`` does not match ``cupboard``), with any Unicode letter, digit or underscore
 counting as part of a word. Where terms overlap, the longest wins (``coffee cup`` before ``cup``).
 The target term is forced as written. A glossary file is TSV, ``source term<TAB>target term``
-per line; blank lines and lines starting with ``#`` are skipped.
+per line; blank lines and lines starting with ``#`` are skipped. A term with a lone surrogate, or a
+target term holding a reserved piece's text (``</s>``, ``<2de>``), is an error naming its line.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from mtkit.data.vocab import check_text
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import Constraints
+from mtkit.runtime.constraints import Constraints, check_phrase
 
 
 class Glossary:
@@ -33,6 +35,8 @@ class Glossary:
             source, target = source.strip(), target.strip()
             if not source or not target:
                 raise MtkitError(f"{where}: expected a source term and a target term, both non-empty")
+            check_text(source, f"{where}: source term {source!r}")
+            check_phrase(target, where, "target term")
             key = source.casefold()
             if key in self.targets and self.targets[key] != target:
                 raise MtkitError(f"{where}: {source!r} already has the target term {self.targets[key]!r} "
@@ -50,16 +54,19 @@ class Glossary:
     def read(cls, path: Path, flag: str = "--glossary") -> Glossary:
         """A TSV glossary file (see the module docstring); a malformed line is an error naming it."""
         try:
-            text = Path(path).read_bytes().decode("utf-8")
+            raw_lines = Path(path).read_bytes().split(b"\n")
         except FileNotFoundError:
             raise MtkitError(f"{flag} {path}: no such file") from None
         except IsADirectoryError:
             raise MtkitError(f"{flag} {path}: is a directory, expected a file") from None
-        except UnicodeDecodeError as e:
-            raise MtkitError(f"{flag} {path}: not valid UTF-8 (byte {e.start})") from None
+        lines = []
+        for number, raw in enumerate(raw_lines, 1):  # the encoding first: a file in another one fails on it
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r"))
+            except UnicodeDecodeError as e:
+                raise MtkitError(f"{flag} {path}: line {number}: not valid UTF-8 (byte {e.start + 1} of the line)") from None
         pairs = []
-        for number, line in enumerate(text.split("\n"), 1):
-            line = line.rstrip("\r")
+        for number, line in enumerate(lines, 1):
             if not line.strip() or line.startswith("#"):
                 continue
             fields = line.split("\t")

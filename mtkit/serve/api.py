@@ -141,7 +141,11 @@ class Sentence(BaseModel):
     nbest: list[Hypothesis] = Field(description="Hypotheses, best first (empty for an empty input).")
     unmet: list[str] = Field(default_factory=list, description="Include phrases (constraints, glossary terms) "
                                                               "the translation lacks: they did not fit in its "
-                                                              "maximum length.")
+                                                              "maximum length, or the model cannot write them "
+                                                              "(see unmet_reasons).")
+    unmet_reasons: dict[str, str] = Field(default_factory=dict, description="Unmet phrases the model cannot write "
+                                                                           "(a character outside its vocabulary), "
+                                                                           "so never forced -> why.")
 
 
 class NativeResponse(BaseModel):
@@ -595,7 +599,8 @@ def create_app(service: Service):
                                confidence=mean_logprob(c, decode), tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
-            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet))
+            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet,
+                                      unmet_reasons=t.unwritable))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @app.get("/health", summary="200 when the models are loaded and their decoding threads run", tags=["mtkit"])

@@ -124,6 +124,17 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         # export and run
         "export: not a checkpoint": (["export", "ctranslate2", src, str(d["tmp"] / "ct2")], "checkpoint"),
         "run: recipe is a directory": (["run", str(d["tmp"]), "-w", str(d["tmp"] / "w")], "is a directory"),
+        # constraint and glossary text (their files are written here when d["tmp"] exists; at collection it
+        # is a placeholder and nothing is written)
+        "translate: --glossary not UTF-8": (tr + ["--glossary", d["bad_utf8"]], "line 2: not valid UTF-8"),
+        **{name: (tr + [flag, str(path)], fragment) for name, flag, path, body, fragment in [
+            ("translate: --constraints with a lone surrogate", "--constraints", d["tmp"] / "surrogate.jsonl",
+             '{"include": ["\\ud800"]}\n{}\n', "line 1: include phrase '\\ud800': character 1 is a lone surrogate"),
+            ("translate: --constraints with a tag as a phrase", "--constraints", d["tmp"] / "tag.jsonl",
+             '{}\n{"exclude": ["<2de>"]}\n', "line 2: exclude phrase '<2de>' holds '<2de>', a reserved piece"),
+            ("translate: --glossary target </s>", "--glossary", d["tmp"] / "eos.tsv", "alpha\t</s>\n",
+             "line 1: target term '</s>' holds '</s>', a reserved piece"),
+        ] if not Path(d["tmp"]).is_dir() or path.write_text(body, encoding="utf-8")},
     }
 
 
