@@ -456,6 +456,10 @@ def test_bad_flags_are_one_error_line_before_anything_loads(reverse_run, tmp_pat
         (["-m", reverse_run, "--max-queue", "0"], "--max-queue"),
         (["-m", reverse_run, "--api-keys", tmp_path / "no-keys"], "--api-keys"),
         (["-m", reverse_run, "--beam", "20"], "--max-beam"),
+        (["-m", reverse_run, "--max-wait-ms", "nan"], "--max-wait-ms"),
+        (["-m", reverse_run, "--graceful-timeout", "inf"], "--graceful-timeout"),
+        (["-m", reverse_run, "--header-timeout", "0"], "--header-timeout"),
+        (["-m", reverse_run, "--max-connections", "-1"], "--max-connections"),
     ):
         done = subprocess.run([*MTKIT, "serve", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300,
                               check=False)
