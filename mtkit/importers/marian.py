@@ -64,12 +64,134 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _read_weights(folder: Path) -> dict:
-    import torch
+_KINDS = {
+    "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "a number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "true or false": lambda v: isinstance(v, bool),
+    "a string": lambda v: isinstance(v, str),
+}
 
+
+class Fields:
+    """The fields of one or more JSON files, each read with its type checked: a wrong type is a one-line
+    error naming the file and the key (where Hugging Face's code would raise a TypeError deep inside).
+    Later files win (generation_config.json over config.json, as transformers reads them); null is absent."""
+
+    def __init__(self, *files: tuple[dict, Path]) -> None:
+        self.files = files
+
+    def where(self, key: str) -> Path:
+        """The file that gives ``key`` (the last that has it; the first file if none does)."""
+        return next((path for data, path in reversed(self.files) if data.get(key) is not None), self.files[0][1])
+
+    def get(self, key: str, kind: str, default: Any = None, minimum: float | None = None) -> Any:
+        for data, path in reversed(self.files):
+            value = data.get(key)
+            if value is None:
+                continue
+            if not _KINDS[kind](value):
+                raise MtkitError(f"{path}: {key} must be {kind}, got {value!r}")
+            if minimum is not None and value < minimum:
+                raise MtkitError(f"{path}: {key} must be >= {minimum}, got {value!r}")
+            return value
+        return default
+
+    def choice(self, key: str, allowed: tuple) -> Any:
+        """One of ``allowed`` (the first where the files have none)."""
+        value = next((data[key] for data, _ in reversed(self.files) if data.get(key) is not None), allowed[0])
+        if not any(value is a or (type(value) is type(a) and value == a) for a in allowed):
+            raise MtkitError(f"{self.where(key)}: {key} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    def need(self, key: str, kind: str, default: Any = None, minimum: float | None = None) -> Any:
+        value = self.get(key, kind, default, minimum)
+        if value is None:
+            raise MtkitError(f"{self.files[0][1]}: no '{key}'")
+        return value
+
+
+def weight_file(folder: Path) -> Path:
     path = next((folder / n for n in WEIGHTS if (folder / n).is_file()), None)
     if path is None:
         raise MtkitError(f"{folder}: no model weights ({' or '.join(WEIGHTS)})")
+    return path
+
+
+def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
+    """The tensors' shapes from a safetensors header (8 bytes of its length, then JSON), nothing else
+    read; None where the header is not one (reading the file then says why, in one line)."""
+    try:
+        with open(path, "rb") as f:
+            size = path.stat().st_size
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < n <= min(size - 8, 1 << 28):
+                return None
+            header = json.loads(f.read(n))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    shapes = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            return None
+        shapes[name.removeprefix("model.")] = tuple(shape)
+    return shapes
+
+
+def check_config_against_weights(config: Path, model: ModelConfig, src_size: int, tgt_size: int, tgt_key: str,
+                                 shapes: dict[str, tuple[int, ...]], weights: Path) -> None:
+    """Refuse every size in config.json that the weight tensors do not have, before anything of that size
+    is built (a model of 100000000 layers, a vocabulary permutation of 10^9 ids): one line naming the key,
+    its value and what ``weights`` holds. Shapes only: ``shapes`` comes from the file's header."""
+    from mtkit.runtime.checkpoint import MAX_POSITIONS, layer_count
+
+    name = weights.name
+
+    def refuse(key: str, value: Any, has: str) -> None:
+        raise MtkitError(f"{config}: {key} is {value} but {name} has {has}")
+
+    def shape(*names: str) -> tuple[str, tuple[int, ...]]:
+        for n in names:
+            if n in shapes:
+                return n, shapes[n]
+        raise MtkitError(f"{weights}: no '{names[0]}'")
+
+    def dims(s: tuple[int, ...]) -> str:
+        return " × ".join(map(str, s))
+
+    emb, s = shape("encoder.embed_tokens.weight", "shared.weight")
+    if len(s) != 2 or s[1] != model.d_model:
+        refuse("d_model", model.d_model, f"{emb} of {dims(s)}")
+    if s[0] != src_size:
+        refuse("vocab_size", src_size, f"{emb} of {dims(s)}")
+    dec, s = shape("decoder.embed_tokens.weight", "shared.weight")
+    if len(s) != 2 or s[0] != tgt_size:
+        refuse(tgt_key, tgt_size, f"{dec} of {dims(s)}")
+    for side in ("encoder", "decoder"):
+        n, want = layer_count(shapes, side), getattr(model, f"{side}_layers")
+        if n != want:
+            refuse(f"{side}_layers", want, f"{n} {side} layer" + ("" if n == 1 else "s"))
+        fc1, s = shape(f"{side}.layers.0.fc1.weight")
+        if len(s) != 2 or s[0] != model.d_ff:
+            refuse(f"{side}_ffn_dim", model.d_ff, f"{fc1} of {dims(s)}")
+    table = shapes.get("encoder.embed_positions.weight")  # saved by older transformers, not by newer ones
+    if table is not None and table[0] != model.max_positions:
+        refuse("max_position_embeddings", model.max_positions, f"encoder.embed_positions.weight of {dims(table)}")
+    if model.max_positions > MAX_POSITIONS:
+        raise MtkitError(f"{config}: max_position_embeddings is {model.max_positions}, more than the "
+                         f"{MAX_POSITIONS} positions mtkit builds a sinusoid table for")
+
+
+def _read_weights(folder: Path) -> dict:
+    import torch
+
+    path = weight_file(folder)
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file
@@ -87,12 +209,6 @@ def _read_weights(folder: Path) -> dict:
         raise MtkitError(f"{path}: not a state_dict of tensors")
     # MarianMTModel's keys ("model.encoder…", "lm_head.weight", "final_logits_bias"), without "model.".
     return {k.removeprefix("model."): v.float() for k, v in state.items()}
-
-
-def _special(name: str, config_id: Any, path: Path) -> int:
-    if not isinstance(config_id, int) or isinstance(config_id, bool):
-        raise MtkitError(f"{path}: {name}_token_id must be an integer, got {config_id!r}")
-    return config_id
 
 
 def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Path) -> tuple[list[int], list[str]]:
@@ -117,31 +233,35 @@ def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Pat
     return order, names
 
 
-def _model_config(hf: dict, path: Path) -> ModelConfig:
-    def need(key: str, default: Any = None) -> Any:
-        value = hf.get(key, default)
-        if value is None:
-            raise MtkitError(f"{path}: no '{key}'")
-        return value
-
-    if hf.get("model_type", "marian") != "marian":
-        raise MtkitError(f"{path}: model_type is {hf.get('model_type')!r}, not 'marian'")
-    act = need("activation_function", "gelu")
+def _model_config(hf: Fields, path: Path) -> ModelConfig:
+    if hf.get("model_type", "a string", "marian") != "marian":
+        raise MtkitError(f"{path}: model_type is {hf.get('model_type', 'a string')!r}, not 'marian'")
+    act = hf.get("activation_function", "a string", "gelu")
     if act not in ACTIVATIONS:
         raise MtkitError(f"{path}: activation_function {act!r} is not supported (relu, swish, silu, gelu)")
-    if need("encoder_attention_heads", 16) != need("decoder_attention_heads", 16):
+    positive = dict(minimum=1)
+    h = hf.need("encoder_attention_heads", "an integer", 16, **positive)
+    if h != hf.need("decoder_attention_heads", "an integer", 16, **positive):
         raise MtkitError(f"{path}: encoder and decoder attention heads differ; mtkit has one h")
-    if need("encoder_ffn_dim", 4096) != need("decoder_ffn_dim", 4096):
+    d_ff = hf.need("encoder_ffn_dim", "an integer", 4096, **positive)
+    if d_ff != hf.need("decoder_ffn_dim", "an integer", 4096, **positive):
         raise MtkitError(f"{path}: encoder_ffn_dim and decoder_ffn_dim differ; mtkit has one d_ff")
-    if hf.get("normalize_before") or hf.get("add_final_layer_norm"):
+    if hf.get("normalize_before", "true or false") or hf.get("add_final_layer_norm", "true or false"):
         raise MtkitError(f"{path}: pre-norm Marian models are not supported")
+    d_model = hf.need("d_model", "an integer", 1024, **positive)
+    if d_model % h:
+        raise MtkitError(f"{path}: encoder_attention_heads ({h}) must divide d_model ({d_model})")
     raw = {
-        "d_model": need("d_model", 1024), "h": hf.get("encoder_attention_heads", 16),
-        "d_ff": hf.get("encoder_ffn_dim", 4096), "encoder_layers": need("encoder_layers", 12),
-        "decoder_layers": need("decoder_layers", 12), "dropout": hf.get("dropout", 0.1),
-        "attention_dropout": hf.get("attention_dropout", 0.0), "activation_dropout": hf.get("activation_dropout", 0.0),
-        "norm": "post", "positions": "sinusoidal", "max_positions": need("max_position_embeddings", 1024),
-        "activation": ACTIVATIONS[act], "output_bias": True, "scale_embedding": bool(hf.get("scale_embedding", False)),
+        "d_model": d_model, "h": h, "d_ff": d_ff,
+        "encoder_layers": hf.need("encoder_layers", "an integer", 12, **positive),
+        "decoder_layers": hf.need("decoder_layers", "an integer", 12, **positive),
+        "dropout": hf.get("dropout", "a number", 0.1),
+        "attention_dropout": hf.get("attention_dropout", "a number", 0.0),
+        "activation_dropout": hf.get("activation_dropout", "a number", 0.0),
+        "norm": "post", "positions": "sinusoidal",
+        "max_positions": hf.need("max_position_embeddings", "an integer", 1024, **positive),
+        "activation": ACTIVATIONS[act], "output_bias": True,
+        "scale_embedding": hf.get("scale_embedding", "true or false", False),
         "sinusoid_layout": "concatenated", "layer_norm_eps": 1e-5,
     }
     try:
@@ -150,29 +270,41 @@ def _model_config(hf: dict, path: Path) -> ModelConfig:
         raise MtkitError(f"{path}: {e}") from None
 
 
-def _decode_config(gen: dict, model: ModelConfig, path: Path) -> DecodeConfig:
+DEFAULT_MAX_LENGTH = 20  # transformers' GenerationConfig().max_length
+
+
+def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
     """Hugging Face's generation settings as mtkit's: beam, power length penalty, maximum length."""
-    beam = gen.get("num_beams") or 1
-    alpha = gen.get("length_penalty", 1.0)
-    if not isinstance(alpha, (int, float)) or alpha < 0:
-        raise MtkitError(f"{path}: length_penalty {alpha!r} is not supported (mtkit's power penalty needs >= 0)")
-    # HF's max_length counts the decoder start and the EOS (forced at the last step): tokens before EOS.
-    for key in ("max_new_tokens", "max_length", "no_repeat_ngram_size"):
-        if gen.get(key) is not None and (not isinstance(gen[key], int) or isinstance(gen[key], bool) or gen[key] < 0):
-            raise MtkitError(f"{path}: {key} must be a non-negative integer, got {gen[key]!r}")
-    max_out = gen["max_new_tokens"] - 1 if gen.get("max_new_tokens") else (gen.get("max_length") or 20) - 2
-    if gen.get("early_stopping") is not True and beam > 1:
-        print(f"note: {path.name}: early_stopping is {gen.get('early_stopping', False)!r}; mtkit's beam search "
+    beam = gen.get("num_beams", "an integer", 1, minimum=1)
+    alpha = gen.get("length_penalty", "a number", 1.0)
+    if alpha < 0:
+        raise MtkitError(f"{gen.where('length_penalty')}: length_penalty {alpha!r} is not supported "
+                         "(mtkit's power penalty needs >= 0)")
+    new_tokens = gen.get("max_new_tokens", "an integer", minimum=1)
+    max_length = gen.get("max_length", "an integer", minimum=0)
+    no_repeat = gen.get("no_repeat_ngram_size", "an integer", 0, minimum=0)
+    early = gen.choice("early_stopping", (False, True, "never"))
+    # mtkit's max_len_b counts the tokens before the EOS. Hugging Face's max_length counts the decoder
+    # start and the EOS that forced_eos_token_id forces at the last step: max_length - 2 tokens before it;
+    # max_new_tokens counts the EOS only. With neither set, generate() takes the default max_length of 20
+    # *new* tokens (20 + the start, capped at max_position_embeddings).
+    if new_tokens is not None:
+        max_out = new_tokens - 1
+    elif max_length is not None:
+        max_out = max_length - 2
+    else:
+        max_out = min(DEFAULT_MAX_LENGTH + 1, model.max_positions) - 2
+    if early is not True and beam > 1:
+        print(f"note: {gen.where('early_stopping').name}: early_stopping is {early!r}; mtkit's beam search "
               "stops a sentence once it holds `beam` finished hypotheses (early_stopping=True)", file=sys.stderr)
     # Marian's forced_eos_token_id gives the EOS forced at the maximum length log-probability 0.
     raw = {"beam": beam, "nbest": 1, "length_penalty": "power", "alpha": float(alpha), "max_len_a": 0.0,
-           "max_len_b": max(1, max_out), "forced_eos": "zero",
-           "no_repeat_ngram_size": gen.get("no_repeat_ngram_size") or 0,
+           "max_len_b": max(1, max_out), "forced_eos": "zero", "no_repeat_ngram_size": no_repeat,
            "max_input_len": model.max_positions - 1}
     try:
         return config_from_dict({"decode": raw}).decode
     except MtkitError as e:
-        raise MtkitError(f"{path}: {e}") from None
+        raise MtkitError(f"{gen.where('num_beams')}: {e}") from None
 
 
 def read_marian(folder: str | Path) -> Imported:
@@ -187,26 +319,48 @@ def read_marian(folder: str | Path) -> Imported:
     for name in REQUIRED:
         if not (folder / name).is_file():
             raise MtkitError(f"{folder}: no {name} (expected a Marian model saved by save_pretrained)")
-    hf = _read_json(folder / "config.json")
+    config_path = folder / "config.json"
+    hf_json = _read_json(config_path)
+    hf = Fields((hf_json, config_path))
     generation = folder / "generation_config.json"  # where save_pretrained puts num_beams, max_length ...
-    gen = {**hf, **(_read_json(generation) if generation.is_file() else {})}
-    tok = _read_json(folder / "tokenizer_config.json") if (folder / "tokenizer_config.json").is_file() else {}
-    model_cfg = _model_config(hf, folder / "config.json")
+    gen = Fields((hf_json, config_path), *([(_read_json(generation), generation)] if generation.is_file() else []))
+    tok_path = folder / "tokenizer_config.json"
+    tok = Fields((_read_json(tok_path) if tok_path.is_file() else {}, tok_path))
+    model_cfg = _model_config(hf, config_path)
+    decode = _decode_config(gen, model_cfg)  # every field typed before any work
 
-    pad = _special("pad", hf.get("pad_token_id", 58100), folder / "config.json")
-    eos = _special("eos", hf.get("eos_token_id", 0), folder / "config.json")
-    start = hf.get("decoder_start_token_id", pad)
+    pad = hf.get("pad_token_id", "an integer", 58100)
+    eos = hf.get("eos_token_id", "an integer", 0)
+    start = hf.get("decoder_start_token_id", "an integer", pad)
+    for key, value in (("pad_token_id", pad), ("eos_token_id", eos), ("decoder_start_token_id", start)):
+        if gen.get(key, "an integer", value) != value:  # generate() would take generation_config.json's
+            raise MtkitError(f"{gen.where(key)}: {key} is {gen.get(key, 'an integer')}, "
+                             f"but config.json's is {value}")
     if start != pad:
-        raise MtkitError(f"{folder / 'config.json'}: decoder_start_token_id {start} is not the pad id {pad}; "
+        raise MtkitError(f"{config_path}: decoder_start_token_id {start} is not the pad id {pad}; "
                          "only Marian's start from the pad embedding is supported")
-    shared = bool(hf.get("share_encoder_decoder_embeddings", True))
-    src_size = hf.get("vocab_size", 58101)
-    tgt_size = src_size if shared else (hf.get("decoder_vocab_size") or src_size)
+    forced = gen.get("forced_eos_token_id", "an integer")
+    if forced is not None and forced != eos:
+        raise MtkitError(f"{gen.where('forced_eos_token_id')}: forced_eos_token_id {forced} is not the eos id {eos}")
+    shared = hf.get("share_encoder_decoder_embeddings", "true or false", True)
+    src_size = hf.get("vocab_size", "an integer", 58101, minimum=4)
+    tgt_size = src_size if shared else hf.get("decoder_vocab_size", "an integer", src_size, minimum=4)
+    tie = hf.get("tie_word_embeddings", "true or false", True)
+    separate = tok.get("separate_vocabs", "true or false", False)
+    languages = (tok.get("source_lang", "a string") or "src", tok.get("target_lang", "a string") or "tgt")
+    renormalize = gen.get("renormalize_logits", "true or false", False)
 
-    for key, size in (("vocab_size", src_size), ("decoder_vocab_size", tgt_size)):
-        if not isinstance(size, int) or isinstance(size, bool) or size < 4:
-            raise MtkitError(f"{folder / 'config.json'}: {key} must be an integer >= 4, got {size!r}")
-    separate = bool(tok.get("separate_vocabs", False))
+    # Every size config.json gives is checked against the weights' shapes (their header) before anything
+    # of that size is built: the vocabulary permutations below, the model.
+    weights_path = weight_file(folder)
+    shapes = _safetensors_shapes(weights_path) if weights_path.suffix == ".safetensors" else None
+    weights = None
+    if shapes is None:  # pytorch_model.bin (or a broken header): its tensors, as they are
+        weights = _read_weights(folder)
+        shapes = {k: tuple(v.shape) for k, v in weights.items()}
+    check_config_against_weights(config_path, model_cfg, src_size, tgt_size,
+                                 "vocab_size" if shared else "decoder_vocab_size", shapes, weights_path)
+
     src_table = _read_json(folder / "vocab.json")
     if separate and not (folder / "target_vocab.json").is_file():
         raise MtkitError(f"{folder}: no target_vocab.json (tokenizer_config.json sets separate_vocabs)")
@@ -215,7 +369,8 @@ def read_marian(folder: str | Path) -> Imported:
     tgt_order, tgt_pieces = _permutation(tgt_table, tgt_size, pad, eos,
                                          folder / ("target_vocab.json" if separate else "vocab.json"))
 
-    weights = _read_weights(folder)
+    if weights is None:
+        weights = _read_weights(folder)
 
     def get(*names: str):
         for name in names:
@@ -225,7 +380,6 @@ def read_marian(folder: str | Path) -> Imported:
 
     src_emb = get("encoder.embed_tokens.weight", "shared.weight")
     tgt_emb = get("decoder.embed_tokens.weight", "shared.weight")
-    tie = bool(hf.get("tie_word_embeddings", True))
     out_w = tgt_emb if tie else get("lm_head.weight")
     out_b = weights.get("final_logits_bias", torch.zeros(1, tgt_size)).reshape(-1)
     for name, t, rows in (("source embeddings", src_emb, src_size), ("target embeddings", tgt_emb, tgt_size),
@@ -242,7 +396,7 @@ def read_marian(folder: str | Path) -> Imported:
     src_idx, tgt_idx = torch.tensor(src_order), torch.tensor(tgt_order)
     bias = out_b[tgt_idx].clone()
     bias[PAD_ID] = LOGIT_FLOOR
-    if gen.get("renormalize_logits"):
+    if renormalize:
         bias[BOS_ID] = LOGIT_FLOOR
     new = {
         "encoder.embeddings.tokens.weight": src_emb[src_idx],
@@ -292,10 +446,11 @@ def read_marian(folder: str | Path) -> Imported:
             Vocab.from_bytes(model_bytes, None, pieces)
         except MtkitError as e:
             raise MtkitError(f"{folder / name}: {str(e).split(': ', 1)[-1]}") from None
-    decode = _decode_config(gen, model_cfg, folder / "config.json")
-    config = config_from_dict({"model": config_to_dict(model_cfg), "decode": config_to_dict(decode),
-                               "data": {"src_lang": tok.get("source_lang") or "src",
-                                        "tgt_lang": tok.get("target_lang") or "tgt"}})
+    try:
+        config = config_from_dict({"model": config_to_dict(model_cfg), "decode": config_to_dict(decode),
+                                   "data": {"src_lang": languages[0], "tgt_lang": languages[1]}})
+    except MtkitError as e:
+        raise MtkitError(f"{tok_path}: {e}") from None
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return Imported(config=config, state=state, vocab={"src": src_bytes, "tgt": tgt_bytes, "pieces": pieces},
                     src_vocab_size=V_src, tgt_vocab_size=V_tgt, source=str(folder))

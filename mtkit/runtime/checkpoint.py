@@ -22,6 +22,9 @@ from mtkit.errors import MtkitError
 CHECKPOINT_FORMAT = 1
 STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
 REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
+# No tensor holds the size of a sinusoid table (two of max_positions × d_model floats, built at load):
+# a larger max_positions than this is refused as implausible rather than allocated.
+MAX_POSITIONS = 1 << 16
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> dict:
@@ -55,13 +58,79 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = Fa
 
 
 def checkpoint_config(ckpt: dict, path: str | Path):
-    """The checkpoint's Config; a config that no longer passes the checks names the file."""
+    """The checkpoint's Config; a config that no longer passes the checks, or whose sizes its tensors
+    do not have (:func:`check_config_fits_weights`), names the file."""
     from mtkit.config import config_from_dict
 
+    if not isinstance(ckpt["config"], dict):
+        raise MtkitError(f"{path}: its config is not a mapping (got {type(ckpt['config']).__name__})")
     try:
-        return config_from_dict(ckpt["config"])
+        config = config_from_dict(ckpt["config"])
     except MtkitError as e:
         raise MtkitError(f"{path}: its config: {e}") from None
+    check_config_fits_weights(config.model, ckpt["model"], ckpt["src_vocab_size"], ckpt["tgt_vocab_size"], path)
+    return config
+
+
+def layer_count(names, side: str) -> int:
+    """How many ``{side}.layers.N.`` layers the tensor names ``names`` hold (the largest N + 1)."""
+    pattern = re.compile(rf"^{side}\.layers\.(\d+)\.")
+    found = [int(m.group(1)) for name in names if (m := pattern.match(name))]
+    return max(found) + 1 if found else 0
+
+
+def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_vocab_size: Any,
+                              path: str | Path) -> None:
+    """Refuse a model config whose sizes the tensors of ``state`` do not have, before a model of
+    those sizes is built: a config saying 100000000 layers over weights of one would otherwise
+    allocate until the machine runs out of memory. Reads shapes only (an mmap-loaded state is not read).
+
+    Checked against the tensors: ``d_model``, the vocabulary sizes, the layer counts, ``d_ff`` and, with
+    learned positions, ``max_positions``; sinusoidal positions have no tensor, so ``max_positions`` is
+    held to :data:`MAX_POSITIONS`. (``h`` divides ``d_model``: the config's own check.)
+    """
+    for key, size in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise MtkitError(f"{path}: {key} must be a positive integer, got {size!r}")
+
+    def shape(name: str) -> tuple:
+        """The tensor's shape; a missing one is refused here, as the model would be built without it."""
+        s = getattr(state.get(name), "shape", None)
+        if s is None:
+            raise MtkitError(f"{path}: its weights do not fit its config: no '{name}'")
+        return tuple(s)
+
+    def refuse(key: str, value: int, name: str, has: tuple) -> None:
+        raise MtkitError(f"{path}: its config's {key} is {value} but its weights have {name} of "
+                         f"{' × '.join(map(str, has))}")
+
+    m = model_cfg
+    src = shape("encoder.embeddings.tokens.weight")
+    if len(src) != 2 or src[1] != m.d_model:
+        refuse("model.d_model", m.d_model, "encoder.embeddings.tokens.weight", src)
+    if src[0] != src_vocab_size:
+        raise MtkitError(f"{path}: its src_vocab_size is {src_vocab_size} but its weights have "
+                         f"encoder.embeddings.tokens.weight of {src[0]} × {src[1]}")
+    out = shape("output_projection.weight")
+    if len(out) != 2 or out[0] != tgt_vocab_size:
+        raise MtkitError(f"{path}: its tgt_vocab_size is {tgt_vocab_size} but its weights have "
+                         f"output_projection.weight of {' × '.join(map(str, out))}")
+    if m.share_embeddings == "all" and src_vocab_size != tgt_vocab_size:
+        raise MtkitError(f"{path}: its config's model.share_embeddings is 'all' but its src_vocab_size "
+                         f"{src_vocab_size} and tgt_vocab_size {tgt_vocab_size} differ")
+    for side in ("encoder", "decoder"):
+        n, want = layer_count(state, side), getattr(m, f"{side}_layers")
+        if n != want:
+            raise MtkitError(f"{path}: its config's model.{side}_layers is {want} but its weights have "
+                             f"{n} {side} layer" + ("" if n == 1 else "s"))
+        w_1 = shape(f"{side}.layers.0.feed_forward.w_1.weight")
+        if len(w_1) != 2 or w_1[0] != m.d_ff:
+            refuse("model.d_ff", m.d_ff, f"{side}.layers.0.feed_forward.w_1.weight", w_1)
+    if m.positions == "learned" and (table := shape("encoder.embeddings.positions.weight"))[0] != m.max_positions:
+        refuse("model.max_positions", m.max_positions, "encoder.embeddings.positions.weight", table)
+    if m.positions == "sinusoidal" and m.max_positions > MAX_POSITIONS:
+        raise MtkitError(f"{path}: its config's model.max_positions is {m.max_positions}, more than the "
+                         f"{MAX_POSITIONS} positions mtkit builds a sinusoid table for")
 
 
 def check_weights_fit(model, state: dict, path: str | Path) -> None:
