@@ -363,3 +363,48 @@ def test_a_hub_name_imports_through_huggingface_hub(case, tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert [x for x in r.stderr.splitlines() if x.startswith("error:")][0].startswith("error: Tiny/opus-mt-en-fr")
     assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_default_max_length_is_generates(case, tmp_path, beam):
+    """A generation_config.json without max_length: generate() then writes at most 20 new tokens (its default
+    max_length of 20 counts the decoder start; transformers adds the start to a default), the last the EOS
+    that forced_eos_token_id forces, so 19 before it; the import allows as many (it allowed 18). Here every
+    output is cut there: EOS is made improbable, and both sides agree token for token at the limit."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "hf"
+    shutil.copytree(case[0], folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    del generation["max_length"]
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    weights = load_file(str(folder / "model.safetensors"))
+    weights["final_logits_bias"][0, 0] -= 50.0  # Marian's EOS (id 0): never chosen, only forced
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    run = import_run(folder, tmp_path / "run")
+
+    model, tok = hf(folder)
+    loaded = load_model(run)
+    d = loaded.config.decode
+    assert (d.max_len_a, d.max_len_b) == (0.0, 19)
+    batch = tok(SOURCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=beam)  # the default max_length
+    vocab = loaded.vocab
+    separate = (folder / "target_vocab.json").is_file()
+    tgt_table = json.loads((folder / ("target_vocab.json" if separate else "vocab.json")).read_text())
+    src_ids = [vocab.encode_src(s) + [EOS_ID] for s in SOURCES]
+    src = torch.full((len(SOURCES), max(map(len, src_ids))), PAD_ID)
+    for i, s in enumerate(src_ids):
+        src[i, : len(s)] = torch.tensor(s)
+    common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
+                  forced_eos=d.forced_eos)
+    hyps = greedy_search(loaded.model, src, **common) if beam == 1 else beam_search(loaded.model, src, beam=beam,
+                                                                                      **common)
+    for i, sentence in enumerate(hyps):
+        theirs = out[i].tolist()[1:]
+        assert len(theirs) == 20 and theirs[-1] == 0, theirs  # 19 tokens and the forced EOS
+        ours = _marian_ids(vocab, "tgt", sentence[0].tokens, tgt_table) + [0]
+        assert ours == theirs, (i, ours, theirs)
