@@ -135,6 +135,8 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
             ("translate: --glossary target </s>", "--glossary", d["tmp"] / "eos.tsv", "alpha\t</s>\n",
              "line 1: target term '</s>' holds '</s>', a reserved piece"),
         ] if not Path(d["tmp"]).is_dir() or path.write_text(body, encoding="utf-8")},
+        # model files whose config disagrees with their tensors (written there when d["tmp"] exists)
+        **__import__("test_model_file_checks").bad_model_cases(d),
     }
 
 
