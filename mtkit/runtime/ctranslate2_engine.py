@@ -72,7 +72,9 @@ def import_ctranslate2():
 
 
 def read_manifest(model_dir: Path) -> dict:
-    """The ``mtkit.json`` of an exported model directory ({} for a model exported by other tools)."""
+    """The ``mtkit.json`` of an exported model directory ({} for a model exported by other tools), its
+    fields type-checked and its model config checked against what ``model.bin`` holds
+    (:func:`check_manifest_against_model`): a manifest that disagrees is a one-line error naming the key."""
     model_dir = Path(model_dir)
     if not (model_dir / "model.bin").is_file():
         raise MtkitError(f"{model_dir}: not a CTranslate2 model directory (no model.bin); "
@@ -81,9 +83,130 @@ def read_manifest(model_dir: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise MtkitError(f"{path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
+    if not isinstance(manifest, dict):
+        raise MtkitError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    _check_manifest_types(manifest, path)
+    if manifest.get("model") is not None:
+        check_manifest_against_model(manifest, path, model_dir / "model.bin")
+    return manifest
+
+
+def _check_manifest_types(manifest: dict, path: Path) -> None:
+    from mtkit.config import config_from_dict
+
+    def bad(key: str, expected: str) -> None:
+        raise MtkitError(f"{path}: {key} must be {expected}, got {manifest[key]!r}")
+
+    for key, kind, expected in (("mtkit_version", str, "a string"), ("checkpoint", str, "a string"),
+                                ("quantization", str, "a string")):
+        if manifest.get(key) is not None and not isinstance(manifest[key], kind):
+            bad(key, expected)
+    step = manifest.get("step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        bad("step", "an integer")
+    spm = manifest.get("spm")
+    if spm is not None and (not isinstance(spm, list) or not all(isinstance(n, str) for n in spm)):
+        bad("spm", "a list of file names")
+    pairs = manifest.get("pairs")
+    if pairs is not None and (not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs)):
+        bad("pairs", "a list of [source, target] language pairs")
+    if manifest.get("tag_side") is not None and manifest["tag_side"] not in ("source", "target"):
+        bad("tag_side", "'source' or 'target'")
+    for section in ("model", "decode"):
+        value = manifest.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            bad(section, "a mapping")
+        try:
+            config_from_dict({section: value})
+        except MtkitError as e:
+            raise MtkitError(f"{path}: {e}") from None
+
+
+def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
+    """The variables of a CTranslate2 ``model.bin`` (binary version 6) with their shapes, its aliases
+    included, read from the headers without reading the weights (a scalar's shape is its value, for
+    ``num_heads``); None for another binary version (CTranslate2 itself checks those). A file cut short
+    or not in the format is a one-line error."""
+    import struct
+
+    size = path.stat().st_size
+    shapes: dict[str, tuple[int, ...]] = {}
+    try:
+        with open(path, "rb") as f:
+            def read(fmt: str):
+                n = struct.calcsize(fmt)
+                data = f.read(n)
+                if len(data) != n:
+                    raise ValueError("cut short")
+                return struct.unpack(fmt, data)[0]
+
+            def string() -> str:
+                n = read("H")
+                data = f.read(n)
+                if len(data) != n or not n:
+                    raise ValueError("cut short")
+                return data[:-1].decode("utf-8")
+
+            if read("I") != 6:
+                return None
+            string()  # the spec's name
+            read("I")  # its revision
+            for _ in range(read("I")):
+                name = string()
+                rank = read("B")
+                dims = tuple(read("I") for _ in range(rank))
+                read("B")  # dtype
+                nbytes = read("I")
+                if f.tell() + nbytes > size:
+                    raise ValueError(f"{name} is cut short")
+                if name.endswith("/num_heads") and rank == 0 and nbytes in (1, 2, 4):
+                    dims = (int.from_bytes(f.read(nbytes), "little", signed=True),)
+                else:
+                    f.seek(nbytes, 1)
+                shapes[name] = dims
+            for _ in range(read("I")):
+                alias, target = string(), string()
+                if target in shapes:
+                    shapes[alias] = shapes[target]
+    except (ValueError, UnicodeDecodeError) as e:
+        raise MtkitError(f"{path}: not a readable CTranslate2 model ({e}); export it again") from None
+    return shapes
+
+
+def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) -> None:
+    """Refuse a manifest whose ``model`` sizes (layers, d_model, h, d_ff, max_positions) ``model.bin``
+    does not have: one line naming the key and both values."""
+    from mtkit.config import config_from_dict
+    from mtkit.runtime.checkpoint import layer_count
+
+    m = config_from_dict({"model": manifest["model"]}).model
+    shapes = model_bin_shapes(model_bin)
+    if shapes is None:
+        return
+
+    def refuse(key: str, value: int, has: str) -> None:
+        raise MtkitError(f"{path}: model.{key} is {value} but {model_bin.name} has {has}")
+
+    names = [n.replace("/", ".") for n in shapes]
+    for side in ("encoder", "decoder"):
+        n = layer_count([k.replace("layer_", "layers.") for k in names], side)
+        if n != getattr(m, f"{side}_layers"):
+            refuse(f"{side}_layers", getattr(m, f"{side}_layers"), f"{n} {side} layer" + ("" if n == 1 else "s"))
+    for key, name, axis in (("d_model", "encoder/embeddings_0/weight", 1),
+                            ("d_ff", "encoder/layer_0/ffn/linear_0/weight", 0),
+                            ("max_positions", "encoder/position_encodings/encodings", 0),
+                            ("h", "encoder/num_heads", 0)):  # a scalar: its value (model_bin_shapes)
+        shape = shapes.get(name)
+        if shape is not None and len(shape) > axis and shape[axis] != getattr(m, key):
+            refuse(key, getattr(m, key), f"{name} {shape[0]}" if key == "h" else f"{name} of {' × '.join(map(str, shape))}")
 
 
 def exported_decode(model_dir: Path) -> DecodeConfig:

@@ -209,3 +209,57 @@ def test_sampling_through_ctranslate2_keeps_every_sample_within_its_limit(vocab,
         assert len(t.candidates) == 5
         assert all(len(c.ids) <= max(1, int(0.5 * len(t.src_ids))) for c in t.candidates)
         assert [c.score for c in t.candidates] == sorted((c.score for c in t.candidates), reverse=True)
+
+
+def _spoil_manifest(out: Path, **changes) -> None:
+    import json
+
+    manifest = json.loads((out / "mtkit.json").read_text())
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            manifest[section][field] = value
+        else:
+            manifest[section] = value
+    (out / "mtkit.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("changes", "fragment"), [
+    ({"model__encoder_layers": 100_000_000}, "model.encoder_layers is 100000000 but model.bin has 2 encoder layers"),
+    ({"model__decoder_layers": 1}, "model.decoder_layers is 1 but model.bin has 2 decoder layers"),
+    ({"model__d_model": 64, "model__h": 8}, "model.d_model is 64 but model.bin has encoder/embeddings_0/weight of"),
+    ({"model__d_ff": 100_000_000}, "model.d_ff is 100000000 but model.bin has encoder/layer_0/ffn/linear_0/weight"),
+    ({"model__max_positions": 100_000_000}, "model.max_positions is 100000000 but model.bin has encoder/position_enc"),
+    ({"model__h": 8}, "model.h is 8 but model.bin has encoder/num_heads 4"),
+    ({"model__d_model": "32"}, "model.d_model"),
+    ({"decode__beam": "4"}, "decode.beam"),
+    ({"model": "transformer"}, "model must be a mapping"),
+    ({"step": "7"}, "step must be an integer"),
+    ({"tag_side": "left"}, "tag_side must be 'source' or 'target'"),
+], ids=["encoder_layers", "decoder_layers", "d_model", "d_ff", "max_positions", "h", "d_model a string",
+        "beam a string", "model a string", "step a string", "tag_side"])
+def test_a_manifest_that_disagrees_with_model_bin_is_one_error(vocab, tmp_path, changes, fragment):
+    out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2", quantization="int8")
+    _spoil_manifest(out, **changes)
+    with pytest.raises(MtkitError) as e:
+        Ctranslate2Translator(out, exported_decode(out))
+    message = str(e.value)
+    assert message.startswith(f"{out / 'mtkit.json'}: ") and fragment in message and "\n" not in message, message
+
+
+def test_a_model_bin_cut_short_is_one_error(vocab, tmp_path):
+    out = export_model(tiny_model(vocab, **SHAPES["pre-learned-untied"]), tmp_path / "ct2")
+    data = (out / "model.bin").read_bytes()
+    (out / "model.bin").write_bytes(data[: len(data) // 2])
+    with pytest.raises(MtkitError, match=r"model\.bin: not a readable CTranslate2 model \(.*cut short\)"):
+        exported_decode(out)
+
+
+def test_a_spoiled_manifest_is_one_error_line_from_the_cli(vocab, tmp_path):
+    out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
+    _spoil_manifest(out, model__encoder_layers=100_000_000)
+    r = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "ctranslate2", "-m", str(out)],
+                       input="five\n", capture_output=True, text=True, timeout=120, check=False)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 1 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "model.encoder_layers is 100000000 but model.bin has 2 encoder layers" in errors[0]
