@@ -206,6 +206,11 @@ class PairScorer:
             yield from self._score_chunk(chunk, start)
 
     def _score_chunk(self, lines: list[tuple[str, str]], start: int) -> Iterator[PairScore]:
+        from mtkit.data.vocab import check_text
+
+        for i, (s, t) in enumerate(lines):  # not Unicode text: SentencePiece cannot encode it
+            check_text(s, f"line {start + i + 1}: source")
+            check_text(t, f"line {start + i + 1}: target")
         srcs = self.vocab.encode_src_batch([s for s, _ in lines])
         tgts = self.vocab.encode_tgt_batch([t for _, t in lines])
         fits = []

@@ -3,7 +3,9 @@
 A model trained on several pairs (``data.pairs``) reads one token naming the language to
 translate into: ``<2de>``, ``<2fr>`` … (Johnson et al. 2017, "Google's Multilingual Neural Machine
 Translation System"; OPUS-MT's ``>>de<<``). Each tag is a user-defined piece of the SentencePiece
-model, so it is one id that the text never splits. ``data.tag_side`` places it:
+model, so it is one id that the text never splits. It is added by id, never read from the text:
+``<2fr>`` typed in a line is plain characters (:mod:`mtkit.data.vocab` encodes text with the tags
+unused), so input cannot pick another language. ``data.tag_side`` places it:
 
 - ``source`` (the default): the source's first token. It reaches every engine unchanged
   (CTranslate2 sees it as the first source token), and search needs nothing new.

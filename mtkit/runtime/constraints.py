@@ -284,7 +284,7 @@ def matcher(vocab, text: str) -> ExcludeMatcher:
 
 def _sequences(vocab, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int, ...], ...]:
     """Piece sequences that write an exclude phrase or a word it begins, at most :data:`_MAX_SEQUENCES`:
-    its :func:`segmentations`, each one-piece completion, then each completion after a few spellings of
+    its :func:`segmentations`, each one-piece completion, then each completion after two spellings of
     the prefix before it (the shortest prefixes first)."""
     table = _table(vocab)
     if found.text in table.sequences:
@@ -292,7 +292,7 @@ def _sequences(vocab, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int,
     out = dict.fromkeys(segmentations(vocab, ids))
     out.update(((i,), None) for k, i in found.bans if k == 0)
     for k in sorted({k for k, _ in found.bans if k > 0}):
-        heads = _segment(found.text[:k], None, table, 4)
+        heads = _segment(found.text[:k], None, table, 2)
         for head in heads:
             for kk, i in found.bans:
                 if kk == k:
@@ -331,7 +331,9 @@ def _segment(text: str, canonical: tuple[int, ...] | None, table: _PieceTable, l
 
 
 def _cannot_write(vocab, phrase: str) -> str:
-    """Why ``vocab``'s target model cannot write ``phrase`` (a piece of it is ``<unk>``)."""
+    """Why ``vocab``'s target model cannot write ``phrase`` (a piece of it is ``<unk>``, or it has none)."""
+    if not vocab.encode_tgt(phrase):
+        return "the model writes nothing for it (its normalization removes every character); the phrase is not forced"
     missing = [c for c in dict.fromkeys(phrase) if not c.isspace() and UNK_ID in vocab.encode_tgt(c)]
     if not missing:
         return "the model's vocabulary cannot write it (a piece of it is <unk>)"
@@ -348,7 +350,7 @@ def encode_constraints(constraints: Constraints | None, vocab) -> PieceConstrain
     if not constraints:
         return None
     ids = {p: vocab.encode_tgt(p) for p in (*constraints.include, *constraints.exclude)}
-    unwritable = {p: _cannot_write(vocab, p) for p in constraints.include if UNK_ID in ids[p]}
+    unwritable = {p: _cannot_write(vocab, p) for p in constraints.include if not ids[p] or UNK_ID in ids[p]}
     written = {p: vocab.decode_tgt(ids[p]) for p in ids}
     phrases = [p for p in constraints.include if p not in unwritable]
     include = [p for i, p in enumerate(phrases)  # kept: the first of equal texts, and no text inside a longer one

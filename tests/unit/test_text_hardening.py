@@ -65,6 +65,8 @@ def test_a_phrase_the_model_cannot_write_is_never_forced_and_warned_about_once(l
     warned = [m for m in messages if "cannot write" in m]
     assert len(warned) == 3, messages  # once per phrase: SIEBZIG on line 1 only
     assert warned[0].startswith("warning: line 1: include phrase 'SIEBZIG': the model cannot write 'S'")
+    nothing = translate(loaded, lines[:1], [Constraints(include=("\u200b",))], messages.append, beam=beam)
+    assert nothing[0].unmet == ["\u200b"] and "writes nothing" in nothing[0].unwritable["\u200b"]
     plain = translate(loaded, lines[1:2], [None], messages.append, beam=beam)
     assert found[1].best.ids == plain[0].best.ids  # nothing writable left: searched as without constraints
 
@@ -198,3 +200,12 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
     translator = Translator(loaded, DecodeConfig(beam=2, max_len_b=4), log=lambda m: None)
     with pytest.raises(MtkitError, match=r"^line 2: character 3 is a lone surrogate \(U\+D800\)"):
         list(translator.translate(["fine", "ab\ud800"]))
+
+
+def test_scoring_a_pair_with_a_lone_surrogate_is_an_error_naming_the_line(loaded):
+    from mtkit.likelihood import PairScorer
+
+    scorer = PairScorer(loaded, log=lambda m: None)
+    assert len(list(scorer.score([("fünf", "five")]))) == 1
+    with pytest.raises(MtkitError, match=r"^line 2: target: character 1 is a lone surrogate"):
+        list(scorer.score([("fünf", "five"), ("sechs", "\udc80six")]))
