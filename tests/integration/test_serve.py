@@ -207,7 +207,7 @@ def test_native_api_nbest_scores_and_confidence(server, expected):
     assert status == 200, answer
     assert (answer["model"], answer["source"], answer["target"]) == ("run", "en", "de")
     first, empty = answer["translations"]
-    assert empty == {"text": "", "confidence": None, "nbest": [], "unmet": []}
+    assert empty == {"text": "", "confidence": None, "nbest": [], "unmet": [], "unmet_reasons": {}}
     assert 1 <= len(first["nbest"]) <= 3 and first["text"] == first["nbest"][0]["text"]
     scores = [h["score"] for h in first["nbest"]]
     assert scores == sorted(scores, reverse=True)
