@@ -164,3 +164,39 @@ def test_ctranslate2_keeps_exclude_phrases_out(reverse_run, files, tmp_path):
     (tmp_path / "g.tsv").write_text("alpha\tkilo\n")
     glossary = mtkit(*ct2, "--glossary", tmp_path / "g.tsv")
     assert glossary.returncode == 1 and "cannot force phrases into a translation" in glossary.stderr
+
+
+def test_a_phrase_the_model_cannot_write_is_warned_about_once_and_never_forced(reverse_run, tmp_path):
+    (tmp_path / "in.txt").write_text("alpha bravo\ncharlie delta\ndelta echo\n")
+    (tmp_path / "c.jsonl").write_text('{"include": ["ALPHA", "kilo"]}\n{"include": ["ALPHA"]}\n{}\n')
+    (tmp_path / "g.tsv").write_text("echo\t1,000\n")
+    plain = mtkit("translate", "-m", reverse_run, tmp_path / "in.txt")
+    found = mtkit("translate", "-m", reverse_run, tmp_path / "in.txt", "--constraints", tmp_path / "c.jsonl",
+                  "--glossary", tmp_path / "g.tsv")
+    assert found.returncode == 0, found.stderr
+    out = found.stdout.splitlines()
+    assert len(out) == 3 and "⁇" not in found.stdout and "kilo" in out[0].split()
+    assert out[1:] == plain.stdout.splitlines()[1:]  # nothing it can write: as without constraints
+    assert all(line == line.strip() for line in out)
+    warnings = [line for line in found.stderr.splitlines() if "cannot write" in line]
+    assert len(warnings) == 2, found.stderr  # once per phrase, not once per line
+    assert warnings[0].startswith("warning: line 1: include phrase 'ALPHA': the model cannot write 'A'")
+    assert warnings[1].startswith("warning: line 3: include phrase '1,000': the model cannot write")
+
+
+@pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
+def test_an_exclude_phrase_keeps_out_every_word_it_begins(reverse_run, tmp_path, engine):
+    lines = ["alpha bravo", "charlie alpha delta", "alpha alpha echo", "bravo kilo alpha"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "c.jsonl").write_text('{"exclude": ["alph"]}\n' * len(lines))
+    model = reverse_run
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+        assert mtkit("export", "ctranslate2", reverse_run, tmp_path / "ct2").returncode == 0
+        model = tmp_path / "ct2"
+    run = ["translate", "--engine", engine, "-m", model, tmp_path / "in.txt"]
+    plain, found = mtkit(*run), mtkit(*run, "--constraints", tmp_path / "c.jsonl")
+    assert found.returncode == 0, found.stderr
+    assert sum("alpha" in p.split() for p in plain.stdout.splitlines()) >= 3  # the model writes the word
+    for f in found.stdout.splitlines():
+        assert not any(w.startswith("alph") for w in f.split()), f
