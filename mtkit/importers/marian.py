@@ -21,6 +21,12 @@ generation configs set it) the BOS slot's logit is floored too: Hugging Face the
 before normalizing, so the pad takes no probability either. mtkit never generates PAD or BOS, as
 Marian's ``bad_words_ids=[[pad]]`` never does. The piece table(s) are permuted alike and stored in the
 checkpoint (``vocab.pieces``): ids come from the table, a piece missing from it being unk.
+
+Checks, before anything is built: every field read from ``config.json``, ``generation_config.json`` and
+``tokenizer_config.json`` has its type checked (:class:`Fields`), and every size ``config.json`` gives
+is checked against the tensors' shapes, read from the safetensors header without the weights
+(:func:`check_config_against_weights`): a config of 100000000 layers over weights of one is one error
+line, not a model of that size.
 """
 
 from __future__ import annotations
@@ -239,7 +245,7 @@ def _model_config(hf: Fields, path: Path) -> ModelConfig:
     act = hf.get("activation_function", "a string", "gelu")
     if act not in ACTIVATIONS:
         raise MtkitError(f"{path}: activation_function {act!r} is not supported (relu, swish, silu, gelu)")
-    positive = dict(minimum=1)
+    positive = {"minimum": 1}
     h = hf.need("encoder_attention_heads", "an integer", 16, **positive)
     if h != hf.need("decoder_attention_heads", "an integer", 16, **positive):
         raise MtkitError(f"{path}: encoder and decoder attention heads differ; mtkit has one h")
@@ -283,7 +289,7 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
     new_tokens = gen.get("max_new_tokens", "an integer", minimum=1)
     max_length = gen.get("max_length", "an integer", minimum=0)
     no_repeat = gen.get("no_repeat_ngram_size", "an integer", 0, minimum=0)
-    early = gen.choice("early_stopping", (False, True, "never"))
+    gen.choice("early_stopping", (False, True, "never"))  # typed here, noted once the import has succeeded
     # mtkit's max_len_b counts the tokens before the EOS. Hugging Face's max_length counts the decoder
     # start and the EOS that forced_eos_token_id forces at the last step: max_length - 2 tokens before it;
     # max_new_tokens counts the EOS only. With neither set, generate() takes the default max_length of 20
@@ -294,9 +300,6 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
         max_out = max_length - 2
     else:
         max_out = min(DEFAULT_MAX_LENGTH + 1, model.max_positions) - 2
-    if early is not True and beam > 1:
-        print(f"note: {gen.where('early_stopping').name}: early_stopping is {early!r}; mtkit's beam search "
-              "stops a sentence once it holds `beam` finished hypotheses (early_stopping=True)", file=sys.stderr)
     # Marian's forced_eos_token_id gives the EOS forced at the maximum length log-probability 0.
     raw = {"beam": beam, "nbest": 1, "length_penalty": "power", "alpha": float(alpha), "max_len_a": 0.0,
            "max_len_b": max(1, max_out), "forced_eos": "zero", "no_repeat_ngram_size": no_repeat,
@@ -452,5 +455,9 @@ def read_marian(folder: str | Path) -> Imported:
     except MtkitError as e:
         raise MtkitError(f"{tok_path}: {e}") from None
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    early = gen.choice("early_stopping", (False, True, "never"))
+    if early is not True and decode.beam > 1:
+        print(f"note: {gen.where('early_stopping').name}: early_stopping is {early!r}; mtkit's beam search "
+              "stops a sentence once it holds `beam` finished hypotheses (early_stopping=True)", file=sys.stderr)
     return Imported(config=config, state=state, vocab={"src": src_bytes, "tgt": tgt_bytes, "pieces": pieces},
                     src_vocab_size=V_src, tgt_vocab_size=V_tgt, source=str(folder))
