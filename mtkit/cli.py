@@ -8,6 +8,8 @@ that ``mtkit --help`` answers at once.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -512,6 +514,55 @@ def serve(
         graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary, header_timeout=header_timeout,
         body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout, max_connections=max_connections, cors=cors,
     )
+
+
+# ------------------------------------------------------- non-finite floats
+
+
+def _float_flags(func) -> dict[str, str]:
+    """{parameter: its flag} of ``func``'s float options (``float`` or ``Optional[float]``)."""
+    import typing
+
+    hints = typing.get_type_hints(func)
+    flags = {}
+    for name, param in inspect.signature(func).parameters.items():
+        tp = hints.get(name)
+        if tp is float or (typing.get_origin(tp) is typing.Union and float in typing.get_args(tp)):
+            decls = [d for d in getattr(param.default, "param_decls", None) or () if d.startswith("--")]
+            flags[name] = decls[0] if decls else "--" + name.replace("_", "-")
+    return flags
+
+
+def _finite_floats(func):
+    """``func`` (a command) refusing nan and inf in its float options, as a one-line error naming
+    the flag (:func:`mtkit.config.check_finite`), before it does anything."""
+    flags = _float_flags(func)
+    if not flags:
+        return func
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        from mtkit.config import check_finite
+
+        for name, flag in flags.items():
+            if kwargs.get(name) is not None:
+                check_finite(flag, kwargs[name])
+        return func(*args, **kwargs)
+
+    return checked
+
+
+def refuse_non_finite(typer_app: typer.Typer) -> None:
+    """Every float option of every command of ``typer_app`` (and of its sub-apps) refuses nan and inf."""
+    for info in typer_app.registered_commands:
+        if info.callback is not None and not hasattr(info.callback, "__wrapped__"):
+            info.callback = _finite_floats(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            refuse_non_finite(group.typer_instance)
+
+
+refuse_non_finite(app)
 
 
 # --------------------------------------------------------------------- main

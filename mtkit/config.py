@@ -233,12 +233,20 @@ class TrainConfig:
 # ------------------------------------------------------------------------- decode
 
 
+# Ranges of decode keys beyond which the arithmetic breaks (a length penalty or a length that overflows,
+# sampling logits scaled to inf or 0); far wider than anything used in practice.
+MAX_ALPHA = 10.0
+MAX_LEN_A = 1000.0
+TEMPERATURE_RANGE = (0.01, 100.0)
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     beam: int = 4  # §6.1
-    alpha: float = 0.6  # length penalty exponent (§6.1: GNMT's, α = 0.6)
+    alpha: float = 0.6  # length penalty exponent (§6.1: GNMT's, α = 0.6), in [0, MAX_ALPHA] (fairseq's
+    # --lenpen and Marian's --normalize are used between 0 and 2; far above, lp overflows a float)
     length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+L)/6)^α (§6.1); power: L^α (fairseq --lenpen, Marian --normalize)
-    max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50)
+    max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50); a <= MAX_LEN_A
     max_len_b: int = 50
     forced_eos: Literal["logprob", "zero"] = "logprob"  # what the EOS forced at the maximum length adds to a
     # hypothesis's log-probability: its own (fairseq) or 0 (Hugging Face's forced_eos_token_id; imported models)
@@ -247,7 +255,7 @@ class DecodeConfig:
     max_input_len: int = 1000  # longer inputs are truncated with a warning
     no_repeat_ngram_size: int = 0
     sampling: bool = False
-    temperature: float = 1.0
+    temperature: float = 1.0  # in TEMPERATURE_RANGE: far outside it the scaled logits overflow or vanish
     top_k: int = 0
     top_p: float = 1.0
 
@@ -305,6 +313,21 @@ def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     return getattr(tp, "__name__", str(tp))
+
+
+FINITE_RULE = "must be a finite number (not nan or inf)"
+
+
+def check_finite(name: str, value: Any) -> float:
+    """``value`` as a float, or :class:`MtkitError` naming ``name`` (a flag, a key) when it is nan or
+    infinite (or a number too large for a float): what every float mtkit reads goes through."""
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond a float's range
+        number = math.inf
+    if not math.isfinite(number):
+        raise MtkitError(f"{name}: {FINITE_RULE}, got {value!r}")
+    return number
 
 
 class Plain(str):
@@ -372,8 +395,12 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if isinstance(value, str):  # YAML 1.1 reads 5e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"expected a number, got {value!r}")
+        try:
+            check_finite(path, value)
+        except MtkitError:
+            raise ConfigError(path, f"{FINITE_RULE}, got {float(value)!r}") from None
         return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
@@ -481,16 +508,19 @@ def _validate(config: Config) -> None:
         _check(c.nbest >= 1, "decode.nbest", ">= 1", c.nbest)
     else:
         _check(1 <= c.nbest <= c.beam, "decode.nbest", f"between 1 and decode.beam ({c.beam})", c.nbest)
-    _check(c.alpha >= 0, "decode.alpha", ">= 0", c.alpha)
-    _check(c.max_len_a >= 0, "decode.max_len_a", ">= 0", c.max_len_a)
+    _check(0 <= c.alpha <= MAX_ALPHA, "decode.alpha", f"in [0, {MAX_ALPHA:g}]", c.alpha)
+    _check(0 <= c.max_len_a <= MAX_LEN_A, "decode.max_len_a", f"in [0, {MAX_LEN_A:g}]", c.max_len_a)
     for name in ("batch_tokens", "max_input_len"):
         _check(getattr(c, name) >= 1, f"decode.{name}", ">= 1", getattr(c, name))
     _check(c.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size", ">= 0 (0: off)", c.no_repeat_ngram_size)
     _check(c.temperature > 0, "decode.temperature", "> 0", c.temperature)
+    low, high = TEMPERATURE_RANGE
+    _check(low <= c.temperature <= high, "decode.temperature", f"in [{low:g}, {high:g}]", c.temperature)
     _check(c.top_k >= 0, "decode.top_k", ">= 0 (0: off)", c.top_k)
     _check(0 < c.top_p <= 1, "decode.top_p", "in (0, 1]", c.top_p)
 
     e = config.eval
+    _check(bool(e.metrics), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     _check(e.examples >= 0, "eval.examples", ">= 0", e.examples)

@@ -212,6 +212,8 @@ def _plan(
 ) -> list[_Job]:
     from sacrebleu.metrics import BLEU, CHRF, TER
 
+    if not metrics:
+        raise MtkitError(f"no metric given: choose from {', '.join(METRICS)}")
     unknown = [m for m in metrics if m.lower() not in METRICS]
     if unknown:
         raise MtkitError(f"unknown metric {unknown[0]!r}: choose from {', '.join(METRICS)}")

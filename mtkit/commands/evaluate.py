@@ -124,6 +124,8 @@ def evaluate(
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.scoring import read_named
 
+    if not metrics:  # `--metrics ''` or `--metrics ,`
+        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter")
     if model is not None and hyp:
         raise MtkitError("give either --hyp or --model, not both")
     if model is None and tgt_lang is not None:

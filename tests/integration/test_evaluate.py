@@ -176,6 +176,19 @@ def test_line_count_mismatch_names_both_files_and_counts(files, tmp_path):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("metrics", ["", ",", " , "])
+def test_an_empty_metrics_list_is_a_one_line_error(files, metrics):
+    """`--metrics ''` and `--metrics ,` once ended in a ValueError traceback (max() of no results)."""
+    with pytest.raises(MtkitError, match="^no metric given: choose from bleu, chrf, ter$"):
+        evaluate_files([files["hyp"]], [files["ref"]], [], False, False, False)
+    result = subprocess.run([sys.executable, "-m", "mtkit", "evaluate", "--hyp", str(files["hyp"]), "--ref",
+                             str(files["ref"]), "--metrics", metrics], capture_output=True, text=True,
+                            env={**os.environ, "MTKIT_DEBUG": ""}, check=False)
+    assert result.returncode == 1, result.stderr
+    expected = "error: --metrics: no metric given; expected a comma-separated list of bleu, chrf, ter"
+    assert result.stderr.splitlines() == [expected]
+
+
 def test_gzipped_input_and_missing_file(files, tmp_path):
     gz = tmp_path / "hyp.de.gz"
     with gzip.open(gz, "wt", encoding="utf-8") as f:

@@ -3,6 +3,8 @@ that name where a bad value came from."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mtkit.config import load_config, parse_override
@@ -129,3 +131,46 @@ def test_a_misspelt_section_in_the_recipe_is_blamed_on_the_recipe(recipe):
 def test_presets_fill_defaults_that_explicit_keys_override():
     config = load_config(None, ["model.preset=transformer-big", "model.dropout=0.1"])
     assert (config.model.d_model, config.model.h, config.model.d_ff, config.model.dropout) == (1024, 16, 4096, 0.1)
+
+
+FINITE = "must be a finite number (not nan or inf)"
+
+
+@pytest.mark.parametrize("key", ["train.lr", "decode.alpha", "decode.max_len_a", "decode.temperature",
+                                 "train.max_minutes", "train.betas"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", ".nan", ".inf", "NaN", "1e999"])
+def test_non_finite_numbers_are_refused_in_set_and_recipes(recipe, key, value):
+    section, name = key.split(".")
+    text = f"[0.9, {value}]" if name == "betas" else value
+    with pytest.raises(MtkitError, match=f"^--set {re.escape(key)}={re.escape(text)}: {re.escape(FINITE)}"):
+        load_config(None, [f"{key}={text}"])
+    path = recipe(f"{section}:\n  {name}: {text}\n")
+    with pytest.raises(MtkitError, match=f"^{re.escape(str(path))}: {re.escape(key)}(\\[1\\])?: {re.escape(FINITE)}"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("decode.alpha=1e308", r"decode.alpha=1e308: must be in \[0, 10\]"),  # lp = ((5+L)/6)^α overflows
+    ("decode.alpha=10.5", r"must be in \[0, 10\]"),
+    ("decode.max_len_a=1e308", r"must be in \[0, 1000\]"),  # a·S + b overflows an int
+    ("decode.temperature=1e-308", r"must be in \[0.01, 100\]"),  # logits / T overflow
+    ("decode.temperature=1e308", r"must be in \[0.01, 100\]"),  # logits / T vanish (nan)
+    ("eval.metrics=[]", "a list of bleu, chrf, ter"),
+])
+def test_huge_but_finite_values_are_refused_where_they_overflow(override, message):
+    with pytest.raises(MtkitError, match=message):
+        load_config(None, [override])
+
+
+def test_the_largest_sane_values_still_load():
+    config = load_config(None, ["decode.alpha=10", "decode.max_len_a=1000", "decode.temperature=0.01"])
+    assert (config.decode.alpha, config.decode.max_len_a, config.decode.temperature) == (10.0, 1000.0, 0.01)
+
+
+def test_check_finite_names_what_it_checks():
+    from mtkit.config import check_finite
+
+    assert check_finite("--x", 2) == 2.0
+    for bad in (float("nan"), float("inf"), -float("inf"), 10 ** 400):
+        with pytest.raises(MtkitError, match=f"^--max-wait-ms: {re.escape(FINITE)}, got"):
+            check_finite("--max-wait-ms", bad)
