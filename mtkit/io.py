@@ -3,27 +3,66 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import os
+import re
+import socket
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from mtkit.errors import MtkitError
 
+# Errors of a write through an open file (no file name of their own): they are the output's.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
+
+
+def _named(error: OSError, tmp: str | None, path: Path) -> OSError:
+    """``error`` naming the user's ``path`` where it names our temporary ``tmp`` (or, for a write
+    error, nothing): a message never shows ``.NAME.XXXXXXXX.tmp``."""
+    if error.filename is not None and str(error.filename) != tmp:
+        return error
+    if error.filename is None and error.errno not in _WRITE_ERRNOS:
+        return error
+    return OSError(error.errno, error.strerror, str(path))
+
+
+def owner() -> str:
+    """``{pid}@{host}``: who made a temporary; a PID alone means nothing on another host."""
+    return f"{os.getpid()}@{re.sub(r'[^A-Za-z0-9.-]', '_', socket.gethostname())}"
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, owned: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
     On any exception the temporary file is removed and ``path`` is untouched, so a
-    reader never sees a half-written file.
+    reader never sees a half-written file. An OSError names ``path``, never the temporary
+    (a full disk, a folder mtkit may not write in). ``owned``: the temporary's name carries
+    this process's :func:`owner` (``.NAME.PID@HOST.XXXXXXXX.tmp``), so that
+    :func:`remove_dead_temporaries` can remove it once the process is gone (a SIGKILL).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner() + '.' if owned else ''}", suffix=".tmp",
+                                   dir=path.parent)
+    except OSError as e:
+        raise _named(e, None if e.filename is None else str(e.filename), path) from None
     os.close(fd)
     umask = os.umask(0)
     os.umask(umask)
@@ -31,10 +70,35 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and _named(e, tmp, path) is not e:
+            raise _named(e, tmp, path) from None
         raise
+
+
+def remove_dead_temporaries(path: str | Path) -> list[Path]:
+    """Remove the :func:`atomic_path` temporaries of ``path`` (made with ``owned``) whose process, on
+    this host, no longer runs (killed by SIGKILL, or a crash); never a live process's, nor another
+    host's. Says on stderr what it removed; returns it."""
+    path = Path(path)
+    if os.name != "posix" or not path.parent.is_dir():  # on Windows, os.kill(pid, 0) sends a Ctrl-C
+        return []
+    host = owner().partition("@")[2]
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)@{re.escape(host)}\.[A-Za-z0-9_]+\.tmp")
+    removed = []
+    for candidate in path.parent.iterdir():
+        match = pattern.fullmatch(candidate.name)
+        if match is None or candidate.is_symlink() or not candidate.is_file():
+            continue
+        pid = int(match.group(1))
+        if pid != os.getpid() and not process_alive(pid):
+            with contextlib.suppress(FileNotFoundError):
+                candidate.unlink()
+                removed.append(candidate)
+                print(f"{candidate}: removed; left behind by process {pid}, which no longer runs", file=sys.stderr)
+    return removed
 
 
 @contextlib.contextmanager

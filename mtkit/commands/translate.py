@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
-from mtkit.config import PRECISIONS, DecodeConfig
+from mtkit.config import MAX_ALPHA, MAX_LEN_A, PRECISIONS, TEMPERATURE_RANGE, DecodeConfig, check_finite
 from mtkit.errors import MtkitError
 from mtkit.io import discard_stdout, sentence_progress
 
@@ -35,17 +35,18 @@ ENGINES = ("torch", "ctranslate2")
 DEFAULT_BUFFER_SIZE = 1000
 
 # The config's ranges of the decoding flags (mtkit.config), checked here too so that a
-# mistyped flag fails before any model loads.
-_FLAG_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
-    "beam": (lambda v: v >= 1, ">= 1"),
-    "nbest": (lambda v: v >= 1, ">= 1"),
-    "alpha": (lambda v: v >= 0, ">= 0"),
-    "temperature": (lambda v: v > 0, "> 0"),
-    "top_k": (lambda v: v >= 0, ">= 0 (0: off)"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "max_len_a": (lambda v: v >= 0, ">= 0"),
-    "batch_tokens": (lambda v: v >= 1, ">= 1"),
-    "no_repeat_ngram_size": (lambda v: v >= 0, ">= 0 (0: off)"),
+# mistyped flag fails before any model loads; each key's rules in order, the first broken one named.
+_LOW, _HIGH = TEMPERATURE_RANGE
+_FLAG_RANGES: dict[str, list[tuple[Callable[[float], bool], str]]] = {
+    "beam": [(lambda v: v >= 1, ">= 1")],
+    "nbest": [(lambda v: v >= 1, ">= 1")],
+    "alpha": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]")],
+    "temperature": [(lambda v: v > 0, "> 0"), (lambda v: _LOW <= v <= _HIGH, f"in [{_LOW:g}, {_HIGH:g}]")],
+    "top_k": [(lambda v: v >= 0, ">= 0 (0: off)")],
+    "top_p": [(lambda v: 0 < v <= 1, "in (0, 1]")],
+    "max_len_a": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]")],
+    "batch_tokens": [(lambda v: v >= 1, ">= 1")],
+    "no_repeat_ngram_size": [(lambda v: v >= 0, ">= 0 (0: off)")],
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
@@ -58,9 +59,11 @@ def flag_name(key: str) -> str:
 def check_decode_flags(overrides: dict) -> None:
     """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range."""
     for key, value in overrides.items():
-        rule = _FLAG_RANGES.get(key)
-        if rule is not None and not rule[0](value):
-            raise MtkitError(f"{flag_name(key)}: must be {rule[1]}, got {value!r}")
+        if isinstance(value, float):
+            check_finite(flag_name(key), value)
+        for ok, rule in _FLAG_RANGES.get(key, []):
+            if not ok(value):
+                raise MtkitError(f"{flag_name(key)}: must be {rule}, got {value!r}")
     nbest, beam = overrides.get("nbest", 1), overrides.get("beam")
     if beam is not None and nbest > beam and not overrides.get("sampling"):  # as the config says it
         raise MtkitError(f"--nbest: must be between 1 and --beam ({beam}), got {nbest}")
@@ -178,6 +181,29 @@ def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator
 
 
 @contextlib.contextmanager
+def _sigterm_raises(message: str) -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a scheduler) as :class:`Interrupted` (exit 143) instead of an
+    instant death, so that what the command is writing is cleaned up (``--output``'s temporary)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        from mtkit.errors import Interrupted
+
+        raise Interrupted(message, signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
     if output is None:
         yield sys.stdout.buffer
@@ -185,7 +211,9 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         return
     from mtkit.io import atomic_path
 
-    with atomic_path(output) as tmp, open(tmp, "wb") as f:
+    # owned: a SIGKILLed run's temporary carries its PID, so that the next run removes it
+    with _sigterm_raises(f"interrupted (SIGTERM); {output} is left as it was"), \
+            atomic_path(output, owned=True) as tmp, open(tmp, "wb") as f:
         yield f
 
 
@@ -356,6 +384,10 @@ def translate(
         check_line_counts(per_line, "--constraints", constraints, _count_lines(inputs))
     _check_writable(output, "--output")
     _check_writable(attention_png, "--attention-png")
+    if output is not None:
+        from mtkit.io import remove_dead_temporaries
+
+        remove_dead_temporaries(output)  # of an earlier run killed with SIGKILL
     interactive = "-" in inputs and sys.stdin.isatty()
     if interactive:
         buffer_size = 1

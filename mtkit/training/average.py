@@ -13,7 +13,8 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
     """Write a checkpoint whose model tensors are the element-wise mean of ``paths``'.
 
     Accumulates in float64, one checkpoint in memory at a time, and keeps the first
-    checkpoint's config and vocabulary. The result holds no optimizer state: it is for
+    checkpoint's config and vocabulary. Checkpoints of different vocabularies (SentencePiece
+    models, even of one size) or parameter shapes are refused: their ids mean different pieces. The result holds no optimizer state: it is for
     translation and evaluation, not for resuming.
     """
     if not paths:
@@ -29,9 +30,15 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
             first = ckpt
             total = {k: v.double().clone() if v.is_floating_point() else v for k, v in state.items()}
             continue
+        if ckpt.get("vocab") != first.get("vocab"):  # as an ensemble (mtkit.runtime.ensemble.check_one_vocabulary)
+            raise MtkitError(f"{path}: its vocabulary (SentencePiece model) differs from {paths[0]}'s; averaging "
+                             "needs checkpoints of one vocabulary (of one run)")
         if state.keys() != total.keys():
             raise MtkitError(f"{path}: its parameters differ from {paths[0]}'s; cannot average")
         for k, v in state.items():
+            if v.shape != total[k].shape:
+                raise MtkitError(f"{path}: its {k} has shape {tuple(v.shape)}, {paths[0]}'s "
+                                 f"{tuple(total[k].shape)}; cannot average")
             if v.is_floating_point():
                 total[k] += v.double()
     assert first is not None

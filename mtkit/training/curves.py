@@ -15,6 +15,8 @@ def read_metrics(path: Path) -> list[dict]:
 
     A process killed while appending leaves a cut-short last line: it is dropped with a
     warning on stderr. A bad line before the last one is not a torn append; it is an error.
+    Lines whose step or metrics are not numbers (edited by hand, another program's) are
+    dropped, with one warning for all of them.
     """
     path = Path(path)
     if not path.is_file():
@@ -22,6 +24,7 @@ def read_metrics(path: Path) -> list[dict]:
     lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
              if line.strip()]
     records = []
+    not_numbers = []
     for i, (number, line) in enumerate(lines):
         try:
             record = json.loads(line)
@@ -33,8 +36,24 @@ def read_metrics(path: Path) -> list[dict]:
                       file=sys.stderr)
                 break
             raise MtkitError(f"{path}: line {number}: not a JSON object") from None
+        if any(_plotted(key) and not _is_number(value) for key, value in record.items()):
+            not_numbers.append(number)
+            continue
         records.append(record)
+    if not_numbers:
+        shown = ", ".join(map(str, not_numbers[:5])) + (", ..." if len(not_numbers) > 5 else "")
+        print(f"warning: {path}: {len(not_numbers)} line(s) ({shown}) hold a step or metric that is not a number; "
+              "ignored", file=sys.stderr)
     return records
+
+
+def _plotted(key: str) -> bool:
+    """A key whose value is drawn or compared: the step and the losses and scores."""
+    return key in ("step", "loss", "valid_loss", "valid_bleu") or key.startswith(("valid_loss/", "valid_bleu/"))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _pairs(records: list[dict], prefix: str) -> list[str]:

@@ -291,3 +291,71 @@ def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys):
         MetricsLog(path, enabled=True).truncate_after(5)
     with pytest.raises(MtkitError, match=rf"^{re.escape(str(path))}: line 2: not a JSON object$"):
         read_metrics(path)
+
+
+def test_metrics_lines_whose_values_are_not_numbers_are_skipped_with_one_warning(tmp_path, capsys):
+    """`mtkit curves` once drew strings as a categorical axis (a garbled plot) and exited 0 silently."""
+    from mtkit.training.curves import draw_curves, read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "1.5"}\n{"step": "3", "loss": 1.0}\n'
+                    '{"step": 4, "valid_loss": 1.2, "valid_bleu": "high"}\n{"step": 5, "loss": true}\n'
+                    '{"step": 6, "loss": 0.5, "event": "end"}\n')
+    assert [r["step"] for r in read_metrics(path)] == [1, 6]
+    assert capsys.readouterr().err == (f"warning: {path}: 4 line(s) (2, 3, 4, 5) hold a step or metric that is not "
+                                       "a number; ignored\n")
+    draw_curves(path, tmp_path / "curves.png")
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "not a number" in err
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_atomic_writes_name_the_users_path_never_the_temporary(tmp_path):
+    """A full disk (ENOSPC, raised by a write, which names no file) and a folder that cannot hold the
+    temporary once named `.x.txt.liokb_dj.tmp` or nothing at all; the temporary is gone."""
+    from mtkit.io import atomic_path
+
+    target = tmp_path / "x.txt"
+    with pytest.raises(OSError) as caught, atomic_path(target) as tmp, open(tmp, "wb") as f:
+        f.write(b"some")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert list(tmp_path.iterdir()) == []
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError) as caught, atomic_path(blocker / "y.txt"):  # its parent is a file: no temporary
+        pass
+    assert caught.value.filename == str(blocker / "y.txt")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "keep").write_text("")
+    with pytest.raises(OSError) as caught, atomic_path(tmp_path / "d") as tmp:  # the rename onto a directory fails
+        tmp.write_text("x")
+    assert caught.value.filename == str(tmp_path / "d") and ".tmp" not in str(caught.value)
+    with pytest.raises(BrokenPipeError), atomic_path(target):  # errors of other files pass through as they were
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "file"]
+
+
+def test_dead_processes_temporaries_are_removed_and_no_others(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from mtkit.io import atomic_path, owner, remove_dead_temporaries
+
+    target = tmp_path / "out.txt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    pid = int(dead.stdout)  # a process that has exited (its PID reused at once is all but impossible)
+    host = owner().partition("@")[2]
+    ours_dead = tmp_path / f".out.txt.{pid}@{host}.abc123_x.tmp"
+    other_host = tmp_path / f".out.txt.{pid}@elsewhere-{host}.abc123_x.tmp"
+    unowned = tmp_path / ".out.txt.abc123_x.tmp"  # `atomic_path` without owner: maybe a live process's
+    other_file = tmp_path / f".other.txt.{pid}@{host}.abc123_x.tmp"
+    for p in (ours_dead, other_host, unowned, other_file):
+        p.write_text("partial")
+    with atomic_path(target, owned=True) as live:  # this process's own, in use
+        assert live.name.startswith(f".out.txt.{owner()}.") and live.name.endswith(".tmp")
+        assert remove_dead_temporaries(target) == [ours_dead]
+        assert live.exists()
+    assert not ours_dead.exists() and other_host.exists() and unowned.exists() and other_file.exists()
+    assert f"{ours_dead}: removed; left behind by process {pid}" in capsys.readouterr().err
