@@ -9,14 +9,22 @@ import torch
 from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
 
+# Where fp16 runs. Inference: CUDA only (bf16 is the CPU's half precision, and fp16 matmuls on a CPU
+# are slow). Training: also the CPU, where recent torch runs float16 autocast and the loss scaler
+# (torch.amp.GradScaler("cpu")) as on CUDA: slow, but the same code path, so it is tested without a GPU.
+FP16_DEVICES = {"inference": ("cuda",), "training": ("cuda", "cpu")}
 
-def check_precision(precision: str, device_type: str, key: str = "train.precision") -> None:
-    """Refuse an unknown precision, and fp16 off CUDA (bf16 is the CPU's half precision); ``key``
-    names the setting in the message."""
+
+def check_precision(precision: str, device_type: str, key: str = "train.precision", use: str = "inference") -> None:
+    """Refuse an unknown precision, and fp16 where it does not run (:data:`FP16_DEVICES` for ``use``,
+    ``inference`` or ``training``); ``key`` names the setting in the message."""
     if precision not in PRECISIONS:
         raise MtkitError(f"{key}: unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
-    if precision == "fp16" and device_type != "cuda":
-        raise MtkitError(f"{key}=fp16 needs a CUDA device; use bf16 on CPU")
+    devices = FP16_DEVICES[use]
+    if precision == "fp16" and device_type not in devices:
+        where = "a CUDA device" if devices == ("cuda",) else " or ".join(devices)
+        raise MtkitError(f"{key}=fp16 needs {where}; use bf16 on CPU" if "cpu" not in devices
+                         else f"{key}=fp16 needs {where}, not {device_type}")
 
 
 def autocast(precision: str, device_type: str):

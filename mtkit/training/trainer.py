@@ -181,7 +181,7 @@ class Trainer:
         self.data_dir = Path(data_dir)
         self.run_dir = Path(run_dir)
         kind = device_type(self.cfg.device)
-        check_precision(self.cfg.precision, kind)
+        check_precision(self.cfg.precision, kind, use="training")
         self.dist = distributed.init_distributed(kind)
         self.device = select_device(self.cfg.device, self.dist.local_rank)
         if self.device.type == "cuda":

@@ -93,23 +93,73 @@ def test_bf16_autocast_training_learns_on_cpu(reverse_data, tmp_path, seed):
     assert result.final_loss < 0.3, losses(tmp_path / "run")
 
 
-def test_fp16_is_refused_on_cpu(reverse_data, tmp_path):
-    from mtkit.errors import MtkitError
+# fp16 with its loss scaler: on the CPU always (recent torch runs float16 autocast and GradScaler("cpu"):
+# slow, but the code path is the same), on CUDA when a GPU is lent.
+FP16_DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
+
+@pytest.mark.parametrize("device", FP16_DEVICES)
+def test_fp16_with_scaler(reverse_data, tmp_path, device):
     data_dir, data = reverse_data
-    with pytest.raises(MtkitError, match="fp16 needs a CUDA device"):
-        train(make_config(data, precision="fp16", device="cpu"), data_dir, tmp_path / "run", progress=False)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 with a loss scaler needs CUDA")
-def test_fp16_with_scaler_on_cuda(reverse_data, tmp_path):
-    data_dir, data = reverse_data
-    result = train(make_config(data, max_steps=200, precision="fp16", device="cuda"), data_dir, tmp_path / "run",
+    result = train(make_config(data, max_steps=200, precision="fp16", device=device), data_dir, tmp_path / "run",
                    progress=False)
     ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     assert all(torch.isfinite(t).all() for t in ckpt["model"].values() if t.is_floating_point())
-    assert result.final_loss < 0.5
+    assert ckpt["scaler"]["scale"] > 0 and ckpt["config"]["train"]["precision"] == "fp16"
+    assert result.final_loss < 0.5, losses(tmp_path / "run")
+
+
+def _overflowing_scaler(monkeypatch) -> float:
+    """Start the loss scale at 2^40: the scaled gradients overflow fp16 (the loss over ~600 tokens times
+    2^40 is far above fp16's 65504), a real overflow, until the scaler has halved it enough."""
+    from mtkit.training import trainer
+
+    init = 2.0 ** 40
+    monkeypatch.setattr(trainer, "grad_scaler", lambda precision, device_type: torch.amp.GradScaler(
+        device_type, init_scale=init, enabled=precision == "fp16"))
+    return init
+
+
+@pytest.mark.parametrize("device", FP16_DEVICES)
+def test_fp16_overflow_skips_the_step_and_lowers_the_scale(reverse_data, tmp_path, monkeypatch, device):
+    data_dir, data = reverse_data
+    init = _overflowing_scaler(monkeypatch)
+    train(make_config(data, max_steps=1, log_every=1, precision="fp16", device=device), data_dir, tmp_path / "run",
+          progress=False)
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert ckpt["step"] == 1
+    assert ckpt["scaler"]["scale"] == init / 2  # backed off once
+    adam = ckpt["optimizer"]["state"].values()  # Adam never stepped: the update was skipped
+    assert all(float(s.get("step", 0)) == 0 and not s["exp_avg"].any() for s in adam if "exp_avg" in s)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped"] for r in records if "loss" in r] == [1]
+    assert all(torch.isfinite(t).all() for t in ckpt["model"].values() if t.is_floating_point())
+
+
+@pytest.mark.parametrize("device", FP16_DEVICES)
+def test_fp16_loss_scale_is_saved_and_resumed_exactly(reverse_data, tmp_path, monkeypatch, device):
+    """Split while the scale is still falling (steps skipped) and after it: the same losses, scale,
+    growth tracker and weights as one uninterrupted run."""
+    data_dir, data = reverse_data
+    init = _overflowing_scaler(monkeypatch)
+    common = dict(max_steps=30, save_every=6, log_every=1, precision="fp16", device=device)
+    train(make_config(data, **common), data_dir, tmp_path / "straight", progress=False)
+    train(make_config(data, **{**common, "max_steps": 6}), data_dir, tmp_path / "split", progress=False)
+    middle = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")["scaler"]
+    assert middle["scale"] == init / 2 ** 6  # six overflows in a row
+    train(make_config(data, **common), data_dir, tmp_path / "split", resume=True, progress=False)
+    assert losses(tmp_path / "straight") == losses(tmp_path / "split")
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == 30
+    assert a["scaler"] == b["scaler"] and a["scaler"]["scale"] < middle["scale"]
+    records = [json.loads(line) for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    skipped = [r["skipped"] for r in records if "loss" in r]
+    assert 6 < sum(skipped) < 30  # it overflowed beyond the split, then found a scale that fits and trained
+    assert a["scaler"]["scale"] == init / 2 ** sum(skipped)
+    for key, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][key]), key
 
 
 def test_a_finished_run_is_not_overwritten(reverse_data, tmp_path):
