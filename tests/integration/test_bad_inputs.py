@@ -74,7 +74,8 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "train: label smoothing 1.5": (train + ["--set", "train.label_smoothing=1.5"], "label_smoothing"),
         "train: keep_last 0": (train + ["--set", "train.keep_last=0"], "keep_last"),
         "train: cuda without a GPU": (train + ["--set", "train.device=cuda"], "cuda"),
-        "train: fp16 on CPU": (train + ["--set", "train.precision=fp16"], "fp16"),
+        # fp16 trains on the CPU too (float16 autocast and GradScaler("cpu")); not on a device it does not run on
+        "train: fp16 on mps": (train + ["--set", "train.device=mps", "--set", "train.precision=fp16"], "fp16"),
         "train: --resume with nothing to resume": (train + ["--resume"], "nothing to resume"),
         "train: unknown preset": (train + ["--set", "model.preset=transformer-huge"], "did you mean"),
         "train: --init-from nowhere": (train + ["--init-from", str(d["tmp"] / "noparent")], "noparent"),
@@ -137,6 +138,39 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         ] if not Path(d["tmp"]).is_dir() or path.write_text(body, encoding="utf-8")},
         # model files whose config disagrees with their tensors (written there when d["tmp"] exists)
         **__import__("test_model_file_checks").bad_model_cases(d),
+        # non-finite numbers, wherever a float is read: flags, --set, recipes (written when d["tmp"] exists);
+        # and finite ones so large that they overflow
+        "translate: --alpha nan": (tr + ["--alpha", "nan"], "--alpha: must be a finite number"),
+        "translate: --max-len-a inf": (tr + ["--max-len-a", "inf"], "--max-len-a: must be a finite number"),
+        "translate: --temperature nan": (tr + ["--sampling", "--temperature", "nan"],
+                                         "--temperature: must be a finite number"),
+        "translate: --top-p -inf": (tr + ["--sampling", "--top-p", "-inf"], "--top-p: must be a finite number"),
+        "translate: --alpha 1e308": (tr + ["--alpha", "1e308"], "--alpha: must be in [0, 10]"),
+        "translate: --max-len-a 1e308": (tr + ["--max-len-a", "1e308"], "--max-len-a: must be in [0, 1000]"),
+        "translate: --temperature 1e-308": (tr + ["--sampling", "--temperature", "1e-308"],
+                                            "--temperature: must be in [0.01, 100]"),
+        "evaluate: --alpha inf": (["evaluate", "-m", run, "--src", src, "--ref", src, "--alpha", "inf"],
+                                  "--alpha: must be a finite number"),
+        "serve: --max-wait-ms nan": (["serve", "-m", run, "--port", "0", "--max-wait-ms", "nan"], "--max-wait-ms"),
+        "serve: --graceful-timeout inf": (["serve", "-m", run, "--port", "0", "--graceful-timeout", "inf"],
+                                          "--graceful-timeout"),
+        "train: --set train.lr=nan": (train + ["--set", "train.lr=nan"], "--set train.lr=nan: must be a finite number"),
+        "train: --set decode.alpha=inf": (train + ["--set", "decode.alpha=inf"],
+                                          "--set decode.alpha=inf: must be a finite number"),
+        "train: --set decode.alpha=1e308": (train + ["--set", "decode.alpha=1e308"], "must be in [0, 10]"),
+        **{name: (["train", str(path), "-d", data, "-r", str(d["tmp"] / "r-non-finite")], fragment)
+           for name, path, body, fragment in [
+            ("train: recipe lr .nan", d["tmp"] / "nan.yaml", "train:\n  lr: .nan\n",
+             "nan.yaml: train.lr: must be a finite number"),
+            ("train: recipe alpha -.inf", d["tmp"] / "inf.yaml", "decode:\n  alpha: -.inf\n",
+             "inf.yaml: decode.alpha: must be a finite number"),
+            ("train: recipe alpha 1e308", d["tmp"] / "huge.yaml", "decode:\n  alpha: 1e308\n",
+             "huge.yaml: decode.alpha: must be in [0, 10]"),
+        ] if not Path(d["tmp"]).is_dir() or path.write_text(body, encoding="utf-8")},
+        # evaluate's metrics, translate's output path
+        "evaluate: --metrics ''": (ev + ["--metrics", ""], "--metrics: no metric given"),
+        "evaluate: --metrics ,": (ev + ["--metrics", ","], "--metrics: no metric given"),
+        "translate: -o in a folder that cannot hold it": (tr + ["-o", "/proc/x.txt"], "error: /proc/x.txt: "),
     }
 
 
