@@ -311,11 +311,10 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
 
 
 def read_marian(folder: str | Path) -> Imported:
-    """Convert the Marian model in ``folder`` (nothing is written); user errors are one-line MtkitErrors."""
-    import torch
+    """Convert the Marian model in ``folder`` (nothing is written); user errors are one-line MtkitErrors.
 
-    from mtkit.model import Transformer
-
+    Every file is read and checked (config.json's sizes against the safetensors header) before torch is
+    imported, so that a folder that cannot be imported fails at once."""
     folder = Path(folder)
     if not folder.is_dir():
         raise MtkitError(f"{folder}: no such directory")
@@ -371,6 +370,10 @@ def read_marian(folder: str | Path) -> Imported:
     src_order, src_pieces = _permutation(src_table, src_size, pad, eos, folder / "vocab.json")
     tgt_order, tgt_pieces = _permutation(tgt_table, tgt_size, pad, eos,
                                          folder / ("target_vocab.json" if separate else "vocab.json"))
+
+    import torch
+
+    from mtkit.model import Transformer
 
     if weights is None:
         weights = _read_weights(folder)
