@@ -126,8 +126,8 @@ def main() -> None:
             prof_wall, matmul, rest = profile_steps(steps["mtkit"], timed)
             hf_prof_wall, hf_matmul, _ = profile_steps(steps["MarianMT"], timed)
             rows.append([shape, precision, f"{hf_wall / wall:.2f}x", f"{matmul / prof_wall:.0%}",
-                         f"{hf_matmul / hf_prof_wall:.0%}", f"{flops / wall / peak:.2f}", f"{flops / matmul / peak:.2f}",
-                         f"{hf_wall / matmul:.2f}x", f"{peak / 1e9:.0f}"])
+                         f"{hf_matmul / hf_prof_wall:.0%}", f"{flops / wall / peak:.2f}",
+                         f"{flops / matmul / peak:.2f}", f"{hf_wall / matmul:.2f}x", f"{peak / 1e9:.0f}"])
             tops.append([shape, precision,
                          ", ".join(f"{n.removeprefix('aten::')} {s / prof_wall:.0%}" for n, s in rest[: args.top])])
     print()

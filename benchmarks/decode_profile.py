@@ -52,7 +52,6 @@ def group_of(key: str) -> str:
 
 def profile(translator, batches: list[list[list[int]]]) -> dict:
     """Run the search on ``batches`` once to warm up and once under the profiler."""
-    import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 

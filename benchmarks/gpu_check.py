@@ -59,7 +59,8 @@ def train_speed(preset: str, precision: str, steps: int, tokens: int, vocab: int
     n_tgt = int((tgt_out != PAD_ID).sum())
     return {
         "preset": preset, "precision": precision, "params_M": count_parameters(model) / 1e6,
-        "tgt_tok_s": n_tgt / seconds, "step_s": seconds, "peak_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
+        "tgt_tok_s": n_tgt / seconds, "step_s": seconds,
+        "peak_GiB": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
         "projected_h": seconds * PAPER_STEPS[preset] / 3600,
     }
 
@@ -101,7 +102,8 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     print(f"device: {name}, torch {torch.__version__}")
     precisions = ("bf16", "fp16") if device.type == "cuda" else ("bf16",)
-    print(f"{'preset':<18}{'prec':<6}{'params(M)':>10}{'tgt tok/s':>12}{'step (s)':>10}{'peak GiB':>10}{'paper steps (h)':>17}")
+    print(f"{'preset':<18}{'prec':<6}{'params(M)':>10}{'tgt tok/s':>12}{'step (s)':>10}{'peak GiB':>10}"
+          f"{'paper steps (h)':>17}")
     for preset in ("transformer-base", "transformer-big"):
         for precision in precisions:
             r = train_speed(preset, precision, args.steps, args.tokens, args.vocab, device)
@@ -109,8 +111,8 @@ def main() -> None:
                   f"{r['step_s']:>10.3f}{r['peak_GiB']:>10.1f}{r['projected_h']:>17.1f}", flush=True)
     for precision in ("fp32", "bf16"):
         r = beam_speed(precision, device, args.sentences, args.vocab)
-        print(f"beam 4, transformer-base, {precision}: {r['sent_s']:,.0f} sentences/s, {r['tgt_tok_s']:,.0f} target tokens/s",
-              flush=True)
+        print(f"beam 4, transformer-base, {precision}: {r['sent_s']:,.0f} sentences/s, "
+              f"{r['tgt_tok_s']:,.0f} target tokens/s", flush=True)
 
 
 if __name__ == "__main__":

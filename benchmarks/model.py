@@ -55,8 +55,8 @@ from common import Runner, make_runner, precision_context  # noqa: E402
 
 from mtkit.config import PAD_ID  # noqa: E402
 from mtkit.kernels import AUTO, Kernels, reference_dropout, sdpa_attention  # noqa: E402
-from mtkit.model import Transformer  # noqa: E402
 from mtkit.kernels.loss import label_smoothed_loss, reference_label_smoothed_loss  # noqa: E402
+from mtkit.model import Transformer  # noqa: E402
 from mtkit.training.loss import TranslationLoss  # noqa: E402
 
 EPS = 0.1
@@ -119,7 +119,8 @@ def optimizer_ms(model, mode: str, reps: int) -> float:
     for p in params:
         p.grad = torch.randn_like(p) * 1e-3
     kwargs = dict(lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    opt = torch.optim.AdamW(params, **kwargs, **({"fused": True} if mode == "fused" else {"foreach": mode == "foreach"}))
+    opt = torch.optim.AdamW(params, **kwargs,
+                            **({"fused": True} if mode == "fused" else {"foreach": mode == "foreach"}))
     for _ in range(2):
         opt.step()
     times = []
@@ -172,21 +173,30 @@ def main() -> None:
                         (("reference", "reference"), ("dropout", BERNOULLI_DROPOUT), ("attention", SDPA_ATTENTION))}
             naive = common.sentence_batches(store, naive_bs, args.warmup + args.steps)
             for p in precisions:
-                runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss", mtkit_step(mt, p, fuse_projection=True), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, logits + reference loss", mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)", mtkit_step(mt, p), naive)))
-                runners.append((p, make_runner(f"mtkit {p}, kernels=reference", mtkit_step(variants["reference"], p), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)", mtkit_step(variants["dropout"], p), batches)))
-                runners.append((p, make_runner(f"mtkit {p}, SDPA (flash) attention", mtkit_step(variants["attention"], p), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, projection fused into the loss",
+                                               mtkit_step(mt, p, fuse_projection=True), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, logits + reference loss",
+                                               mtkit_step(mt, p, reference_label_smoothed_loss), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, naive sentence batches ({naive_bs}/batch)",
+                                               mtkit_step(mt, p), naive)))
+                runners.append((p, make_runner(f"mtkit {p}, kernels=reference",
+                                               mtkit_step(variants["reference"], p), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, F.dropout (bernoulli_ masks)",
+                                               mtkit_step(variants["dropout"], p), batches)))
+                runners.append((p, make_runner(f"mtkit {p}, SDPA (flash) attention",
+                                               mtkit_step(variants["attention"], p), batches)))
                 if p == "bf16":
                     mt16 = common.build_mtkit(shape).to(torch.bfloat16).train()
-                    runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast", mtkit_step(mt16, p, autocast=False), batches)))
+                    runners.append((p, make_runner(f"mtkit {p}, bf16 weights, no autocast",
+                                                   mtkit_step(mt16, p, autocast=False), batches)))
                 if args.compile:
                     cm = torch.compile(common.build_mtkit(shape).train(), dynamic=True)
-                    runners.append((p, make_runner(f"mtkit {p}, compile(model) + chunked loss", mtkit_step(cm, p, label_smoothed_loss), batches)))
+                    runners.append((p, make_runner(f"mtkit {p}, compile(model) + chunked loss",
+                                                   mtkit_step(cm, p, label_smoothed_loss), batches)))
                     cm2 = torch.compile(common.build_mtkit(shape).train(), dynamic=True)
                     runners.append((p, make_runner(f"mtkit {p}, compile(model) + compile(reference loss)",
-                                                   mtkit_step(cm2, p, compiled_loss(reference_label_smoothed_loss)), batches)))
+                                                   mtkit_step(cm2, p, compiled_loss(reference_label_smoothed_loss)),
+                                                   batches)))
         run = [r for _, r in runners]
         log(f"{shape}: {len(run)} runners, {args.warmup}+{args.steps} steps each")
         common.interleaved(run + [make_runner(f"peak {p}", probes[p], batches) for p in precisions],
@@ -200,8 +210,8 @@ def main() -> None:
             mt_tps, hf_tps = common.tokens_per_s(m), common.tokens_per_s(h)
             rows.append([shape, p, f"{statistics.mean(b.n_tgt_tokens for b in batches):.0f}",
                          f"{mt_tps:,.0f}", f"{hf_tps:,.0f}", f"{mt_tps / hf_tps:.2f}x",
-                         f"{common.flops_per_s(cfg, V, m) / peaks[p]:.2f}", f"{common.flops_per_s(cfg, V, h) / peaks[p]:.2f}",
-                         f"{peaks[p] / 1e9:.0f}"])
+                         f"{common.flops_per_s(cfg, V, m) / peaks[p]:.2f}",
+                         f"{common.flops_per_s(cfg, V, h) / peaks[p]:.2f}", f"{peaks[p] / 1e9:.0f}"])
         if levers:
             for p, r in runners:
                 if r.name.startswith("marian"):
@@ -209,7 +219,8 @@ def main() -> None:
                 base = common.tokens_per_s(by_name[f"mtkit {p}"])
                 tps = common.tokens_per_s(r)
                 lever_rows.append([shape, r.name, f"{tps:,.0f}", f"{tps / base:.2f}x",
-                                   f"{common.flops_per_s(cfg, V, r) / peaks[p]:.2f}", f"{common.padding_fraction(r.batches):.1%}"])
+                                   f"{common.flops_per_s(cfg, V, r) / peaks[p]:.2f}",
+                                   f"{common.padding_fraction(r.batches):.1%}"])
             for mode in ("fused", "foreach", "for-loop"):
                 opt_rows.append([shape, mode, f"{optimizer_ms(mt, mode, 5):.1f}"])
         fp32_bf16 = [f"{p} {common.tokens_per_s(by_name[f'mtkit {p}']):,.0f}" for p in precisions]

@@ -58,7 +58,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=250, help="updates per run")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--data-dir", type=Path, help="prepared data to reuse (created when missing); default: a temp dir")
-    ap.add_argument("--multi30k", type=Path, help="a local copy of Multi30k's raw files instead of the recipe's hub source")
+    ap.add_argument("--multi30k", type=Path,
+                    help="a local copy of Multi30k's raw files instead of the recipe's hub source")
     args = ap.parse_args()
     layouts = [tuple(int(x) for x in item.split("x")) for item in args.layouts.split(",") if item]
 
@@ -79,8 +80,9 @@ def main() -> None:
             for p, t in layouts:
                 res = run_layout(args.recipe, data, Path(tmp) / f"run-{p}x{t}-{r}", p, t, args.tokens, args.steps)
                 results[(p, t)].append(res)
-                print(f"  [{time.strftime('%H:%M:%S')}] round {r + 1}: {p}x{t}: {res['updates_per_min']:.1f} updates/min, "
-                      f"{res['tok_s']:,.0f} tgt tok/s", file=sys.stderr, flush=True)
+                print(f"  [{time.strftime('%H:%M:%S')}] round {r + 1}: {p}x{t}: "
+                      f"{res['updates_per_min']:.1f} updates/min, {res['tok_s']:,.0f} tgt tok/s",
+                      file=sys.stderr, flush=True)
 
     print(f"# benchmarks/ranks.py, {datetime.date.today()}, {common.machine()}; recipe {args.recipe.name}, "
           f"{args.tokens} tokens per update, {args.steps} updates per run, {args.rounds} rounds (median)")

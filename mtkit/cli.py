@@ -13,13 +13,13 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from mtkit import __version__
 from mtkit.errors import MtkitError
+
 
 class _Stop(Exception):
     """How a command ended when Click would otherwise swallow it: ``code`` and an optional message."""
@@ -78,7 +78,7 @@ def root(
         os.environ["MTKIT_DEBUG"] = "1"
 
 
-def _load(recipe: Optional[Path], overrides: Optional[List[str]], flags=None, defaults=None):
+def _load(recipe: Path | None, overrides: list[str] | None, flags=None, defaults=None):
     from mtkit.config import load_config
 
     return load_config(recipe, overrides or [], flags, defaults)
@@ -89,25 +89,25 @@ def _load(recipe: Optional[Path], overrides: Optional[List[str]], flags=None, de
 
 @app.command()
 def prepare(
-    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe (its data section is used)."),
+    recipe: Path | None = typer.Argument(None, help="YAML recipe (its data section is used)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory for the prepared data."),
-    src: Optional[Path] = typer.Option(None, "--src", help="Training source file (one sentence per line, .gz ok)."),
-    tgt: Optional[Path] = typer.Option(None, "--tgt", help="Training target file, line-aligned with --src."),
-    tsv: Optional[Path] = typer.Option(None, "--tsv", help="Training pairs as 'source<TAB>target' lines."),
-    hf: Optional[str] = typer.Option(None, "--hf", help="Training data from a Hugging Face dataset (hub name or local folder)."),
-    hf_config: Optional[str] = typer.Option(None, "--hf-config", help="The dataset's configuration, e.g. de-en."),
-    valid_src: Optional[Path] = typer.Option(None, "--valid-src", help="Validation source file."),
-    valid_tgt: Optional[Path] = typer.Option(None, "--valid-tgt", help="Validation target file."),
-    test_src: Optional[Path] = typer.Option(None, "--test-src", help="Test source file."),
-    test_tgt: Optional[Path] = typer.Option(None, "--test-tgt", help="Test target file."),
-    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code (data.src_lang)."),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code (data.tgt_lang)."),
+    src: Path | None = typer.Option(None, "--src", help="Training source file (one sentence per line, .gz ok)."),
+    tgt: Path | None = typer.Option(None, "--tgt", help="Training target file, line-aligned with --src."),
+    tsv: Path | None = typer.Option(None, "--tsv", help="Training pairs as 'source<TAB>target' lines."),
+    hf: str | None = typer.Option(None, "--hf", help="Training data from a Hugging Face dataset (hub name or local folder)."),
+    hf_config: str | None = typer.Option(None, "--hf-config", help="The dataset's configuration, e.g. de-en."),
+    valid_src: Path | None = typer.Option(None, "--valid-src", help="Validation source file."),
+    valid_tgt: Path | None = typer.Option(None, "--valid-tgt", help="Validation target file."),
+    test_src: Path | None = typer.Option(None, "--test-src", help="Test source file."),
+    test_tgt: Path | None = typer.Option(None, "--test-tgt", help="Test target file."),
+    src_lang: str | None = typer.Option(None, "--src-lang", help="Source language code (data.src_lang)."),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code (data.tgt_lang)."),
     demo: bool = typer.Option(False, "--demo", help="Use the built-in synthetic corpus (number words, en → de)."),
-    vocab_from: Optional[Path] = typer.Option(None, "--vocab-from", help="Encode with this checkpoint's (or run "
+    vocab_from: Path | None = typer.Option(None, "--vocab-from", help="Encode with this checkpoint's (or run "
                                               "directory's) SentencePiece model, to fine-tune it (data.spm.vocab_from)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date "
                                "(it replaces only an earlier mtkit output, never other files)."),
-    set_: Optional[List[str]] = SetOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Clean parallel text, train SentencePiece and write a memory-mapped training set.
 
@@ -126,7 +126,7 @@ def prepare(
     flags: dict[str, tuple[str, object]] = {}
     defaults: dict[str, tuple[str, object]] = {}
 
-    def files(split: str, s: Optional[Path], t: Optional[Path]) -> None:
+    def files(split: str, s: Path | None, t: Path | None) -> None:
         prefix = "--" if split == "train" else f"--{split}-"
         if (s is None) != (t is None):
             raise MtkitError(f"{prefix}src and {prefix}tgt go together")
@@ -166,17 +166,17 @@ def prepare(
 
 @app.command()
 def train(
-    recipe: Optional[Path] = typer.Argument(None, help="YAML recipe (model, train and decode sections)."),
+    recipe: Path | None = typer.Argument(None, help="YAML recipe (model, train and decode sections)."),
     data: Path = typer.Option(..., "--data", "-d", help="Prepared data directory (from mtkit prepare)."),
     run: Path = typer.Option(..., "--run-dir", "-r", help="Run directory for config, checkpoints, metrics and curves."),
-    resume: Optional[bool] = typer.Option(
+    resume: bool | None = typer.Option(
         None, "--resume/--no-resume", help="Continue from the run's last checkpoint (default: when there is one)."
     ),
-    init_from: Optional[Path] = typer.Option(
+    init_from: Path | None = typer.Option(
         None, "--init-from", help="Start a new run from this checkpoint's (or run directory's) weights: fine-tuning "
         "(train.init_from; prepare the data with --vocab-from it)."
     ),
-    set_: Optional[List[str]] = SetOption,
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Train a Transformer on prepared data; several processes or GPUs: train.processes or torchrun.
 
@@ -201,7 +201,7 @@ def train(
 def average(
     run: Path = typer.Argument(..., help="Run directory."),
     last: int = typer.Option(5, "--last", "-n", help="How many of the last step checkpoints to average (paper: 5 base, 20 big)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output file (default RUN/checkpoints/averaged.pt)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Output file (default RUN/checkpoints/averaged.pt)."),
 ) -> None:
     """Average the last N checkpoints of a run into one that translate and evaluate accept.
 
@@ -242,34 +242,34 @@ GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the sour
 
 @app.command()
 def translate(
-    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble; "
+    model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble; "
                                      "with --engine ctranslate2, an exported model directory)."),
-    inputs: Optional[List[str]] = typer.Argument(None, help="Input files; '-' or none reads stdin."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
-    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
+    inputs: list[str] | None = typer.Argument(None, help="Input files; '-' or none reads stdin."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding (same as --beam 1)."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α (paper: GNMT's, 0.6)."),
-    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt: ((5+L)/6)^α (paper); power: L^α (fairseq --lenpen, Marian --normalize)."),
-    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the K best hypotheses per input (K <= --beam, as fairseq; implies --format nbest)."),
-    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
-    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
-    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Source tokens per batch."),
-    no_repeat_ngram_size: Optional[int] = typer.Option(None, "--no-repeat-ngram-size", help="Forbid repeating n-grams of this size."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Length penalty α (paper: GNMT's, 0.6)."),
+    length_penalty: str | None = typer.Option(None, "--length-penalty", help="gnmt: ((5+L)/6)^α (paper); power: L^α (fairseq --lenpen, Marian --normalize)."),
+    nbest: int | None = typer.Option(None, "--nbest", help="Print the K best hypotheses per input (K <= --beam, as fairseq; implies --format nbest)."),
+    max_len_a: float | None = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
+    max_len_b: int | None = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
+    batch_tokens: int | None = typer.Option(None, "--batch-tokens", help="Source tokens per batch."),
+    no_repeat_ngram_size: int | None = typer.Option(None, "--no-repeat-ngram-size", help="Forbid repeating n-grams of this size."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of searching (e.g. for back-translation)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
-    output_format: Optional[str] = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE); default text, nbest with --nbest K > 1."),
+    temperature: float | None = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
+    output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE); default text, nbest with --nbest K > 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
-    buffer_size: Optional[int] = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
-    attention_png: Optional[Path] = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
-    attention_layer: Optional[int] = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
+    buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
+    attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
+    attention_layer: int | None = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
     threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
-    constraints: Optional[Path] = typer.Option(None, "--constraints", help=CONSTRAINTS_HELP),
-    glossary: Optional[Path] = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="The language to translate into, for a "
+    constraints: Path | None = typer.Option(None, "--constraints", help=CONSTRAINTS_HELP),
+    glossary: Path | None = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="The language to translate into, for a "
                                            "multilingual model (required when it has several targets)."),
 ) -> None:
     """Translate text, one output line per input line, always.
@@ -304,7 +304,7 @@ def translate(
 def export_ctranslate2(
     checkpoint: Path = typer.Argument(..., help="Checkpoint or run directory."),
     out_dir: Path = typer.Argument(..., help="Output directory for the CTranslate2 model."),
-    quantization: Optional[str] = typer.Option(None, "--quantization", help="e.g. int8, int8_float32, float16."),
+    quantization: str | None = typer.Option(None, "--quantization", help="e.g. int8, int8_float32, float16."),
 ) -> None:
     """Write a CTranslate2 model (and the SentencePiece model) for fast inference.
 
@@ -342,27 +342,27 @@ def import_marian(
 
 @app.command()
 def evaluate(
-    hyp: Optional[List[Path]] = typer.Option(None, "--hyp", help="Hypothesis file, '-' for stdin (repeat to compare systems by paired bootstrap)."),
-    ref: Optional[List[Path]] = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
-    model: Optional[List[Path]] = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score (repeat for an ensemble)."),
-    src: Optional[Path] = typer.Option(None, "--src", help="Source file to translate with --model."),
-    testset: Optional[str] = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
-    langpair: Optional[str] = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
-    hyp_out: Optional[Path] = typer.Option(None, "--hyp-out", help="Also write --model's hypotheses here (by default they are scored in memory and not kept)."),
+    hyp: list[Path] | None = typer.Option(None, "--hyp", help="Hypothesis file, '-' for stdin (repeat to compare systems by paired bootstrap)."),
+    ref: list[Path] | None = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
+    model: list[Path] | None = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score (repeat for an ensemble)."),
+    src: Path | None = typer.Option(None, "--src", help="Source file to translate with --model."),
+    testset: str | None = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
+    langpair: str | None = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
+    hyp_out: Path | None = typer.Option(None, "--hyp-out", help="Also write --model's hypotheses here (by default they are scored in memory and not kept)."),
     metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter."),
     chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
     lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),
     lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF, as sacrebleu -lc --chrf-lowercase (on by itself for a model with data.spm.lowercase)."),
     compound_split: bool = typer.Option(False, "--compound-split", help="Also the WMT14 en-de paper's tokenized BLEU with compound splitting (legacy)."),
-    lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from file suffix)."),
+    lang: str | None = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from file suffix)."),
     as_json: bool = typer.Option(False, "--json", help="JSON output (stable schema) instead of a table."),
-    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Length penalty α for --model."),
-    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
+    beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Length penalty α for --model."),
+    length_penalty: str | None = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
-    constraints: Optional[Path] = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
-    glossary: Optional[Path] = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="With --model, a multilingual one: the "
+    constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
+    glossary: Path | None = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="With --model, a multilingual one: the "
                                            "language to translate into (required when it has several targets)."),
 ) -> None:
     """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
@@ -396,15 +396,15 @@ def evaluate(
 
 @app.command()
 def score(
-    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble)."),
+    model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble)."),
     src: str = typer.Option(..., "--src", help="Source file, one sentence per line (.gz ok); '-' for stdin."),
     tgt: str = typer.Option(..., "--tgt", help="Target file, line-aligned with --src; '-' for stdin (not both)."),
     output_format: str = typer.Option("text", "--format", help="text: LOGPROB<TAB>MEAN<TAB>TOKENS, 4 decimals | "
                                       'json: {"line": N, "logprob": .., "mean": .., "tokens": ..} per line.'),
-    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Padded tokens per batch (default: the checkpoint's decode.batch_tokens)."),
+    batch_tokens: int | None = typer.Option(None, "--batch-tokens", help="Padded tokens per batch (default: the checkpoint's decode.batch_tokens)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only; log-softmax in fp32)."),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="The target language of a multilingual "
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="The target language of a multilingual "
                                            "model (required when it has several targets)."),
 ) -> None:
     """Score given translations: log P(target | source) under the model (forced decoding).
@@ -431,8 +431,8 @@ def score(
 @app.command("run")
 def run_recipe(
     recipe: Path = typer.Argument(..., help="YAML recipe."),
-    work: Optional[Path] = typer.Option(None, "--work", "-w", help="Working directory (default: work/<recipe name>)."),
-    set_: Optional[List[str]] = SetOption,
+    work: Path | None = typer.Option(None, "--work", "-w", help="Working directory (default: work/<recipe name>)."),
+    set_: list[str] | None = SetOption,
 ) -> None:
     """Run a whole recipe: prepare → train → average → evaluate, skipping finished stages.
 
@@ -453,7 +453,7 @@ def run_recipe(
 
 @app.command()
 def serve(
-    model: List[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
+    model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
                                      "models, each its own language pair; with --engine ctranslate2, exported directories)."),
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
@@ -462,16 +462,16 @@ def serve(
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
     threads: int = typer.Option(0, "--threads", help="CPU threads of the engine per decoding thread (0: the usable "
                                 "CPUs but one, which the HTTP side keeps, shared by the decoding threads; at least 1)."),
-    beam: Optional[int] = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Default length penalty α."),
-    length_penalty: Optional[str] = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),
-    max_len_a: Optional[float] = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
-    max_len_b: Optional[int] = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b."),
-    batch_tokens: Optional[int] = typer.Option(None, "--batch-tokens", help="Source tokens per decoding batch "
+    beam: int | None = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Default length penalty α."),
+    length_penalty: str | None = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),
+    max_len_a: float | None = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
+    max_len_b: int | None = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b."),
+    batch_tokens: int | None = typer.Option(None, "--batch-tokens", help="Source tokens per decoding batch "
                                                "(decode.batch_tokens) and per merge of requests."),
-    src_lang: Optional[str] = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
-    tgt_lang: Optional[str] = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
-    api_keys: Optional[Path] = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
+    src_lang: str | None = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
+    tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
+    api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
     decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time, each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
@@ -486,7 +486,7 @@ def serve(
     keep_alive_timeout: float = typer.Option(5.0, "--keep-alive-timeout", help="Seconds an idle kept-alive connection stays open."),
     max_connections: int = typer.Option(0, "--max-connections", help="Connections open at once; beyond them a new one gets 503 and is closed (0: half the process's file-descriptor limit, at most 1024)."),
     cors: bool = typer.Option(True, "--cors/--no-cors", help="Answer browsers of any origin on LibreTranslate's endpoints (CORS, as LibreTranslate does)."),
-    glossary: Optional[Path] = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
+    glossary: Path | None = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
 ) -> None:
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
@@ -521,13 +521,14 @@ def serve(
 
 def _float_flags(func) -> dict[str, str]:
     """{parameter: its flag} of ``func``'s float options (``float`` or ``Optional[float]``)."""
+    import types
     import typing
 
     hints = typing.get_type_hints(func)
     flags = {}
     for name, param in inspect.signature(func).parameters.items():
         tp = hints.get(name)
-        if tp is float or (typing.get_origin(tp) is typing.Union and float in typing.get_args(tp)):
+        if tp is float or (typing.get_origin(tp) in (typing.Union, types.UnionType) and float in typing.get_args(tp)):
             decls = [d for d in getattr(param.default, "param_decls", None) or () if d.startswith("--")]
             flags[name] = decls[0] if decls else "--" + name.replace("_", "-")
     return flags

@@ -20,7 +20,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 from mtkit.errors import MtkitError
 
@@ -59,14 +59,14 @@ class SourceConfig:
     """
 
     kind: Literal["files", "tsv", "hf", "demo"] = "files"
-    src: Optional[str] = None
-    tgt: Optional[str] = None
-    path: Optional[str] = None
-    name: Optional[str] = None
-    config: Optional[str] = None
-    split: Optional[str] = None
-    src_field: Optional[str] = None
-    tgt_field: Optional[str] = None
+    src: str | None = None
+    tgt: str | None = None
+    path: str | None = None
+    name: str | None = None
+    config: str | None = None
+    split: str | None = None
+    src_field: str | None = None
+    tgt_field: str | None = None
     streaming: bool = False
     size: int = 20000
     seed: int = 1
@@ -97,9 +97,9 @@ class SpmConfig:
     lowercase: bool = False  # case-fold inside the model (SentencePiece's nmt_nfkc_cf), as the
     # Multi30k and IWSLT literature's lowercased training data; outputs are then lowercase
     sample_size: int = 1_000_000  # sentences sampled for training; bounds memory
-    model: Optional[str] = None  # reuse this model (joint) instead of training one
-    tgt_model: Optional[str] = None  # reuse this target model (separate vocabularies)
-    vocab_from: Optional[str] = None  # a checkpoint or run directory: encode with its SentencePiece model(s),
+    model: str | None = None  # reuse this model (joint) instead of training one
+    tgt_model: str | None = None  # reuse this target model (separate vocabularies)
+    vocab_from: str | None = None  # a checkpoint or run directory: encode with its SentencePiece model(s),
     # as a run that starts from it (train.init_from) needs; instead of training one (or model/tgt_model)
 
 
@@ -110,21 +110,21 @@ class PairConfig:
 
     src_lang: str = ""
     tgt_lang: str = ""
-    train: Optional[SourceConfig] = None
-    valid: Optional[SourceConfig] = None
-    test: Optional[SourceConfig] = None
-    weight: Optional[float] = None  # sampling weight; none on every pair: temperature over sizes
+    train: SourceConfig | None = None
+    valid: SourceConfig | None = None
+    test: SourceConfig | None = None
+    weight: float | None = None  # sampling weight; none on every pair: temperature over sizes
     # (train.pair_temperature); given, it must be given on every pair
-    lc_tok_ref: Optional[str] = None  # the official lowercased tokenized test references (as eval.lc_tok_ref)
+    lc_tok_ref: str | None = None  # the official lowercased tokenized test references (as eval.lc_tok_ref)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
-    train: Optional[SourceConfig] = None
-    valid: Optional[SourceConfig] = None
-    test: Optional[SourceConfig] = None
+    train: SourceConfig | None = None
+    valid: SourceConfig | None = None
+    test: SourceConfig | None = None
     clean: CleanConfig = field(default_factory=CleanConfig)
     spm: SpmConfig = field(default_factory=SpmConfig)
     workers: int = 0  # encoding processes; 0 = one per core
@@ -143,7 +143,7 @@ class DataConfig:
 class ModelConfig:
     """The Transformer's shape (§3, Table 3). ``preset`` fills the defaults."""
 
-    preset: Optional[str] = None
+    preset: str | None = None
     d_model: int = 512
     h: int = 8
     d_ff: int = 2048
@@ -225,9 +225,9 @@ class TrainConfig:
     tensorboard: bool = False
     # Fine-tuning (mtkit.training.finetune): a new run starts from this checkpoint's (or run directory's)
     # weights, with a fresh optimizer, schedule, step counter and data order; resuming ignores it.
-    init_from: Optional[str] = None
+    init_from: str | None = None
     init_keep_optimizer: bool = False  # with init_from: start from its Adam moments too (the schedule still restarts)
-    init_sha256: Optional[str] = None  # init_from's file SHA-256: mtkit records it; set, it must match
+    init_sha256: str | None = None  # init_from's file SHA-256: mtkit records it; set, it must match
 
 
 # ------------------------------------------------------------------------- decode
@@ -245,7 +245,8 @@ class DecodeConfig:
     beam: int = 4  # §6.1
     alpha: float = 0.6  # length penalty exponent (§6.1: GNMT's, α = 0.6), in [0, MAX_ALPHA] (fairseq's
     # --lenpen and Marian's --normalize are used between 0 and 2; far above, lp overflows a float)
-    length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+L)/6)^α (§6.1); power: L^α (fairseq --lenpen, Marian --normalize)
+    length_penalty: Literal["gnmt", "power"] = "gnmt"  # gnmt: ((5+L)/6)^α (§6.1); power: L^α (fairseq
+    # --lenpen, Marian --normalize)
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50); a <= MAX_LEN_A
     max_len_b: int = 50
     forced_eos: Literal["logprob", "zero"] = "logprob"  # what the EOS forced at the maximum length adds to a
@@ -265,10 +266,10 @@ class EvalConfig:
     """How ``mtkit run`` scores a recipe's test split (cased detokenized sacreBLEU first)."""
 
     metrics: tuple[str, ...] = ("bleu", "chrf", "ter")
-    lc_tok_ref: Optional[str] = None  # official lowercased tokenized references: also report lc-tok BLEU
+    lc_tok_ref: str | None = None  # official lowercased tokenized references: also report lc-tok BLEU
     compound_split: bool = False  # also the WMT14 en-de paper's tokenized BLEU with compound splitting
-    testset: Optional[str] = None  # a sacrebleu test set (e.g. wmt14/full) instead of the test split
-    langpair: Optional[str] = None
+    testset: str | None = None  # a sacrebleu test set (e.g. wmt14/full) instead of the test split
+    langpair: str | None = None
     examples: int = 5  # example translations to print
 
 
@@ -276,12 +277,12 @@ class EvalConfig:
 class ExpectedConfig:
     """What a recipe should reach, for the record (not used by training)."""
 
-    score: Optional[float] = None
-    metric: Optional[str] = None
-    source: Optional[str] = None
-    testset: Optional[str] = None
-    hardware: Optional[str] = None
-    notes: Optional[str] = None
+    score: float | None = None
+    metric: str | None = None
+    source: str | None = None
+    testset: str | None = None
+    hardware: str | None = None
+    notes: str | None = None
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ class Plain(str):
     schema, never from YAML's guess (``src_lang: no`` is Norwegian, a file named ``1.50`` a string)."""
 
 
-def _implied(value: "Plain") -> Any:
+def _implied(value: Plain) -> Any:
     """What YAML would make of a plain scalar (for the schema's bool, int and float fields)."""
     import yaml
 
@@ -413,7 +414,7 @@ def _build(cls: type, raw: dict, path: str = "") -> Any:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
-    preset = _convert(raw.get("preset"), Optional[str], f"{path}.preset") if cls is ModelConfig else None
+    preset = _convert(raw.get("preset"), str | None, f"{path}.preset") if cls is ModelConfig else None
     if preset is not None:
         if preset not in PRESETS:
             raise ConfigError(f"{path}.preset", f"unknown preset {preset!r}{_closest(preset, PRESETS)}")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor

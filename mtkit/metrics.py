@@ -50,10 +50,10 @@ import html
 import os
 import re
 import socket
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 from mtkit.errors import MtkitError
 from mtkit.io import read_lines

@@ -352,7 +352,8 @@ class Transformer(nn.Module):
         self.pad_id = pad_id
 
         src_tokens = nn.Embedding(src_vocab_size, cfg.d_model, padding_idx=pad_id)
-        tgt_tokens = src_tokens if cfg.share_embeddings == "all" else nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=pad_id)
+        tgt_tokens = (src_tokens if cfg.share_embeddings == "all"
+                      else nn.Embedding(tgt_vocab_size, cfg.d_model, padding_idx=pad_id))
         self.kernels = kernels
         if cfg.positions == "sinusoidal":
             positions = lambda: PositionalEncoding(cfg.d_model, cfg.max_positions, cfg.sinusoid_layout)  # noqa: E731
@@ -435,7 +436,7 @@ class Transformer(nn.Module):
         y = self.decoder.embeddings(tgt)
         maps = []
         for layer in self.decoder.layers:
-            y_self = layer.sublayer[0](y, lambda x: layer.self_attn(x, x, None, causal=True))
+            y_self = layer.sublayer[0](y, lambda x, layer=layer: layer.self_attn(x, x, None, causal=True))
             norm = layer.sublayer[1].norm if layer.sublayer[1].pre_norm else (lambda x: x)
             maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
             y = layer(y, memory, src_mask)
@@ -477,7 +478,7 @@ class DecoderCache:
     step: int = 0
     packed: object = None
 
-    def reorder(self, indices: Tensor) -> "DecoderCache":
+    def reorder(self, indices: Tensor) -> DecoderCache:
         """Reorder the rows (beam search's back-pointers), ``indices`` (N,) of row numbers.
 
         Each index must stay within its sentence's group of ``beam`` rows (beam search
@@ -490,7 +491,7 @@ class DecoderCache:
         ]
         return replace(self, layers=layers)
 
-    def select_sentences(self, sentences: Tensor) -> "DecoderCache":
+    def select_sentences(self, sentences: Tensor) -> DecoderCache:
         """Keep only the given sentences (B',) and their beam rows, e.g. to drop finished ones."""
         rows = (sentences.unsqueeze(1) * self.beam + torch.arange(self.beam, device=sentences.device)).flatten()
         layers = [

@@ -14,9 +14,9 @@ The result is an :class:`Evaluation` of score objects; the commands turn it into
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from mtkit.errors import MtkitError
 from mtkit.io import read_lines

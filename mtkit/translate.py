@@ -25,8 +25,9 @@ Output formats (:func:`format_translation`), one line per input line unless note
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError

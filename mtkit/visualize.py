@@ -6,8 +6,8 @@ display is needed).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from mtkit.config import BOS_ID, EOS_ID
 

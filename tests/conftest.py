@@ -16,7 +16,8 @@ import torch  # noqa: E402
 # One thread: the tiny models gain nothing from more, and they suffer badly when the cores are shared.
 torch.set_num_threads(1)
 
-MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"))
+MULTI30K = Path(os.environ.get("MTKIT_MULTI30K",
+                               Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"))
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
 

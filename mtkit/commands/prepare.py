@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from mtkit.config import Config
 from mtkit.data.prepare import prepare_data
@@ -25,7 +24,7 @@ def checkpoint_vocab(path: str | Path) -> tuple:
     return ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")
 
 
-def prepare(config: Config, out_dir: Path, force: bool = False, progress: Optional[bool] = None) -> dict:
+def prepare(config: Config, out_dir: Path, force: bool = False, progress: bool | None = None) -> dict:
     """Prepare ``config.data`` into ``out_dir`` and return its manifest.
 
     Identical inputs reuse a complete earlier result unless ``force``. A rebuild (``force``

@@ -22,8 +22,8 @@ import itertools
 import json
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError

@@ -158,7 +158,8 @@ def serve(
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise MtkitError(f"mtkit serve needs the serve extra ({e.name} is missing): pip install 'mtkit[serve]'") from None
+        raise MtkitError(f"mtkit serve needs the serve extra ({e.name} is missing): "
+                         "pip install 'mtkit[serve]'") from None
     if engine not in ENGINES:
         raise MtkitError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
     if precision not in PRECISIONS:

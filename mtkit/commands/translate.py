@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO
 
 from mtkit.config import MAX_ALPHA, MAX_LEN_A, PRECISIONS, TEMPERATURE_RANGE, DecodeConfig, check_finite
 from mtkit.errors import MtkitError

@@ -158,7 +158,8 @@ def pairs_from_list(raw) -> list[Pair]:
 @dataclass(frozen=True)
 class StoredPair:
     """One pair of a multilingual prepared directory (its manifest's ``pairs``): the tag id that
-    leads its sources (or its targets: the manifest's ``tag_side``), and per split the contiguous segment of the store it fills."""
+    leads its sources (or its targets: the manifest's ``tag_side``), and per split the contiguous
+    segment of the store it fills."""
 
     pair: Pair
     tag_id: int

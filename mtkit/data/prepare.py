@@ -51,8 +51,9 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def resolve_data(data: DataConfig) -> DataConfig:
     return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
 
 
-def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> str:
+def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | None = None) -> str:
     """Hash of the resolved data config (less ``workers``, which changes no output), mtkit's
     version, each input file's size and mtime, and the given vocabulary's bytes (``data.spm.vocab_from``)."""
     files = []
@@ -125,7 +126,7 @@ def fingerprint(data: DataConfig, vocab_models: Optional[tuple[bytes, Optional[b
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def read_manifest(out_dir: Path) -> Optional[dict]:
+def read_manifest(out_dir: Path) -> dict | None:
     """The manifest of a complete mtkit result in ``out_dir``, or None (missing, damaged or unknown)."""
     try:
         return load_manifest(out_dir)
@@ -244,11 +245,11 @@ def _check_out_dir(out_dir: Path) -> None:
 
 # --------------------------------------------------------------------- workers
 
-_STATE: Optional[tuple[Vocab, Any, CleanConfig, np.dtype, Optional[int], str]] = None
+_STATE: tuple[Vocab, Any, CleanConfig, np.dtype, int | None, str] | None = None
 
 
-def _init_worker(models: tuple[bytes, Optional[bytes]], clean: CleanConfig, dtype: str, tag: Optional[int] = None,
-                 tag_side: str = "source", parent: Optional[int] = None) -> None:
+def _init_worker(models: tuple[bytes, bytes | None], clean: CleanConfig, dtype: str, tag: int | None = None,
+                 tag_side: str = "source", parent: int | None = None) -> None:
     global _STATE
     if parent is not None:
         die_with_parent(parent)
@@ -354,14 +355,14 @@ def _sample_for_spm(data: DataConfig, progress: bool) -> tuple[list[str], list[s
 class _Part:
     """What one pass over a split reads: a single-pair recipe's split, or one pair's of ``data.pairs``."""
 
-    source: Optional[SourceConfig]
+    source: SourceConfig | None
     src_lang: str
     tgt_lang: str
-    key: Optional[str] = None  # the config key errors name (None: data.<split>)
-    tag: Optional[int] = None  # the target-language tag id that leads each source (multilingual) ...
+    key: str | None = None  # the config key errors name (None: data.<split>)
+    tag: int | None = None  # the target-language tag id that leads each source (multilingual) ...
     tag_side: str = "source"  # ... or each target (data.tag_side)
 
-    def pairs(self, split: str, invalid_utf8: str, skipped: Optional[collections.Counter] = None):
+    def pairs(self, split: str, invalid_utf8: str, skipped: collections.Counter | None = None):
         return iter_pairs(self.source, self.src_lang, self.tgt_lang, invalid_utf8, split, skipped=skipped,
                           key=self.key, demo_languages=self.tag is not None)
 
@@ -371,7 +372,7 @@ def _single(data: DataConfig, split: str) -> _Part:
 
 
 def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool,
-                  part: Optional[_Part] = None, writer: Optional[ParallelStoreWriter] = None) -> dict:
+                  part: _Part | None = None, writer: ParallelStoreWriter | None = None) -> dict:
     """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops.
 
     ``part``: one pair of a multilingual recipe, appended to ``writer`` (which the caller closes);
@@ -469,7 +470,7 @@ def _append_eval(data: DataConfig, part: _Part, split: str, vocab: Vocab, writer
 
 
 def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
-                vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> tuple[Vocab, dict]:
+                vocab_models: tuple[bytes, bytes | None] | None = None) -> tuple[Vocab, dict]:
     spm_cfg = data.spm
     if spm_cfg.vocab_from:
         if vocab_models is None:  # the checkpoint is read above the data layer (mtkit.commands.prepare)
@@ -511,7 +512,7 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
     return vocab, info
 
 
-def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
+def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[bytes, bytes | None], dict, dict]:
     """Sample the training data and train SentencePiece on it; returns the serialized model(s)."""
     spm_cfg, timings = data.spm, {}
     if data.pairs:
@@ -596,7 +597,7 @@ def _side_origin(source: SourceConfig, side: str, lang: str) -> tuple:
 
 
 def _train_multilingual_vocab(data: DataConfig, workers: int,
-                              progress: bool) -> tuple[tuple[bytes, Optional[bytes]], dict, dict]:
+                              progress: bool) -> tuple[tuple[bytes, bytes | None], dict, dict]:
     """SentencePiece for a multilingual recipe: one model over every language (or a source and a
     target model), with the pairs' target-language tags reserved as whole pieces of the model of their
     side (``data.tag_side``)."""
@@ -630,7 +631,7 @@ def _train_multilingual_vocab(data: DataConfig, workers: int,
 
 
 def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str,
-          vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> dict:
+          vocab_models: tuple[bytes, bytes | None] | None = None) -> dict:
     """Build every artefact of a prepared directory into ``out_dir`` (a fresh, empty folder)."""
     total_start = time.perf_counter()
     timings: dict[str, float] = {}
@@ -705,7 +706,7 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
 
     dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
     entries = []
-    for i, p in enumerate(data.pairs):
+    for p in data.pairs:
         name = Pair(p.src_lang, p.tgt_lang).name
         entries.append({"src_lang": p.src_lang, "tgt_lang": p.tgt_lang, "name": name, "tag": tag_piece(p.tgt_lang),
                         "tag_id": tag_id(vocab, p.tgt_lang, data.tag_side), "tag_side": data.tag_side,
@@ -757,8 +758,8 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
     return entries
 
 
-def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: Optional[bool] = None,
-                 vocab_models: Optional[tuple[bytes, Optional[bytes]]] = None) -> dict:
+def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress: bool | None = None,
+                 vocab_models: tuple[bytes, bytes | None] | None = None) -> dict:
     """Run the pipeline on ``data`` into ``out_dir``; reuse a complete result for identical inputs.
 
     ``vocab_models``: the serialized SentencePiece model(s) of ``data.spm.vocab_from``'s checkpoint

@@ -10,8 +10,9 @@ from __future__ import annotations
 import collections
 import itertools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from mtkit.config import SourceConfig
 from mtkit.errors import MtkitError
@@ -27,8 +28,8 @@ def iter_pairs(
     tgt_lang: str,
     invalid_utf8: str = "error",
     split_name: str = "train",
-    skipped: Optional[collections.Counter] = None,
-    key: Optional[str] = None,
+    skipped: collections.Counter | None = None,
+    key: str | None = None,
     demo_languages: bool = False,
 ) -> Iterator[tuple[str, str]]:
     """Yield the raw (source, target) pairs of one split, streaming.
@@ -75,7 +76,7 @@ def iter_pairs(
 
 
 def _iter_files(
-    src: Path, tgt: Path, invalid_utf8: str, skipped: Optional[collections.Counter]
+    src: Path, tgt: Path, invalid_utf8: str, skipped: collections.Counter | None
 ) -> Iterator[tuple[str, str]]:
     for path in (src, tgt):  # fail before the first pair, not in the middle of a pass
         if not path.is_file():
@@ -93,7 +94,7 @@ def _iter_files(
         yield s, t
 
 
-def _iter_tsv(path: Path, invalid_utf8: str, skipped: Optional[collections.Counter]) -> Iterator[tuple[str, str]]:
+def _iter_tsv(path: Path, invalid_utf8: str, skipped: collections.Counter | None) -> Iterator[tuple[str, str]]:
     if not path.is_file():
         raise MtkitError(f"{path}: no such file")
     for number, line in enumerate(read_lines(path, invalid_utf8), start=1):

@@ -140,7 +140,7 @@ class ParallelStore:
         self.tgt_lengths = tgt_lengths  # (N,) int32, memory-mapped
 
     @classmethod
-    def open(cls, out_dir: Path, split: str) -> "ParallelStore":
+    def open(cls, out_dir: Path, split: str) -> ParallelStore:
         """Map one split's files after checking that they agree; a damaged store raises MtkitError.
 
         The checks read only the metadata, the array headers and two offsets per side,

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
 
 import sentencepiece as spm
 
@@ -61,7 +61,7 @@ def _processor(model: bytes, name: str, check_ids: bool = True) -> spm.SentenceP
     return sp
 
 
-def first_lone_surrogate(text: str) -> Optional[int]:
+def first_lone_surrogate(text: str) -> int | None:
     """The 0-based index of the first lone surrogate (U+D800-U+DFFF) in ``text``, None if it has none.
 
     Python strings hold them (``json.loads('"\\ud800"')``, ``surrogateescape`` decoding), but they are
@@ -126,7 +126,7 @@ class PieceTable:
         return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids)]).strip()
 
 
-def _tables(pieces: Optional[dict]) -> Optional[tuple[PieceTable, PieceTable]]:
+def _tables(pieces: dict | None) -> tuple[PieceTable, PieceTable] | None:
     if pieces is None:
         return None
     src = PieceTable(pieces["src"])
@@ -140,8 +140,8 @@ class Vocab:
     vocabulary, see the module's docstring).
     """
 
-    def __init__(self, src: spm.SentencePieceProcessor, tgt: Optional[spm.SentencePieceProcessor],
-                 src_model: bytes, tgt_model: Optional[bytes], pieces: Optional[dict] = None) -> None:
+    def __init__(self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor | None,
+                 src_model: bytes, tgt_model: bytes | None, pieces: dict | None = None) -> None:
         self._src = src
         self._tgt = tgt if tgt is not None else src
         # What encodes text: the same models with user-defined pieces (tags) unused, see the module docstring.
@@ -155,7 +155,7 @@ class Vocab:
     # ----------------------------------------------------------------- loading
 
     @classmethod
-    def from_bytes(cls, src_model: bytes, tgt_model: Optional[bytes] = None, pieces: Optional[dict] = None) -> "Vocab":
+    def from_bytes(cls, src_model: bytes, tgt_model: bytes | None = None, pieces: dict | None = None) -> Vocab:
         """A joint vocabulary from one model, or separate ones from two serialized models; ``pieces``:
         an imported vocabulary's piece table(s)."""
         check = pieces is None
@@ -164,7 +164,7 @@ class Vocab:
         return cls(src, tgt, src_model, tgt_model, pieces)
 
     @classmethod
-    def from_files(cls, src_path: Path, tgt_path: Optional[Path] = None, pieces: Optional[dict] = None) -> "Vocab":
+    def from_files(cls, src_path: Path, tgt_path: Path | None = None, pieces: dict | None = None) -> Vocab:
         models = []
         for path in (src_path, tgt_path):
             if path is None:
@@ -181,7 +181,7 @@ class Vocab:
         return cls(src, tgt, models[0], models[1], pieces)
 
     @classmethod
-    def load(cls, out_dir: Path) -> "Vocab":
+    def load(cls, out_dir: Path) -> Vocab:
         """The vocabulary of a prepared directory (``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``)."""
         out_dir = Path(out_dir)
         pieces = _read_pieces(out_dir / PIECES_FILE)
@@ -207,12 +207,12 @@ class Vocab:
         atomic_write_bytes(Path(out_dir) / TGT_FILE, tgt_model)
         return [SRC_FILE, TGT_FILE, *extra]
 
-    def model_bytes(self) -> tuple[bytes, Optional[bytes]]:
+    def model_bytes(self) -> tuple[bytes, bytes | None]:
         """The serialized model(s): ``(joint, None)`` or ``(source, target)``; with :meth:`pieces`,
         enough to rebuild the Vocab."""
         return self._models
 
-    def pieces(self) -> Optional[dict]:
+    def pieces(self) -> dict | None:
         """An imported vocabulary's piece table(s), ``{"src": list, "tgt": list | None}``; None for a
         SentencePiece model's own ids."""
         return self._pieces
@@ -267,7 +267,7 @@ class Vocab:
         proto.ParseFromString(self._models[0] if side == "src" or self.joint else self._models[1])
         return proto
 
-    def model_type(self, side: str) -> Optional[str]:
+    def model_type(self, side: str) -> str | None:
         """"bpe", "unigram", "char" or "word" for the ``side`` ("src" or "tgt") model; None if unknown."""
         proto = self._proto(side)
         if proto is None:  # pragma: no cover
@@ -280,14 +280,14 @@ class Vocab:
         proto = self._proto(side)
         return proto is not None and proto.normalizer_spec.name.endswith("_cf")
 
-    def src_piece_id(self, piece: str) -> Optional[int]:
+    def src_piece_id(self, piece: str) -> int | None:
         """The source id of ``piece`` as a whole (e.g. a target-language tag), or None if it has none."""
         if self._tables:
             return self._tables[0].ids.get(piece)
         found = self._src.piece_to_id(piece)
         return found if found != UNK_ID and self._src.id_to_piece(found) == piece else None
 
-    def tgt_piece_id(self, piece: str) -> Optional[int]:
+    def tgt_piece_id(self, piece: str) -> int | None:
         """The target id of ``piece`` as a whole (a tag on the target side), or None if it has none."""
         if self._tables:
             return self._tables[1].ids.get(piece)
@@ -317,7 +317,7 @@ class Vocab:
         return [self._tgt.id_to_piece(int(i)) for i in ids]
 
 
-def _read_pieces(path: Path) -> Optional[dict]:
+def _read_pieces(path: Path) -> dict | None:
     """The piece table(s) saved beside the SentencePiece models (:data:`PIECES_FILE`), or None."""
     if not path.is_file():
         return None

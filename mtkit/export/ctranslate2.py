@@ -39,7 +39,8 @@ from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory
 from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
 
-ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}  # model.activation -> common_spec.Activation (GELU: erf)
+# model.activation -> common_spec.Activation (GELU: erf)
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 

@@ -41,8 +41,9 @@ This package knows nothing but torch and mtkit.config.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from torch import Tensor, nn
 
@@ -54,8 +55,8 @@ from mtkit.kernels.attention import (
     sdpa_attention,
 )
 from mtkit.kernels.decoder_step import fused_step, module_step, no_pack, pack_decoder
-from mtkit.kernels.encoder import fused_encode, module_encode
 from mtkit.kernels.dropout import fast_dropout, keep_mask, masked_dropout, reference_dropout
+from mtkit.kernels.encoder import fused_encode, module_encode
 from mtkit.kernels.loss import (
     label_smoothed_loss,
     linear_label_smoothed_loss,

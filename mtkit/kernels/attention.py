@@ -10,7 +10,7 @@ training), and returns (B, h, T, d_k).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -22,8 +22,8 @@ inactive in both (decoding runs the model in eval mode; the fused step has no dr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

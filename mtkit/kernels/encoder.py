@@ -12,8 +12,8 @@ Both take the model duck-typed, as :mod:`mtkit.kernels.decoder_step` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

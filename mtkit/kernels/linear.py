@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F

@@ -31,7 +31,8 @@ def _drop_padding(logits: Tensor, target: Tensor, pad_id: int) -> tuple[Tensor, 
     return logits[keep], target[keep]  # drop padding before the vocabulary-sized work
 
 
-def reference_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int) -> tuple[Tensor, Tensor, int]:
+def reference_label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float,
+                                  pad_id: int) -> tuple[Tensor, Tensor, int]:
     """Summed label-smoothed loss and NLL over the non-padding target tokens.
 
     The smoothed target puts 1-ε on the reference token and spreads ε uniformly over

@@ -59,7 +59,8 @@ from mtkit.runtime.engine import LineTranslator
 
 MANIFEST = "mtkit.json"
 INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
-                       "glossaries): CTranslate2 has no constrained search; use --engine torch (exclude works with both)")
+                       "glossaries): CTranslate2 has no constrained search; use --engine torch "
+                       "(exclude works with both)")
 
 
 def import_ctranslate2():
@@ -206,7 +207,8 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
                             ("h", "encoder/num_heads", 0)):  # a scalar: its value (model_bin_shapes)
         shape = shapes.get(name)
         if shape is not None and len(shape) > axis and shape[axis] != getattr(m, key):
-            refuse(key, getattr(m, key), f"{name} {shape[0]}" if key == "h" else f"{name} of {' × '.join(map(str, shape))}")
+            refuse(key, getattr(m, key),
+                   f"{name} {shape[0]}" if key == "h" else f"{name} of {' × '.join(map(str, shape))}")
 
 
 def exported_decode(model_dir: Path) -> DecodeConfig:

@@ -29,8 +29,8 @@ times slower once torch's OpenMP runtime is loaded and used in the same process)
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
 
 from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.errors import MtkitError

@@ -7,7 +7,7 @@ no ensemble-specific code.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -35,10 +35,10 @@ class EnsembleCache:
     def step(self) -> int:
         return self.caches[0].step
 
-    def reorder(self, indices: Tensor) -> "EnsembleCache":
+    def reorder(self, indices: Tensor) -> EnsembleCache:
         return EnsembleCache([c.reorder(indices) for c in self.caches])
 
-    def select_sentences(self, sentences: Tensor) -> "EnsembleCache":
+    def select_sentences(self, sentences: Tensor) -> EnsembleCache:
         return EnsembleCache([c.select_sentences(sentences) for c in self.caches])
 
 

@@ -64,7 +64,8 @@ class Glossary:
             try:
                 lines.append(raw.decode("utf-8").rstrip("\r"))
             except UnicodeDecodeError as e:
-                raise MtkitError(f"{flag} {path}: line {number}: not valid UTF-8 (byte {e.start + 1} of the line)") from None
+                raise MtkitError(f"{flag} {path}: line {number}: not valid UTF-8 "
+                                 f"(byte {e.start + 1} of the line)") from None
         pairs = []
         for number, line in enumerate(lines, 1):
             if not line.strip() or line.startswith("#"):

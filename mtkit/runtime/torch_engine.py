@@ -6,7 +6,7 @@ the runtime never loads it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError

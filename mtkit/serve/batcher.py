@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mtkit.config import DecodeConfig
 from mtkit.runtime.constraints import Constraints

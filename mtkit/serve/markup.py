@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _TAGS = re.compile(r"(<!--.*?-->|<[^>]*>)", re.S)
 _NAME = re.compile(r"<\s*(/?)\s*([A-Za-z][A-Za-z0-9-]*)")

@@ -14,8 +14,8 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
 
     Accumulates in float64, one checkpoint in memory at a time, and keeps the first
     checkpoint's config and vocabulary. Checkpoints of different vocabularies (SentencePiece
-    models, even of one size) or parameter shapes are refused: their ids mean different pieces. The result holds no optimizer state: it is for
-    translation and evaluation, not for resuming.
+    models, even of one size) or parameter shapes are refused: their ids mean different pieces. The
+    result holds no optimizer state: it is for translation and evaluation, not for resuming.
     """
     if not paths:
         raise MtkitError("no checkpoints to average")

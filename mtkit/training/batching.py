@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -184,9 +185,10 @@ class Batch:
         real = int((self.src != PAD_ID).sum()) + self.n_tgt_tokens
         return 1.0 - real / (self.src.numel() + self.tgt_out.numel())
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         nb = dict(non_blocking=True)
-        return Batch(self.src.to(device, **nb), self.tgt_in.to(device, **nb), self.tgt_out.to(device, **nb), self.epoch, self.position)
+        return Batch(self.src.to(device, **nb), self.tgt_in.to(device, **nb), self.tgt_out.to(device, **nb),
+                     self.epoch, self.position)
 
 
 Resegment = Callable[[list, list], tuple[list, list]]

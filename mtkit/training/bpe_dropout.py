@@ -24,7 +24,7 @@ optimizer state and dropout masks, but draws other segmentations than an uninter
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -91,7 +91,7 @@ class StopSignals:
         self.signum: int | None = None
         self._saved: dict = {}
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 previous = signal.getsignal(sig)
@@ -132,7 +132,8 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise MtkitError("train.tensorboard needs the tensorboard package: pip install 'mtkit[tensorboard]'") from None
+                raise MtkitError("train.tensorboard needs the tensorboard package: "
+                                 "pip install 'mtkit[tensorboard]'") from None
             self.tensorboard = SummaryWriter(log_dir=str(path.parent / "tensorboard"))
 
     def truncate_after(self, step: int) -> None:
@@ -233,7 +234,8 @@ class Trainer:
                                           tag_side="tgt" if self.tagged_targets else "src")
             # Averaged over ranks so that every rank cuts the same batches; a resumed run reuses the saved one.
             growth = self.bpe_dropout.growth(self.train_store)
-            self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size for g in growth))
+            self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size
+                                          for g in growth))
         self.step = 0
         self.elapsed = 0.0  # training seconds, summed over resumed runs
         self.best: float | None = None
@@ -271,8 +273,8 @@ class Trainer:
         sides = {entry.get("tag_side", "source") for entry in manifest.get("pairs") or []}
         if stored and sides != {self.config.data.tag_side}:
             raise MtkitError(f"data.tag_side: {self.data_dir} was prepared with the tags on the "
-                             f"{', '.join(sorted(sides))} side; the recipe says {self.config.data.tag_side}: prepare it "
-                             "again with the recipe")
+                             f"{', '.join(sorted(sides))} side; the recipe says {self.config.data.tag_side}: "
+                             "prepare it again with the recipe")
         if self.cfg.best_pair != "mean":
             named = next(p for p in stored if p.pair.name == self.cfg.best_pair)
             if named.segment("valid") is None and self.cfg.valid_every:
@@ -351,7 +353,8 @@ class Trainer:
                              f"{trained_on[:12]}…, {self.data_dir}/manifest.json has {self.data_fingerprint[:12]}…; "
                              f"resume with the run's data or start a new run directory")
         if checkpoint_config(ckpt, path).model != self.config.model:
-            raise MtkitError(f"{self.ckpt_dir}: the checkpoint's model config differs from this recipe's; use a new run directory")
+            raise MtkitError(f"{self.ckpt_dir}: the checkpoint's model config differs from this recipe's; "
+                             "use a new run directory")
         check_weights_fit(self.model, ckpt["model"], path)
 
     def _start_from(self, init: Parent) -> None:
@@ -504,8 +507,8 @@ class Trainer:
         from mtkit.training.validation import validation_bleu
 
         self.model.eval()
-        return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam, self.device,
-                               self.dist.rank, self.dist.world_size)
+        return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam,
+                               self.device, self.dist.rank, self.dist.world_size)
 
     def validate_pairs_bleu(self) -> dict:
         """A multilingual run's validation BLEU: per pair (``valid_bleu/en-de`` …), its sources led by the
@@ -651,8 +654,8 @@ class Trainer:
                 window["updates"] += 1
                 window["skipped"] += int(stats["skipped"])
                 if stats["skipped"]:
-                    print(f"warning: step {self.step}: non-finite gradients (norm {stats['grad_norm']}); update skipped",
-                          file=sys.stderr)
+                    print(f"warning: step {self.step}: non-finite gradients (norm {stats['grad_norm']}); "
+                          "update skipped", file=sys.stderr)
 
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     final_loss = self._log_window(window, window_start, stats, bar)
@@ -799,7 +802,8 @@ class Trainer:
             pass
 
 
-def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None, progress: bool | None = None) -> TrainResult:
+def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None,
+          progress: bool | None = None) -> TrainResult:
     """Train ``config`` on the prepared ``data_dir`` into ``run_dir`` (resuming when it holds a run;
     a new run with ``train.init_from`` starts from that checkpoint's weights)."""
     config, parent = resolve_init(config, Path(run_dir), resume)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY_MODEL
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
@@ -34,7 +33,8 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
     return {
         # prepare
         "prepare: recipe is a directory": (["prepare", str(d["tmp"]), "-o", str(d["tmp"] / "o1")], "is a directory"),
-        "prepare: no such recipe": (["prepare", str(d["tmp"] / "nope.yaml"), "-o", str(d["tmp"] / "o2")], "no such file"),
+        "prepare: no such recipe": (["prepare", str(d["tmp"] / "nope.yaml"), "-o", str(d["tmp"] / "o2")],
+                                    "no such file"),
         "prepare: malformed YAML": (["prepare", d["malformed"], "-o", str(d["tmp"] / "o3")], "malformed YAML"),
         "prepare: unknown key": (["prepare", d["unknown_key"], "-o", str(d["tmp"] / "o4")], "did you mean"),
         "prepare: --src without --tgt": (["prepare", "--src", src, "-o", str(d["tmp"] / "o5")], "go together"),
@@ -43,8 +43,8 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "prepare: .gz that is not gzip": (["prepare", "--src", d["fake_gz"], "--tgt", d["fake_gz"],
                                            "-o", str(d["tmp"] / "o7")], "gzip"),
         "prepare: output is a file": (["prepare", "--src", src, "--tgt", tgt, "-o", src], "not a directory"),
-        "prepare: --force on the user's own folder": (["prepare", "--src", src, "--tgt", tgt, "-o", str(text), "--force"],
-                                                      str(text)),
+        "prepare: --force on the user's own folder": (["prepare", "--src", src, "--tgt", tgt, "-o", str(text),
+                                                       "--force"], str(text)),
         "prepare: --set without =": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o8"),
                                       "--set", "data.workers"], "expected KEY=VALUE"),
         "prepare: --set wrong type": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o9"),
@@ -56,8 +56,9 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
                                    "invalid UTF-8"),
         "prepare: --vocab-from nowhere": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o13"),
                                            "--vocab-from", str(d["tmp"] / "novocab")], "novocab"),
-        "prepare: --vocab-from with data.spm.model": (["prepare", "--src", src, "--tgt", tgt, "-o", str(d["tmp"] / "o14"),
-                                                       "--vocab-from", run, "--set", "data.spm.model=spm.model"],
+        "prepare: --vocab-from with data.spm.model": (["prepare", "--src", src, "--tgt", tgt, "-o",
+                                                       str(d["tmp"] / "o14"), "--vocab-from", run, "--set",
+                                                       "data.spm.model=spm.model"],
                                                       "--vocab-from"),
         # train
         "train: no such data directory": (["train", recipe, "-d", str(d["tmp"] / "nodata"), "-r", str(d["tmp"] / "r1")],
@@ -65,7 +66,8 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "train: data without manifest": (["train", recipe, "-d", str(text), "-r", str(d["tmp"] / "r2")], "manifest"),
         "train: broken manifest": (["train", recipe, "-d", d["broken_manifest"], "-r", str(d["tmp"] / "r3")],
                                    "manifest.json"),
-        "train: truncated store": (["train", recipe, "-d", d["truncated"], "-r", str(d["tmp"] / "r4")], "train.src.bin"),
+        "train: truncated store": (["train", recipe, "-d", d["truncated"], "-r", str(d["tmp"] / "r4")],
+                                   "train.src.bin"),
         "train: run directory is a file": (["train", recipe, "-d", data, "-r", src], src),
         "train: negative lr": (train + ["--set", "train.lr=-1"], "--set train.lr=-1"),
         "train: dropout 2": (train + ["--set", "model.dropout=2"], "model.dropout=2"),

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
@@ -47,7 +46,8 @@ def test_prepare_and_train_write_their_files(pipeline):
     assert train.returncode == 0, train.stderr
     for name in ("manifest.json", "spm.model", "train.store.json", "valid.src.txt", "test.tgt.txt"):
         assert (root / "data" / name).is_file(), name
-    for name in ("config.yaml", "spm.model", "metrics.jsonl", "curves.png", "checkpoints/last.pt", "checkpoints/best.pt"):
+    for name in ("config.yaml", "spm.model", "metrics.jsonl", "curves.png", "checkpoints/last.pt",
+                 "checkpoints/best.pt"):
         assert (root / "run" / name).is_file(), name
     # Piped output stays quiet: no progress bar on stderr.
     assert "\r" not in train.stderr and "it/s" not in train.stderr
@@ -108,7 +108,8 @@ def test_help_and_version():
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = "import sys; sys.argv=['mtkit','--help']\nfrom mtkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n" \
+    code = "import sys; sys.argv=['mtkit','--help']\nfrom mtkit.cli import main\ntry:\n    main()\n" \
+           "except SystemExit:\n    pass\n" \
            "print('HEAVY', sorted(m for m in ('torch','datasets','sacrebleu','sentencepiece') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV)
     assert "HEAVY []" in result.stdout
@@ -151,7 +152,8 @@ def test_unknown_key_names_the_dotted_key_and_the_closest(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    result = mtkit("--debug", "prepare", "--src", str(tmp_path / "x"), "--tgt", str(tmp_path / "y"), "--out", str(tmp_path / "o"))
+    result = mtkit("--debug", "prepare", "--src", str(tmp_path / "x"), "--tgt", str(tmp_path / "y"),
+                   "--out", str(tmp_path / "o"))
     assert result.returncode == 1 and "Traceback" in result.stderr
 
 
@@ -211,5 +213,6 @@ def test_run_of_a_lowercasing_vocabulary_scores_case_insensitively(tmp_path):
 
 def test_decode_options_go_through_the_strict_check(pipeline):
     root, *_ = pipeline
-    message = one_line_error(mtkit("translate", "-m", str(root / "run"), "--beam", "2", "--nbest", "3", stdin="alpha\n"))
+    message = one_line_error(mtkit("translate", "-m", str(root / "run"), "--beam", "2", "--nbest", "3",
+                                   stdin="alpha\n"))
     assert "nbest" in message

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
-from mtkit.config import config_from_dict
+
 from mtkit.commands import processes as ensemble
+from mtkit.config import config_from_dict
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 

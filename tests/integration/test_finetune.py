@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from conftest import TINY_MODEL, WORDS, reverse_data_config
+from test_train import losses, make_config
+
 from mtkit.config import PAD_ID, config_from_dict, load_config
 from mtkit.errors import MtkitError
 from mtkit.runtime.checkpoint import load_checkpoint, load_model
 from mtkit.training.optim import learning_rate
 from mtkit.training.trainer import train
-from test_train import losses, make_config
 
 pytestmark = pytest.mark.slow  # real training and processes: the fast tier is pytest -m 'not slow'
 

@@ -87,8 +87,10 @@ def write_marian(folder: Path, config: dict | None = None, generation: dict | No
 
 # name -> (config.json overrides, generation_config.json overrides, the key the error names)
 MARIAN_CASES = {
-    "encoder_layers": ({"encoder_layers": HUGE}, {}, "encoder_layers is 100000000 but model.safetensors has 1 encoder layer"),
-    "decoder_layers": ({"decoder_layers": HUGE}, {}, "decoder_layers is 100000000 but model.safetensors has 1 decoder layer"),
+    "encoder_layers": ({"encoder_layers": HUGE}, {},
+                       "encoder_layers is 100000000 but model.safetensors has 1 encoder layer"),
+    "decoder_layers": ({"decoder_layers": HUGE}, {},
+                       "decoder_layers is 100000000 but model.safetensors has 1 decoder layer"),
     "ffn_dim": ({"encoder_ffn_dim": HUGE, "decoder_ffn_dim": HUGE}, {}, "encoder_ffn_dim is 100000000"),
     "d_model": ({"d_model": HUGE}, {}, "d_model is 100000000"),
     "vocab_size": ({"vocab_size": 10 * HUGE, "decoder_vocab_size": 10 * HUGE}, {}, "vocab_size is 1000000000"),
@@ -97,7 +99,8 @@ MARIAN_CASES = {
                                     "encoder_attention_heads (3) must divide d_model (8)"),
     "num_beams a string": ({}, {"num_beams": "4"}, "generation_config.json: num_beams must be an integer, got '4'"),
     "max_length a string": ({}, {"max_length": "20"}, "generation_config.json: max_length must be an integer"),
-    "length_penalty a string": ({}, {"length_penalty": "1.0"}, "generation_config.json: length_penalty must be a number"),
+    "length_penalty a string": ({}, {"length_penalty": "1.0"},
+                                "generation_config.json: length_penalty must be a number"),
     "renormalize_logits a string": ({}, {"renormalize_logits": "yes"}, "renormalize_logits must be true or false"),
     "early_stopping a number": ({}, {"early_stopping": 3}, "early_stopping must be one of"),
     "pad_token_id a list": ({"pad_token_id": [V - 1]}, {}, "config.json: pad_token_id must be an integer"),
@@ -136,8 +139,10 @@ def tiny_checkpoint(path: Path, positions: str = "sinusoidal", **model_overrides
 
 # name -> (checkpoint options, the fragment the error names)
 CHECKPOINT_CASES = {
-    "encoder_layers": ({"encoder_layers": HUGE}, "model.encoder_layers is 100000000 but its weights have 1 encoder layer"),
-    "decoder_layers": ({"decoder_layers": HUGE}, "model.decoder_layers is 100000000 but its weights have 1 decoder layer"),
+    "encoder_layers": ({"encoder_layers": HUGE},
+                       "model.encoder_layers is 100000000 but its weights have 1 encoder layer"),
+    "decoder_layers": ({"decoder_layers": HUGE},
+                       "model.decoder_layers is 100000000 but its weights have 1 decoder layer"),
     "d_ff": ({"d_ff": HUGE}, "model.d_ff is 100000000"),
     "d_model": ({"d_model": HUGE}, "model.d_model is 100000000"),
     "h does not divide d_model": ({"h": 3}, "model.h"),
@@ -219,7 +224,8 @@ def test_the_handmade_folder_has_the_huggingface_layout(tmp_path):
     config = {k: v for k, v in marian_config().items() if k not in ("model_type", "architectures")}
     transformers.MarianMTModel(transformers.MarianConfig(**config)).save_pretrained(tmp_path / "theirs")
     ours = write_marian(tmp_path / "ours")
-    assert _safetensors_shapes(ours / "model.safetensors") == _safetensors_shapes(tmp_path / "theirs" / "model.safetensors")
+    assert (_safetensors_shapes(ours / "model.safetensors")
+            == _safetensors_shapes(tmp_path / "theirs" / "model.safetensors"))
 
 
 def bad_model_cases(d: dict) -> dict[str, tuple[list[str], str]]:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import TINY_MODEL, write_reverse_corpus
+
 from mtkit.commands.prepare import prepare
 from mtkit.config import config_from_dict
 from mtkit.errors import MtkitError

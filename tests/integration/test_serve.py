@@ -155,7 +155,8 @@ def test_translate_a_string_and_a_list_as_json_and_as_a_form_like_mtkit_translat
     assert status == 200 and answer["translatedText"] == [expected[x] for x in lines]
     status, answer = server.post_form("/translate", {"q": lines[1], "source": "en", "target": "de"})
     assert status == 200 and answer == {"translatedText": expected[lines[1]]}
-    status, answer = server.post_form("/translate", [("q", x) for x in lines[:3]] + [("source", "auto"), ("target", "de")])
+    status, answer = server.post_form("/translate",
+                                      [("q", x) for x in lines[:3]] + [("source", "auto"), ("target", "de")])
     assert status == 200 and answer["translatedText"] == [expected[x] for x in lines[:3]]
     assert answer["detectedLanguage"][0]["language"] == "en"
     # Several lines in one q: one output line per input line, an empty line stays empty.
@@ -435,11 +436,13 @@ def test_fuzzed_requests_never_get_a_5xx(server):
             status, _, answer = server.request("POST", path, body, "application/json")
         elif how == "form":
             flat = [(k, str(v)) for k, v in body.items()]
-            status, _, answer = server.request("POST", path, urllib.parse.urlencode(flat, errors="surrogatepass").encode(),
+            status, _, answer = server.request("POST", path,
+                                               urllib.parse.urlencode(flat, errors="surrogatepass").encode(),
                                                "application/x-www-form-urlencoded")
         elif how == "query":
             flat = [(k, str(v)) for k, v in body.items()]
-            status, _, answer = server.request("POST", path + "?" + urllib.parse.urlencode(flat, errors="surrogatepass"))
+            status, _, answer = server.request("POST",
+                                               path + "?" + urllib.parse.urlencode(flat, errors="surrogatepass"))
         else:
             status, _, answer = server.request("POST", path, json.dumps(body).encode(), "application/json")
         assert status < 500, (status, answer)

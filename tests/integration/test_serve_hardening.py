@@ -69,11 +69,11 @@ def test_lone_surrogates_are_a_400_naming_the_field_and_stop_no_decoding_thread(
 def test_nesting_huge_and_non_finite_numbers_and_odd_digits_are_400s(server):
     deep = lambda n: "[" * n + '"alpha"' + "]" * n  # noqa: E731
     cases = {
-        "q nested 100,000 deep": raw(server, ('{"q": %s, "source": "en", "target": "de"}' % deep(100_000)).encode()),
-        "text nested 100,000 deep": raw(server, ('{"text": %s}' % deep(100_000)).encode(), "/v1/translate"),
-        "glossary nested 100,000 deep": raw(server, ('{"text": "alpha", "glossary": %s}' % deep(100_000)).encode(),
+        "q nested 100,000 deep": raw(server, (f'{{"q": {deep(100_000)}, "source": "en", "target": "de"}}').encode()),
+        "text nested 100,000 deep": raw(server, (f'{{"text": {deep(100_000)}}}').encode(), "/v1/translate"),
+        "glossary nested 100,000 deep": raw(server, (f'{{"text": "alpha", "glossary": {deep(100_000)}}}').encode(),
                                             "/v1/translate"),
-        "q nested 40 deep": raw(server, ('{"q": %s, "source": "en", "target": "de"}' % deep(40)).encode()),
+        "q nested 40 deep": raw(server, (f'{{"q": {deep(40)}, "source": "en", "target": "de"}}').encode()),
         "alpha 1e308": server.post_json("/v1/translate", {"text": "alpha bravo", "alpha": 1e308}),
         "alpha 1e400 (inf)": raw(server, b'{"text": "alpha bravo", "alpha": 1e400}', "/v1/translate"),
         "alpha NaN": raw(server, b'{"text": "alpha bravo", "alpha": NaN}', "/v1/translate"),
@@ -82,9 +82,10 @@ def test_nesting_huge_and_non_finite_numbers_and_odd_digits_are_400s(server):
         "alternatives 10**5000 digits": raw(server, b'{"q": "alpha", "source": "en", "target": "de", '
                                                     b'"alternatives": 1' + b"0" * 5000 + b"}"),
         "form alternatives=\u00b2": server.post_form("/translate", {**OK, "alternatives": "\u00b2"}),
-        "form alternatives=\u0663 (Arabic-Indic three)": server.post_form("/translate", {**OK, "alternatives": "\u0663"}),
-        "query alternatives=1e400": raw(server, b"", "/translate?" + urllib.parse.urlencode({**OK, "alternatives": "1e400"}),
-                                        ""),
+        "form alternatives=\u0663 (Arabic-Indic three)": server.post_form("/translate",
+                                                                          {**OK, "alternatives": "\u0663"}),
+        "query alternatives=1e400": raw(server, b"",
+                                        "/translate?" + urllib.parse.urlencode({**OK, "alternatives": "1e400"}), ""),
     }
     for name, (status, answer) in cases.items():
         assert status == 400 and isinstance(answer.get("error"), str), (name, status, answer)
@@ -148,7 +149,7 @@ def _slow(port: int, lines: list[bytes], pause: float, stop: float) -> str:
             sock.settimeout(max(0.05, min(0.5, stop - time.monotonic())))
             try:
                 chunk = sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if not chunk:
                 return "closed " + got.decode(errors="replace")

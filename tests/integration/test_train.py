@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import TINY_MODEL
+
 from mtkit.config import config_from_dict
 from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.training.trainer import train
@@ -65,7 +65,8 @@ def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path, seed):
     assert (run / "checkpoints" / "last.pt").is_file() and (run / "checkpoints" / "best.pt").is_file()
     assert len(step_checkpoints(run)) <= 2
     ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
-    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "sampler", "step", "config", "vocab", "format_version"):
+    for key in ("model", "optimizer", "scheduler", "scaler", "rng", "sampler", "step", "config", "vocab",
+                "format_version"):
         assert key in ckpt
     assert all(r.get("padding", 0) < 0.5 for r in records if "padding" in r)
 
@@ -222,7 +223,8 @@ def test_train_processes_launches_ranks_that_stop_together(reverse_data, tmp_pat
     config = make_config(data, processes=2, max_steps=100_000, max_minutes=0.02, valid_every=100_000)
     recipe = write_recipe(tmp_path / "recipe.yaml", config)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
+    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir",
+           str(tmp_path / "run")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("trained ") == 1 and "(stopped: max_minutes)" in proc.stderr  # rank 0 reports
@@ -243,7 +245,8 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
     config = make_config(data, processes=2, max_steps=150, valid_every=150, bleu_every=150, clip_norm=1.0)
     recipe = write_recipe(tmp_path / "recipe.yaml", config)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
+    cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir",
+           str(tmp_path / "run")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

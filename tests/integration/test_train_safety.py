@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import reverse_data_config, write_reverse_corpus
+from test_train import losses, make_config, write_recipe
+
 from mtkit.errors import MtkitError
 from mtkit.runtime.checkpoint import describe, load_checkpoint, load_model
 from mtkit.training.checkpoint import save_checkpoint
 from mtkit.training.trainer import train
-from test_train import losses, make_config, write_recipe
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -151,7 +151,8 @@ def test_a_signal_to_launched_ranks_saves_their_step_with_one_line(reverse_data,
     assert code == 143, stderr[-3000:]
     step = load_checkpoint(run / "checkpoints" / "last.pt")["step"]
     assert_one_error_line(stderr, f"interrupted by SIGTERM at step {step}; "
-                                  f"saved {run / 'checkpoints' / f'step_{step:07d}.pt'}; run the same command to resume")
+                                  f"saved {run / 'checkpoints' / f'step_{step:07d}.pt'}; "
+                                  "run the same command to resume")
 
 
 def test_signal_handlers_are_restored_after_training(reverse_data, tmp_path):

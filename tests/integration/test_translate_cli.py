@@ -12,7 +12,6 @@ import threading
 
 import pytest
 import torch
-
 from conftest import WORDS
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from conftest import ListStore
+
 from mtkit.config import PAD_ID, UNK_ID, SpmConfig
 from mtkit.data.synthetic import demo_pairs
 from mtkit.data.vocab import Vocab, train_model
@@ -58,8 +58,8 @@ def test_growth_sizes_the_batches_to_max_tokens(vocab):
     src_growth, tgt_growth = dropout.growth(store)
     assert 1.05 < src_growth < 3.0 and 1.05 < tgt_growth < 3.0
     max_tokens = 300
-    sampler = TokenBatchSampler(scaled_lengths(store.src_lengths, src_growth), scaled_lengths(store.tgt_lengths, tgt_growth),
-                                max_tokens, seed=1)
+    sampler = TokenBatchSampler(scaled_lengths(store.src_lengths, src_growth),
+                                scaled_lengths(store.tgt_lengths, tgt_growth), max_tokens, seed=1)
     def wider_side(sampler, resegment):
         """Mean real tokens of a batch's wider side, and mean sentences per batch, over one epoch."""
         stream = prefetch(store, sampler, resegment=resegment)
@@ -68,7 +68,8 @@ def test_growth_sizes_the_batches_to_max_tokens(vocab):
         tokens = [max(int((b.src != PAD_ID).sum()), b.n_tgt_tokens) for b in epoch]
         return np.mean(tokens), np.mean([b.src.shape[0] for b in epoch])
 
-    plain_tokens, plain_rows = wider_side(TokenBatchSampler(store.src_lengths, store.tgt_lengths, max_tokens, seed=1), None)
+    plain_tokens, plain_rows = wider_side(TokenBatchSampler(store.src_lengths, store.tgt_lengths, max_tokens, seed=1),
+                                          None)
     tokens, rows = wider_side(sampler, dropout)
     grown, _ = wider_side(TokenBatchSampler(store.src_lengths, store.tgt_lengths, max_tokens, seed=1), dropout)
     # As many real tokens per batch as without BPE-dropout, in fewer sentences ...
@@ -78,7 +79,8 @@ def test_growth_sizes_the_batches_to_max_tokens(vocab):
 
 
 def test_unigram_models_and_bad_probabilities_are_refused():
-    unigram = Vocab.from_bytes(train_model([s for p in PAIRS for s in p], SpmConfig(vocab_size=300, model_type="unigram")))
+    unigram = Vocab.from_bytes(train_model([s for p in PAIRS for s in p],
+                                           SpmConfig(vocab_size=300, model_type="unigram")))
     with pytest.raises(MtkitError, match="BPE SentencePiece model"):
         BPEDropout(unigram, 0.1, seed=1)
     from mtkit.config import config_from_dict

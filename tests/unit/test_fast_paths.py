@@ -90,7 +90,8 @@ def _qkv(dtype, d_k=64, seed=0):
 
 MASKS = {
     "none": (None, False),
-    "padding": (torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], dtype=torch.bool)[:, None, None, :], False),
+    "padding": (torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 2 + [0] * 4], dtype=torch.bool)[:, None, None, :],
+                False),
     "causal": (None, True),
 }
 

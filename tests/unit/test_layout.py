@@ -38,7 +38,8 @@ def test_the_model_knows_only_the_config_and_the_kernels():
 
 
 def test_the_kernels_know_only_the_config():
-    kernels = [PACKAGE / "kernels.py"] if (PACKAGE / "kernels.py").exists() else sorted((PACKAGE / "kernels").glob("*.py"))
+    kernels = ([PACKAGE / "kernels.py"] if (PACKAGE / "kernels.py").exists()
+               else sorted((PACKAGE / "kernels").glob("*.py")))
     assert kernels
     for path in kernels:
         bad = {m for m in mtkit_imports(path) if not m.startswith(("mtkit.config", "mtkit.kernels"))}

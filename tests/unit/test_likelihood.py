@@ -103,7 +103,7 @@ def test_one_score_per_line_pair_in_input_order(loaded):
     found = list(PairScorer(loaded, batch_tokens=30, log=warnings.append).score(lines, chunk_size=3))
     assert [s.index for s in found] == list(range(len(lines)))
     vocab = loaded.vocab
-    for s, (src, tgt) in zip(found, lines):
+    for s, (_src, tgt) in zip(found, lines):
         assert s.tokens == len(vocab.encode_tgt(tgt)) + 1
     fitting = [(vocab.encode_src(a), vocab.encode_tgt(b)) for a, b in lines if b != long_line]
     expected = PairScorer(loaded).score_ids(fitting)

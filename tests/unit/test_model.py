@@ -19,7 +19,8 @@ V = 40
 
 
 def tiny(kernels="auto", **overrides) -> Transformer:
-    cfg = ModelConfig(**{**dict(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0), **overrides})
+    cfg = ModelConfig(**{**dict(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0),
+                         **overrides})
     torch.manual_seed(0)
     return Transformer(cfg, V, V, kernels=kernels).eval()
 
@@ -74,7 +75,8 @@ def test_attention_equals_the_reference_formula(causal, kernels, d_model, h, gra
         got = mha.attend(q, k, v, mask)
         assert torch.allclose(got, expected, atol=1e-5)
         if causal:
-            expected = mha.w_o(mha.merge_heads(reference_attention(q, k, v, torch.ones(6, 6, dtype=torch.bool).tril())[0]))
+            expected = mha.w_o(mha.merge_heads(reference_attention(q, k, v,
+                                                                   torch.ones(6, 6, dtype=torch.bool).tril())[0]))
             assert torch.allclose(mha(x, mem, None, causal=True), expected, atol=1e-5)
 
 
@@ -208,7 +210,8 @@ def test_preset_parameter_counts_match_the_paper(preset, vocab, paper_millions):
 
 def test_presets_have_their_published_shapes():
     tiny_cfg = config_from_dict({"model": {"preset": "transformer-tiny"}}).model
-    assert (tiny_cfg.encoder_layers, tiny_cfg.decoder_layers, tiny_cfg.d_model, tiny_cfg.d_ff, tiny_cfg.h) == (4, 4, 128, 256, 4)
+    assert (tiny_cfg.encoder_layers, tiny_cfg.decoder_layers, tiny_cfg.d_model, tiny_cfg.d_ff,
+            tiny_cfg.h) == (4, 4, 128, 256, 4)
     iwslt = config_from_dict({"model": {"preset": "transformer-iwslt"}}).model
     assert (iwslt.d_model, iwslt.d_ff, iwslt.h, iwslt.encoder_layers) == (512, 1024, 4, 6)
     big = config_from_dict({"model": {"preset": "transformer-big", "dropout": 0.1}}).model

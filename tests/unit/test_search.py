@@ -93,7 +93,7 @@ def test_nbest_distinct_and_sorted(model, src):
 
 
 def test_max_length_and_min_length(model, src):
-    for h, row in zip(greedy_search(model, src, 0.0, 3, min_len=3), src):
+    for h, _row in zip(greedy_search(model, src, 0.0, 3, min_len=3), src):
         assert len(h[0].tokens) == 3
     lengths = (src != PAD_ID).sum(1).tolist()
     for sentence, n in zip(beam_search(model, src, beam=3, max_len_a=0.5, max_len_b=2, nbest=3), lengths):

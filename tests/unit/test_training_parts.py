@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ListStore
+
 from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
+from mtkit.kernels.loss import label_smoothed_loss
+from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
 from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
-from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
 from mtkit.training.checkpoint import link_atomically, save_checkpoint
-from mtkit.kernels.loss import label_smoothed_loss
 from mtkit.training.optim import learning_rate
 
 
@@ -102,7 +102,8 @@ def test_label_smoothed_loss_matches_torch_and_ignores_padding():
     target = torch.randint(1, 11, (2, 5))
     target[1, 3:] = 0
     loss, nll, n = label_smoothed_loss(logits, target, 0.1, pad_id=0)
-    expected = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0, label_smoothing=0.1, reduction="sum")
+    expected = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0, label_smoothing=0.1,
+                               reduction="sum")
     expected_nll = F.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0, reduction="sum")
     assert n == 8
     assert torch.allclose(loss, expected, atol=1e-5)

@@ -131,7 +131,7 @@ def test_ready_lines_of_a_pipe_as_they_arrive():
     r, w = os.pipe()
     waits = []
     lines = read_ready_lines(r, before_wait=lambda: waits.append(True), chunk_size=4)
-    os.write(w, "one\ntwo\r\nthr".encode())
+    os.write(w, b"one\ntwo\r\nthr")
     assert [next(lines), next(lines)] == ["one", "two"]  # across 4-byte reads
     assert next(lines) is None and not waits  # nothing more ready: translate what you hold
     os.write(w, b"ee\n\xff\n")
