@@ -52,6 +52,7 @@ def group_of(key: str) -> str:
 
 def profile(translator, batches: list[list[list[int]]]) -> dict:
     """Run the search on ``batches`` once to warm up and once under the profiler."""
+    call = translator.call()
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -66,16 +67,16 @@ def profile(translator, batches: list[list[list[int]]]) -> dict:
     model.decode_step = counted
     try:
         for batch in batches:
-            translator.search_batch(batch)
+            translator.search_batch(batch, call)
         start = time.perf_counter()
         for batch in batches:
-            translator.search_batch(batch)
+            translator.search_batch(batch, call)
         plain = time.perf_counter() - start
         steps[0] = 0
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
             start = time.perf_counter()
             for batch in batches:
-                translator.search_batch(batch)
+                translator.search_batch(batch, call)
             wall = time.perf_counter() - start
     finally:
         del model.decode_step

@@ -46,9 +46,10 @@ class MtkitEngine:
         decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
                               forced_eos=loaded.config.decode.forced_eos)
         self.translator = Translator(loaded, decode, min_len=n)
+        self.call = self.translator.call()
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
-        return [hyps[0][0] for hyps in self.translator.search_batch(batch)]
+        return [hyps[0][0] for hyps in self.translator.search_batch(batch, self.call)]
 
 
 class HfEngine:

@@ -146,12 +146,14 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
     device = resolve_device(device)
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
-    settings = loaded[0].config.decode
-    translator = Translator(loaded, decode(settings) if decode is not None else settings, device=device)
-    from mtkit.data.languages import for_config, same_pairs
+    from mtkit.data.languages import config_pairs, same_pairs, single_pair
 
+    settings = loaded[0].config.decode
     same_pairs([m.config for m in loaded])
-    translator.vocab = for_config(translator.vocab, loaded[0].config, tgt_lang)
+    data = loaded[0].config.data
+    translator = Translator(loaded, decode(settings) if decode is not None else settings, device=device,
+                            languages=(config_pairs(data), single_pair(data)), tag_side=data.tag_side, target=tgt_lang)
+    translator.vocab_for(tgt_lang)  # a target the model lacks: the only line
     for model in loaded:
         log(f"loaded {describe(model)}")
     return translator.translate_text(lines, constraints), loaded[0].vocab.lowercases("tgt")

@@ -61,10 +61,9 @@ def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
 
 def _served_pairs(name: str, path: Path, translator, engine: str, step: int | None, src_lang: str | None,
                   tgt_lang: str | None) -> list:
-    """A multilingual model's pairs as served models ``NAME:en-de`` …, each an engine leading its sources
-    with its target's tag; a request naming ``NAME`` picks among them by source and target. ``--src-lang``
+    """A multilingual model's pairs as served models ``NAME:en-de`` …, one engine asked for each pair's
+    target; a request naming ``NAME`` picks among them by source and target. ``--src-lang``
     / ``--tgt-lang`` keep only the pairs they match."""
-    from mtkit.commands.translate import for_language
     from mtkit.data.languages import describe
     from mtkit.serve.models import ServedModel
 
@@ -73,8 +72,8 @@ def _served_pairs(name: str, path: Path, translator, engine: str, step: int | No
     if not chosen:
         raise MtkitError(f"-m {path}: translates {describe(pairs)}; none of them matches --src-lang / --tgt-lang")
     print(f"model {name}: {describe(chosen)}", file=sys.stderr, flush=True)
-    return [ServedModel(f"{name}:{p.name}", for_language(translator, p.tgt_lang), p.src_lang, p.tgt_lang, engine,
-                        step, group=name) for p in chosen]
+    return [ServedModel(f"{name}:{p.name}", translator, p.src_lang, p.tgt_lang, engine, step, group=name,
+                        target=p.tgt_lang) for p in chosen]
 
 
 def _names(paths: list[Path]) -> list[str]:

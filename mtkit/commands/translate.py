@@ -230,9 +230,9 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
         inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
             checks, or what it reads of them (their configs).
-        tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine then leads
-            each source with its tag (:func:`for_language`).
-        any_target: leave the target open (``serve``, which picks it per request with :func:`for_language`).
+        tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine's default target,
+            whose tag then leads each source (or the decoder).
+        any_target: leave the target open (``serve``, which gives it per call).
         parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
             the torch engine needs nothing for it).
     """
@@ -242,16 +242,15 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode, read_manifest
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads, inter_threads=parallel)
-        translator.languages = _exported_pairs(paths[0])
-        translator.tag_side = read_manifest(paths[0]).get("tag_side", "source")
-        chosen = translator if any_target else for_language(translator, tgt_lang)
+                                           intra_threads=threads, inter_threads=parallel, target=tgt_lang)
+        if not any_target:
+            translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
-        return chosen
+        return translator
     from mtkit.runtime.device import resolve_device
 
     device = resolve_device(device)
@@ -266,48 +265,17 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     loaded = [load_model(p, device) for p in paths]
     if inspect is not None:
         inspect(loaded)
+    from mtkit.data.languages import same_pairs, single_pair
     from mtkit.runtime.torch_engine import Translator
 
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
-    translator = Translator(loaded, decode, device=device, precision=precision)
-    from mtkit.data.languages import same_pairs, single_pair
-
-    translator.languages = (same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data))
-    translator.tag_side = loaded[0].config.data.tag_side
-    chosen = translator if any_target else for_language(translator, tgt_lang)
+    translator = Translator(loaded, decode, device=device, precision=precision,
+                            languages=(same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data)),
+                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang)
+    if not any_target:
+        translator.vocab_for(tgt_lang)
     say_loaded(loaded)
-    return chosen
-
-
-def _exported_pairs(model_dir: Path) -> tuple[list, tuple[str, str] | None]:
-    """An exported model's pairs (``mtkit.json``'s ``pairs``; empty for a single-pair model) and its one
-    pair when recorded (``data``)."""
-    from mtkit.data.languages import pairs_from_list
-    from mtkit.runtime.ctranslate2_engine import read_manifest
-
-    manifest = read_manifest(model_dir)
-    data = manifest.get("data") or {}
-    single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
-    return pairs_from_list(manifest.get("pairs")), single
-
-
-def for_language(translator, tgt_lang: str | None, flag: str = "--tgt-lang"):
-    """The engine translating into ``tgt_lang``: for a multilingual model a shallow copy (the same weights)
-    whose sources (or decoder: ``data.tag_side``) start with that language's tag; a single-pair model's
-    engine itself. A missing target
-    (when the model has several) or one the model does not translate into is a one-line error naming
-    ``flag``. The engine's ``languages`` (set by :func:`build_translator`) are its pairs."""
-    import copy
-
-    from mtkit.data.languages import for_target
-
-    pairs, single = getattr(translator, "languages", ([], None))
-    vocab = for_target(translator.vocab, pairs, single, tgt_lang, flag, getattr(translator, "tag_side", "source"))
-    if vocab is translator.vocab:
-        return translator
-    chosen = copy.copy(translator)
-    chosen.vocab = vocab
-    return chosen
+    return translator
 
 
 def translate(

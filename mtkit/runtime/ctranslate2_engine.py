@@ -55,7 +55,7 @@ from mtkit.errors import MtkitError
 from mtkit.penalties import length_penalty
 from mtkit.runtime.constraints import PieceConstraints
 from mtkit.runtime.device import resolve_device
-from mtkit.runtime.engine import LineTranslator
+from mtkit.runtime.engine import Call, LineTranslator
 
 MANIFEST = "mtkit.json"
 INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
@@ -232,7 +232,8 @@ class Ctranslate2Translator(LineTranslator):
     """
 
     def __init__(self, model_dir: str | Path, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0) -> None:
+                 intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0,
+                 languages: tuple[list, tuple[str, str] | None] | None = None, target: str | None = None) -> None:
         ctranslate2 = import_ctranslate2()
         from mtkit.data.vocab import Vocab
 
@@ -240,7 +241,14 @@ class Ctranslate2Translator(LineTranslator):
         manifest = read_manifest(model_dir)
         vocab = Vocab.load(model_dir)
         max_positions = manifest.get("model", {}).get("max_positions")
-        super().__init__(vocab, decode, max_positions)
+        if languages is None:  # the pairs and the tag side it was exported with
+            from mtkit.data.languages import pairs_from_list
+
+            data = manifest.get("data") or {}
+            single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
+            languages = (pairs_from_list(manifest.get("pairs")), single)
+        super().__init__(vocab, decode, max_positions, languages=languages,
+                         tag_side=manifest.get("tag_side") or "source", target=target)
         compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}.get(precision)
         if compute_type is None:
             raise MtkitError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
@@ -257,7 +265,6 @@ class Ctranslate2Translator(LineTranslator):
         except (RuntimeError, ValueError) as e:
             raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
         self.min_len = min_len
-        self._suppress: list[list[str]] | None = None  # set by search_constrained_batch for one call
         source = manifest.get("checkpoint")
         if source and manifest.get("step") is not None:
             source += f" (step {manifest['step']})"
@@ -265,15 +272,18 @@ class Ctranslate2Translator(LineTranslator):
         self._tgt_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
         self._eos = vocab.tgt_pieces([EOS_ID])[0]
 
-    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
-        d = self.decode
-        source = [self.vocab.src_pieces(ids[:-1]) for ids in batch]  # CTranslate2 appends EOS itself
-        limits = [self.max_length(len(ids)) for ids in batch]
+    def search_batch(self, batch: list[list[int]], call: Call,
+                     suppress: list[list[str]] | None = None) -> list[list[tuple[list[int], float]]]:
+        """As the pipeline's; ``suppress``: piece sequences CTranslate2 must not write (exclude constraints)."""
+        d = call.decode
+        source = [call.vocab.src_pieces(ids[:-1]) for ids in batch]  # CTranslate2 appends EOS itself
+        limits = [self.max_length(len(ids), d) for ids in batch]
         # One maximum per call: first the batch's largest (plus the step where mtkit forces EOS) ...
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in batch]
         free = [i for i in range(len(batch)) if limits[i] > self.min_len]  # min_len >= limit: known to reach it
         if free:
-            for i, hyps in zip(free, self._search([source[i] for i in free], max(limits[i] for i in free) + 1)):
+            for i, hyps in zip(free, self._search([source[i] for i in free], max(limits[i] for i in free) + 1, call,
+                                                  suppress=suppress)):
                 found[i] = hyps
         # ... then, with its own maximum, each sentence whose search reached its own limit:
         # fewer than `beam` hypotheses had finished before it, so all of them are kept this time.
@@ -282,8 +292,8 @@ class Ctranslate2Translator(LineTranslator):
             if not hyps or any(len(ids) >= limits[i] for ids, _, _ in hyps):
                 redo.setdefault(limits[i], []).append(i)
         for limit, rows in redo.items():
-            again = self._search([source[i] for i in rows], limit, keep_all=True)
-            self._add_forced_eos([source[i] for i in rows], again)
+            again = self._search([source[i] for i in rows], limit, call, keep_all=True, suppress=suppress)
+            self._add_forced_eos([source[i] for i in rows], again, call)
             for i, hyps in zip(rows, again):
                 # mtkit's beam keeps the first `beam` to finish: by step, then by log-probability.
                 found[i] = hyps if d.sampling else sorted(hyps, key=lambda h: (len(h[0]), -h[1]))[: d.beam]
@@ -295,8 +305,8 @@ class Ctranslate2Translator(LineTranslator):
             out.append(scored[: d.nbest])
         return out
 
-    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None]
-                                 ) -> list[list[tuple[list[int], float]]]:
+    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
+                                 call: Call) -> list[list[tuple[list[int], float]]]:
         """Exclude constraints only, through CTranslate2's ``suppress_sequences``, which holds for a
         whole call: the batch is searched once per distinct set of excluded phrases. Include
         constraints (and glossaries) are an error: CTranslate2 has no constrained search."""
@@ -307,36 +317,32 @@ class Ctranslate2Translator(LineTranslator):
             groups.setdefault(c.exclude if c else (), []).append(i)
         results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
         for exclude, rows in groups.items():
-            self._suppress = [self.vocab.tgt_pieces(p) for p in exclude] or None
-            try:
-                for i, hyps in zip(rows, self.search_batch([batch[i] for i in rows])):
-                    results[i] = hyps
-            finally:
-                self._suppress = None
+            suppress = [call.vocab.tgt_pieces(p) for p in exclude] or None
+            for i, hyps in zip(rows, self.search_batch([batch[i] for i in rows], call, suppress)):
+                results[i] = hyps
         return results
 
-    def max_length(self, src_len: int) -> int:
+    def max_length(self, src_len: int, d: DecodeConfig) -> int:
         """mtkit's maximum number of output tokens before EOS for a source of ``src_len`` ids (with EOS)."""
-        d = self.decode
         limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
         return limit if self.max_out_len is None else max(1, min(limit, self.max_out_len))
 
-    def _search(self, source: list[list[str]], max_steps: int,
-                keep_all: bool = False) -> list[list[tuple[list[int], float, bool]]]:
+    def _search(self, source: list[list[str]], max_steps: int, call: Call, keep_all: bool = False,
+                suppress: list[list[str]] | None = None) -> list[list[tuple[list[int], float, bool]]]:
         """Per sentence, (ids without EOS, log-probability, ended with EOS) of the hypotheses CTranslate2
         finds in at most ``max_steps`` steps (the EOS step included): the ``beam`` best, or with
         ``keep_all`` every finished one (for a search known to run to its last step with fewer than
         ``beam`` finished before it: a patience of 2 neither stops it earlier nor drops any)."""
-        d = self.decode
+        d = call.decode
         # A non-zero penalty also turns off CTranslate2's early exit (stop when the best live
         # hypothesis ends), so the beam stops, as mtkit's, once it holds `beam` finished hypotheses.
         penalty = 0.0 if d.sampling else d.alpha or 1e-6
         options = dict(max_decoding_length=max_steps, min_decoding_length=min(self.min_len, max_steps),
                        max_input_length=0, no_repeat_ngram_size=d.no_repeat_ngram_size, return_scores=True,
                        return_end_token=True, length_penalty=penalty, max_batch_size=0)
-        if self._suppress:  # exclude constraints (search_constrained_batch)
-            options["suppress_sequences"] = self._suppress
-        start = self._start_piece()
+        if suppress:  # exclude constraints (search_constrained_batch)
+            options["suppress_sequences"] = suppress
+        start = self._start_piece(call.vocab)
         if d.sampling:
             n = d.nbest
             if start:
@@ -364,24 +370,25 @@ class Ctranslate2Translator(LineTranslator):
             found.append(sentence)
         return found
 
-    def _start_piece(self) -> list[str]:
+    def _start_piece(self, vocab) -> list[str]:
         """``[tag]`` for a multilingual model with its tags on the target side (exported without a fixed
         start token: the target prefix's first token is the start, left out of the results); else []."""
         from mtkit.data.languages import decoder_start
 
-        start = decoder_start(self.vocab)
-        return [] if start is None else self.vocab.tgt_pieces([start])
+        start = decoder_start(vocab)
+        return [] if start is None else vocab.tgt_pieces([start])
 
-    def _add_forced_eos(self, source: list[list[str]], found: list[list[tuple[list[int], float, bool]]]) -> None:
+    def _add_forced_eos(self, source: list[list[str]], found: list[list[tuple[list[int], float, bool]]],
+                        call: Call) -> None:
         """Give each hypothesis cut at the maximum length the EOS that mtkit forces there, with its log-probability."""
         cut = [(i, k) for i, hyps in enumerate(found) for k, (_, _, ended) in enumerate(hyps) if not ended]
         if not cut:
             return
-        start = self._start_piece()
+        start = self._start_piece(call.vocab)
         scored = self.translator.score_batch([source[i] for i, _ in cut],
-                                             [start + self.vocab.tgt_pieces(found[i][k][0]) for i, k in cut],
+                                             [start + call.vocab.tgt_pieces(found[i][k][0]) for i, k in cut],
                                              max_input_length=0, max_batch_size=0)
         for (i, k), result in zip(cut, scored):
             ids, logprob, _ = found[i][k]
-            eos = result.log_probs[-1] if self.decode.forced_eos == "logprob" else 0.0
+            eos = result.log_probs[-1] if call.decode.forced_eos == "logprob" else 0.0
             found[i][k] = (ids, logprob + eos, True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.errors import MtkitError
@@ -68,54 +69,113 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Call:
+    """What one :meth:`LineTranslator.translate` call decodes with, passed to the engine's search:
+    the decoding settings and the vocabulary of the call's target (a multilingual model's
+    :class:`mtkit.data.languages.TaggedVocab`, which leads sources, or the decoder, with the tag)."""
+
+    decode: DecodeConfig
+    vocab: Any
+    generator: Any = None  # sampling's random generator, one per call (the torch engine's)
+
+
+@dataclass
+class _Warnings:
+    """What one call has warned about already (each warning once per call)."""
+
+    max_len: bool = False
+    unwritable: set[str] = field(default_factory=set)
+
+
 class LineTranslator:
     """Lines in, :class:`Translation` objects out, in input order; engines supply :meth:`search_batch`.
 
+    Everything fixed is given at construction and never changed after: one engine serves any number
+    of threads at once, each :meth:`translate` call with its own settings and target language.
+
     Args:
         vocab: a :class:`mtkit.data.vocab.Vocab` (``encode_src_batch``, ``decode_tgt``, ``tgt_pieces``).
-        decode: the decoding settings.
+        decode: the default decoding settings (a call may give others).
         max_positions: the model's position table size, bounding input and output lengths.
         log: where warnings go (stderr by default).
+        languages: a multilingual model's pairs (:class:`mtkit.data.languages.Pair`) and, for a model of
+            one pair, that pair (``(src, tgt)`` or None): which targets a call may ask for.
+        tag_side: where a multilingual model's tag goes (``source`` or ``target``, ``data.tag_side``).
+        target: the target language a call without one translates into (a multilingual model's).
     """
 
     def __init__(self, vocab, decode: DecodeConfig, max_positions: int | None = None,
-                 log: Callable[[str], None] = _stderr) -> None:
+                 log: Callable[[str], None] = _stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
+                 tag_side: str = "source", target: str | None = None) -> None:
+        self._check(decode)
+        self.vocab = vocab
+        self.decode = decode
+        self.log = log
+        self.languages = (list(languages[0]), languages[1])
+        self.tag_side = tag_side
+        self.target = target
+        self.max_positions = max_positions
+        self.max_out_len = None if max_positions is None else max_positions - 1
+
+    @staticmethod
+    def _check(decode: DecodeConfig) -> None:
         if decode.batch_tokens < 1:
             raise MtkitError("decode.batch_tokens must be positive")
         if decode.max_input_len < 2:
             raise MtkitError("decode.max_input_len must be at least 2 (one token and EOS)")
         if not 1 <= decode.nbest <= max(decode.beam, 1) and not decode.sampling:
             raise MtkitError("decode: need 1 <= decode.nbest <= decode.beam")
-        self.vocab = vocab
-        self.decode = decode
-        self.log = log
-        self.max_src_len = decode.max_input_len if max_positions is None else min(decode.max_input_len, max_positions)
-        self.max_out_len = None if max_positions is None else max_positions - 1
-        self._warned_max_len = False
-        self._warned_unwritable: set[str] = set()
+
+    def max_src_len(self, decode: DecodeConfig) -> int:
+        """Source tokens (EOS included) a line is truncated to."""
+        return decode.max_input_len if self.max_positions is None else min(decode.max_input_len, self.max_positions)
+
+    def vocab_for(self, target: str | None, flag: str = "--tgt-lang"):
+        """The vocabulary that encodes sources for ``target`` (:func:`mtkit.data.languages.for_target`): this
+        engine's own for a model of one pair; a one-line error naming ``flag`` for a target it lacks."""
+        pairs, single = self.languages
+        if not pairs and target is None:
+            return self.vocab
+        from mtkit.data.languages import for_target
+
+        return for_target(self.vocab, pairs, single, target, flag, self.tag_side)
+
+    def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
+        """The :class:`Call` of ``options`` (default: the engine's settings) into ``target`` (default: the
+        engine's)."""
+        decode = self.decode if options is None else options
+        if decode is not self.decode:
+            self._check(decode)
+        return Call(decode, self.vocab_for(self.target if target is None else target))
 
     # ------------------------------------------------------------------ engine
 
-    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
+    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
         """Source ids (each ending in EOS) -> per sentence, (target ids, score) pairs, best first."""
         raise NotImplementedError
 
-    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None]
-                                 ) -> list[list[tuple[list[int], float]]]:
+    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
+                                 call: Call) -> list[list[tuple[list[int], float]]]:
         """As :meth:`search_batch`, each sentence with its constraints (None: none)."""
         raise MtkitError(f"{type(self).__name__} cannot translate with constraints")
 
     # ---------------------------------------------------------------- pipeline
 
     def translate(self, lines: Iterable[str | None], buffer_size: int = 1000,
-                  constraints: ConstraintSource | None = None) -> Iterator[Translation]:
+                  constraints: ConstraintSource | None = None, options: DecodeConfig | None = None,
+                  target: str | None = None) -> Iterator[Translation]:
         """Translate ``lines`` (text without newlines), reading ``buffer_size`` lines at a time.
 
         Yields one :class:`Translation` per line, in input order, a chunk at a time;
         with ``buffer_size=1`` each line is yielded as soon as it is translated. A None
         in ``lines`` (see :func:`read_ready_lines`) ends the chunk early. ``constraints``
         gives each line's constraints, called in input order with (0-based index, line).
+        ``options``: this call's decoding settings (default: the engine's); ``target``: the target
+        language of a multilingual model (None: its only one, or a one-line error).
         """
+        call = self.call(options, target)
+        warned = _Warnings()
         buffer_size = max(1, buffer_size)
         chunk: list[str] = []
         start = 0
@@ -123,53 +183,55 @@ class LineTranslator:
             if line is not None:
                 chunk.append(line)
             if chunk and (line is None or len(chunk) >= buffer_size):
-                yield from self._translate_chunk(chunk, start, constraints)
+                yield from self._translate_chunk(chunk, start, constraints, call, warned)
                 start += len(chunk)
                 chunk = []
         if chunk:
-            yield from self._translate_chunk(chunk, start, constraints)
+            yield from self._translate_chunk(chunk, start, constraints, call, warned)
 
-    def translate_text(self, lines: Sequence[str], constraints: ConstraintSource | None = None) -> list[str]:
+    def translate_text(self, lines: Sequence[str], constraints: ConstraintSource | None = None,
+                       options: DecodeConfig | None = None, target: str | None = None) -> list[str]:
         """Convenience: the best translation of each line."""
-        return [t.best.text for t in self.translate(lines, constraints=constraints)]
+        return [t.best.text for t in self.translate(lines, constraints=constraints, options=options, target=target)]
 
-    def _encode(self, lines: list[str], start: int) -> list[list[int]]:
+    def _encode(self, lines: list[str], start: int, call: Call, warned: _Warnings) -> list[list[int]]:
         from mtkit.data.vocab import check_text
 
         for i, line in enumerate(lines):
             check_text(line, f"line {start + i + 1}")
-        encoded = self.vocab.encode_src_batch(lines)
+        encoded = call.vocab.encode_src_batch(lines)
+        max_src_len = self.max_src_len(call.decode)
         out = []
         for i, ids in enumerate(encoded):
             if not ids:
                 out.append([])
                 continue
-            if len(ids) + 1 > self.max_src_len:
+            if len(ids) + 1 > max_src_len:
                 self.log(f"warning: line {start + i + 1}: {len(ids) + 1} source tokens (with EOS), "
-                         f"truncated to {self.max_src_len} (decode.max_input_len or the model's max_positions)")
-                ids = ids[: self.max_src_len - 1]
+                         f"truncated to {max_src_len} (decode.max_input_len or the model's max_positions)")
+                ids = ids[: max_src_len - 1]
             out.append(list(ids) + [EOS_ID])
-            self._check_max_len(len(ids) + 1, start + i + 1)
+            self._check_max_len(len(ids) + 1, start + i + 1, call.decode, warned)
         return out
 
-    def _check_max_len(self, src_len: int, number: int) -> None:
+    def _check_max_len(self, src_len: int, number: int, d: DecodeConfig, warned: _Warnings) -> None:
         """Warn, once, when the maximum output length a·S + b leaves a line a single token."""
-        d = self.decode
-        if self._warned_max_len or int(d.max_len_a * src_len + d.max_len_b) >= 1:
+        if warned.max_len or int(d.max_len_a * src_len + d.max_len_b) >= 1:
             return
-        self._warned_max_len = True
+        warned.max_len = True
         self.log(f"warning: line {number}: the maximum output length max_len_a·S + max_len_b = "
                  f"{d.max_len_a:g}·{src_len} + {d.max_len_b} is below 1, so its output is cut to one token "
                  "(see --max-len-a/--max-len-b); other such lines are not reported")
 
-    def batches(self, src: list[list[int]]) -> list[list[int]]:
-        """Indices of the non-empty sentences in length-sorted batches of at most
-        ``decode.batch_tokens`` padded source tokens (at least one sentence each)."""
+    def batches(self, src: list[list[int]], batch_tokens: int | None = None) -> list[list[int]]:
+        """Indices of the non-empty sentences in length-sorted batches of at most ``batch_tokens``
+        (default ``decode.batch_tokens``) padded source tokens (at least one sentence each)."""
+        budget = self.decode.batch_tokens if batch_tokens is None else batch_tokens
         order = sorted((i for i, ids in enumerate(src) if ids), key=lambda i: -len(src[i]))
         batches, current, width = [], [], 0
         for i in order:
             new_width = max(width, len(src[i]))
-            if current and new_width * (len(current) + 1) > self.decode.batch_tokens:
+            if current and new_width * (len(current) + 1) > budget:
                 batches.append(current)
                 current, new_width = [], len(src[i])
             current.append(i)
@@ -178,37 +240,38 @@ class LineTranslator:
             batches.append(current)
         return batches
 
-    def _translate_chunk(self, lines: list[str], start: int,
-                         source: ConstraintSource | None = None) -> Iterator[Translation]:
-        src = self._encode(lines, start)
+    def _translate_chunk(self, lines: list[str], start: int, source: ConstraintSource | None, call: Call,
+                         warned: _Warnings) -> Iterator[Translation]:
+        src = self._encode(lines, start, call, warned)
         wanted = [None] * len(lines) if source is None else [
-            encode_constraints(source(start + i, line), self.vocab) for i, line in enumerate(lines)]
+            encode_constraints(source(start + i, line), call.vocab) for i, line in enumerate(lines)]
         results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
-        for batch in self.batches(src):
+        for batch in self.batches(src, call.decode.batch_tokens):
             if any(wanted[i] for i in batch):
-                found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch])
+                found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], call)
             else:
-                found = self.search_batch([src[i] for i in batch])
-            for i, hyps in zip(batch, found):
+                found = self.search_batch([src[i] for i in batch], call)
+            for i, hyps in zip(batch, found, strict=True):
                 results[i] = hyps or [([], 0.0)]
+        vocab = call.vocab
         for i, line in enumerate(lines):
             candidates = [
-                Candidate(ids, self.vocab.decode_tgt(ids), self.vocab.tgt_pieces(ids), score)
+                Candidate(ids, vocab.decode_tgt(ids), vocab.tgt_pieces(ids), score)
                 for ids, score in results[i]
             ]
             missing = unmet(wanted[i], candidates[0].text)
             if missing:
-                self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]))
+                self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]), call.decode)
             unwritable = dict(wanted[i].unwritable) if wanted[i] is not None else {}
             for phrase, why in unwritable.items():
-                if phrase not in self._warned_unwritable:
-                    self._warned_unwritable.add(phrase)
+                if phrase not in warned.unwritable:
+                    warned.unwritable.add(phrase)
                     self.log(f"warning: line {start + i + 1}: include phrase {phrase!r}: {why} "
                              "(later lines with it are not reported)")
             yield Translation(start + i, line, src[i], candidates, missing + list(unwritable), unwritable)
 
-    def _warn_unmet(self, number: int, missing: list[str], wanted: PieceConstraints, src_len: int) -> None:
-        d = self.decode
+    def _warn_unmet(self, number: int, missing: list[str], wanted: PieceConstraints, src_len: int,
+                    d: DecodeConfig) -> None:
         limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
         limit = limit if self.max_out_len is None else max(1, min(limit, self.max_out_len))
         why = (f"{wanted.include_pieces} constraint pieces, more than the maximum output length of {limit}"

@@ -13,14 +13,15 @@ from mtkit.errors import MtkitError
 from mtkit.runtime.constraints import PieceConstraints
 
 
-def search_constrained_batch(translator, batch: list[list[int]], constraints: list[PieceConstraints | None]
-                             ) -> list[list[tuple[list[int], float]]]:
+def search_constrained_batch(translator, batch: list[list[int]], constraints: list[PieceConstraints | None],
+                             call) -> list[list[tuple[list[int], float]]]:
     """Per sentence of ``batch`` (source ids ending in EOS), its (target ids, score) pairs, best first.
 
     Args:
         translator: a :class:`mtkit.runtime.torch_engine.Translator` (its model, device, precision,
             decode settings, ``max_out_len`` and ``min_len`` are used).
         constraints: per sentence, its encoded constraints (None: none).
+        call: the call's settings and vocabulary (:class:`mtkit.runtime.engine.Call`).
     """
     import torch
 
@@ -28,14 +29,14 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     from mtkit.data.languages import decoder_start
     from mtkit.runtime.precision import autocast
 
-    d = translator.decode
+    d = call.decode
     if d.sampling:
         raise MtkitError("constraints and glossaries need beam search: drop --sampling")
     plain = [i for i, c in enumerate(constraints) if not c]
     forced = [i for i, c in enumerate(constraints) if c]
     results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
     if plain:
-        for i, hyps in zip(plain, translator.search_batch([batch[i] for i in plain])):
+        for i, hyps in zip(plain, translator.search_batch([batch[i] for i in plain], call)):
             results[i] = hyps
     if not forced:
         return results
@@ -47,7 +48,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
             no_repeat_ngram_size=d.no_repeat_ngram_size, min_len=translator.min_len,
             max_len_limit=translator.max_out_len, penalty=d.length_penalty,
             kernels=getattr(translator.models[0], "kernels", "auto"), forced_eos=d.forced_eos,
-            start=decoder_start(translator.vocab))
+            start=decoder_start(call.vocab))
     for i, hyps in zip(forced, found):
         results[i] = [(h.tokens, h.score) for h in hyps]
     return results

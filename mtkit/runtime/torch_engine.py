@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import LineTranslator, _stderr
+from mtkit.runtime.engine import Call, LineTranslator, _stderr
 
 
 class Translator(LineTranslator):
@@ -23,10 +23,14 @@ class Translator(LineTranslator):
         precision: ``fp32``, or ``bf16``/``fp16`` under autocast (fp16 needs CUDA).
         seed: the sampling seed (the same input and batch give the same samples).
         min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
+        languages, tag_side, target: a multilingual model's pairs, tag side and default target
+            (:class:`mtkit.runtime.engine.LineTranslator`).
     """
 
     def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0) -> None:
+                 seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0,
+                 languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
+                 target: str | None = None) -> None:
         import torch
 
         from mtkit.runtime.ensemble import check_one_vocabulary
@@ -40,11 +44,11 @@ class Translator(LineTranslator):
         self.device = torch.device(device)
         check_precision(precision, self.device.type, "precision")
         max_positions = min(getattr(getattr(m.model, "cfg", None), "max_positions", 1 << 30) for m in loaded)
-        super().__init__(first.vocab, decode, max_positions, log)
+        super().__init__(first.vocab, decode, max_positions, log, languages, tag_side, target)
         self.precision = precision
         self.min_len = min_len
         self.models = [m.model.to(self.device).eval() for m in loaded]
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.seed = seed
         if len(self.models) == 1:
             self.model = self.models[0]
         else:
@@ -52,11 +56,23 @@ class Translator(LineTranslator):
 
             self.model = Ensemble(self.models)
 
-    def search_constrained_batch(self, batch, constraints):
+    def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
+        """As the pipeline's, with a random generator of its own seeded with ``seed`` when it samples
+        (so that a call's samples depend on its input alone, whatever other threads do)."""
+        import dataclasses
+
+        import torch
+
+        found = super().call(options, target)
+        if not found.decode.sampling:
+            return found
+        return dataclasses.replace(found, generator=torch.Generator(device=self.device).manual_seed(self.seed))
+
+    def search_constrained_batch(self, batch, constraints, call: Call):
         """Lexically constrained decoding: see :mod:`mtkit.runtime.torch_constrained`."""
         from mtkit.runtime.torch_constrained import search_constrained_batch
 
-        return search_constrained_batch(self, batch, constraints)
+        return search_constrained_batch(self, batch, constraints, call)
 
     def source_tensor(self, batch: list[list[int]]):
         """Source ids (each ending in EOS) as one (B, S) tensor on the engine's device, padded with PAD."""
@@ -69,23 +85,23 @@ class Translator(LineTranslator):
             src[row, : len(ids)] = torch.tensor(ids)
         return src.to(self.device)
 
-    def search_batch(self, batch: list[list[int]]) -> list[list[tuple[list[int], float]]]:
+    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
         import torch
 
         from mtkit import search
         from mtkit.data.languages import decoder_start
         from mtkit.runtime.precision import autocast
 
-        d = self.decode
+        d = call.decode
         src = self.source_tensor(batch)
         common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
                       no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
-                      min_len=self.min_len, forced_eos=d.forced_eos, start=decoder_start(self.vocab))
+                      min_len=self.min_len, forced_eos=d.forced_eos, start=decoder_start(call.vocab))
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             if d.sampling:
                 n = d.nbest
                 found = search.sample(self.model, src.repeat_interleave(n, dim=0), d.temperature, d.top_k,
-                                      d.top_p, self.generator, **common)
+                                      d.top_p, call.generator, **common)
                 hyps = [sorted((h for s in found[i * n : (i + 1) * n] for h in s), key=lambda h: -h.score)
                         for i in range(len(batch))]
             elif d.beam == 1:

@@ -226,11 +226,11 @@ class Batcher:
         """Translate the jobs' lines in one call and give each job its slice."""
         lines = [line for job in jobs for line in job.lines]
         start = time.perf_counter()
-        translator = self.model.variant(jobs[0].decode)
         merged = [c for job in jobs for c in (job.constraints or [None] * len(job.lines))]
         wanted = _per_line(merged) if any(merged) else None
-        results: list[Translation] = list(translator.translate(lines, buffer_size=max(1, len(lines)),
-                                                               constraints=wanted))
+        results: list[Translation] = list(self.model.translator.translate(
+            lines, buffer_size=max(1, len(lines)), constraints=wanted, options=jobs[0].decode,
+            target=self.model.target))
         if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
             raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
         seconds = time.perf_counter() - start

@@ -1,17 +1,15 @@
-"""A served model: a runtime engine, its language pair and name, and its decode variants.
+"""A served model: a runtime engine, its language pair, name and target.
 
-A request may ask for its own beam size, length penalty or n-best count. The engines read
-their settings from ``decode`` at each batch, so a variant is a shallow copy of the engine
-with other settings: it shares the weights (or the CTranslate2 translator), and only the
-model's decoding thread uses it.
+A request may ask for its own beam size, length penalty or n-best count: they travel with each call
+to the engine (:meth:`mtkit.runtime.engine.LineTranslator.translate`'s ``options``), as does the target
+of a multilingual model's pair. The engine is shared by every pair of a model and every decoding
+thread, and never changed.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mtkit.config import DecodeConfig
 from mtkit.penalties import length_penalty
@@ -26,7 +24,6 @@ LANGUAGE_NAMES = {
     "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
     "zh": "Chinese",
 }
-MAX_VARIANTS = 32  # distinct decode settings kept per model (alpha is a float: requests could ask for many)
 
 
 def language_name(code: str) -> str:
@@ -46,6 +43,8 @@ class ServedModel:
             shows no filesystem path.
         group: the name of the multilingual model this is one pair of (a request naming it picks the
             pair by its source and target); empty for a model of one pair.
+        target: the target language the engine is asked for (a multilingual model's pair's; None: the
+            model's only one).
     """
 
     name: str
@@ -55,26 +54,11 @@ class ServedModel:
     engine: str = "torch"
     step: int | None = None
     group: str = ""
-    _variants: dict = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    target: str | None = None
 
     @property
     def decode(self) -> DecodeConfig:
         return self.translator.decode
-
-    def variant(self, decode: DecodeConfig) -> LineTranslator:
-        """The engine with ``decode`` instead of its own settings (the same object when they are equal)."""
-        if decode == self.translator.decode:
-            return self.translator
-        with self._lock:
-            found = self._variants.get(decode)
-            if found is None:
-                if len(self._variants) >= MAX_VARIANTS:
-                    self._variants.clear()
-                found = copy.copy(self.translator)
-                found.decode = decode
-                self._variants[decode] = found
-            return found
 
 
 def logprob(candidate: Candidate, decode: DecodeConfig) -> float:

@@ -176,7 +176,7 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     pytest.importorskip("fastapi")
     pytest.importorskip("prometheus_client")
     from mtkit.commands.serve import _served_pairs
-    from mtkit.commands.translate import build_translator, for_language
+    from mtkit.commands.translate import build_translator
     from mtkit.serve.api import Limits, Service, create_app
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
@@ -193,7 +193,7 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
             for name in (None, "multi"):  # by the pair alone, or by the model's name and the pair
                 model = service.pick("en", target, name)
                 got = asyncio.run(service.translate(model, lines, model.decode))
-                assert [t.best.text for t in got] == for_language(translator, target).translate_text(lines)
+                assert [t.best.text for t in got] == translator.translate_text(lines, target=target)
     finally:
         service.stop()
 
@@ -306,14 +306,62 @@ def test_score_reads_the_target_tag_too(multi_run, multi_data, tmp_path, capsys)
         score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), device="cpu")
 
 
+@pytest.mark.slow  # trains the tiny multilingual model
+def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(multi_run, multi_data):
+    """Engines are never changed after construction: calls with other targets, beams and constraints,
+    from four threads at once on one engine, give exactly what each gives alone (text and score); and
+    the server, with its two decoding threads per model, answers concurrent requests as serial ones."""
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from mtkit.commands.serve import _served_pairs
+    from mtkit.commands.translate import build_translator
+    from mtkit.runtime.constraints import Constraints
+    from mtkit.serve.api import Limits, Service
+
+    translator = build_translator([multi_run], device="cpu", any_target=True)
+    lines = (multi_data / "test.src.txt").read_text().splitlines()[:10]
+    plain = {target: translator.translate_text(lines, target=target) for target in ("de", "fr")}
+    excluded = {target: [Constraints(exclude=(out.split()[0],)) if out else None for out in found]
+                for target, found in plain.items()}  # each line's first output word: the constraint bites
+
+    def run(job):
+        target, beam, constrained = job
+        options = replace(translator.decode, beam=beam, nbest=1)
+        source = (lambda i, line: excluded[target][i]) if constrained else None
+        return [(t.best.text, t.best.score)
+                for t in translator.translate(lines, constraints=source, options=options, target=target)]
+
+    jobs = [(target, beam, constrained) for target in ("de", "fr") for beam in (1, 3) for constrained in (False, True)]
+    serial = [run(job) for job in jobs]
+    assert serial[0] != serial[1] and serial[0] != serial[4]  # the constraints and the targets change outputs
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(run, jobs * 2)) == serial * 2
+
+    service = Service(_served_pairs("multi", multi_run, translator, "torch", None, None, None),
+                      Limits(decoding_threads=2))
+    service.start()
+    try:
+        async def requests():
+            calls = [(service.pick("en", target), beam) for target in ("de", "fr") for beam in (1, 3)] * 3
+            found = await asyncio.gather(*(service.translate(model, lines, replace(model.decode, beam=beam, nbest=1))
+                                           for model, beam in calls))
+            return [[t.best.text for t in got] for got in found]
+
+        expected = [[text for text, _ in serial[k]] for k in (0, 2, 4, 6)] * 3
+        assert asyncio.run(requests()) == expected
+    finally:
+        service.stop()
+
+
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
 def test_a_single_pair_model_translates_as_before_with_or_without_its_target(reverse_run):
     """No tag reaches a single-pair model: its engine is the one built before --tgt-lang existed, the
     flag may name its one target, and naming another is an error."""
-    from mtkit.commands.translate import build_translator, for_language
+    from mtkit.commands.translate import build_translator
 
     translator = build_translator([reverse_run], device="cpu", any_target=True)
-    assert for_language(translator, None) is translator and for_language(translator, "de") is translator
+    assert translator.vocab_for(None) is translator.vocab and translator.vocab_for("de") is translator.vocab
     lines = ["alpha bravo charlie", "", "delta echo"]
     chosen = build_translator([reverse_run], device="cpu", tgt_lang="de")
     assert chosen.vocab.encode_src_batch(lines) == translator.vocab.encode_src_batch(lines)

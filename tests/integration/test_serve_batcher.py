@@ -47,9 +47,9 @@ class Reverser(LineTranslator):
         self.gate = threading.Event()
         self.gate.set()
 
-    def search_batch(self, batch):
+    def search_batch(self, batch, call):
         self.gate.wait(30)
-        self.calls.append((len(batch), self.decode))
+        self.calls.append((len(batch), call.decode))
         if any(ids[0] == self.vocab.words.get("boom") for ids in batch):
             raise RuntimeError("boom")
         return [[(list(reversed(ids[:-1])), -1.0)] for ids in batch]
@@ -82,7 +82,7 @@ def test_decoding_threads_decode_batches_at_the_same_time():
     engine = Reverser()
     barrier = threading.Barrier(2, timeout=30)
     search = engine.search_batch
-    engine.search_batch = lambda batch: (barrier.wait(), search(batch))[1]
+    engine.search_batch = lambda batch, call: (barrier.wait(), search(batch, call))[1]
     engine.gate.clear()  # hold the first batch until the second request has queued
     batcher = Batcher(served(engine), max_queue=100, max_wait=0.0, threads=2)
     batcher.start()
@@ -246,7 +246,7 @@ def test_an_empty_alternative_is_never_returned():
     from mtkit.serve.api import Limits, Service, create_app
 
     class WithEmpty(Reverser):
-        def search_batch(self, batch):
+        def search_batch(self, batch, call):
             return [[(list(reversed(ids[:-1])), -1.0), ([], -2.0), (list(ids[:1]), -3.0)] for ids in batch]
 
     engine = WithEmpty()

@@ -187,7 +187,8 @@ def test_maximum_length_is_mtkits(vocab, tmp_path):
         translator = Ctranslate2Translator(out, DecodeConfig(max_len_a=a, max_len_b=b), intra_threads=1)
         for n in (1, 2, 5, 17, 40):
             src = torch.tensor([[5] * (n - 1) + [EOS_ID]])
-            assert translator.max_length(n) == int(max_lengths(src, a, b, translator.max_out_len)[0]), (a, b, n)
+            limit = int(max_lengths(src, a, b, translator.max_out_len)[0])
+            assert translator.max_length(n, translator.decode) == limit, (a, b, n)
 
 
 def test_forced_lengths(vocab, tmp_path):
