@@ -165,7 +165,7 @@ def evaluate(
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         hyps = read_named(hyp)
     else:
-        from mtkit.commands.translate import (
+        from mtkit.runtime.factory import (
             apply_decode_flags,
             check_decode_flags,
             check_line_counts,

@@ -22,9 +22,9 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     import_ctranslate2()
     import sys
 
-    from mtkit.commands.translate import say_loaded
     from mtkit.export.ctranslate2 import export_model
     from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.factory import say_loaded
 
     loaded = load_model(checkpoint, "cpu")
     say_loaded([loaded])

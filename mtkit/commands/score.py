@@ -117,10 +117,10 @@ def score(
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)
 
-    from mtkit.commands.translate import say_loaded
     from mtkit.likelihood import PairScorer
     from mtkit.runtime.checkpoint import load_model
     from mtkit.runtime.device import resolve_device
+    from mtkit.runtime.factory import say_loaded
 
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):

@@ -2,7 +2,7 @@
 
 Each ``-m`` is a model of its own (a checkpoint or run directory; with ``--engine ctranslate2``
 an exported directory), built as ``mtkit translate`` builds its engine
-(:func:`mtkit.commands.translate.build_translator`), and named by its path. Its language pair is
+(:func:`mtkit.runtime.factory.build_translator`), and named by its path. Its language pair is
 its config's ``data.src_lang`` / ``data.tgt_lang`` (for an exported model: those of the run it
 was exported from, when its ``config.yaml`` is still there); ``--src-lang`` / ``--tgt-lang`` set
 them for every model. A multilingual model (``data.pairs``) serves each of its pairs, as ``NAME:en-de``
@@ -17,9 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from mtkit.commands.translate import ENGINES, build_translator, check_decode_flags, read_constraint_options
 from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
+from mtkit.runtime.factory import ENGINES, build_translator, check_decode_flags, read_constraint_options
 
 
 def read_api_keys(path: Path) -> frozenset[str]:

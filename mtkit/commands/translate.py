@@ -22,108 +22,23 @@ No torch at import time: this module is loaded when the CLI starts, and the
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from mtkit.config import MAX_ALPHA, MAX_LEN_A, PRECISIONS, TEMPERATURE_RANGE, DecodeConfig, check_finite
+from mtkit.config import PRECISIONS, DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.io import discard_stdout, sentence_progress
+from mtkit.runtime.factory import (
+    ENGINES,
+    build_translator,
+    check_decode_flags,
+    check_line_counts,
+    read_constraint_options,
+)
 
-ENGINES = ("torch", "ctranslate2")
 DEFAULT_BUFFER_SIZE = 1000
-
-# The config's ranges of the decoding flags (mtkit.config), checked here too so that a
-# mistyped flag fails before any model loads; each key's rules in order, the first broken one named.
-_LOW, _HIGH = TEMPERATURE_RANGE
-_FLAG_RANGES: dict[str, list[tuple[Callable[[float], bool], str]]] = {
-    "beam": [(lambda v: v >= 1, ">= 1")],
-    "nbest": [(lambda v: v >= 1, ">= 1")],
-    "alpha": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]")],
-    "temperature": [(lambda v: v > 0, "> 0"), (lambda v: _LOW <= v <= _HIGH, f"in [{_LOW:g}, {_HIGH:g}]")],
-    "top_k": [(lambda v: v >= 0, ">= 0 (0: off)")],
-    "top_p": [(lambda v: 0 < v <= 1, "in (0, 1]")],
-    "max_len_a": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]")],
-    "batch_tokens": [(lambda v: v >= 1, ">= 1")],
-    "no_repeat_ngram_size": [(lambda v: v >= 0, ">= 0 (0: off)")],
-}
-_SAMPLING_ONLY = ("temperature", "top_k", "top_p")
-
-
-def flag_name(key: str) -> str:
-    """The command-line flag of a decode key: ``top_p`` -> ``--top-p``."""
-    return "--" + key.replace("_", "-")
-
-
-def check_decode_flags(overrides: dict) -> None:
-    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range."""
-    for key, value in overrides.items():
-        if isinstance(value, float):
-            check_finite(flag_name(key), value)
-        for ok, rule in _FLAG_RANGES.get(key, []):
-            if not ok(value):
-                raise MtkitError(f"{flag_name(key)}: must be {rule}, got {value!r}")
-    nbest, beam = overrides.get("nbest", 1), overrides.get("beam")
-    if beam is not None and nbest > beam and not overrides.get("sampling"):  # as the config says it
-        raise MtkitError(f"--nbest: must be between 1 and --beam ({beam}), got {nbest}")
-
-
-def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
-    """``decode`` with the decoding flags set, through the config's own checks.
-
-    An error about a key that came from a flag names the flag (``--nbest: must be between 1
-    and --beam (4), got 5``), not the config key (``decode.nbest``); options that only shape
-    sampling need sampling on.
-    """
-    from mtkit.config import override_section
-
-    try:
-        decode = override_section(decode, "decode", overrides)
-    except MtkitError as e:
-        message = re.sub(r"\bdecode\.(\w+)",
-                         lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0), str(e))
-        raise MtkitError(message) from None
-    sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
-    if sampling_only and not decode.sampling:
-        raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
-    return decode
-
-
-def say_loaded(loaded: list) -> None:
-    """Say on stderr which checkpoints a command runs: ``loaded PATH (step N)``; once their settings
-    have passed the checks, so that an error stays the only line."""
-    from mtkit.runtime.checkpoint import describe
-
-    for model in loaded:
-        print(f"loaded {describe(model)}", file=sys.stderr, flush=True)
-
-
-def read_constraint_options(constraints: Path | None, glossary: Path | None, engine: str = "torch",
-                            sampling: bool = False):
-    """The ``--constraints`` file (a checked list of :class:`Constraints`, one per input line) and the
-    ``--glossary`` (a :class:`Glossary`), None for those not given; an error, before any model loads,
-    for what the engine or the decoding cannot do (include phrases on CTranslate2, sampling)."""
-    if constraints is None and glossary is None:
-        return None, None
-    from mtkit.runtime.constraints import read_constraints
-    from mtkit.runtime.glossary import Glossary
-
-    per_line = read_constraints(constraints) if constraints is not None else None
-    terms = Glossary.read(glossary) if glossary is not None else None
-    if sampling:
-        raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs beam search: "
-                         "drop --sampling")
-    if engine == "ctranslate2":
-        from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
-
-        include = next((n for n, c in enumerate(per_line or [], 1) if c.include), None)
-        if terms is not None or include is not None:
-            where = "--glossary" if terms is not None else f"--constraints {constraints}: line {include}"
-            raise MtkitError(f"{where}: {INCLUDE_UNSUPPORTED}")
-    return per_line, terms
-
 
 def _count_lines(names: list[str]) -> int | None:
     """The lines of the input files as :func:`mtkit.translate.read_text_lines` counts them; None when one
@@ -141,13 +56,6 @@ def _count_lines(names: list[str]) -> int | None:
                 last = block[-1:]
             total += last != b"\n"
     return total
-
-
-def check_line_counts(per_line: list | None, flag: str, path: Path | None, lines: int | None) -> None:
-    """A constraints file must have one line per input line (``lines``; None: not known yet)."""
-    if per_line is not None and lines is not None and len(per_line) != lines:
-        raise MtkitError(f"{flag} {path}: has {len(per_line)} lines, the input {lines}; "
-                         "give one JSON object per input line ({} for none)")
 
 
 def _check_writable(path: Path | None, flag: str) -> None:
@@ -216,66 +124,6 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
     with _sigterm_raises(f"interrupted (SIGTERM); {output} is left as it was"), \
             atomic_path(output, owned=True) as tmp, open(tmp, "wb") as f:
         yield f
-
-
-def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
-                     threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
-                     inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
-                     any_target: bool = False, parallel: int = 1):
-    """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
-    ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
-
-    Args:
-        decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones).
-        overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
-        inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
-            checks, or what it reads of them (their configs).
-        tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine's default target,
-            whose tag then leads each source (or the decoder).
-        any_target: leave the target open (``serve``, which gives it per call).
-        parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
-            the torch engine needs nothing for it).
-    """
-    overrides = dict(overrides or {})
-    if engine == "ctranslate2":
-        if len(paths) != 1:
-            raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
-            raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
-
-        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
-        translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads, inter_threads=parallel, target=tgt_lang)
-        if not any_target:
-            translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
-        print(f"loaded {translator.description}", file=sys.stderr, flush=True)
-        return translator
-    from mtkit.runtime.device import resolve_device
-
-    device = resolve_device(device)
-    if precision == "fp16" and not device.startswith("cuda"):
-        raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
-    if threads > 0:
-        import torch
-
-        torch.set_num_threads(threads)
-    from mtkit.runtime.checkpoint import load_model
-
-    loaded = [load_model(p, device) for p in paths]
-    if inspect is not None:
-        inspect(loaded)
-    from mtkit.data.languages import same_pairs, single_pair
-    from mtkit.runtime.torch_engine import Translator
-
-    decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
-    translator = Translator(loaded, decode, device=device, precision=precision,
-                            languages=(same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data)),
-                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang)
-    if not any_target:
-        translator.vocab_for(tgt_lang)
-    say_loaded(loaded)
-    return translator
 
 
 def translate(

@@ -176,7 +176,7 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     pytest.importorskip("fastapi")
     pytest.importorskip("prometheus_client")
     from mtkit.commands.serve import _served_pairs
-    from mtkit.commands.translate import build_translator
+    from mtkit.runtime.factory import build_translator
     from mtkit.serve.api import Limits, Service, create_app
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
@@ -315,8 +315,8 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
     from dataclasses import replace
 
     from mtkit.commands.serve import _served_pairs
-    from mtkit.commands.translate import build_translator
     from mtkit.runtime.constraints import Constraints
+    from mtkit.runtime.factory import build_translator
     from mtkit.serve.api import Limits, Service
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
@@ -358,7 +358,7 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
 def test_a_single_pair_model_translates_as_before_with_or_without_its_target(reverse_run):
     """No tag reaches a single-pair model: its engine is the one built before --tgt-lang existed, the
     flag may name its one target, and naming another is an error."""
-    from mtkit.commands.translate import build_translator
+    from mtkit.runtime.factory import build_translator
 
     translator = build_translator([reverse_run], device="cpu", any_target=True)
     assert translator.vocab_for(None) is translator.vocab and translator.vocab_for("de") is translator.vocab
@@ -437,9 +437,9 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     translates the same."""
     import sacrebleu
 
-    from mtkit.commands.translate import build_translator
     from mtkit.likelihood import PairScorer
     from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.factory import build_translator
 
     src = (target_data / "test.src.txt").read_text().splitlines()[:60]
     refs = (target_data / "test.tgt.txt").read_text().splitlines()
@@ -489,9 +489,9 @@ def test_fine_tuning_keeps_the_parents_tag_side(target_run, tmp_path):
     """Stage 2 in miniature for a target-side model: en-de alone keeps the tag before each target;
     a recipe that places the tags on the source side instead is refused."""
     from mtkit.commands.prepare import prepare
-    from mtkit.commands.translate import build_translator
     from mtkit.data.store import ParallelStore
     from mtkit.data.vocab import Vocab
+    from mtkit.runtime.factory import build_translator
     from mtkit.training.trainer import Trainer, train
 
     data = {"pairs": [demo_pair("de")], "spm": {"vocab_from": str(target_run)}, "workers": 1, "tag_side": "target"}

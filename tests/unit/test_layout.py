@@ -72,6 +72,19 @@ def test_commands_never_import_the_cli():
         assert not {m for m in mtkit_imports(path) if m.startswith("mtkit.cli")}, path.name
 
 
+def test_commands_import_no_other_command():
+    """Each command is glue over the library, never over another command; the engine factory lives in
+    mtkit.runtime.factory. ``processes`` is no command (it starts processes for train and run), and
+    ``run`` is the pipeline of prepare, train and evaluate, the one command made of commands."""
+    for path in (PACKAGE / "commands").glob("*.py"):
+        if path.stem in ("__init__", "processes", "run"):
+            continue
+        bad = {m for m in mtkit_imports(path)
+               if m.startswith("mtkit.commands") and m != "mtkit.commands"
+               and not m.startswith("mtkit.commands.processes")}
+        assert not bad, f"{path.name} imports {bad}"
+
+
 def test_data_knows_nothing_of_training_or_models():
     for path in (PACKAGE / "data").glob("*.py"):
         bad = {m for m in mtkit_imports(path) if m.startswith(("mtkit.training", "mtkit.model", "mtkit.search"))}
