@@ -194,9 +194,10 @@ def serve(
         if not path.exists():
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
 
-    from mtkit.serve.api import Limits, Service, create_app
+    from mtkit.serve.app import create_app
     from mtkit.serve.models import ServedModel
     from mtkit.serve.server import Cors, Guard, run
+    from mtkit.serve.service import Limits, Service
 
     served = []
     for name, path in zip(_names(paths), paths):

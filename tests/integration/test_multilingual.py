@@ -177,7 +177,8 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     pytest.importorskip("prometheus_client")
     from mtkit.commands.serve import _served_pairs
     from mtkit.runtime.factory import build_translator
-    from mtkit.serve.api import Limits, Service, create_app
+    from mtkit.serve.app import create_app
+    from mtkit.serve.service import Limits, Service
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
     served = _served_pairs("multi", multi_run, translator, "torch", "", None, None)
@@ -317,7 +318,7 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
     from mtkit.commands.serve import _served_pairs
     from mtkit.runtime.constraints import Constraints
     from mtkit.runtime.factory import build_translator
-    from mtkit.serve.api import Limits, Service
+    from mtkit.serve.service import Limits, Service
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:10]

@@ -171,7 +171,7 @@ def test_a_full_queue_refuses_and_an_engine_error_reaches_its_requests_only():
 def test_the_server_loads_no_torch_before_an_engine_does():
     """The CTranslate2 engine must run without torch in the process (it runs several times slower with it)."""
     pytest.importorskip("fastapi")
-    code = ("import sys, mtkit.cli, mtkit.commands.serve, mtkit.serve.api, mtkit.serve.server, "
+    code = ("import sys, mtkit.cli, mtkit.commands.serve, mtkit.serve.app, mtkit.serve.server, "
             "mtkit.runtime.ctranslate2_engine\nprint('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -243,7 +243,8 @@ def test_an_empty_alternative_is_never_returned():
     pytest.importorskip("fastapi")
     from starlette.testclient import TestClient
 
-    from mtkit.serve.api import Limits, Service, create_app
+    from mtkit.serve.app import create_app
+    from mtkit.serve.service import Limits, Service
 
     class WithEmpty(Reverser):
         def search_batch(self, batch, call):

@@ -1,0 +1,269 @@
+"""The HTTP app: LibreTranslate's endpoints and mtkit's own, and a page at ``/``.
+
+LibreTranslate-compatible (its clients work unchanged):
+
+* ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``),
+  ``target``, ``format`` (``text``, or ``html``: the text between tags is translated and the markup
+  kept, :mod:`mtkit.serve.markup`), ``alternatives`` (how many more hypotheses to return),
+  ``api_key``; as JSON or as a form (``application/x-www-form-urlencoded``).
+  Answers ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and
+  ``detectedLanguage`` for ``source=auto``. A ``q`` holding several lines is translated line by
+  line, one output line per input line, as ``mtkit translate`` does.
+* ``GET /languages``: each source language of the loaded models, with its ``targets``.
+* ``POST /detect``: this server does not detect languages. It answers the one language its
+  models translate from (confidence 100), or 400 when they translate from several.
+* Errors are JSON ``{"error": "..."}`` with 400 (a bad request), 403 (a missing or unknown API
+  key), 413 (a body over ``--max-body-bytes``), 503 with ``Retry-After`` (the queue is full),
+  500 (a bug).
+
+mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
+per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /health``,
+``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A
+server-wide glossary (``mtkit serve --glossary``) applies to every request of both APIs.
+
+Confidence is the mean log-probability per target token (EOS included), in nats: the engines
+return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
+the length penalty of the settings used (:func:`mtkit.serve.models.mean_logprob`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import traceback
+from importlib import resources
+from typing import Any
+
+from fastapi import Request  # at module level: the routes' annotations are resolved in this module
+from pydantic import ValidationError
+
+from mtkit.serve.markup import split_markup
+from mtkit.serve.models import language_name, logprob, mean_logprob
+from mtkit.serve.schemas import (
+    ApiError,
+    Hypothesis,
+    NativeRequest,
+    NativeResponse,
+    Sentence,
+    _int_field,
+    _optional_str,
+    parse_fields,
+    parse_json,
+    request_constraints,
+    request_glossary,
+    split_lines,
+    validation_message,
+)
+from mtkit.serve.service import Service
+from mtkit.translate import clean_output
+
+
+def page_html() -> str:
+    return resources.files("mtkit.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+
+
+def create_app(service: Service):
+    """The FastAPI app of ``service`` (wrap it with :class:`mtkit.serve.server.Guard` to serve it)."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from mtkit import __version__
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.start()
+        try:
+            yield
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, service.stop)
+
+    try:  # the serve extra: Swagger UI (/docs) and ReDoc (/redoc) served by this server, no CDN
+        from fastapi_offline import FastAPIOffline as make_app
+    except ImportError:  # FastAPI's own pages, which load them from a CDN
+        make_app = FastAPI
+    app = make_app(title="mtkit", version=__version__, lifespan=lifespan,
+                  description="Machine translation with mtkit models: LibreTranslate's API and mtkit's own (/v1).")
+    app.state.service = service
+
+    def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(ApiError)
+    async def on_api_error(request: Request, e: ApiError):
+        return error(e.status, e.message, e.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, e: StarletteHTTPException):
+        return error(e.status_code, str(e.detail), getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, e: RequestValidationError):
+        return error(400, validation_message(e.errors()))
+
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, e: Exception):
+        traceback.print_exception(e, file=sys.stderr)
+        return error(500, f"internal error ({type(e).__name__}); see the server's log")
+
+    app.include_router(libretranslate_router(service))
+    app.include_router(mtkit_router(service))
+    return app
+
+
+def libretranslate_router(service: Service):
+    """LibreTranslate's endpoints: ``POST /translate``, ``GET /languages``, ``POST /detect``."""
+    from fastapi import APIRouter
+
+    router = APIRouter()
+
+    @router.post("/translate", summary="Translate (LibreTranslate's API)", tags=["LibreTranslate"],
+              openapi_extra=_form_docs("q, source, target, format (text), alternatives, api_key"))
+    async def translate(request: Request):
+        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
+                              request.scope.get("query_string", b""))
+        service.check_key(_optional_str(fields, "api_key"), request.headers)
+        q = fields.get("q")
+        if q is None:
+            raise ApiError(400, "Invalid request: missing q parameter")
+        if isinstance(q, list):
+            if not all(isinstance(x, str) for x in q):
+                raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+            items = q
+        elif isinstance(q, str):
+            items = [q]
+        else:
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        source, target = _optional_str(fields, "source"), _optional_str(fields, "target")
+        if not source:
+            raise ApiError(400, "Invalid request: missing source parameter")
+        if not target:
+            raise ApiError(400, "Invalid request: missing target parameter")
+        text_format = _optional_str(fields, "format") or "text"
+        if text_format not in ("text", "html"):
+            raise ApiError(400, f"Invalid request: format must be text or html, got {text_format!r}")
+        alternatives = _int_field(fields, "alternatives", 0, 0, service.limits.max_alternatives)
+        parsed = ([split_markup(item) for item in items] if text_format == "html"
+                  else [(split_lines(item), "\n".join) for item in items])
+        per_item = [lines for lines, _ in parsed]
+        service.check_size(per_item)
+        model = service.pick(source, target)
+        decode = service.decode_for(model, {"nbest": alternatives + 1} if alternatives else {})
+        all_lines = [line for lines in per_item for line in lines]
+        results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
+        texts, alts, at = [], [], 0
+        for lines, assemble in parsed:
+            got = results[at : at + len(lines)]
+            at += len(lines)
+            texts.append(assemble([clean_output(t.best.text) for t in got]))
+            # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
+            # An empty alternative (a hypothesis of EOS alone) is no alternative.
+            alts.append([alt for k in range(1, alternatives + 1)
+                         if (alt := assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text)
+                                              for t in got])).strip()])
+        answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
+        if alternatives:
+            answer["alternatives"] = alts if isinstance(q, list) else alts[0]
+        if source == "auto":
+            detected = {"confidence": 100.0, "language": model.src_lang}
+            answer["detectedLanguage"] = [detected] * len(items) if isinstance(q, list) else detected
+        return answer
+
+    @router.get("/languages", summary="Languages (LibreTranslate's API)", tags=["LibreTranslate"])
+    async def languages():
+        targets: dict[str, list[str]] = {}
+        for m in service.models:
+            found = targets.setdefault(m.src_lang, [])
+            if m.tgt_lang not in found:
+                found.append(m.tgt_lang)
+        return [{"code": code, "name": language_name(code), "targets": t} for code, t in targets.items()]
+
+    @router.post("/detect", summary="The source language (no detection: see the description)", tags=["LibreTranslate"],
+              description="This server does not detect languages: it answers the one language its models "
+                          "translate from, with confidence 100, or 400 when they translate from several.",
+              openapi_extra=_form_docs("q, api_key"))
+    async def detect(request: Request):
+        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
+                              request.scope.get("query_string", b""))
+        service.check_key(_optional_str(fields, "api_key"), request.headers)
+        if fields.get("q") is None:
+            raise ApiError(400, "Invalid request: missing q parameter")
+        sources = sorted({m.src_lang for m in service.models})
+        if len(sources) > 1:
+            raise ApiError(400, f"this server does not detect languages and translates from {', '.join(sources)}; "
+                                "give source")
+        return [{"confidence": 100.0, "language": sources[0]}]
+    return router
+
+
+def mtkit_router(service: Service):
+    """mtkit's own endpoints: ``POST /v1/translate``, ``GET /health``, ``GET /metrics``, the page at ``/``."""
+    from fastapi import APIRouter
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+    router = APIRouter()
+
+    @router.post("/v1/translate", response_model=NativeResponse, summary="Translate with settings and scores",
+              tags=["mtkit"], openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": NativeRequest.model_json_schema()}}}})
+    async def translate_v1(request: Request):
+        data = parse_json(await request.body())
+        service.check_key(data.get("api_key"), request.headers)
+        try:
+            req = NativeRequest.model_validate(data)
+        except ValidationError as e:
+            raise ApiError(400, validation_message(e.errors())) from None
+        items = [req.text] if isinstance(req.text, str) else req.text
+        for i, item in enumerate(items):
+            if len(split_lines(item)) > 1:
+                where = "text" if isinstance(req.text, str) else f"text[{i}]"
+                raise ApiError(400, f"{where} holds a line break: send one sentence per item")
+        service.check_size([[item] for item in items])
+        model = service.pick(req.source, req.target, req.model)
+        decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha,
+                                            "length_penalty": req.length_penalty, "nbest": req.nbest})
+        constraints = service.constraints_for(model, items, request_constraints(req, len(items)),
+                                              request_glossary(req))
+        results = await service.translate(model, items, decode, constraints)
+        sentences = []
+        for t in results:
+            if not t.src_ids:
+                sentences.append(Sentence(text="", confidence=None, nbest=[]))
+                continue
+            hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=logprob(c, decode),
+                               confidence=mean_logprob(c, decode), tokens=len(c.ids) + 1)
+                    for c in t.candidates[: decode.nbest]]
+            hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
+            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet,
+                                      unmet_reasons=t.unwritable))
+        return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
+
+    @router.get("/health", summary="200 when the models are loaded and their decoding threads run", tags=["mtkit"])
+    async def health():
+        alive = service.ready and all(b.alive for b in service.batchers.values())
+        body = {"status": "ok" if alive else "unavailable",
+                "models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
+                            "step": m.step, "queue": service.batchers[m.name].queue_length()}
+                           for m in service.models]}
+        return JSONResponse(body, status_code=200 if alive else 503)
+
+    @router.get("/metrics", summary="Prometheus metrics", tags=["mtkit"])
+    async def metrics():
+        body, content_type = service.metrics.render()
+        return Response(body, media_type=content_type)
+
+    @router.get("/", include_in_schema=False)
+    async def page():
+        return HTMLResponse(page_html())
+    return router
+
+
+def _form_docs(fields: str) -> dict:
+    return {"requestBody": {"required": True, "description": f"JSON or a form: {fields}.", "content": {
+        "application/json": {"schema": {"type": "object"}},
+        "application/x-www-form-urlencoded": {"schema": {"type": "object"}}}}}
+
+

@@ -1,0 +1,251 @@
+"""The HTTP API's request and response bodies: the pydantic models of mtkit's own API, and the
+parsing of LibreTranslate's fields (a JSON body, a form or the URL's query string) with the checks
+every request passes (UTF-8, lone surrogates, nesting, finite numbers), each failure a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.parse
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import Constraints
+from mtkit.runtime.glossary import Glossary
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers
+
+
+# ---------------------------------------------------------------------------------------- bodies
+
+
+class ConstraintsBody(BaseModel):
+    """One sentence's constraints in ``POST /v1/translate``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    include: list[str] = Field(default_factory=list, description="Phrases the translation must contain.")
+    exclude: list[str] = Field(default_factory=list, description="Phrases the translation must not contain.")
+
+
+class GlossaryEntry(BaseModel):
+    """One glossary pair in ``POST /v1/translate``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str
+    target: str
+
+
+class NativeRequest(BaseModel):
+    """``POST /v1/translate``: one sentence per item of ``text``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str | list[str] = Field(description="A sentence, or a list of sentences (no line breaks inside one).")
+    model: str | None = Field(None, description="The model's name (see /health); default: by source and target.")
+    source: str | None = Field(None, description="Source language code; default: the model's.")
+    target: str | None = Field(None, description="Target language code; default: the model's.")
+    beam: int | None = Field(None, ge=1, description="Beam size (1: greedy); default: the model's.")
+    alpha: float | None = Field(None, ge=0, description="Length penalty exponent α; default: the model's.")
+    length_penalty: Literal["gnmt", "power"] | None = Field(None, description="gnmt ((5+L)/6)^α or power L^α.")
+    nbest: int | None = Field(None, ge=1, description="Hypotheses per sentence (at most beam).")
+    api_key: str | None = Field(None, description="With --api-keys (or an Authorization: Bearer header).")
+    constraints: ConstraintsBody | list[ConstraintsBody | None] | None = Field(
+        None, description="Phrases the translation must (include) and must not (exclude) contain: one object "
+                          "for a text that is a string, a list of objects (or nulls) for a list. include needs "
+                          "the torch engine; exclude works with both.")
+    glossary: dict[str, str] | list[GlossaryEntry] | None = Field(
+        None, description="Source term -> target term (an object, or a list of {source, target}): where a "
+                          "sentence holds the source term (any case, whole words), its translation holds the "
+                          "target term; on top of the server's --glossary. Torch engine only.")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="Length-penalized log-probability: what the search ranks by.")
+    logprob: float = Field(description="Log-probability of the hypothesis and its EOS (nats).")
+    confidence: float = Field(description="Mean log-probability per token, EOS included (nats, <= 0).")
+    tokens: int = Field(description="Target tokens, EOS included.")
+
+
+class Sentence(BaseModel):
+    text: str
+    confidence: float | None = Field(description="The best hypothesis's mean token log-probability (nats); "
+                                                 "null for an empty input.")
+    nbest: list[Hypothesis] = Field(description="Hypotheses, best first (empty for an empty input).")
+    unmet: list[str] = Field(default_factory=list, description="Include phrases (constraints, glossary terms) "
+                                                              "the translation lacks: they did not fit in its "
+                                                              "maximum length, or the model cannot write them "
+                                                              "(see unmet_reasons).")
+    unmet_reasons: dict[str, str] = Field(default_factory=dict, description="Unmet phrases the model cannot write "
+                                                                           "(a character outside its vocabulary), "
+                                                                           "so never forced -> why.")
+
+
+class NativeResponse(BaseModel):
+    model: str
+    source: str
+    target: str
+    translations: list[Sentence]
+
+
+MAX_DEPTH = 32  # levels of JSON nesting a request may have (mtkit's own needs 4: glossary lists of objects)
+
+
+def _decode_body(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the request body is not valid UTF-8 (byte {e.start})") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def check_values(data: Any) -> None:
+    """Refuse what JSON can carry but a request must not: nesting deeper than :data:`MAX_DEPTH`, lone
+    surrogates (``"\\ud800"``, which no encoder can write), and numbers too large for a float (``1e400``).
+    Iterative, so that no input can exhaust the stack; the 400 names the field."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ApiError(400, f"Invalid request: {where or 'the body'} is nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ApiError(400, f"Invalid request: {where or 'the body'} is not valid Unicode: lone surrogate "
+                                    f"at character {e.start}") from None
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ApiError(400, f"Invalid request: {where or 'the body'}: {value} is not a finite number")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                shown = str(key).encode("utf-8", "backslashreplace").decode("utf-8")  # the message must encode too
+                path = f"{where}.{shown}" if where else shown
+                stack.append((key, f"{path} (the key)", depth + 1))
+                stack.append((item, path, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
+
+
+def parse_json(body: bytes) -> dict:
+    text = _decode_body(body)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ApiError(400, f"Invalid request: the JSON is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as e:
+        raise ApiError(400, f"malformed JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"expected a JSON object, got {type(data).__name__}")
+    check_values(data)
+    return data
+
+
+def _form(text: str, where: str) -> dict[str, Any]:
+    """A form's or a query string's fields (a repeated field gives a list)."""
+    try:
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError(400, f"{where} is not valid UTF-8 once percent-decoded") from None
+    fields: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in fields:
+            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
+        else:
+            fields[key] = value
+    return fields
+
+
+def parse_fields(body: bytes, content_type: str, query: bytes = b"") -> dict:
+    """A LibreTranslate request's fields, as LibreTranslate reads them: from the URL's query string, then
+    a JSON or a form body (a field in the body wins; a repeated form field gives a list)."""
+    fields = _form(_decode_body(query), "a query parameter") if query else {}
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if not body.strip():
+        return fields
+    if kind == "application/json" or (not kind and body.lstrip()[:1] in (b"{", b"[")):
+        return {**fields, **parse_json(body)}
+    if kind in ("application/x-www-form-urlencoded", ""):
+        return {**fields, **_form(_decode_body(body), "a form field")}
+    raise ApiError(400, f"unsupported Content-Type {kind}: send application/json or "
+                        "application/x-www-form-urlencoded")
+
+
+def _optional_str(fields: dict, name: str) -> str | None:
+    value = fields.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise ApiError(400, f"Invalid request: {name} must be a string, got {type(value).__name__}")
+
+
+def _int_field(fields: dict, name: str, default: int, low: int, high: int) -> int:
+    value = fields.get(name, default)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,9}\s*", value):  # a form sends text (ASCII digits)
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"Invalid request: {name} must be an integer")
+    if not low <= value <= high:
+        raise ApiError(400, f"Invalid request: {name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def request_constraints(req: NativeRequest, n: int) -> list[Constraints | None] | None:
+    """The per-sentence constraints of a ``/v1/translate`` request (a 400 names the bad field)."""
+    if req.constraints is None:
+        return None
+    given = [req.constraints] if isinstance(req.text, str) else req.constraints
+    if isinstance(req.text, str) and isinstance(req.constraints, list):
+        raise ApiError(400, "Invalid request: constraints must be one object when text is a string")
+    if not isinstance(given, list) or len(given) != n:
+        raise ApiError(400, f"Invalid request: constraints must be a list of {n} objects (or nulls), one per "
+                            "sentence of text")
+    found = []
+    for i, body in enumerate(given):
+        where = "constraints" if isinstance(req.text, str) else f"constraints[{i}]"
+        try:
+            found.append(None if body is None else Constraints.from_json(body.model_dump(), where))
+        except MtkitError as e:
+            raise ApiError(400, f"Invalid request: {e}") from None
+    return found
+
+
+def request_glossary(req: NativeRequest) -> Glossary | None:
+    """The glossary a ``/v1/translate`` request brings, if any (a 400 names the bad entry)."""
+    if not req.glossary:
+        return None
+    pairs = (req.glossary.items() if isinstance(req.glossary, dict)
+             else ((e.source, e.target) for e in req.glossary))
+    try:
+        return Glossary((s, t, f"glossary entry {s!r}") for s, t in pairs)
+    except MtkitError as e:
+        raise ApiError(400, f"Invalid request: {e}") from None
+
+
+def split_lines(text: str) -> list[str]:
+    """A text's lines, as ``mtkit translate`` reads them (``\\n`` or ``\\r\\n`` ends a line)."""
+    return text.replace("\r\n", "\n").split("\n")
+
+
+def validation_message(errors) -> str:
+    """One line for pydantic's errors: ``beam: Input should be a valid integer``."""
+    parts = []
+    for e in list(errors)[:3]:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "str", "list[str]"))
+        parts.append(f"{where}: {e.get('msg', 'invalid')}" if where else str(e.get("msg", "invalid")))
+    return "Invalid request: " + "; ".join(parts)

@@ -1,0 +1,175 @@
+"""One server's state: its models and their batchers, the limits, the API keys, the metrics and the
+server-wide glossary, and what every request asks of them (a model for a language pair, decode
+settings and constraints through the config's checks, a translation through the model's batcher).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from mtkit.config import DecodeConfig, override_section
+from mtkit.errors import MtkitError
+from mtkit.runtime.constraints import Constraints
+from mtkit.runtime.engine import Translation
+from mtkit.runtime.glossary import Glossary
+from mtkit.serve.batcher import Batcher, QueueFull
+from mtkit.serve.metrics import Metrics
+from mtkit.serve.models import ServedModel
+from mtkit.serve.schemas import ApiError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask (the ``mtkit serve`` flags of the same names)."""
+
+    max_body_bytes: int = 1 << 20
+    max_chars: int = 20_000  # characters in all of a request's text
+    max_sentences: int = 128  # lines in all of a request's text
+    max_beam: int = 8
+    max_alternatives: int = 4
+    max_queue: int = 256  # requests waiting per model
+    max_wait_ms: float = 0.0
+    batch_tokens: int | None = None  # source tokens merged into one decoding call (None: the model's)
+    retry_after: int = 1  # seconds, in a 503's Retry-After
+    decoding_threads: int = 2  # per model: batches decoded at the same time
+
+
+class Service:
+    """The models, their batchers, the limits, the keys, the metrics and the glossary of one server
+    (``glossary``: applied to every request, on both APIs)."""
+
+    def __init__(self, models: list[ServedModel], limits: Limits, api_keys: frozenset[str] | None = None,
+                 glossary: Glossary | None = None) -> None:
+        if not models:
+            raise MtkitError("no model to serve")
+        self.models = models
+        self.by_name = {m.name: m for m in models}
+        self.limits = limits
+        self.api_keys = api_keys
+        self.glossary = glossary
+        self.metrics = Metrics()
+        self.batchers = {
+            m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
+                            on_batch=self.metrics.batch_done,
+                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n),
+                            threads=limits.decoding_threads)
+            for m in models
+        }
+        self.ready = False
+
+    def start(self) -> None:
+        for batcher in self.batchers.values():
+            batcher.start()
+        self.ready = True
+
+    def stop(self) -> None:
+        self.ready = False
+        for batcher in self.batchers.values():
+            batcher.stop(timeout=60)
+
+    # -------------------------------------------------------------- checks
+
+    def check_key(self, key: Any, headers) -> None:
+        if self.api_keys is None:
+            return
+        if key is None:
+            auth = headers.get("authorization", "")
+            key = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key")
+        if not isinstance(key, str) or not key:
+            raise ApiError(403, "Please contact the server operator to get an API key (none was given)")
+        if not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.api_keys):
+            raise ApiError(403, "Invalid API key")
+
+    def check_size(self, items: list[list[str]]) -> None:
+        lines = sum(len(lines) for lines in items)
+        chars = sum(len(line) for lines in items for line in lines)
+        if lines > self.limits.max_sentences:
+            raise ApiError(400, f"too many sentences: {lines} lines (the limit is {self.limits.max_sentences} "
+                                "per request)")
+        if chars > self.limits.max_chars:
+            raise ApiError(400, f"too much text: {chars} characters (the limit is {self.limits.max_chars} "
+                                "per request)")
+
+    def pairs(self) -> str:
+        return ", ".join(f"{m.src_lang}-{m.tgt_lang}" for m in self.models)
+
+    def pick(self, source: str | None, target: str | None, name: str | None = None) -> ServedModel:
+        """The model for a request: by name, else the first whose pair matches (``auto`` or no source:
+        the one source language that translates into ``target``). The name of a multilingual model
+        picks among its pairs the same way."""
+        candidates = self.models
+        if name is not None:
+            model = self.by_name.get(name)
+            candidates = [m for m in self.models if m.group == name] if model is None else []
+            if model is None and not candidates:
+                raise ApiError(400, f"unknown model {name!r}; this server has: {', '.join(self.by_name)}")
+            if model is not None:
+                for value, own, what in ((source, model.src_lang, "source"), (target, model.tgt_lang, "target")):
+                    if value not in (None, "auto", own):
+                        raise ApiError(400, f"model {name} translates {model.src_lang}-{model.tgt_lang}, "
+                                            f"not {what} {value}")
+                return model
+        found = [m for m in candidates
+                 if (source in (None, "auto") or m.src_lang == source) and (target is None or m.tgt_lang == target)]
+        if not found:
+            if source not in (None, "auto") and all(m.src_lang != source for m in self.models):
+                raise ApiError(400, f"{source} is not supported; this server translates {self.pairs()}")
+            raise ApiError(400, f"language pair {source or 'auto'}-{target} is not supported; "
+                                f"this server translates {self.pairs()}")
+        if source in (None, "auto") and len({m.src_lang for m in found}) > 1:
+            raise ApiError(400, f"give source: this server translates into {target or 'several languages'} from "
+                                f"{', '.join(sorted({m.src_lang for m in found}))} and does not detect languages")
+        if target is None and len({m.tgt_lang for m in found}) > 1:
+            raise ApiError(400, f"give target: this server translates {self.pairs()}")
+        return found[0]
+
+    def decode_for(self, model: ServedModel, changes: dict) -> DecodeConfig:
+        """The model's decode settings with a request's changes, through the config's own checks."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if "nbest" in changes and "beam" not in changes and changes["nbest"] > model.decode.beam:
+            changes["beam"] = changes["nbest"]
+        beam = changes.get("beam", model.decode.beam)
+        if beam > self.limits.max_beam:
+            raise ApiError(400, f"beam must be at most {self.limits.max_beam} on this server, got {beam}")
+        nbest = changes.get("nbest", model.decode.nbest)
+        if nbest > beam:
+            raise ApiError(400, f"nbest must be between 1 and beam ({beam}), got {nbest}")
+        if not changes:
+            return model.decode
+        try:
+            return override_section(model.decode, "decode", changes)
+        except MtkitError as e:
+            raise ApiError(400, str(e).replace("decode.", "")) from None
+
+    def constraints_for(self, model: ServedModel, lines: list[str], requested: list[Constraints | None] | None = None,
+                        glossary: Glossary | None = None) -> list[Constraints | None] | None:
+        """Each line's constraints: the request's, its glossary's and the server's glossary's matches
+        (None when no line has any); a 400 for include phrases on an engine without constrained search."""
+        found: list[Constraints | None] = list(requested) if requested is not None else [None] * len(lines)
+        for terms in (glossary, self.glossary):
+            if terms is not None:
+                found = [terms.constraints(line).merged(c) for line, c in zip(lines, found)]
+        if not any(found):
+            return None
+        if model.engine == "ctranslate2" and any(c is not None and c.include for c in found):
+            from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+
+            raise ApiError(400, f"model {model.name}: {INCLUDE_UNSUPPORTED.replace('--engine ', 'engine ')}")
+        return found
+
+    async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
+                        constraints: list[Constraints | None] | None = None) -> list[Translation]:
+        """``lines`` translated by ``model``'s batcher (``constraints``: per line, after :meth:`constraints_for`)."""
+        if not lines:
+            return []
+        batcher = self.batchers[model.name]
+        try:
+            future = batcher.submit(lines, decode, constraints)
+        except QueueFull as e:
+            self.metrics.rejected.labels(model.name).inc()
+            raise ApiError(503, f"the server is busy ({e}); retry later",
+                           {"Retry-After": str(self.limits.retry_after)}) from None
+        return await asyncio.wrap_future(future)
