@@ -171,7 +171,7 @@ def evaluate(
             check_line_counts,
             read_constraint_options,
         )
-        from mtkit.translate import translate_lines
+        from mtkit.runtime.lines import translate_lines
 
         src_lines = sources if testset is not None else list(read_lines(src))
         check_decode_flags(decode_overrides)

@@ -40,7 +40,7 @@ def _label(name: str) -> str:
 
 def _lines(name: str) -> Iterator[str]:
     from mtkit.io import open_binary
-    from mtkit.translate import read_text_lines
+    from mtkit.runtime.lines import read_text_lines
 
     if name == "-":
         yield from read_text_lines(sys.stdin.buffer)

@@ -3,7 +3,7 @@
 Input is read as bytes and decoded per line (invalid UTF-8 becomes U+FFFD), so
 every input line gives its output line(s) whatever it holds. Translations go to
 stdout (or, atomically, to ``--output``); warnings, the checkpoint loaded and the
-progress bar go to stderr. See :mod:`mtkit.translate` for the output formats.
+progress bar go to stderr. See :mod:`mtkit.runtime.lines` for the output formats.
 
 Stdin is read as it arrives: whenever it has no more input ready, the lines read
 so far are translated and the output flushed, so a program that writes one line
@@ -41,7 +41,7 @@ from mtkit.runtime.factory import (
 DEFAULT_BUFFER_SIZE = 1000
 
 def _count_lines(names: list[str]) -> int | None:
-    """The lines of the input files as :func:`mtkit.translate.read_text_lines` counts them; None when one
+    """The lines of the input files as :func:`mtkit.runtime.lines.read_text_lines` counts them; None when one
     is stdin or not a regular file (a pipe can be read only once)."""
     from mtkit.io import open_binary
 
@@ -64,7 +64,7 @@ def _check_writable(path: Path | None, flag: str) -> None:
 
 
 def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
-    from mtkit.translate import read_ready_lines, read_text_lines
+    from mtkit.runtime.lines import read_ready_lines, read_text_lines
 
     try:
         fd = sys.stdin.fileno()
@@ -79,7 +79,7 @@ def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
 
 def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator[str | None]:
     from mtkit.io import open_binary
-    from mtkit.translate import read_text_lines
+    from mtkit.runtime.lines import read_text_lines
 
     for name in inputs:
         if name == "-":
@@ -170,7 +170,7 @@ def translate(
             name the flags.
         tgt_lang: the target language of a multilingual model (required when it has several).
     """
-    from mtkit.translate import OUTPUT_FORMATS, format_translation
+    from mtkit.runtime.lines import OUTPUT_FORMATS, format_translation
 
     overrides = dict(decode_overrides or {})
     if output_format is not None and output_format not in OUTPUT_FORMATS:

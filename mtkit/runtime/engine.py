@@ -6,7 +6,7 @@ An engine (:class:`mtkit.runtime.torch_engine.Translator`,
 
 * reads its input lazily, ``buffer_size`` lines at a time (never the whole input),
   or what a pipe has delivered so far when it has no more ready (a None in the lines,
-  see :func:`mtkit.translate.read_ready_lines`);
+  see :func:`mtkit.runtime.lines.read_ready_lines`);
 * encodes a chunk, sorts it by length, cuts token-budget batches
   (``decode.batch_tokens`` padded source tokens per batch; beam rows come on top),
   and yields the results in input order;

@@ -37,6 +37,7 @@ from typing import Any
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
 from pydantic import ValidationError
 
+from mtkit.runtime.lines import clean_output
 from mtkit.serve.markup import split_markup
 from mtkit.serve.models import language_name, logprob, mean_logprob
 from mtkit.serve.schemas import (
@@ -55,7 +56,6 @@ from mtkit.serve.schemas import (
     validation_message,
 )
 from mtkit.serve.service import Service
-from mtkit.translate import clean_output
 
 
 def page_html() -> str:

@@ -96,7 +96,7 @@ def test_data_knows_nothing_of_training_or_models():
 LAYERS = [
     {"mtkit.cli", "mtkit.__main__"},
     {"mtkit.commands"},
-    {"mtkit.training", "mtkit.export", "mtkit.translate", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
+    {"mtkit.training", "mtkit.export", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
      "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood", "mtkit.importers"},
     {"mtkit.runtime"},
     {"mtkit.search", "mtkit.constrained_search", "mtkit.data"},
@@ -104,7 +104,7 @@ LAYERS = [
     {"mtkit.kernels"},
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
-INFERENCE = ("mtkit.translate", "mtkit.runtime", "mtkit.search", "mtkit.constrained_search", "mtkit.export",
+INFERENCE = ("mtkit.runtime", "mtkit.search", "mtkit.constrained_search", "mtkit.export",
              "mtkit.penalties",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
              "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
@@ -183,8 +183,8 @@ def test_inference_never_imports_training():
 
 
 def test_importing_the_inference_path_loads_no_training_module():
-    code = ("import sys, mtkit.translate, mtkit.runtime, mtkit.runtime.torch_engine, mtkit.runtime.ctranslate2_engine, "
-            "mtkit.runtime.checkpoint\n"
+    code = ("import sys, mtkit.runtime.lines, mtkit.runtime, mtkit.runtime.torch_engine, "
+            "mtkit.runtime.ctranslate2_engine, mtkit.runtime.checkpoint\n"
             "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr

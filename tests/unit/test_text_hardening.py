@@ -19,8 +19,8 @@ from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.runtime.constraints import Constraints, encode_constraints, read_constraints
 from mtkit.runtime.glossary import Glossary
+from mtkit.runtime.lines import clean_output
 from mtkit.runtime.torch_engine import Translator
-from mtkit.translate import clean_output
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
