@@ -54,8 +54,8 @@ def test_search_sees_only_token_ids_and_the_model_protocol():
 
 
 def test_config_and_errors_depend_on_nothing_above_them():
-    for name in ("config.py", "errors.py", "io.py"):
-        assert all(m.startswith(("mtkit.errors", "mtkit.io")) for m in mtkit_imports(PACKAGE / name)), name
+    for path in [*(PACKAGE / "config").glob("*.py"), PACKAGE / "errors.py", PACKAGE / "io.py"]:
+        assert all(m.startswith(("mtkit.errors", "mtkit.io", "mtkit.config")) for m in mtkit_imports(path)), path
 
 
 def test_the_library_never_imports_the_commands_or_the_cli():
