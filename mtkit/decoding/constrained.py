@@ -1,11 +1,11 @@
 """Lexically constrained beam search: Dynamic Beam Allocation (Post & Vilar, 2018), vectorized
-over sentences × beams as Hu et al. (2019) do, on the protocol of :mod:`mtkit.search`.
+over sentences × beams as Hu et al. (2019) do, on the protocol of :mod:`mtkit.decoding.options`.
 
 Each sentence may carry phrases (lists of target ids) that its output must contain
 (``include``) and phrases it must not contain (``exclude``).
 
 * Exclude: a hypothesis that ends with all but the last piece of an excluded phrase may not
-  add that last piece (its log-probability becomes -inf, as :func:`mtkit.search._ban_repeated_ngrams`
+  add that last piece (its log-probability becomes -inf, as search's ``no_repeat_ngram_size``
   bans tokens); a one-piece phrase is never generated. A phrase given with an
   :class:`mtkit.runtime.constraints.ExcludeMatcher` (an ``ExcludeSet``'s ``matchers``) is matched on
   the text instead: every hypothesis tracks which prefixes of the phrase's text it ends with (written
@@ -14,7 +14,7 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
 * Include: every hypothesis tracks which phrases it holds and how far it is into the one it is
   writing (a phrase must be written without interruption; phrases come in any order). Its
   *bank* is the number of constraint pieces it has met. At each step the candidates are the
-  ``2·beam`` best extensions (as in :func:`mtkit.search.beam_search`), every hypothesis's next
+  ``2·beam`` best extensions (as in :func:`mtkit.decoding.search.beam_search`), every hypothesis's next
   constraint pieces and every hypothesis's best next token; duplicates are dropped, and the
   beam is shared among banks round-robin, the highest bank first (the "stripes" of Hu et al.,
   fairseq's ``LexicallyConstrainedBeamSearch``): the best of each bank, then the second best of
@@ -24,12 +24,12 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
   highest bank always takes the first place, the hypothesis furthest along meets one more constraint
   piece at every step: every phrase fits when their pieces fit in the maximum length (and no ban forbids one).
 
-Everything else is :func:`mtkit.search.beam_search`'s: those of the first ``beam`` ordered
+Everything else is :func:`mtkit.decoding.search.beam_search`'s: those of the first ``beam`` ordered
 candidates that end in EOS finish with score ``logprob / lp(n + 1)``, the first ``beam`` others
 carry on; a sentence stops with ``beam`` finished hypotheses, when its best finished score
 can no longer be beaten and it holds ``nbest``, or at its maximum length. A sentence without
 constraints has one bank, so its candidates are ordered by score alone and it is searched
-exactly as :func:`mtkit.search.beam_search` searches it.
+exactly as :func:`mtkit.decoding.search.beam_search` searches it.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID
+from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions
+from mtkit.decoding.penalties import length_penalty
+from mtkit.decoding.search import _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths, surviving
 from mtkit.kernels import Kernels, KernelsName, select
-from mtkit.penalties import length_penalty
-from mtkit.search import Hypothesis, _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths, surviving
 
 Phrases = Sequence[Sequence[int]]  # one sentence's phrases, each a list of target ids
 
@@ -179,30 +180,15 @@ def _include_table(include: Sequence[Phrases], device: torch.device) -> tuple[Te
 
 
 @torch.inference_mode()
-def constrained_beam_search(
-    model,
-    src: Tensor,
-    include: Sequence[Phrases],
-    exclude: Sequence[Phrases],
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    no_repeat_ngram_size: int = 0,
-    min_len: int = 0,
-    max_len_limit: int | None = None,
-    penalty: str = "gnmt",
-    kernels: KernelsName | Kernels = "auto",
-    forced_eos: str = "logprob",
-    start: int | None = None,
-) -> list[list[Hypothesis]]:
+def constrained_beam_search(model: SearchModel, src: Tensor, include: Sequence[Phrases], exclude: Sequence[Phrases],
+                            options: SearchOptions = SearchOptions(), kernels: KernelsName | Kernels = "auto",
+                            ) -> list[list[Hypothesis]]:
     """Beam search in which sentence ``i``'s outputs contain every phrase of ``include[i]`` and none
-    of ``exclude[i]`` (see the module docstring); the other arguments are
-    :func:`mtkit.search.beam_search`'s.
+    of ``exclude[i]`` (see the module docstring); ``options`` and ``kernels`` are
+    :func:`mtkit.decoding.search.beam_search`'s.
 
     Args:
-        model: follows the protocol of :mod:`mtkit.search`.
+        model: follows the protocol of :mod:`mtkit.decoding.options`.
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
         include: per sentence, the phrases (non-empty lists of target ids) its output must contain.
         exclude: per sentence, the phrases its output must not contain.
@@ -212,6 +198,9 @@ def constrained_beam_search(
         then those that reached the maximum length without (when fewer than ``nbest`` hold them), each
         group by score. None holds an ``exclude`` phrase.
     """
+    o = options
+    beam, nbest, alpha, penalty = o.beam, o.nbest, o.alpha, o.length_penalty
+    min_len, forced_eos = o.min_len, o.forced_eos
     if not 1 <= nbest <= beam:
         raise ValueError("need 1 <= nbest <= beam")
     if len(include) != src.size(0) or len(exclude) != src.size(0):
@@ -222,7 +211,7 @@ def constrained_beam_search(
     B = src.size(0)
     K = beam
     device = src.device
-    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    max_len = max_lengths(src, o.max_len_a, o.max_len_b, o.max_len_limit)  # (B,)
     max_len_list = max_len.tolist()
     top_extensions = select(kernels).top_extensions
     memory, src_mask = model.encode(src)
@@ -242,7 +231,7 @@ def constrained_beam_search(
     scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
-    last = torch.full((B * K,), BOS_ID if start is None else start, dtype=torch.long, device=device)
+    last = torch.full((B * K,), BOS_ID if o.start is None else o.start, dtype=torch.long, device=device)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
     met = torch.zeros(B * K, M, dtype=torch.bool, device=device)  # phrases each row holds
     cur = torch.full((B * K,), -1, dtype=torch.long, device=device)  # the phrase a row is writing, or -1
@@ -254,8 +243,8 @@ def constrained_beam_search(
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
         lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive),
                             forced_eos)
-        if no_repeat_ngram_size > 0:
-            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
+        if o.no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
         banned.ban(lprobs, history, K)
         matched.ban(lprobs, K)
         # EOS waits until every phrase is in (at the maximum length it is forced all the same).
