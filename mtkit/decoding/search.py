@@ -21,6 +21,11 @@ the mean log-probability per token). The maximum length is ``max_len_a * S + max
 the EOS, where ``S`` counts the source ids including its EOS; at that length EOS
 is forced (with its log-probability, or with ``forced_eos="zero"`` 0, as Hugging Face's
 ``forced_eos_token_id``). Padding and BOS are never generated.
+
+Beam search is one loop, :func:`beam_loop`, whose per-step choices are a :class:`BeamStrategy`'s
+(fairseq's ``Search.step`` / ``init_constraints`` / ``prune_sentences`` / ``update_constraints``):
+the plain strategy ranks extensions by score; :mod:`mtkit.decoding.constrained` brings lexical
+constraints as another strategy, in the same loop.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions
 from mtkit.decoding.penalties import length_penalty
 from mtkit.kernels import Kernels, KernelsName, select
 
-__all__ = ["Hypothesis", "SearchOptions", "beam_search", "greedy_search", "max_lengths", "sample"]
+__all__ = ["BeamStrategy", "Hypothesis", "SearchOptions", "beam_loop", "beam_search", "greedy_search",
+           "max_lengths", "sample"]
 
 
 def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None, pad_id: int = PAD_ID) -> Tensor:
@@ -213,6 +219,57 @@ def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler
 # ------------------------------------------------------------------------ beam
 
 
+class BeamStrategy:
+    """Plain beam search's choice at each step (fairseq's ``BeamSearch.step``): the ``2·beam`` best
+    extensions of a sentence's beams by cumulative log-probability, best first.
+
+    :func:`beam_loop` calls, in this order: :meth:`init` once, then at every step :meth:`ban`,
+    :meth:`candidates`, :meth:`finished_hold` (when candidates finish), :meth:`update` with the
+    continuations taken, and :meth:`prune_sentences` when sentences leave the batch. A subclass bans
+    tokens, proposes and orders candidates, keeps per-row state in step with the beams and says which
+    finished hypotheses meet its requirements (:class:`mtkit.decoding.constrained.DynamicBeamAllocation`).
+    Rows ``b*K .. b*K+K-1`` belong to batch position ``b``; ``Bc`` is the number of live sentences.
+    """
+
+    beam: int
+
+    def init(self, batch: int, beam: int, device: torch.device) -> None:
+        """Before the first step (fairseq's ``init_constraints``): ``batch`` sentences of ``beam`` rows."""
+        self.beam = beam
+
+    def ban(self, lprobs: Tensor, history: Tensor, step: int, row_max_len: Tensor) -> None:
+        """Forbid tokens in ``lprobs`` (Bc·K, V), in place, given each row's tokens so far ``history``
+        (Bc·K, t) and maximum length ``row_max_len`` (Bc·K,). The plain strategy bans nothing."""
+
+    def candidates(self, scores: Tensor, lprobs: Tensor, top_extensions) -> tuple[Tensor, Tensor, Tensor]:
+        """The candidates in the order the beam takes them.
+
+        Args:
+            scores: (Bc, K) the live beams' cumulative log-probabilities.
+            lprobs: (Bc·K, V) the next token's log-probabilities, bans applied.
+            top_extensions: the kernels' ``top_extensions(scores, lprobs, n)``.
+
+        Returns:
+            their cumulative log-probabilities (Bc, C), the beam each extends (Bc, C) and its token
+            (Bc, C), C >= K; those among the first K that end in EOS finish, the first K others carry on.
+        """
+        V = lprobs.size(1)
+        top_scores, top_index = top_extensions(scores, lprobs, 2 * self.beam)  # (Bc, 2K) over the K·V sums
+        return top_scores, top_index // V, top_index % V
+
+    def finished_hold(self, beams: Tensor) -> Tensor | None:
+        """Whether a hypothesis finished from each of ``beams`` (Bc, K) meets the strategy's requirements
+        (Bc, K) bool, or None: every one does. Those that do rank before those that do not."""
+        return None
+
+    def update(self, order: Tensor, rows: Tensor, tokens: Tensor) -> None:
+        """The continuations taken (fairseq's ``update_constraints``): positions ``order`` (Bc, K) among the
+        candidates, the new rows' parents ``rows`` (Bc·K,) and tokens ``tokens`` (Bc·K,)."""
+
+    def prune_sentences(self, keep: Tensor, keep_rows: Tensor) -> None:
+        """Only batch positions ``keep`` (B',) go on, with their rows ``keep_rows`` (B'·K,)."""
+
+
 @torch.inference_mode()
 def beam_search(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptions(),
                 kernels: KernelsName | Kernels = "auto") -> list[list[Hypothesis]]:
@@ -237,23 +294,35 @@ def beam_search(model: SearchModel, src: Tensor, options: SearchOptions = Search
     Returns:
         per sentence, its ``nbest`` best hypotheses, best first.
     """
+    return beam_loop(model, src, options, BeamStrategy(), kernels)
+
+
+@torch.inference_mode()
+def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy: BeamStrategy,
+              kernels: KernelsName | Kernels = "auto") -> list[list[Hypothesis]]:
+    """The beam loop of :func:`beam_search`, its candidates chosen by ``strategy`` (see :class:`BeamStrategy`).
+
+    Returns:
+        per sentence, its ``nbest`` best hypotheses: those that meet the strategy's requirements first,
+        then the others, each group best first.
+    """
     o = options
-    beam, nbest, alpha, penalty = o.beam, o.nbest, o.alpha, o.length_penalty
-    min_len, forced_eos = o.min_len, o.forced_eos
-    if not 1 <= nbest <= beam:
+    K, nbest = o.beam, o.nbest
+    if not 1 <= nbest <= K:
         raise ValueError("need 1 <= nbest <= beam")
-    length_penalty(1, alpha, penalty)  # an unknown penalty fails here, before any work
+    length_penalty(1, o.alpha, o.length_penalty)  # an unknown penalty fails here, before any work
     B = src.size(0)
-    K = beam
     device = src.device
     max_len = max_lengths(src, o.max_len_a, o.max_len_b, o.max_len_limit)  # (B,)
     max_len_list = max_len.tolist()
     top_extensions = select(kernels).top_extensions
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask, K)
+    strategy.init(B, K, device)
 
     alive = list(range(B))  # original sentence of each batch position
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    holds: list[list[bool]] = [[] for _ in range(B)]  # whether each finished hypothesis meets the strategy's terms
     scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
@@ -263,47 +332,48 @@ def beam_search(model: SearchModel, src: Tensor, options: SearchOptions = Search
     min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences
     step = 0
     while alive:
-        Bc = len(alive)
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
-        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min_max_len, forced_eos)
+        lprobs = _log_probs(logits, step, o.min_len, row_max_len, step >= min_max_len, o.forced_eos)
         if o.no_repeat_ngram_size > 0:
             _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
-        V = lprobs.size(1)
-        top_scores, top_index = top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K) over the K·V sums
-        top_beam = top_index // V  # (Bc, 2K) the beam each candidate extends
-        top_token = top_index % V
-        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        eos_first = is_eos[:, :K]  # only candidates among the best K may finish
+        strategy.ban(lprobs, history, step, row_max_len)
+        cand_scores, cand_beam, cand_token = strategy.candidates(scores, lprobs, top_extensions)  # (Bc, C)
+        is_eos = (cand_token == EOS_ID) & torch.isfinite(cand_scores)
+        eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(step + 1, alpha, penalty)
+        lp = length_penalty(step + 1, o.alpha, o.length_penalty)
         eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
-            rows = (base + top_beam)[:, :K]
+            rows = (base + cand_beam)[:, :K]
             fin_rows = rows[eos_first].tolist()
-            fin_scores = top_scores[:, :K][eos_first].tolist()
-            for (b, _), row, s in zip(eos_hits, fin_rows, fin_scores):
+            fin_scores = cand_scores[:, :K][eos_first].tolist()
+            hold = strategy.finished_hold(cand_beam[:, :K])
+            fin_holds = [True] * len(fin_rows) if hold is None else hold[eos_first].tolist()
+            for (b, _), row, s, ok in zip(eos_hits, fin_rows, fin_scores, fin_holds):
                 if len(finished[alive[b]]) < K:
                     finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
+                    holds[alive[b]].append(ok)
 
         # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
         order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
-        next_beam = top_beam.gather(1, order)
-        next_token = top_token.gather(1, order)
-        scores = top_scores.gather(1, order)  # (Bc, K)
+        next_beam = cand_beam.gather(1, order)
+        next_token = cand_token.gather(1, order)
+        scores = cand_scores.gather(1, order)  # (Bc, K)
         rows = (base + next_beam).view(-1)  # (Bc·K,)
+        strategy.update(order, rows, next_token.view(-1))
 
-        # Which sentences are done? (candidates are sorted: the first live one is the best)
+        # Which sentences are done? (a strategy may order candidates otherwise than by score: take the best)
         done = []
         if eos_hits or step >= min_max_len:
-            done = finished_sentences(alive, finished, scores[:, 0].tolist(), max_len_list, step, K, nbest, alpha,
-                                      penalty)
+            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, K,
+                                      nbest, o.alpha, o.length_penalty)
 
         history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
         cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
-            keep_list, keep, keep_rows = surviving(done, Bc, K, device)
+            keep_list, keep, keep_rows = surviving(done, len(alive), K, device)
             if not keep_list:
                 break
             cache = cache.select_sentences(keep)
@@ -311,9 +381,12 @@ def beam_search(model: SearchModel, src: Tensor, options: SearchOptions = Search
             history = history.index_select(0, keep_rows)
             last = last.index_select(0, keep_rows)
             row_max_len = row_max_len.index_select(0, keep_rows)
+            strategy.prune_sentences(keep, keep_rows)
             alive = [alive[b] for b in keep_list]
             base = base[: len(alive)]
             min_max_len = min(max_len_list[s] for s in alive)
         step += 1
 
-    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+    # Those that meet the strategy's terms first (a stable sort: the plain strategy's order is by score).
+    return [[h for _, h in sorted(zip(ok, hyps), key=lambda x: (not x[0], -x[1].score))][:nbest]
+            for ok, hyps in zip(holds, finished)]

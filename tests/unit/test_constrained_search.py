@@ -63,6 +63,21 @@ def test_without_constraints_it_is_beam_search(model, src, beam, nbest):
     assert [[(h.tokens, h.score) for h in s] for s in found] == [[(h.tokens, h.score) for h in s] for s in plain]
 
 
+def test_constraints_are_a_strategy_of_the_one_beam_loop(model, src):
+    """Dynamic Beam Allocation is a BeamStrategy run by search's beam_loop (no second loop to drift), and
+    the plain strategy in that loop is beam_search."""
+    import inspect
+
+    from mtkit.decoding import constrained, search
+
+    assert issubclass(constrained.DynamicBeamAllocation, search.BeamStrategy)
+    assert "while " not in inspect.getsource(constrained)
+    options = SearchOptions(beam=3, nbest=2, max_len_b=5)
+    looped = search.beam_loop(model, src, options, search.BeamStrategy())
+    assert [[(h.tokens, h.score) for h in s] for s in looped] == [
+        [(h.tokens, h.score) for h in s] for s in beam_search(model, src, options)]
+
+
 @pytest.mark.parametrize("beam", [1, 3, 5])
 def test_the_best_holds_every_include_phrase_and_none_holds_an_exclude_phrase(model, src, beam):
     include = random_phrases(seed=beam, B=src.size(0), most=2)
