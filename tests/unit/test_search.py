@@ -191,3 +191,24 @@ def test_beam_search_fast_top_k_equals_plain_top_k():
     fast = beam_search(big, src, SearchOptions(beam=4, max_len_a=1.0, max_len_b=4, nbest=4), kernels="auto")
     plain = beam_search(big, src, SearchOptions(beam=4, max_len_a=1.0, max_len_b=4, nbest=4), kernels="reference")
     assert [[(h.tokens, h.score) for h in s] for s in fast] == [[(h.tokens, h.score) for h in s] for s in plain]
+
+
+def test_search_options_come_from_the_decode_config_with_overrides():
+    """SearchOptions.from_decode copies every search field of DecodeConfig (none dropped on the way) and
+    takes the engine's per-call fields on top."""
+    import dataclasses
+
+    from mtkit.config import DecodeConfig
+
+    decode = DecodeConfig(beam=6, nbest=2, alpha=1.0, length_penalty="power", max_len_a=1.5, max_len_b=7,
+                          forced_eos="zero", no_repeat_ngram_size=3, sampling=True, temperature=0.5, top_k=4,
+                          top_p=0.9)
+    options = SearchOptions.from_decode(decode, max_len_limit=30, min_len=2, start=9)
+    batching = {"batch_tokens", "max_input_len"}  # the engine's, not search's
+    for f in dataclasses.fields(DecodeConfig):
+        if f.name not in batching:
+            assert getattr(options, f.name) == getattr(decode, f.name), f.name
+    assert (options.max_len_limit, options.min_len, options.start) == (30, 2, 9)
+    assert SearchOptions.from_decode(DecodeConfig()) == SearchOptions()  # the same defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.beam = 1  # type: ignore[misc]
