@@ -15,7 +15,7 @@ threads split every small matmul (benchmarks/README.md, "DDP ranks against threa
 ``train.seed + k - 1`` and its own run directory: the first keeps RUN, so that one model is the
 usual layout, the others take RUN-2, RUN-3, … Translating with all of them (``mtkit translate -m RUN
 -m RUN-2``, or ``mtkit run``) averages their log-probabilities at every step
-(:class:`mtkit.runtime.ensemble.Ensemble`). On CPU the members train at the same time, each pinned
+(:class:`mtkit.decoding.ensemble.Ensemble`). On CPU the members train at the same time, each pinned
 to an equal share of the cores; on GPUs one after another, each on every GPU the recipe asks for.
 The first member writes to this terminal; the others write to ``RUN-k/train.log``, and a member
 that fails is reported with the last line it wrote.

@@ -51,8 +51,8 @@ import json
 from pathlib import Path
 
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
+from mtkit.decoding.penalties import length_penalty
 from mtkit.errors import MtkitError
-from mtkit.penalties import length_penalty
 from mtkit.runtime.constraints import PieceConstraints
 from mtkit.runtime.device import resolve_device
 from mtkit.runtime.engine import Call, LineTranslator

@@ -1,5 +1,5 @@
 """The torch engine's constrained decoding: a batch whose sentences carry constraints, searched with
-:func:`mtkit.constrained_search.constrained_beam_search` under the engine's settings.
+:func:`mtkit.decoding.constrained.constrained_beam_search` under the engine's settings.
 
 The sentences without constraints are searched apart, by the engine's own
 :meth:`~mtkit.runtime.torch_engine.Translator.search_batch` (so they translate exactly as in a batch
@@ -19,18 +19,17 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
 
     Args:
         translator: a :class:`mtkit.runtime.torch_engine.Translator` (its model, device, precision,
-            decode settings, ``max_out_len`` and ``min_len`` are used).
+            search options of the call, from :meth:`~mtkit.runtime.torch_engine.Translator.search_options`).
         constraints: per sentence, its encoded constraints (None: none).
         call: the call's settings and vocabulary (:class:`mtkit.runtime.engine.Call`).
     """
     import torch
 
-    from mtkit.constrained_search import constrained_beam_search
-    from mtkit.data.languages import decoder_start
+    from mtkit.decoding.constrained import constrained_beam_search
     from mtkit.runtime.precision import autocast
 
-    d = call.decode
-    if d.sampling:
+    options = translator.search_options(call)
+    if options.sampling:
         raise MtkitError("constraints and glossaries need beam search: drop --sampling")
     plain = [i for i, c in enumerate(constraints) if not c]
     forced = [i for i, c in enumerate(constraints) if c]
@@ -44,11 +43,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     with torch.inference_mode(), autocast(translator.precision, translator.device.type):
         found = constrained_beam_search(
             translator.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],
-            beam=d.beam, alpha=d.alpha, max_len_a=d.max_len_a, max_len_b=d.max_len_b, nbest=d.nbest,
-            no_repeat_ngram_size=d.no_repeat_ngram_size, min_len=translator.min_len,
-            max_len_limit=translator.max_out_len, penalty=d.length_penalty,
-            kernels=getattr(translator.models[0], "kernels", "auto"), forced_eos=d.forced_eos,
-            start=decoder_start(call.vocab))
+            options, kernels=getattr(translator.models[0], "kernels", "auto"))
     for i, hyps in zip(forced, found):
         results[i] = [(h.tokens, h.score) for h in hyps]
     return results

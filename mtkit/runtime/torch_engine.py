@@ -1,4 +1,4 @@
-"""mtkit's own engine: :mod:`mtkit.search` on one model, or an ensemble of models sharing one vocabulary.
+"""mtkit's own engine: :mod:`mtkit.decoding` on one model, or an ensemble of models sharing one vocabulary.
 
 No torch at load time (it is imported when a :class:`Translator` is built), so that importing
 the runtime never loads it.
@@ -52,7 +52,7 @@ class Translator(LineTranslator):
         if len(self.models) == 1:
             self.model = self.models[0]
         else:
-            from mtkit.runtime.ensemble import Ensemble
+            from mtkit.decoding.ensemble import Ensemble
 
             self.model = Ensemble(self.models)
 
@@ -85,28 +85,31 @@ class Translator(LineTranslator):
             src[row, : len(ids)] = torch.tensor(ids)
         return src.to(self.device)
 
+    def search_options(self, call: Call):
+        """The :class:`~mtkit.decoding.options.SearchOptions` of a call: its decode settings, capped by the
+        model's position table, the engine's ``min_len``, and the call's decoder start (a target-side tag)."""
+        from mtkit.data.languages import decoder_start
+        from mtkit.decoding.options import SearchOptions
+
+        return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
+                                         start=decoder_start(call.vocab))
+
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
         import torch
 
-        from mtkit import search
-        from mtkit.data.languages import decoder_start
+        from mtkit.decoding import search
         from mtkit.runtime.precision import autocast
 
-        d = call.decode
+        options = self.search_options(call)
         src = self.source_tensor(batch)
-        common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
-                      no_repeat_ngram_size=d.no_repeat_ngram_size, max_len_limit=self.max_out_len,
-                      min_len=self.min_len, forced_eos=d.forced_eos, start=decoder_start(call.vocab))
         with torch.inference_mode(), autocast(self.precision, self.device.type):
-            if d.sampling:
-                n = d.nbest
-                found = search.sample(self.model, src.repeat_interleave(n, dim=0), d.temperature, d.top_k,
-                                      d.top_p, call.generator, **common)
+            if options.sampling:
+                n = options.nbest
+                found = search.sample(self.model, src.repeat_interleave(n, dim=0), options, call.generator)
                 hyps = [sorted((h for s in found[i * n : (i + 1) * n] for h in s), key=lambda h: -h.score)
                         for i in range(len(batch))]
-            elif d.beam == 1:
-                hyps = search.greedy_search(self.model, src, **common)
+            elif options.beam == 1:
+                hyps = search.greedy_search(self.model, src, options)
             else:
-                hyps = search.beam_search(self.model, src, beam=d.beam, nbest=d.nbest, kernels=self.models[0].kernels,
-                                          **common)
+                hyps = search.beam_search(self.model, src, options, kernels=self.models[0].kernels)
         return [[(h.tokens, h.score) for h in sentence] for sentence in hyps]

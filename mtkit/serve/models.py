@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from mtkit.config import DecodeConfig
-from mtkit.penalties import length_penalty
+from mtkit.decoding.penalties import length_penalty
 from mtkit.runtime.engine import Candidate, LineTranslator
 
 # Language names for LibreTranslate's /languages (a code without one is named by its code).
@@ -64,7 +64,7 @@ class ServedModel:
 def logprob(candidate: Candidate, decode: DecodeConfig) -> float:
     """The log-probability (nats) of a hypothesis and its EOS, undoing the length penalty.
 
-    Both engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.search`), ``n`` the
+    Both engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.decoding.search`), ``n`` the
     hypothesis's tokens, ``lp`` the length penalty of ``decode`` (``alpha``, ``length_penalty``).
     """
     return candidate.score * length_penalty(len(candidate.ids) + 1, decode.alpha, decode.length_penalty)

@@ -18,8 +18,9 @@ import torch  # noqa: E402
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
+from mtkit.decoding.options import SearchOptions  # noqa: E402
+from mtkit.decoding.search import beam_search, greedy_search  # noqa: E402
 from mtkit.runtime.checkpoint import load_model  # noqa: E402
-from mtkit.search import beam_search, greedy_search  # noqa: E402
 
 torch.set_num_threads(1)
 SOURCES = [english(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858, 21, 404, 3, 66, 720, 12, 95, 250, 8, 501)]
@@ -225,12 +226,12 @@ def test_search_equals_generate(case, beam, max_length):
     src = torch.full((len(SOURCES), max(map(len, src_ids))), PAD_ID)
     for i, s in enumerate(src_ids):
         src[i, : len(s)] = torch.tensor(s)
-    common = dict(max_len_a=d.max_len_a, max_len_b=max_length - 2, alpha=d.alpha, penalty=d.length_penalty,
+    common = dict(max_len_a=d.max_len_a, max_len_b=max_length - 2, alpha=d.alpha, length_penalty=d.length_penalty,
                   forced_eos=d.forced_eos)
     if beam == 1:
-        hyps = greedy_search(loaded.model, src, **common)
+        hyps = greedy_search(loaded.model, src, SearchOptions(**common))
     else:
-        hyps = beam_search(loaded.model, src, beam=beam, **common)
+        hyps = beam_search(loaded.model, src, SearchOptions(beam=beam, **common))
     lengths = set()
     for i, sentence in enumerate(hyps):
         theirs = [x for x in out[i].tolist()[1:] if x != model.config.pad_token_id]
@@ -399,10 +400,10 @@ def test_the_default_max_length_is_generates(case, tmp_path, beam):
     src = torch.full((len(SOURCES), max(map(len, src_ids))), PAD_ID)
     for i, s in enumerate(src_ids):
         src[i, : len(s)] = torch.tensor(s)
-    common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, penalty=d.length_penalty,
+    common = dict(max_len_a=d.max_len_a, max_len_b=d.max_len_b, alpha=d.alpha, length_penalty=d.length_penalty,
                   forced_eos=d.forced_eos)
-    hyps = greedy_search(loaded.model, src, **common) if beam == 1 else beam_search(loaded.model, src, beam=beam,
-                                                                                      **common)
+    hyps = (greedy_search(loaded.model, src, SearchOptions(**common)) if beam == 1
+            else beam_search(loaded.model, src, SearchOptions(beam=beam, **common)))
     for i, sentence in enumerate(hyps):
         theirs = out[i].tolist()[1:]
         assert len(theirs) == 20 and theirs[-1] == 0, theirs  # 19 tokens and the forced EOS

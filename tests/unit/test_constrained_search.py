@@ -18,13 +18,15 @@ import torch
 from conftest import incremental_logprob, random_search_model, random_sources
 
 from mtkit.config import EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig
-from mtkit.constrained_search import constrained_beam_search
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
+from mtkit.decoding.constrained import constrained_beam_search
+from mtkit.decoding.options import SearchOptions
+from mtkit.decoding.penalties import length_penalty
+from mtkit.decoding.search import beam_search
 from mtkit.model import Transformer
 from mtkit.runtime.constraints import Constraints
 from mtkit.runtime.torch_engine import Translator
-from mtkit.search import beam_search, length_penalty
 
 torch.set_num_threads(1)
 V = 40
@@ -55,9 +57,25 @@ def random_phrases(seed: int, B: int, most: int) -> list[list[list[int]]]:
 @pytest.mark.parametrize("beam,nbest", [(1, 1), (2, 2), (4, 1), (5, 3)])
 def test_without_constraints_it_is_beam_search(model, src, beam, nbest):
     none = [[] for _ in range(src.size(0))]
-    plain = beam_search(model, src, beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6)
-    found = constrained_beam_search(model, src, none, none, beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6)
+    plain = beam_search(model, src, SearchOptions(beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6))
+    found = constrained_beam_search(model, src, none, none,
+                                    SearchOptions(beam=beam, nbest=nbest, max_len_a=1.0, max_len_b=6))
     assert [[(h.tokens, h.score) for h in s] for s in found] == [[(h.tokens, h.score) for h in s] for s in plain]
+
+
+def test_constraints_are_a_strategy_of_the_one_beam_loop(model, src):
+    """Dynamic Beam Allocation is a BeamStrategy run by search's beam_loop (no second loop to drift), and
+    the plain strategy in that loop is beam_search."""
+    import inspect
+
+    from mtkit.decoding import constrained, search
+
+    assert issubclass(constrained.DynamicBeamAllocation, search.BeamStrategy)
+    assert "while " not in inspect.getsource(constrained)
+    options = SearchOptions(beam=3, nbest=2, max_len_b=5)
+    looped = search.beam_loop(model, src, options, search.BeamStrategy())
+    assert [[(h.tokens, h.score) for h in s] for s in looped] == [
+        [(h.tokens, h.score) for h in s] for s in beam_search(model, src, options)]
 
 
 @pytest.mark.parametrize("beam", [1, 3, 5])
@@ -65,7 +83,8 @@ def test_the_best_holds_every_include_phrase_and_none_holds_an_exclude_phrase(mo
     include = random_phrases(seed=beam, B=src.size(0), most=2)
     exclude = [[[t] for t in range(4, 12)] + [[20, 21]] for _ in range(src.size(0))]
     include = [[p for p in s if not any(t < 12 for t in p) and p != [20, 21]] for s in include]
-    found = constrained_beam_search(model, src, include, exclude, beam=beam, nbest=beam, max_len_a=1.0, max_len_b=8)
+    found = constrained_beam_search(model, src, include, exclude,
+                                    SearchOptions(beam=beam, nbest=beam, max_len_a=1.0, max_len_b=8))
     assert any(include)
     for i, (sentence, phrases, banned) in enumerate(zip(found, include, exclude)):
         holds = [all(contains(h.tokens, p) for p in phrases) for h in sentence]
@@ -80,7 +99,8 @@ def test_the_best_holds_every_include_phrase_and_none_holds_an_exclude_phrase(mo
 def test_nbest_distinct_ordered_and_scored_as_the_model_scores(model, src):
     include = [[[9, 10], [30]] for _ in range(src.size(0))]
     exclude = [[[11]] for _ in range(src.size(0))]
-    found = constrained_beam_search(model, src, include, exclude, beam=5, nbest=5, max_len_a=1.0, max_len_b=8)
+    found = constrained_beam_search(model, src, include, exclude,
+                                    SearchOptions(beam=5, nbest=5, max_len_a=1.0, max_len_b=8))
     for i, sentence in enumerate(found):
         assert len({tuple(h.tokens) for h in sentence}) == len(sentence) == 5
         holds = [contains(h.tokens, [9, 10]) and contains(h.tokens, [30]) for h in sentence]
@@ -96,7 +116,8 @@ def test_nbest_distinct_ordered_and_scored_as_the_model_scores(model, src):
 
 def test_a_phrase_longer_than_the_limit_is_left_out_only_at_the_maximum_length(model, src):
     include = [[[5, 6, 7, 8, 9]] for _ in range(src.size(0))]
-    found = constrained_beam_search(model, src, include, [[] for _ in include], beam=3, max_len_a=0.0, max_len_b=3)
+    found = constrained_beam_search(model, src, include, [[] for _ in include],
+                                    SearchOptions(beam=3, max_len_a=0.0, max_len_b=3))
     for sentence in found:
         assert len(sentence[0].tokens) == 3  # EOS came only when forced, at the maximum length
         assert not contains(sentence[0].tokens, [5, 6, 7, 8, 9])
@@ -162,7 +183,7 @@ def test_sampling_takes_no_constraints(loaded):
 
 def test_length_penalty_is_unchanged(model, src):
     include = [[[7]] for _ in range(src.size(0))]
-    for sentence in constrained_beam_search(model, src, include, [[] for _ in include], beam=4, nbest=4,
-                                            alpha=1.0, penalty="power", max_len_b=6):
+    options = SearchOptions(beam=4, nbest=4, alpha=1.0, length_penalty="power", max_len_b=6)
+    for sentence in constrained_beam_search(model, src, include, [[] for _ in include], options):
         for h in sentence:
             assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 1.0, "power"))

@@ -17,12 +17,12 @@ from mtkit import __version__  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
+from mtkit.decoding.penalties import length_penalty as search_length_penalty  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
 from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode, length_penalty  # noqa: E402
 from mtkit.runtime.torch_engine import Translator  # noqa: E402
-from mtkit.search import length_penalty as search_length_penalty  # noqa: E402
 
 torch.set_num_threads(1)
 STEPS = 150
@@ -179,8 +179,8 @@ def test_export_command_from_checkpoint(vocab, tmp_path):
 
 
 def test_maximum_length_is_mtkits(vocab, tmp_path):
-    """Per source length, the output limit the CTranslate2 engine applies is mtkit.search's."""
-    from mtkit.search import max_lengths
+    """Per source length, the output limit the CTranslate2 engine applies is mtkit.decoding.search's."""
+    from mtkit.decoding.search import max_lengths
 
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     for a, b in ((1.0, 50), (0.5, 0), (1.2, -3), (0.0, 12), (2.0, 100)):

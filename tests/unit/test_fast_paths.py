@@ -601,7 +601,8 @@ def test_a_training_step_of_the_fused_optimizer_packs_the_decoder_again():
     trains with bumps them, so the weights packed for decoding (validation BLEU between two steps) are
     packed again after a step, and decoding uses the updated weights."""
     from mtkit.config import TrainConfig
-    from mtkit.search import greedy_search
+    from mtkit.decoding.options import SearchOptions
+    from mtkit.decoding.search import greedy_search
     from mtkit.training.optim import build_optimizer
 
     torch.manual_seed(6)
@@ -612,7 +613,7 @@ def test_a_training_step_of_the_fused_optimizer_packs_the_decoder_again():
     tgt_in = torch.tensor([[BOS_ID, 10, 11], [BOS_ID, 12, PAD_ID]])
     model.eval()
     first = pack_decoder(model)
-    greedy_search(model, src, max_len_b=6)  # packs the encoder too
+    greedy_search(model, src, SearchOptions(max_len_b=6))  # packs the encoder too
     for _ in range(3):
         model.train()
         logits = model(src, tgt_in)
@@ -627,8 +628,8 @@ def test_a_training_step_of_the_fused_optimizer_packs_the_decoder_again():
     assert torch.equal(second.layers[0].qkv.weight, qkv)
     reference = Transformer(cfg, 30, 30, kernels="reference").eval()
     reference.load_state_dict(model.state_dict())
-    fused = [h[0].tokens for h in greedy_search(model, src, max_len_b=6)]
-    assert fused == [h[0].tokens for h in greedy_search(reference, src, max_len_b=6)]
+    fused = [h[0].tokens for h in greedy_search(model, src, SearchOptions(max_len_b=6))]
+    assert fused == [h[0].tokens for h in greedy_search(reference, src, SearchOptions(max_len_b=6))]
 
 
 def test_the_kernel_settings_choose_the_decoding_step():

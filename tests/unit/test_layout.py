@@ -1,7 +1,8 @@
 """Imports go one way: cli → commands → library (training, export, translate, metrics ...) → runtime →
-search, data → model → kernels → config; inference never imports training.
+decoding, data → model → kernels → config; inference never imports training.
 
-The runtime's torch engine runs search and loads vocabularies, so search and data sit below it.
+The runtime's torch engine runs search and loads vocabularies, so decoding and data sit below it;
+decoding knows no files, no vocabularies, no engine.
 """
 
 import ast
@@ -46,11 +47,36 @@ def test_the_kernels_know_only_the_config():
         assert not bad, f"{path.name} imports {bad}"
 
 
-def test_search_sees_only_token_ids_and_the_model_protocol():
-    allowed = ("mtkit.config", "mtkit.penalties", "mtkit.kernels")  # penalties: shared with the CTranslate2 engine
-    assert all(m.startswith(allowed) for m in mtkit_imports(PACKAGE / "search.py"))
-    # Constrained search builds on search and sees no more: phrases come in as token ids.
-    assert all(m.startswith((*allowed, "mtkit.search")) for m in mtkit_imports(PACKAGE / "constrained_search.py"))
+DECODING_MAY_IMPORT = ("mtkit.config", "mtkit.kernels", "mtkit.model", "mtkit.decoding")
+# Modules outside mtkit that would give decoding files, text or processes to handle.
+NOT_FOR_DECODING = ("os", "io", "pathlib", "shutil", "tempfile", "glob", "gzip", "json", "pickle", "csv",
+                    "subprocess", "sentencepiece", "yaml", "numpy", "sacrebleu", "typer")
+
+
+def test_decoding_sees_only_token_ids_and_the_model_protocol():
+    """mtkit/decoding/ imports torch, the config's constants, the kernels, the model's types and itself:
+    nothing of files, vocabularies, the runtime, data or training (phrases come in as token ids)."""
+    paths = sorted((PACKAGE / "decoding").glob("*.py"))
+    assert {p.name for p in paths} >= {"__init__.py", "options.py", "search.py", "constrained.py", "penalties.py",
+                                       "ensemble.py", "forced.py"}
+    for path in paths:
+        bad = {m for m in mtkit_imports(path) if not m.startswith(DECODING_MAY_IMPORT)}
+        assert not bad, f"decoding/{path.name} imports {bad}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                assert name.split(".")[0] not in NOT_FOR_DECODING, f"decoding/{path.name} imports {name}"
+        text = path.read_text(encoding="utf-8")
+        assert "open(" not in text and "Vocab" not in text, f"decoding/{path.name} reads files or vocabularies"
+
+
+def test_penalties_load_without_torch():
+    """The CTranslate2 engine, which never loads torch, ranks with mtkit.decoding.penalties."""
+    code = "import sys, mtkit.decoding.penalties\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_config_and_errors_depend_on_nothing_above_them():
@@ -87,7 +113,7 @@ def test_commands_import_no_other_command():
 
 def test_data_knows_nothing_of_training_or_models():
     for path in (PACKAGE / "data").glob("*.py"):
-        bad = {m for m in mtkit_imports(path) if m.startswith(("mtkit.training", "mtkit.model", "mtkit.search"))}
+        bad = {m for m in mtkit_imports(path) if m.startswith(("mtkit.training", "mtkit.model", "mtkit.decoding"))}
         assert not bad, f"{path.name} imports {bad}"
 
 
@@ -99,13 +125,12 @@ LAYERS = [
     {"mtkit.training", "mtkit.export", "mtkit.scoring", "mtkit.metrics", "mtkit.visualize",
      "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood", "mtkit.importers"},
     {"mtkit.runtime"},
-    {"mtkit.search", "mtkit.constrained_search", "mtkit.data"},
-    {"mtkit.model", "mtkit.penalties"},
+    {"mtkit.decoding", "mtkit.data"},
+    {"mtkit.model"},
     {"mtkit.kernels"},
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
-INFERENCE = ("mtkit.runtime", "mtkit.search", "mtkit.constrained_search", "mtkit.export",
-             "mtkit.penalties",
+INFERENCE = ("mtkit.runtime", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
              "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
 

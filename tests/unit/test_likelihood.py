@@ -1,5 +1,5 @@
-"""Forced decoding (mtkit.likelihood): the teacher-forced pass equals incremental decoding, padding and
-batching change nothing, every line pair gets its score, in input order."""
+"""Forced decoding (mtkit.decoding.forced, mtkit.likelihood): the teacher-forced pass equals incremental
+decoding, padding and batching change nothing, every line pair gets its score, in input order."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import pytest
 import torch
 from conftest import incremental_logprob
 
-from mtkit import likelihood
 from mtkit.config import Config, ModelConfig, SpmConfig
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
-from mtkit.likelihood import PairScorer, pad_pairs, token_log_probs
+from mtkit.decoding import forced
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.forced import pad_pairs, token_log_probs
+from mtkit.likelihood import PairScorer
 from mtkit.model import Transformer
-from mtkit.runtime.ensemble import Ensemble
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=24)
@@ -66,7 +67,7 @@ def test_padding_and_batching_change_nothing(models, monkeypatch):
     alone = [scorer(models[0]).score_ids([pair])[0] for pair in PAIRS]
     for batch_tokens in (1, 20, 10_000):  # one pair per batch ... everything in one padded batch
         assert scorer(models[0], batch_tokens=batch_tokens).score_ids(PAIRS) == pytest.approx(alone, abs=1e-4)
-    monkeypatch.setattr(likelihood, "CHUNK_CELLS", 3 * V)  # the log-softmax three positions at a time
+    monkeypatch.setattr(forced, "CHUNK_CELLS", 3 * V)  # the log-softmax three positions at a time
     assert scorer(models[0]).score_ids(PAIRS) == pytest.approx(alone, abs=1e-4)
 
 

@@ -10,9 +10,11 @@ import torch
 from conftest import random_search_model, random_sources
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, ModelConfig
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.options import SearchOptions
+from mtkit.decoding.penalties import length_penalty
+from mtkit.decoding.search import beam_search, greedy_search, sample
 from mtkit.model import Transformer
-from mtkit.runtime.ensemble import Ensemble
-from mtkit.search import beam_search, greedy_search, length_penalty, sample
 
 torch.set_num_threads(1)
 V = 40
@@ -51,15 +53,17 @@ def test_length_penalty_formula():
 
 @pytest.mark.parametrize("alpha", [0.6, 1.0])
 def test_power_penalty_scores_and_ranks_by_logprob_per_length(model, src, alpha):
-    hyps = beam_search(model, src, beam=5, alpha=alpha, max_len_a=1.0, max_len_b=6, nbest=5, penalty="power")
+    hyps = beam_search(model, src, SearchOptions(beam=5, alpha=alpha, max_len_a=1.0, max_len_b=6, nbest=5,
+                                                 length_penalty="power"))
     for sentence in hyps:
         for h in sentence:
             assert h.score == pytest.approx(h.logprob / (len(h.tokens) + 1) ** alpha)
         assert [h.score for h in sentence] == sorted((h.score for h in sentence), reverse=True)
-    for sentence in greedy_search(model, src, 1.0, 6, alpha=alpha, penalty="power"):
+    for sentence in greedy_search(model, src, SearchOptions(max_len_a=1.0, max_len_b=6, alpha=alpha,
+                                                            length_penalty="power")):
         assert sentence[0].score == pytest.approx(sentence[0].logprob / (len(sentence[0].tokens) + 1) ** alpha)
     # Among the same finished hypotheses, normalizing by length never prefers a shorter one.
-    plain = beam_search(model, src, beam=5, alpha=0.0, max_len_a=1.0, max_len_b=6, nbest=5)
+    plain = beam_search(model, src, SearchOptions(beam=5, alpha=0.0, max_len_a=1.0, max_len_b=6, nbest=5))
     for sentence in plain:
         most_probable = max(sentence, key=lambda h: h.logprob)
         per_token = max(sentence, key=lambda h: h.logprob / (len(h.tokens) + 1) ** alpha)
@@ -68,15 +72,15 @@ def test_power_penalty_scores_and_ranks_by_logprob_per_length(model, src, alpha)
 
 def test_beam_size_one_equals_greedy(model, src):
     for kwargs in (dict(), dict(no_repeat_ngram_size=2), dict(min_len=4)):
-        greedy = greedy_search(model, src, 1.0, 5, alpha=0.6, **kwargs)
-        beam = beam_search(model, src, beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5, **kwargs)
+        greedy = greedy_search(model, src, SearchOptions(max_len_a=1.0, max_len_b=5, alpha=0.6, **kwargs))
+        beam = beam_search(model, src, SearchOptions(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=5, **kwargs))
         for g, b in zip(greedy, beam):
             assert g[0].tokens == b[0].tokens
             assert g[0].score == b[0].score
 
 
 def test_scores_are_normalized_model_logprobs(model, src):
-    hyps = beam_search(model, src, beam=4, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=3)
+    hyps = beam_search(model, src, SearchOptions(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=3))
     for i, sentence in enumerate(hyps):
         for h in sentence:
             assert h.logprob == pytest.approx(teacher_forced_logprob(model, src[i], h.tokens), abs=1e-4)
@@ -84,7 +88,7 @@ def test_scores_are_normalized_model_logprobs(model, src):
 
 
 def test_nbest_distinct_and_sorted(model, src):
-    hyps = beam_search(model, src, beam=5, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=5)
+    hyps = beam_search(model, src, SearchOptions(beam=5, alpha=0.6, max_len_a=1.0, max_len_b=4, nbest=5))
     for sentence in hyps:
         assert len(sentence) == 5
         assert len({tuple(h.tokens) for h in sentence}) == 5
@@ -93,33 +97,35 @@ def test_nbest_distinct_and_sorted(model, src):
 
 
 def test_max_length_and_min_length(model, src):
-    for h, _row in zip(greedy_search(model, src, 0.0, 3, min_len=3), src):
+    for h, _row in zip(greedy_search(model, src, SearchOptions(max_len_a=0.0, max_len_b=3, min_len=3)), src):
         assert len(h[0].tokens) == 3
     lengths = (src != PAD_ID).sum(1).tolist()
-    for sentence, n in zip(beam_search(model, src, beam=3, max_len_a=0.5, max_len_b=2, nbest=3), lengths):
+    found = beam_search(model, src, SearchOptions(beam=3, max_len_a=0.5, max_len_b=2, nbest=3))
+    for sentence, n in zip(found, lengths):
         assert all(len(h.tokens) <= int(0.5 * n + 2) for h in sentence)
 
 
 def test_no_repeat_ngram(model, src):
-    for sentence in beam_search(model, src, beam=3, max_len_a=2.0, max_len_b=5, nbest=3, no_repeat_ngram_size=2):
+    options = SearchOptions(beam=3, max_len_a=2.0, max_len_b=5, nbest=3, no_repeat_ngram_size=2)
+    for sentence in beam_search(model, src, options):
         for h in sentence:
             bigrams = list(zip(h.tokens, h.tokens[1:]))
             assert len(bigrams) == len(set(bigrams))
 
 
 def test_ensemble_of_one_model_twice_equals_the_model(model, src):
-    single = beam_search(model, src, beam=3, max_len_b=4)
-    double = beam_search(Ensemble([model, model]), src, beam=3, max_len_b=4)
+    single = beam_search(model, src, SearchOptions(beam=3, max_len_b=4))
+    double = beam_search(Ensemble([model, model]), src, SearchOptions(beam=3, max_len_b=4))
     assert [s[0].tokens for s in single] == [s[0].tokens for s in double]
 
 
 def test_sampling_seeded_and_top_k_one_is_greedy(model, src):
-    a = sample(model, src, generator=torch.Generator().manual_seed(3), max_len_b=5)
-    b = sample(model, src, generator=torch.Generator().manual_seed(3), max_len_b=5)
+    a = sample(model, src, SearchOptions(max_len_b=5), generator=torch.Generator().manual_seed(3))
+    b = sample(model, src, SearchOptions(max_len_b=5), generator=torch.Generator().manual_seed(3))
     assert [x[0].tokens for x in a] == [x[0].tokens for x in b]
-    top1 = sample(model, src, top_k=1, generator=torch.Generator().manual_seed(3), max_len_b=5)
-    assert [x[0].tokens for x in top1] == [x[0].tokens for x in greedy_search(model, src, max_len_b=5)]
-    nucleus = sample(model, src, top_p=1e-6, generator=torch.Generator().manual_seed(4), max_len_b=5)
+    top1 = sample(model, src, SearchOptions(top_k=1, max_len_b=5), generator=torch.Generator().manual_seed(3))
+    assert [x[0].tokens for x in top1] == [x[0].tokens for x in greedy_search(model, src, SearchOptions(max_len_b=5))]
+    nucleus = sample(model, src, SearchOptions(top_p=1e-6, max_len_b=5), generator=torch.Generator().manual_seed(4))
     assert [x[0].tokens for x in nucleus] == [x[0].tokens for x in top1]
 
 
@@ -163,8 +169,8 @@ class TableModel:
 
 def test_beam_finds_what_greedy_misses():
     src = torch.tensor([[7, EOS_ID], [8, EOS_ID]])
-    greedy = greedy_search(TableModel(), src, 0.0, 3, alpha=0.0)
-    beam = beam_search(TableModel(), src, beam=2, alpha=0.0, max_len_a=0.0, max_len_b=3)
+    greedy = greedy_search(TableModel(), src, SearchOptions(max_len_a=0.0, max_len_b=3, alpha=0.0))
+    beam = beam_search(TableModel(), src, SearchOptions(beam=2, alpha=0.0, max_len_a=0.0, max_len_b=3))
     assert greedy[0][0].tokens == [A, A, A]  # 0.6 * 0.5 * 0.5 * 0.3 (EOS at max length)
     assert greedy[0][0].logprob == pytest.approx(math.log(0.6 * 0.5 * 0.5 * 0.3))
     assert beam[0][0].tokens == [B]  # 0.4 * 0.95 = 0.38 beats everything
@@ -182,6 +188,27 @@ def test_beam_search_fast_top_k_equals_plain_top_k():
     src[:, -1] = EOS_ID
     src[1, 4:] = PAD_ID
     src[1, 3] = EOS_ID
-    fast = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4, kernels="auto")
-    plain = beam_search(big, src, beam=4, max_len_a=1.0, max_len_b=4, nbest=4, kernels="reference")
+    fast = beam_search(big, src, SearchOptions(beam=4, max_len_a=1.0, max_len_b=4, nbest=4), kernels="auto")
+    plain = beam_search(big, src, SearchOptions(beam=4, max_len_a=1.0, max_len_b=4, nbest=4), kernels="reference")
     assert [[(h.tokens, h.score) for h in s] for s in fast] == [[(h.tokens, h.score) for h in s] for s in plain]
+
+
+def test_search_options_come_from_the_decode_config_with_overrides():
+    """SearchOptions.from_decode copies every search field of DecodeConfig (none dropped on the way) and
+    takes the engine's per-call fields on top."""
+    import dataclasses
+
+    from mtkit.config import DecodeConfig
+
+    decode = DecodeConfig(beam=6, nbest=2, alpha=1.0, length_penalty="power", max_len_a=1.5, max_len_b=7,
+                          forced_eos="zero", no_repeat_ngram_size=3, sampling=True, temperature=0.5, top_k=4,
+                          top_p=0.9)
+    options = SearchOptions.from_decode(decode, max_len_limit=30, min_len=2, start=9)
+    batching = {"batch_tokens", "max_input_len"}  # the engine's, not search's
+    for f in dataclasses.fields(DecodeConfig):
+        if f.name not in batching:
+            assert getattr(options, f.name) == getattr(decode, f.name), f.name
+    assert (options.max_len_limit, options.min_len, options.start) == (30, 2, 9)
+    assert SearchOptions.from_decode(DecodeConfig()) == SearchOptions()  # the same defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.beam = 1  # type: ignore[misc]

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig
-from mtkit.constrained_search import constrained_beam_search
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
+from mtkit.decoding.constrained import constrained_beam_search
+from mtkit.decoding.options import SearchOptions
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.runtime.constraints import Constraints, encode_constraints, read_constraints
@@ -122,12 +123,13 @@ def test_an_exclude_phrase_keeps_out_every_word_it_begins_in_any_spelling(vocab)
     for phrase in ("fünf", "fünfhundert"):
         exclude = encode_constraints(Constraints(exclude=(phrase,)), vocab).exclude
         for beam in (1, 3):
-            (best, *_), = constrained_beam_search(model, src, [[]], [exclude], beam=beam, nbest=1, max_len_b=4)
+            options = SearchOptions(beam=beam, nbest=1, max_len_b=4)
+            (best, *_), = constrained_beam_search(model, src, [[]], [exclude], options)
             text = vocab.decode_tgt(best.tokens)
             assert not any(w.startswith(phrase) for w in text.split()), (phrase, beam, vocab.tgt_pieces(best.tokens))
             assert beam == 1 or text == "sieben"
     exclude = encode_constraints(Constraints(exclude=("sieben", "vier")), vocab).exclude
-    (best, *_), = constrained_beam_search(model, src, [[]], [exclude], beam=2, nbest=1, max_len_b=4)
+    (best, *_), = constrained_beam_search(model, src, [[]], [exclude], SearchOptions(beam=2, nbest=1, max_len_b=4))
     assert vocab.decode_tgt(best.tokens) == "fünfhundert"  # words that do not begin with them stay
 
 

@@ -1,4 +1,4 @@
-"""Length penalties, without torch: :mod:`mtkit.search` applies them to tensors and the
+"""Length penalties, without torch: :mod:`mtkit.decoding.search` applies them to tensors and the
 CTranslate2 engine (which never loads torch) to plain numbers, so both rank alike."""
 
 from __future__ import annotations

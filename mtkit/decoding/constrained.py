@@ -1,11 +1,12 @@
 """Lexically constrained beam search: Dynamic Beam Allocation (Post & Vilar, 2018), vectorized
-over sentences × beams as Hu et al. (2019) do, on the protocol of :mod:`mtkit.search`.
+over sentences × beams as Hu et al. (2019) do: a :class:`~mtkit.decoding.search.BeamStrategy` of
+:func:`mtkit.decoding.search.beam_loop`, the loop plain beam search runs (no second loop).
 
 Each sentence may carry phrases (lists of target ids) that its output must contain
 (``include``) and phrases it must not contain (``exclude``).
 
 * Exclude: a hypothesis that ends with all but the last piece of an excluded phrase may not
-  add that last piece (its log-probability becomes -inf, as :func:`mtkit.search._ban_repeated_ngrams`
+  add that last piece (its log-probability becomes -inf, as search's ``no_repeat_ngram_size``
   bans tokens); a one-piece phrase is never generated. A phrase given with an
   :class:`mtkit.runtime.constraints.ExcludeMatcher` (an ``ExcludeSet``'s ``matchers``) is matched on
   the text instead: every hypothesis tracks which prefixes of the phrase's text it ends with (written
@@ -14,7 +15,7 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
 * Include: every hypothesis tracks which phrases it holds and how far it is into the one it is
   writing (a phrase must be written without interruption; phrases come in any order). Its
   *bank* is the number of constraint pieces it has met. At each step the candidates are the
-  ``2·beam`` best extensions (as in :func:`mtkit.search.beam_search`), every hypothesis's next
+  ``2·beam`` best extensions (as in :func:`mtkit.decoding.search.beam_search`), every hypothesis's next
   constraint pieces and every hypothesis's best next token; duplicates are dropped, and the
   beam is shared among banks round-robin, the highest bank first (the "stripes" of Hu et al.,
   fairseq's ``LexicallyConstrainedBeamSearch``): the best of each bank, then the second best of
@@ -24,12 +25,12 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
   highest bank always takes the first place, the hypothesis furthest along meets one more constraint
   piece at every step: every phrase fits when their pieces fit in the maximum length (and no ban forbids one).
 
-Everything else is :func:`mtkit.search.beam_search`'s: those of the first ``beam`` ordered
+Everything else is :func:`mtkit.decoding.search.beam_search`'s: those of the first ``beam`` ordered
 candidates that end in EOS finish with score ``logprob / lp(n + 1)``, the first ``beam`` others
 carry on; a sentence stops with ``beam`` finished hypotheses, when its best finished score
 can no longer be beaten and it holds ``nbest``, or at its maximum length. A sentence without
 constraints has one bank, so its candidates are ordered by score alone and it is searched
-exactly as :func:`mtkit.search.beam_search` searches it.
+exactly as :func:`mtkit.decoding.search.beam_search` searches it.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from mtkit.config import BOS_ID, EOS_ID
-from mtkit.kernels import Kernels, KernelsName, select
-from mtkit.penalties import length_penalty
-from mtkit.search import Hypothesis, _ban_repeated_ngrams, _log_probs, finished_sentences, max_lengths, surviving
+from mtkit.config import EOS_ID
+from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions
+from mtkit.decoding.search import BeamStrategy, beam_loop
+from mtkit.kernels import Kernels, KernelsName
 
 Phrases = Sequence[Sequence[int]]  # one sentence's phrases, each a list of target ids
 
@@ -178,91 +179,56 @@ def _include_table(include: Sequence[Phrases], device: torch.device) -> tuple[Te
     return phrases.to(device), lengths.to(device)
 
 
-@torch.inference_mode()
-def constrained_beam_search(
-    model,
-    src: Tensor,
-    include: Sequence[Phrases],
-    exclude: Sequence[Phrases],
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    no_repeat_ngram_size: int = 0,
-    min_len: int = 0,
-    max_len_limit: int | None = None,
-    penalty: str = "gnmt",
-    kernels: KernelsName | Kernels = "auto",
-    forced_eos: str = "logprob",
-    start: int | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search in which sentence ``i``'s outputs contain every phrase of ``include[i]`` and none
-    of ``exclude[i]`` (see the module docstring); the other arguments are
-    :func:`mtkit.search.beam_search`'s.
+class DynamicBeamAllocation(BeamStrategy):
+    """The beam loop's strategy for include / exclude phrases (see the module docstring).
+
+    Per row (Bc·K of them): ``met`` (Bc·K, M) the phrases it holds, ``cur`` (Bc·K,) the phrase it is
+    writing or -1, ``pos`` (Bc·K,) the pieces of it written, ``bank`` (Bc·K,) the constraint pieces met.
+    Per sentence: ``phrases`` (Bc, M, L) padded with -1, ``phrase_len`` (Bc, M), ``total`` (Bc,).
 
     Args:
-        model: follows the protocol of :mod:`mtkit.search`.
-        src: (B, S) source ids padded with PAD_ID, each ending in EOS.
         include: per sentence, the phrases (non-empty lists of target ids) its output must contain.
         exclude: per sentence, the phrases its output must not contain.
-
-    Returns:
-        per sentence, its ``nbest`` best hypotheses: those that hold every ``include`` phrase first,
-        then those that reached the maximum length without (when fewer than ``nbest`` hold them), each
-        group by score. None holds an ``exclude`` phrase.
     """
-    if not 1 <= nbest <= beam:
-        raise ValueError("need 1 <= nbest <= beam")
-    if len(include) != src.size(0) or len(exclude) != src.size(0):
-        raise ValueError("need one include and one exclude list per sentence")
-    if any(not p for s in [*include, *exclude] for p in s):
-        raise ValueError("a constraint phrase is empty")
-    length_penalty(1, alpha, penalty)  # an unknown penalty fails here, before any work
-    B = src.size(0)
-    K = beam
-    device = src.device
-    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
-    max_len_list = max_len.tolist()
-    top_extensions = select(kernels).top_extensions
-    memory, src_mask = model.encode(src)
-    cache = model.init_cache(memory, src_mask, K)
 
-    phrases, phrase_len = _include_table(include, device)  # (B, M, L), (B, M)
-    M, L = phrases.size(1), phrases.size(2)
-    total = phrase_len.sum(dim=1)  # (B,) constraint pieces per sentence
-    n_banks = int(total.max()) + 1
-    # Phrases with a matcher are matched on their text; others (plain id lists) as sequences.
-    banned = _ExcludeTable([() if getattr(p, "matchers", ()) else p for p in exclude], device)
-    matched = _ExcludeMatchers(exclude, K, device)
+    def __init__(self, include: Sequence[Phrases], exclude: Sequence[Phrases]) -> None:
+        if len(include) != len(exclude):
+            raise ValueError("need one include and one exclude list per sentence")
+        if any(not p for s in [*include, *exclude] for p in s):
+            raise ValueError("a constraint phrase is empty")
+        self.include, self.exclude = include, exclude
 
-    alive = list(range(B))  # original sentence of each batch position
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    holds: list[list[bool]] = [[] for _ in range(B)]  # whether each finished hypothesis holds every phrase
-    scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
-    scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
-    history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
-    last = torch.full((B * K,), BOS_ID if start is None else start, dtype=torch.long, device=device)
-    row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
-    met = torch.zeros(B * K, M, dtype=torch.bool, device=device)  # phrases each row holds
-    cur = torch.full((B * K,), -1, dtype=torch.long, device=device)  # the phrase a row is writing, or -1
-    pos = torch.zeros(B * K, dtype=torch.long, device=device)  # pieces of it written so far
-    bank = torch.zeros(B * K, dtype=torch.long, device=device)  # constraint pieces met
-    step = 0
-    while alive:
-        Bc = len(alive)
-        logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
-        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min(max_len_list[s] for s in alive),
-                            forced_eos)
-        if no_repeat_ngram_size > 0:
-            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
-        banned.ban(lprobs, history, K)
-        matched.ban(lprobs, K)
+    def init(self, batch: int, beam: int, device: torch.device) -> None:
+        if len(self.include) != batch:
+            raise ValueError("need one include and one exclude list per sentence")
+        K = self.beam = beam
+        self.device = device
+        self.phrases, self.phrase_len = _include_table(self.include, device)  # (B, M, L), (B, M)
+        self.M, self.L = self.phrases.size(1), self.phrases.size(2)
+        self.total = self.phrase_len.sum(dim=1)  # (B,) constraint pieces per sentence
+        self.n_banks = int(self.total.max()) + 1
+        # Phrases with a matcher are matched on their text; others (plain id lists) as sequences.
+        self.banned = _ExcludeTable([() if getattr(p, "matchers", ()) else p for p in self.exclude], device)
+        self.matched = _ExcludeMatchers(self.exclude, K, device)
+        self.met = torch.zeros(batch * K, self.M, dtype=torch.bool, device=device)  # phrases each row holds
+        self.cur = torch.full((batch * K,), -1, dtype=torch.long, device=device)  # the phrase a row writes, or -1
+        self.pos = torch.zeros(batch * K, dtype=torch.long, device=device)  # pieces of it written so far
+        self.bank = torch.zeros(batch * K, dtype=torch.long, device=device)  # constraint pieces met
+
+    def ban(self, lprobs: Tensor, history: Tensor, step: int, row_max_len: Tensor) -> None:
+        K = self.beam
+        self.banned.ban(lprobs, history, K)
+        self.matched.ban(lprobs, K)
         # EOS waits until every phrase is in (at the maximum length it is forced all the same).
-        lprobs[:, EOS_ID].masked_fill_((bank < total.repeat_interleave(K)) & (row_max_len > step), -math.inf)
-        V = lprobs.size(1)
+        lprobs[:, EOS_ID].masked_fill_((self.bank < self.total.repeat_interleave(K)) & (row_max_len > step), -math.inf)
 
-        # The candidates (Bc, P): the 2K best extensions, each row's next constraint pieces, each row's best token.
+    def candidates(self, scores: Tensor, lprobs: Tensor, top_extensions) -> tuple[Tensor, Tensor, Tensor]:
+        """The 2K best extensions, each row's next constraint pieces and each row's best token (Bc, P),
+        ordered round-robin over banks."""
+        K, M, L, device = self.beam, self.M, self.L, self.device
+        phrases, phrase_len, met, cur, pos = self.phrases, self.phrase_len, self.met, self.cur, self.pos
+        Bc = scores.size(0)
+        V = lprobs.size(1)
         top_scores, top_index = top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K)
         flat_scores = scores.view(-1)  # (Bc·K,)
         row_phr = phrases.repeat_interleave(K, dim=0)  # (Bc·K, M, L)
@@ -310,63 +276,60 @@ def constrained_beam_search(
         better = ((pool_score.unsqueeze(1) > pool_score.unsqueeze(2))
                   | ((pool_score.unsqueeze(1) == pool_score.unsqueeze(2)) & earlier))  # [b, i, j]: j before i
         rank = (better & (new_bank.unsqueeze(1) == new_bank.unsqueeze(2)) & valid.unsqueeze(1)).sum(dim=2)
-        stripe = torch.where(valid, rank * n_banks + (total.unsqueeze(1) - new_bank),
-                             (P * n_banks + 1) + cand_pos)  # invalid candidates last, in pool order
+        stripe = torch.where(valid, rank * self.n_banks + (self.total.unsqueeze(1) - new_bank),
+                             (P * self.n_banks + 1) + cand_pos)  # invalid candidates last, in pool order
         ordered = stripe.argsort(dim=1)  # (Bc, P)
+        # What update() takes for the candidates carried on, in this order.
+        self._ordered, self._new = ordered, (new_met, new_cur, new_pos, new_bank)
         o_score = torch.where(valid, pool_score, -math.inf).gather(1, ordered)
         o_beam, o_token = pool_beam.gather(1, ordered), pool_token.gather(1, ordered).clamp(min=0)
-        is_eos = (o_token == EOS_ID) & torch.isfinite(o_score)
-        eos_first = is_eos[:, :K]  # only candidates among the first K may finish
+        return o_score, o_beam, o_token
 
-        lp = length_penalty(step + 1, alpha, penalty)
-        eos_hits = eos_first.nonzero().tolist() if bool(eos_first.any()) else []
-        if eos_hits:
-            rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + o_beam)[:, :K]
-            fin_rows = rows[eos_first].tolist()
-            fin_scores = o_score[:, :K][eos_first].tolist()
-            fin_holds = (bank.view(Bc, K).gather(1, o_beam[:, :K]) == total.unsqueeze(1))[eos_first].tolist()
-            for (b, _), row, s, ok in zip(eos_hits, fin_rows, fin_scores, fin_holds):
-                if len(finished[alive[b]]) < K:
-                    finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
-                    holds[alive[b]].append(ok)
+    def finished_hold(self, beams: Tensor) -> Tensor:
+        """A hypothesis holds every phrase when its parent row's bank is the sentence's total."""
+        return self.bank.view(beams.size(0), self.beam).gather(1, beams) == self.total.unsqueeze(1)
 
-        # Continue: the first K ordered candidates that are not EOS.
-        order = torch.topk(is_eos.long() * (2 * P) + cand_pos, K, dim=1, largest=False).indices  # (Bc, K)
-        chosen = ordered.gather(1, order)  # (Bc, K) pool positions
-        next_token = o_token.gather(1, order)
-        scores = o_score.gather(1, order)  # (Bc, K)
-        rows = (torch.arange(Bc, device=device).unsqueeze(1) * K + o_beam.gather(1, order)).view(-1)  # (Bc·K,)
-        met = new_met.gather(1, chosen.unsqueeze(2).expand(Bc, K, M)).view(Bc * K, M)
-        cur = new_cur.gather(1, chosen).view(-1)
-        pos = new_pos.gather(1, chosen).view(-1)
-        bank = new_bank.gather(1, chosen).view(-1)
+    def update(self, order: Tensor, rows: Tensor, tokens: Tensor) -> None:
+        K, M = self.beam, self.M
+        Bc = order.size(0)
+        chosen = self._ordered.gather(1, order)  # (Bc, K) pool positions
+        new_met, new_cur, new_pos, new_bank = self._new
+        self.met = new_met.gather(1, chosen.unsqueeze(2).expand(Bc, K, M)).view(Bc * K, M)
+        self.cur = new_cur.gather(1, chosen).view(-1)
+        self.pos = new_pos.gather(1, chosen).view(-1)
+        self.bank = new_bank.gather(1, chosen).view(-1)
+        self.matched.advance(rows, tokens, K)
 
-        done = []
-        if eos_hits or step >= min(max_len_list[s] for s in alive):
-            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, K,
-                                      nbest, alpha, penalty)
+    def prune_sentences(self, keep: Tensor, keep_rows: Tensor) -> None:
+        self.met, self.cur = self.met.index_select(0, keep_rows), self.cur.index_select(0, keep_rows)
+        self.pos, self.bank = self.pos.index_select(0, keep_rows), self.bank.index_select(0, keep_rows)
+        self.phrases, self.phrase_len = self.phrases.index_select(0, keep), self.phrase_len.index_select(0, keep)
+        self.total = self.total.index_select(0, keep)
+        self.banned.select(keep)
+        self.matched.select(keep, keep_rows)
 
-        history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
-        matched.advance(rows, next_token.view(-1), K)
-        cache = cache.reorder(rows)
-        last = next_token.view(-1)
-        if done:
-            keep_list, keep, keep_rows = surviving(done, Bc, K, device)
-            if not keep_list:
-                break
-            cache = cache.select_sentences(keep)
-            scores = scores.index_select(0, keep)
-            history, last = history.index_select(0, keep_rows), last.index_select(0, keep_rows)
-            row_max_len = row_max_len.index_select(0, keep_rows)
-            met, cur = met.index_select(0, keep_rows), cur.index_select(0, keep_rows)
-            pos, bank = pos.index_select(0, keep_rows), bank.index_select(0, keep_rows)
-            phrases, phrase_len = phrases.index_select(0, keep), phrase_len.index_select(0, keep)
-            total = total.index_select(0, keep)
-            banned.select(keep)
-            matched.select(keep, keep_rows)
-            alive = [alive[b] for b in keep_list]
-        step += 1
 
-    # Those that hold every phrase first (others finished only at the maximum length), each by score.
-    return [[h for _, h in sorted(zip(ok, hyps), key=lambda x: (not x[0], -x[1].score))][:nbest]
-            for ok, hyps in zip(holds, finished)]
+@torch.inference_mode()
+def constrained_beam_search(model: SearchModel, src: Tensor, include: Sequence[Phrases], exclude: Sequence[Phrases],
+                            options: SearchOptions = SearchOptions(), kernels: KernelsName | Kernels = "auto",
+                            ) -> list[list[Hypothesis]]:
+    """Beam search in which sentence ``i``'s outputs contain every phrase of ``include[i]`` and none
+    of ``exclude[i]`` (see the module docstring); ``options`` and ``kernels`` are
+    :func:`mtkit.decoding.search.beam_search`'s.
+
+    Args:
+        model: follows the protocol of :mod:`mtkit.decoding.options`.
+        src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+        include: per sentence, the phrases (non-empty lists of target ids) its output must contain.
+        exclude: per sentence, the phrases its output must not contain.
+
+    Returns:
+        per sentence, its ``nbest`` best hypotheses: those that hold every ``include`` phrase first,
+        then those that reached the maximum length without (when fewer than ``nbest`` hold them), each
+        group by score. None holds an ``exclude`` phrase.
+    """
+    if not 1 <= options.nbest <= options.beam:
+        raise ValueError("need 1 <= nbest <= beam")
+    if len(include) != src.size(0) or len(exclude) != src.size(0):
+        raise ValueError("need one include and one exclude list per sentence")
+    return beam_loop(model, src, options, DynamicBeamAllocation(include, exclude), kernels)

@@ -1,4 +1,4 @@
-"""Greedy search, beam search and sampling over the model's encode / decode-step protocol.
+"""Greedy search, sampling and beam search over the model protocol of :mod:`mtkit.decoding.options`.
 
 Search sees token ids and three methods, nothing else (no files, no vocabulary):
 
@@ -7,43 +7,42 @@ Search sees token ids and three methods, nothing else (no files, no vocabulary):
     decode_step(tokens (N,), cache) -> (logits (N, V), cache)
 
 and the cache's ``reorder(rows)`` and ``select_sentences(sentences)``. Rows
-``i*beam .. i*beam+beam-1`` of a cache belong to sentence ``i``. A
-:class:`mtkit.model.Transformer` and a :class:`mtkit.runtime.ensemble.Ensemble` of them both follow it.
+``i*beam .. i*beam+beam-1`` of a cache belong to sentence ``i``. Options come in one
+:class:`~mtkit.decoding.options.SearchOptions` per call.
 
 Conventions (those of fairseq): the source is padded with ``pad_id`` and ends in
 EOS; every hypothesis starts from BOS; log-probabilities are taken in float32.
 A hypothesis of ``n`` tokens has ``n + 1`` scored tokens (its EOS) and its score
 is ``logprob / lp(n + 1)`` with the GNMT length penalty
 ``lp(L) = ((5 + L) / 6) ** alpha`` (Wu et al., 2016; the paper's §6.1 uses
-alpha = 0.6), or with ``penalty="power"`` ``lp(L) = L ** alpha``, the length
+alpha = 0.6), or with ``length_penalty="power"`` ``lp(L) = L ** alpha``, the length
 normalization of fairseq's ``--lenpen`` and Marian's ``--normalize`` (alpha = 1:
 the mean log-probability per token). The maximum length is ``max_len_a * S + max_len_b`` tokens before
 the EOS, where ``S`` counts the source ids including its EOS; at that length EOS
 is forced (with its log-probability, or with ``forced_eos="zero"`` 0, as Hugging Face's
 ``forced_eos_token_id``). Padding and BOS are never generated.
+
+Beam search is one loop, :func:`beam_loop`, whose per-step choices are a :class:`BeamStrategy`'s
+(fairseq's ``Search.step`` / ``init_constraints`` / ``prune_sentences`` / ``update_constraints``):
+the plain strategy ranks extensions by score; :mod:`mtkit.decoding.constrained` brings lexical
+constraints as another strategy, in the same loop.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions
+from mtkit.decoding.penalties import length_penalty
 from mtkit.kernels import Kernels, KernelsName, select
-from mtkit.penalties import length_penalty
 
-
-@dataclass
-class Hypothesis:
-    """One output: ``tokens`` without BOS or EOS, ``score`` = ``logprob / lp(len(tokens) + 1)``."""
-
-    tokens: list[int]
-    score: float
-    logprob: float
+__all__ = ["BeamStrategy", "Hypothesis", "SearchOptions", "beam_loop", "beam_search", "greedy_search",
+           "max_lengths", "sample"]
 
 
 def max_lengths(src: Tensor, max_len_a: float, max_len_b: int, limit: int | None, pad_id: int = PAD_ID) -> Tensor:
@@ -131,60 +130,33 @@ def surviving(done: list[int], n: int, beam: int, device: torch.device) -> tuple
 
 
 @torch.inference_mode()
-def greedy_search(
-    model,
-    src: Tensor,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    alpha: float = 0.6,
-    min_len: int = 0,
-    no_repeat_ngram_size: int = 0,
-    max_len_limit: int | None = None,
-    penalty: str = "gnmt",
-    forced_eos: str = "logprob",
-    start: int | None = None,
-) -> list[list[Hypothesis]]:
+def greedy_search(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptions()
+                  ) -> list[list[Hypothesis]]:
     """The most probable next token at every step, for a batch of sentences.
 
     Args:
-        model: follows the protocol of this module.
+        model: follows the protocol of :mod:`mtkit.decoding.options`.
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
-        alpha, penalty: only for the reported score (the length-normalized log-probability).
-        min_len: EOS is banned before this many tokens.
-        max_len_limit: a cap on the output length (e.g. the model's position table).
-        start: the decoder's first input (None: BOS; a multilingual model's target-side tag).
+        options: its lengths, ``min_len``, ``no_repeat_ngram_size``, ``forced_eos`` and ``start``; ``alpha``
+            and ``length_penalty`` only for the reported score (the length-normalized log-probability).
 
     Returns:
         one list holding one :class:`Hypothesis` per sentence.
     """
-    return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, forced_eos, start, sampler=None)
+    return _sample_or_greedy(model, src, options, sampler=None)
 
 
 @torch.inference_mode()
-def sample(
-    model,
-    src: Tensor,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    alpha: float = 0.6,
-    min_len: int = 0,
-    no_repeat_ngram_size: int = 0,
-    max_len_limit: int | None = None,
-    penalty: str = "gnmt",
-    forced_eos: str = "logprob",
-    start: int | None = None,
-) -> list[list[Hypothesis]]:
-    """Ancestral sampling from the model, optionally restricted to the ``top_k`` tokens and/or
-    the nucleus of probability ``top_p`` (Holtzman et al., 2020), at ``temperature``.
+def sample(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptions(),
+           generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
+    """Ancestral sampling from the model, optionally restricted to the ``options.top_k`` tokens and/or
+    the nucleus of probability ``options.top_p`` (Holtzman et al., 2020), at ``options.temperature``;
+    the other options as :func:`greedy_search` reads them.
 
     The reported ``logprob`` is the model's own (temperature 1, unrestricted). The same
     ``generator`` seed gives the same samples for the same batch.
     """
+    temperature, top_k, top_p = options.temperature, options.top_k, options.top_p
     if temperature <= 0:
         raise ValueError("temperature must be positive")
 
@@ -203,34 +175,32 @@ def sample(
         probs = scores.softmax(dim=1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size,
-                             max_len_limit, penalty, forced_eos, start, sampler=sampler)
+    return _sample_or_greedy(model, src, options, sampler=sampler)
 
 
-def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repeat_ngram_size, max_len_limit,
-                      penalty, forced_eos, start, sampler) -> list[list[Hypothesis]]:
+def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler) -> list[list[Hypothesis]]:
     B = src.size(0)
     device = src.device
-    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    max_len = max_lengths(src, o.max_len_a, o.max_len_b, o.max_len_limit)  # (B,)
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask, 1)
     alive = torch.arange(B, device=device)  # original sentence of each row
     history = torch.full((B, 0), BOS_ID, dtype=torch.long, device=device)  # generated tokens, (B', t)
     logprob = torch.zeros(B, dtype=torch.float32, device=device)
-    last = torch.full((B,), BOS_ID if start is None else start, dtype=torch.long, device=device)
+    last = torch.full((B,), BOS_ID if o.start is None else o.start, dtype=torch.long, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
     min_max_len = int(max_len.min())
     step = 0
     while alive.numel() > 0:
         logits, cache = model.decode_step(last, cache)  # (B', V)
-        lprobs = _log_probs(logits, step, min_len, max_len, step >= min_max_len, forced_eos)
-        if no_repeat_ngram_size > 0:
-            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
+        lprobs = _log_probs(logits, step, o.min_len, max_len, step >= min_max_len, o.forced_eos)
+        if o.no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
         token = lprobs.argmax(dim=1) if sampler is None else sampler(lprobs)  # (B',)
         logprob = logprob + lprobs.gather(1, token.unsqueeze(1)).squeeze(1)
         done = token == EOS_ID
         if bool(done.any()):
-            lp = length_penalty(step + 1, alpha, penalty)
+            lp = length_penalty(step + 1, o.alpha, o.length_penalty)
             for row in done.nonzero().squeeze(1).tolist():
                 lpr = float(logprob[row])
                 results[int(alive[row])] = [Hypothesis(history[row].tolist(), lpr / lp, lpr)]
@@ -249,23 +219,60 @@ def _sample_or_greedy(model, src, max_len_a, max_len_b, alpha, min_len, no_repea
 # ------------------------------------------------------------------------ beam
 
 
+class BeamStrategy:
+    """Plain beam search's choice at each step (fairseq's ``BeamSearch.step``): the ``2·beam`` best
+    extensions of a sentence's beams by cumulative log-probability, best first.
+
+    :func:`beam_loop` calls, in this order: :meth:`init` once, then at every step :meth:`ban`,
+    :meth:`candidates`, :meth:`finished_hold` (when candidates finish), :meth:`update` with the
+    continuations taken, and :meth:`prune_sentences` when sentences leave the batch. A subclass bans
+    tokens, proposes and orders candidates, keeps per-row state in step with the beams and says which
+    finished hypotheses meet its requirements (:class:`mtkit.decoding.constrained.DynamicBeamAllocation`).
+    Rows ``b*K .. b*K+K-1`` belong to batch position ``b``; ``Bc`` is the number of live sentences.
+    """
+
+    beam: int
+
+    def init(self, batch: int, beam: int, device: torch.device) -> None:
+        """Before the first step (fairseq's ``init_constraints``): ``batch`` sentences of ``beam`` rows."""
+        self.beam = beam
+
+    def ban(self, lprobs: Tensor, history: Tensor, step: int, row_max_len: Tensor) -> None:
+        """Forbid tokens in ``lprobs`` (Bc·K, V), in place, given each row's tokens so far ``history``
+        (Bc·K, t) and maximum length ``row_max_len`` (Bc·K,). The plain strategy bans nothing."""
+
+    def candidates(self, scores: Tensor, lprobs: Tensor, top_extensions) -> tuple[Tensor, Tensor, Tensor]:
+        """The candidates in the order the beam takes them.
+
+        Args:
+            scores: (Bc, K) the live beams' cumulative log-probabilities.
+            lprobs: (Bc·K, V) the next token's log-probabilities, bans applied.
+            top_extensions: the kernels' ``top_extensions(scores, lprobs, n)``.
+
+        Returns:
+            their cumulative log-probabilities (Bc, C), the beam each extends (Bc, C) and its token
+            (Bc, C), C >= K; those among the first K that end in EOS finish, the first K others carry on.
+        """
+        V = lprobs.size(1)
+        top_scores, top_index = top_extensions(scores, lprobs, 2 * self.beam)  # (Bc, 2K) over the K·V sums
+        return top_scores, top_index // V, top_index % V
+
+    def finished_hold(self, beams: Tensor) -> Tensor | None:
+        """Whether a hypothesis finished from each of ``beams`` (Bc, K) meets the strategy's requirements
+        (Bc, K) bool, or None: every one does. Those that do rank before those that do not."""
+        return None
+
+    def update(self, order: Tensor, rows: Tensor, tokens: Tensor) -> None:
+        """The continuations taken (fairseq's ``update_constraints``): positions ``order`` (Bc, K) among the
+        candidates, the new rows' parents ``rows`` (Bc·K,) and tokens ``tokens`` (Bc·K,)."""
+
+    def prune_sentences(self, keep: Tensor, keep_rows: Tensor) -> None:
+        """Only batch positions ``keep`` (B',) go on, with their rows ``keep_rows`` (B'·K,)."""
+
+
 @torch.inference_mode()
-def beam_search(
-    model,
-    src: Tensor,
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    nbest: int = 1,
-    no_repeat_ngram_size: int = 0,
-    min_len: int = 0,
-    max_len_limit: int | None = None,
-    penalty: str = "gnmt",
-    kernels: KernelsName | Kernels = "auto",
-    forced_eos: str = "logprob",
-    start: int | None = None,
-) -> list[list[Hypothesis]]:
+def beam_search(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptions(),
+                kernels: KernelsName | Kernels = "auto") -> list[list[Hypothesis]]:
     """Beam search batched over sentences × beams, with the model's cached keys and values.
 
     fairseq's scheme: at each step the ``2·beam`` best extensions of a sentence's beams
@@ -278,79 +285,95 @@ def beam_search(
     sentences leave the batch. With ``beam=1`` this is exactly :func:`greedy_search`.
 
     Args:
-        model: follows the protocol of this module.
+        model: follows the protocol of :mod:`mtkit.decoding.options`.
         src: (B, S) source ids padded with PAD_ID, each ending in EOS.
+        options: ``beam``, ``nbest``, the length penalty, lengths and bans (sampling fields unused).
         kernels: ranks the extensions with its ``top_extensions`` (mtkit.kernels; the same result
             either way).
-        start: the decoder's first input (None: BOS; a multilingual model's target-side tag).
 
     Returns:
         per sentence, its ``nbest`` best hypotheses, best first.
     """
-    if not 1 <= nbest <= beam:
+    return beam_loop(model, src, options, BeamStrategy(), kernels)
+
+
+@torch.inference_mode()
+def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy: BeamStrategy,
+              kernels: KernelsName | Kernels = "auto") -> list[list[Hypothesis]]:
+    """The beam loop of :func:`beam_search`, its candidates chosen by ``strategy`` (see :class:`BeamStrategy`).
+
+    Returns:
+        per sentence, its ``nbest`` best hypotheses: those that meet the strategy's requirements first,
+        then the others, each group best first.
+    """
+    o = options
+    K, nbest = o.beam, o.nbest
+    if not 1 <= nbest <= K:
         raise ValueError("need 1 <= nbest <= beam")
-    length_penalty(1, alpha, penalty)  # an unknown penalty fails here, before any work
+    length_penalty(1, o.alpha, o.length_penalty)  # an unknown penalty fails here, before any work
     B = src.size(0)
-    K = beam
     device = src.device
-    max_len = max_lengths(src, max_len_a, max_len_b, max_len_limit)  # (B,)
+    max_len = max_lengths(src, o.max_len_a, o.max_len_b, o.max_len_limit)  # (B,)
     max_len_list = max_len.tolist()
     top_extensions = select(kernels).top_extensions
     memory, src_mask = model.encode(src)
     cache = model.init_cache(memory, src_mask, K)
+    strategy.init(B, K, device)
 
     alive = list(range(B))  # original sentence of each batch position
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    holds: list[list[bool]] = [[] for _ in range(B)]  # whether each finished hypothesis meets the strategy's terms
     scores = torch.zeros(B, K, dtype=torch.float32, device=device)  # cumulative log-probabilities
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
-    last = torch.full((B * K,), BOS_ID if start is None else start, dtype=torch.long, device=device)
+    last = torch.full((B * K,), BOS_ID if o.start is None else o.start, dtype=torch.long, device=device)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
     base = torch.arange(B, device=device).unsqueeze(1) * K  # (B', 1): the first row of each sentence
     min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences
     step = 0
     while alive:
-        Bc = len(alive)
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
-        lprobs = _log_probs(logits, step, min_len, row_max_len, step >= min_max_len, forced_eos)
-        if no_repeat_ngram_size > 0:
-            _ban_repeated_ngrams(lprobs, history, no_repeat_ngram_size)
-        V = lprobs.size(1)
-        top_scores, top_index = top_extensions(scores, lprobs, 2 * K)  # (Bc, 2K) over the K·V sums
-        top_beam = top_index // V  # (Bc, 2K) the beam each candidate extends
-        top_token = top_index % V
-        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        eos_first = is_eos[:, :K]  # only candidates among the best K may finish
+        lprobs = _log_probs(logits, step, o.min_len, row_max_len, step >= min_max_len, o.forced_eos)
+        if o.no_repeat_ngram_size > 0:
+            _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
+        strategy.ban(lprobs, history, step, row_max_len)
+        cand_scores, cand_beam, cand_token = strategy.candidates(scores, lprobs, top_extensions)  # (Bc, C)
+        is_eos = (cand_token == EOS_ID) & torch.isfinite(cand_scores)
+        eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(step + 1, alpha, penalty)
+        lp = length_penalty(step + 1, o.alpha, o.length_penalty)
         eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
-            rows = (base + top_beam)[:, :K]
+            rows = (base + cand_beam)[:, :K]
             fin_rows = rows[eos_first].tolist()
-            fin_scores = top_scores[:, :K][eos_first].tolist()
-            for (b, _), row, s in zip(eos_hits, fin_rows, fin_scores):
+            fin_scores = cand_scores[:, :K][eos_first].tolist()
+            hold = strategy.finished_hold(cand_beam[:, :K])
+            fin_holds = [True] * len(fin_rows) if hold is None else hold[eos_first].tolist()
+            for (b, _), row, s, ok in zip(eos_hits, fin_rows, fin_scores, fin_holds):
                 if len(finished[alive[b]]) < K:
                     finished[alive[b]].append(Hypothesis(history[row].tolist(), s / lp, s))
+                    holds[alive[b]].append(ok)
 
         # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
         order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
-        next_beam = top_beam.gather(1, order)
-        next_token = top_token.gather(1, order)
-        scores = top_scores.gather(1, order)  # (Bc, K)
+        next_beam = cand_beam.gather(1, order)
+        next_token = cand_token.gather(1, order)
+        scores = cand_scores.gather(1, order)  # (Bc, K)
         rows = (base + next_beam).view(-1)  # (Bc·K,)
+        strategy.update(order, rows, next_token.view(-1))
 
-        # Which sentences are done? (candidates are sorted: the first live one is the best)
+        # Which sentences are done? (a strategy may order candidates otherwise than by score: take the best)
         done = []
         if eos_hits or step >= min_max_len:
-            done = finished_sentences(alive, finished, scores[:, 0].tolist(), max_len_list, step, K, nbest, alpha,
-                                      penalty)
+            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, K,
+                                      nbest, o.alpha, o.length_penalty)
 
         history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
         cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
-            keep_list, keep, keep_rows = surviving(done, Bc, K, device)
+            keep_list, keep, keep_rows = surviving(done, len(alive), K, device)
             if not keep_list:
                 break
             cache = cache.select_sentences(keep)
@@ -358,9 +381,12 @@ def beam_search(
             history = history.index_select(0, keep_rows)
             last = last.index_select(0, keep_rows)
             row_max_len = row_max_len.index_select(0, keep_rows)
+            strategy.prune_sentences(keep, keep_rows)
             alive = [alive[b] for b in keep_list]
             base = base[: len(alive)]
             min_max_len = min(max_len_list[s] for s in alive)
         step += 1
 
-    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+    # Those that meet the strategy's terms first (a stable sort: the plain strategy's order is by score).
+    return [[h for _, h in sorted(zip(ok, hyps), key=lambda x: (not x[0], -x[1].score))][:nbest]
+            for ok, hyps in zip(holds, finished)]
