@@ -1,0 +1,259 @@
+"""The passes over a corpus that prepare makes: the SentencePiece sample (a reservoir of at most
+``spm.sample_size`` sentences), the encoding of training pairs in a pool of workers (normalize, drop
+empty sides, encode, apply the length and ratio rules; duplicates removed in the main process; at most
+``2 * workers`` chunks in flight, so memory stays flat whatever the corpus size), and the validation
+and test sets (normalized, every line kept, also written as cleaned text).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import os
+import random
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtkit.config import CleanConfig, DataConfig, SourceConfig
+from mtkit.data.cleaning import RULES, Deduplicator, length_mask, make_normalizer, pair_hash, within_words
+from mtkit.data.sources import iter_pairs
+from mtkit.data.store import ParallelStoreWriter, id_dtype
+from mtkit.data.vocab import Vocab
+from mtkit.data.workdir import _pool_context, die_with_parent
+from mtkit.errors import MtkitError
+
+SPLITS = ("train", "valid", "test")
+CHUNK_PAIRS = 8192  # pairs per task sent to an encoding worker
+
+
+
+
+# --------------------------------------------------------------------- workers
+
+_STATE: tuple[Vocab, Any, CleanConfig, np.dtype, int | None, str] | None = None
+
+
+def _init_worker(models: tuple[bytes, bytes | None], clean: CleanConfig, dtype: str, tag: int | None = None,
+                 tag_side: str = "source", parent: int | None = None) -> None:
+    global _STATE
+    if parent is not None:
+        die_with_parent(parent)
+    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag, tag_side)
+
+
+def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=total)
+
+
+def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
+    """Normalize, encode and length-filter one chunk of training pairs (runs in a worker)."""
+    assert _STATE is not None
+    vocab, normalize, clean, dtype, tag, tag_side = _STATE
+    srcs, tgts = [], []
+    empty = 0
+    for s, t in pairs:
+        s, t = normalize(s), normalize(t)
+        if clean.drop_empty and (not s or not t):
+            empty += 1
+            continue
+        srcs.append(s)
+        tgts.append(t)
+    src_ids, tgt_ids = vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)
+    src_lens = np.fromiter(map(len, src_ids), dtype=np.int32, count=len(src_ids))
+    tgt_lens = np.fromiter(map(len, tgt_ids), dtype=np.int32, count=len(tgt_ids))
+    keep, too_long, ratio = length_mask(src_lens, tgt_lens, clean)
+    if too_long or ratio:
+        src_ids = list(itertools.compress(src_ids, keep))
+        tgt_ids = list(itertools.compress(tgt_ids, keep))
+        srcs = list(itertools.compress(srcs, keep))
+        tgts = list(itertools.compress(tgts, keep))
+        src_lens, tgt_lens = src_lens[keep], tgt_lens[keep]
+    hashes = None
+    if clean.dedup:
+        hashes = np.fromiter(map(pair_hash, srcs, tgts), dtype=np.uint64, count=len(srcs))
+    # A multilingual store: the target-language tag leads every source, or every target with
+    # data.tag_side "target" (not counted by max_len either way).
+    if tag is not None and tag_side == "source":
+        src_ids = [[tag, *ids] for ids in src_ids]
+        src_lens = src_lens + 1
+    elif tag is not None:
+        tgt_ids = [[tag, *ids] for ids in tgt_ids]
+        tgt_lens = tgt_lens + 1
+    return {
+        "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
+        "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
+        "hashes": hashes, "dropped": {"empty": empty, "too_long": too_long, "ratio": ratio},
+    }
+
+
+def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+    it = iter(pairs)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+def _select(ids: np.ndarray, lens: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep whole examples of a flat id array ``(sum(lens),)`` by a per-example mask ``(B,)``."""
+    return ids[np.repeat(keep, lens)], lens[keep]
+
+
+def _progress(progress: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, unit=" pairs", unit_scale=True, disable=not progress, file=sys.stderr,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+# ---------------------------------------------------------------------- passes
+
+
+def _sample_for_spm(data: DataConfig, progress: bool) -> tuple[list[str], list[str], int]:
+    """Pass 1: reservoir-sample sentences for SentencePiece; returns (src, tgt, pairs read)."""
+    clean, spm_cfg = data.clean, data.spm
+    normalize = make_normalizer(clean)
+    # A joint model sees both sides of each sampled pair: sample_size sentences in all.
+    capacity = max(1, spm_cfg.sample_size // 2 if spm_cfg.joint else spm_cfg.sample_size)
+    rng = random.Random(0)
+    reservoir: list[tuple[str, str]] = []
+    seen = read = 0
+    pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train")
+    with _progress(progress, "train: sample for SentencePiece") as bar:
+        for s, t in pairs:
+            read += 1
+            if read % 10000 == 0:
+                bar.update(10000)
+            s, t = normalize(s), normalize(t)
+            if not s or not t or not within_words(s, t, clean.max_len):
+                continue
+            seen += 1
+            if len(reservoir) < capacity:
+                reservoir.append((s, t))
+            else:
+                j = rng.randrange(seen)
+                if j < capacity:
+                    reservoir[j] = (s, t)
+        bar.update(read % 10000)
+    return [s for s, _ in reservoir], [t for _, t in reservoir], read
+
+
+@dataclasses.dataclass(frozen=True)
+class _Part:
+    """What one pass over a split reads: a single-pair recipe's split, or one pair's of ``data.pairs``."""
+
+    source: SourceConfig | None
+    src_lang: str
+    tgt_lang: str
+    key: str | None = None  # the config key errors name (None: data.<split>)
+    tag: int | None = None  # the target-language tag id that leads each source (multilingual) ...
+    tag_side: str = "source"  # ... or each target (data.tag_side)
+
+    def pairs(self, split: str, invalid_utf8: str, skipped: collections.Counter | None = None):
+        return iter_pairs(self.source, self.src_lang, self.tgt_lang, invalid_utf8, split, skipped=skipped,
+                          key=self.key, demo_languages=self.tag is not None)
+
+
+def _single(data: DataConfig, split: str) -> _Part:
+    return _Part(getattr(data, split), data.src_lang, data.tgt_lang)
+
+
+def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool,
+                  part: _Part | None = None, writer: ParallelStoreWriter | None = None) -> dict:
+    """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops.
+
+    ``part``: one pair of a multilingual recipe, appended to ``writer`` (which the caller closes);
+    by default the recipe's one pair into a store of its own."""
+    clean = data.clean
+    dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
+    skipped: collections.Counter = collections.Counter()
+    dropped = dict.fromkeys(RULES, 0)
+    own_writer = writer is None
+    part = part or _single(data, "train")
+    if writer is None:  # (not `writer or …`: an empty writer is falsy)
+        writer = ParallelStoreWriter(out_dir, "train", dtype)
+    first = len(writer)
+    dedup = Deduplicator() if clean.dedup else None
+    read = 0
+
+    def take(result: dict) -> None:
+        for rule, n in result["dropped"].items():
+            dropped[rule] += n
+        src_ids, src_lens = result["src_ids"], result["src_lens"]
+        tgt_ids, tgt_lens = result["tgt_ids"], result["tgt_lens"]
+        if dedup is not None:
+            keep = dedup.keep(result["hashes"])
+            if not keep.all():
+                dropped["duplicate"] += int((~keep).sum())
+                src_ids, src_lens = _select(src_ids, src_lens, keep)
+                tgt_ids, tgt_lens = _select(tgt_ids, tgt_lens, keep)
+        writer.add_batch(src_ids, src_lens, tgt_ids, tgt_lens)
+
+    def counted(chunks: Iterator[list]) -> Iterator[list]:
+        nonlocal read
+        for chunk in chunks:
+            read += len(chunk)
+            yield chunk
+
+    pairs = part.pairs("train", clean.invalid_utf8, skipped)
+    chunks = counted(_chunks(pairs, CHUNK_PAIRS))
+    models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
+    init_args = (models, clean, dtype.name, part.tag, part.tag_side)
+    with _progress(progress, "train: encode") as bar:
+        if workers <= 1:
+            _init_worker(*init_args)
+            for chunk in chunks:
+                take(_encode_chunk(chunk))
+                bar.update(len(chunk))
+        else:
+            with _pool_context().Pool(workers, _init_worker, (*init_args, os.getpid())) as pool:
+                pending: collections.deque = collections.deque()
+                for chunk in chunks:
+                    pending.append((len(chunk), pool.apply_async(_encode_chunk, (chunk,))))
+                    if len(pending) >= 2 * workers:  # bounded: the reader never runs far ahead
+                        n, result = pending.popleft()
+                        take(result.get())
+                        bar.update(n)
+                while pending:
+                    n, result = pending.popleft()
+                    take(result.get())
+                    bar.update(n)
+    dropped["invalid_utf8"] = skipped["invalid_utf8"]
+    stats = writer.close() if own_writer else {"start": first, "pairs": len(writer) - first}
+    stats["read"] = read + skipped["invalid_utf8"]
+    return {"stats": stats, "dropped": dropped}
+
+
+def _encode_eval(data: DataConfig, split: str, vocab: Vocab, out_dir: Path) -> dict:
+    """Validation/test: normalize only, keep every line; write the store and the cleaned text."""
+    writer = ParallelStoreWriter(out_dir, split, id_dtype(max(vocab.src_size, vocab.tgt_size)))
+    with open(out_dir / f"{split}.src.txt", "w", encoding="utf-8") as fs, \
+            open(out_dir / f"{split}.tgt.txt", "w", encoding="utf-8") as ft:
+        skipped = _append_eval(data, _single(data, split), split, vocab, writer, fs, ft)
+    stats = writer.close()
+    stats["read"] = stats["pairs"] + skipped
+    if stats["pairs"] == 0:
+        raise MtkitError(f"data.{split}: the {split} set is empty")
+    return {"stats": stats, "dropped": {"invalid_utf8": skipped}}
+
+
+def _append_eval(data: DataConfig, part: _Part, split: str, vocab: Vocab, writer: ParallelStoreWriter, fs, ft) -> int:
+    """Append one validation/test source to ``writer`` and the text files; returns the invalid lines skipped."""
+    normalize = make_normalizer(data.clean)
+    skipped: collections.Counter = collections.Counter()
+    for chunk in _chunks(part.pairs(split, data.clean.invalid_utf8, skipped), CHUNK_PAIRS):
+        # A newline inside an HF example would break line alignment of the text files.
+        srcs = [normalize(s).replace("\n", " ") for s, _ in chunk]
+        tgts = [normalize(t).replace("\n", " ") for _, t in chunk]
+        fs.writelines(s + "\n" for s in srcs)
+        ft.writelines(t + "\n" for t in tgts)
+        for s_ids, t_ids in zip(vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)):
+            if part.tag is not None and part.tag_side == "source":
+                s_ids = [part.tag, *s_ids]
+            elif part.tag is not None:
+                t_ids = [part.tag, *t_ids]
+            writer.add(s_ids, t_ids)
+    return skipped["invalid_utf8"]
