@@ -13,7 +13,7 @@ before its length penalty (``mtkit translate --alpha 0 --format scores``).
   pairs, sorts them by length, cuts token-budget batches and gives the scores back in input
   order, one per pair, always (an empty pair scores EOS given an empty source).
 
-Not to be confused with :mod:`mtkit.scoring` (sacreBLEU scores of hypothesis files).
+Not to be confused with :mod:`mtkit.metrics.files` (sacreBLEU scores of hypothesis files).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 or translate with a model first.
 
 * ``--hyp H --ref R``: score H (``-``: stdin) against R, as the sacrebleu command line does
-  (:mod:`mtkit.scoring`); several ``--ref``: several references per sentence; several ``--hyp``:
+  (:mod:`mtkit.metrics.files`); several ``--ref``: several references per sentence; several ``--hyp``:
   a paired bootstrap test against the first.
 * ``--model M --src S --ref R``: translate S with M (the checkpoint's decode settings,
   overridden by the options; ``--model`` repeated: an ensemble), then score the
@@ -65,21 +65,21 @@ from pathlib import Path
 import mtkit
 from mtkit.errors import MtkitError
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
-from mtkit.scoring import Evaluation, Named, score_files, score_lines
+from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
 
 SCHEMA_VERSION = 1
 
 
 def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], chrf_plus: bool, lc_tok: bool,
                    as_json: bool, **options) -> str:
-    """Score hypothesis files against reference files (:func:`mtkit.scoring.score_files`); the table or
+    """Score hypothesis files against reference files (:func:`mtkit.metrics.files.score_files`); the table or
     JSON text to print."""
     return render(score_files(hyp_paths, ref_paths, metrics, chrf_plus, lc_tok, **options), as_json)
 
 
 def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], chrf_plus: bool, lc_tok: bool,
                    as_json: bool, **options) -> str:
-    """Score hypothesis lines against reference lines (:func:`mtkit.scoring.score_lines`); the table or
+    """Score hypothesis lines against reference lines (:func:`mtkit.metrics.files.score_lines`); the table or
     JSON text to print."""
     return render(score_lines(hyps, refs, metrics, chrf_plus, lc_tok, **options), as_json)
 
@@ -122,7 +122,7 @@ def evaluate(
     one per source line) and ``glossary`` (TSV) constrain ``model``'s translations; ``tgt_lang`` is the
     target of a multilingual ``model`` (required when it has several)."""
     from mtkit.io import atomic_write_text, read_lines
-    from mtkit.scoring import read_named
+    from mtkit.metrics.files import read_named
 
     if not metrics:  # `--metrics ''` or `--metrics ,`
         raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter")

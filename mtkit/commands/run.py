@@ -48,8 +48,8 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     from mtkit.commands.prepare import prepare
     from mtkit.commands.train import train
     from mtkit.io import atomic_write_text, read_lines
+    from mtkit.metrics.files import score_files
     from mtkit.runtime.lines import translate_lines
-    from mtkit.scoring import score_files
 
     config: Config = load_config(recipe, overrides)
     work = Path(work)
@@ -135,8 +135,8 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
     from mtkit.data.languages import stored_pairs
     from mtkit.data.store import load_manifest
     from mtkit.io import atomic_write_text, read_lines
+    from mtkit.metrics.files import score_files
     from mtkit.runtime.lines import translate_lines
-    from mtkit.scoring import score_files
 
     ev = config.eval
     sources_all = list(read_lines(data_dir / "test.src.txt")) if (data_dir / "test.src.txt").is_file() else []

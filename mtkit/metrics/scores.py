@@ -1,4 +1,4 @@
-"""sacreBLEU scoring with signatures, literature-comparable tokenized BLEU, paired bootstrap, named test sets.
+"""sacreBLEU scores with signatures, tokenized BLEU (:mod:`mtkit.metrics.tokenized`), paired bootstrap.
 
 Scores come from sacrebleu's Python API (``BLEU``, ``CHRF``, ``TER``) and carry
 sacrebleu's reproducibility signature, so a number printed by mtkit is the
@@ -38,34 +38,21 @@ Tokenized BLEU with compound splitting (``compound_split=True``, ``BLEU-tok-comp
     typically higher than sacreBLEU and kept only for comparison with old
     papers.
 
-Named test sets come from sacrebleu's data API (``load_testset``). For WMT14
-en-de use ``wmt14/full`` (3,003 sentences, what papers report), not the
-filtered ``wmt14`` (2,737).
+Named test sets: :mod:`mtkit.metrics.testsets`.
 """
 
 from __future__ import annotations
 
-import difflib
-import html
-import os
-import re
-import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from pathlib import Path
 
 from mtkit.errors import MtkitError
-from mtkit.io import read_lines
+from mtkit.metrics.tokenized import _sacremoses_version, compound_split_tok, lc_tok, looks_lc_tok
 
 METRICS = ("bleu", "chrf", "ter")
 LC_TOK_NAME = "BLEU-lc-tok"
 COMPOUND_NAME = "BLEU-tok-compound"
 
-# Share of reference lines that must survive the lc-tok pipeline unchanged for the
-# stream to count as already tokenized (English official refs: 983/1000, because
-# the pipeline splits "&apos;s" that the original run kept whole).
-_PRETOKENIZED_MIN_FIXED = 0.9
 
 
 @dataclass(frozen=True)
@@ -129,46 +116,6 @@ class BootstrapScore:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# ---------------------------------------------------------------- tokenized BLEU
-
-
-@lru_cache(maxsize=8)
-def _moses(lang: str):
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
-
-    return MosesPunctNormalizer(lang), MosesTokenizer(lang)
-
-
-def lc_tok(line: str, lang: str) -> str:
-    """Lowercase, normalize punctuation and Moses-tokenize one line like Multi30k's ``*.lc.norm.tok.*``."""
-    normalizer, tokenizer = _moses(lang)
-    return tokenizer.tokenize(normalizer.normalize(line.strip().lower()), escape=True, return_str=True)
-
-
-def compound_split_tok(line: str, lang: str) -> str:
-    """Cased Moses tokenization plus ``##AT##-##AT##`` compound splitting (t2t ``get_ende_bleu.sh``)."""
-    _, tokenizer = _moses(lang)
-    tokenized = tokenizer.tokenize(line.strip(), escape=True, return_str=True)
-    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokenized)
-
-
-def looks_lc_tok(lines: Sequence[str], lang: str) -> bool:
-    """True if a reference stream is already lowercased and tokenized (e.g. an official ``*.lc.norm.tok.*``)."""
-    if not lines or any(line != line.lower() for line in lines):
-        return False
-    fixed = sum(lc_tok(html.unescape(line), lang) == line.strip() for line in lines)
-    return fixed >= _PRETOKENIZED_MIN_FIXED * len(lines)
-
-
-def _sacremoses_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sacremoses")
-    except PackageNotFoundError:  # pragma: no cover - the dependency is declared
-        return "unknown"
 
 
 # ---------------------------------------------------------------- scoring plan
@@ -404,71 +351,3 @@ def load_pairs_refs(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[l
         srcs.append(src)
         refs.append(tgt)
     return srcs, [refs]
-
-
-# ---------------------------------------------------------------- named test sets
-
-
-def _offline_message(name: str, langpair: str, reason: str) -> str:
-    from sacrebleu.utils import SACREBLEU_DIR
-
-    return (
-        f"test set {name} ({langpair}) is not in sacrebleu's cache {SACREBLEU_DIR} "
-        f"(set by the SACREBLEU environment variable, default ~/.sacrebleu) and could not be downloaded "
-        f"({reason}); download it where there is network (sacrebleu -t {name} -l {langpair} --echo src) "
-        f"and copy that folder over, or pass local files with --src/--ref"
-    )
-
-
-def _cached(dataset, langpair: str) -> bool:
-    """Whether sacrebleu can produce the files without the network (text files or raw downloads present)."""
-    try:
-        texts = [dataset._get_txt_file_path(langpair, field) for field in dataset.fieldnames(langpair)]
-        if all(os.path.exists(path) for path in texts):
-            return True
-        tarballs = [os.path.join(dataset._rawdir, dataset._get_tarball_filename(url)) for url in dataset.data]
-        return all(os.path.exists(t) and os.path.getsize(t) > 0 for t in tarballs)
-    except (AttributeError, TypeError):  # sacrebleu internals changed: let the download attempt decide
-        return False
-
-
-def load_testset(
-    name: str, langpair: str, download: bool = True, timeout: float = 20.0
-) -> tuple[list[str], list[list[str]]]:
-    """Sources and reference streams of a sacrebleu test set, e.g. ``load_testset("wmt14/full", "en-de")``.
-
-    ``wmt14/full`` (3,003 sentences) is the WMT14 en-de test set that papers report;
-    ``wmt14`` is a filtered subset. Files are looked up in sacrebleu's cache
-    (``$SACREBLEU``, default ``~/.sacrebleu``) and downloaded when missing, each
-    network operation bounded by ``timeout`` seconds; with ``download=False`` or
-    offline this raises :class:`MtkitError` saying where sacrebleu looks and that
-    ``--src/--ref`` take local files instead.
-    """
-    from sacrebleu import DATASETS
-
-    if name not in DATASETS:
-        close = difflib.get_close_matches(name, list(DATASETS), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise MtkitError(f"unknown sacrebleu test set {name!r}{hint}; `sacrebleu --list` shows them")
-    dataset = DATASETS[name]
-    if langpair not in dataset.langpairs:
-        raise MtkitError(f"test set {name} has no language pair {langpair!r}; it has {', '.join(dataset.langpairs)}")
-
-    if not _cached(dataset, langpair):
-        if not download:
-            raise MtkitError(_offline_message(name, langpair, "downloads disabled"))
-        previous = socket.getdefaulttimeout()
-        socket.setdefaulttimeout(timeout)  # sacrebleu's urlopen has no timeout of its own
-        try:
-            dataset.get_files(langpair)
-        except SystemExit:  # sacrebleu exits on SSL and checksum errors
-            raise MtkitError(_offline_message(name, langpair, "sacrebleu aborted the download")) from None
-        except Exception as e:  # noqa: BLE001 - URLError, timeouts, broken archives: all mean "not available"
-            reason = " ".join(str(getattr(e, "reason", e)).split()) or type(e).__name__
-            raise MtkitError(_offline_message(name, langpair, reason)) from None
-        finally:
-            socket.setdefaulttimeout(previous)
-
-    source = [line.strip() for line in read_lines(Path(dataset.get_source_file(langpair)))]
-    refs = [[line.strip() for line in read_lines(Path(path))] for path in dataset.get_reference_files(langpair)]
-    return source, refs  # type: ignore[return-value]

@@ -1,5 +1,5 @@
 """Scoring translations: read hypothesis and reference files, check they line up, and score them
-with :mod:`mtkit.metrics` (and, for several systems, the paired bootstrap test).
+with :mod:`mtkit.metrics.scores` (and, for several systems, the paired bootstrap test).
 
 Lines are read as UTF-8 (``.gz`` too) with trailing whitespace removed, exactly
 as the ``sacrebleu`` command line reads them, so the scores are the ones it
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mtkit.errors import MtkitError
 from mtkit.io import read_lines
-from mtkit.metrics import BootstrapScore, MetricScore, paired_bootstrap, score
+from mtkit.metrics.scores import BootstrapScore, MetricScore, paired_bootstrap, score
 
 STDIN = "<stdin>"
 
