@@ -108,10 +108,9 @@ def serving_threads(decoding_threads: int = 2) -> int:
     but one, shared by the decoding threads, at least 1 each.
 
     The event loop (HTTP parsing, JSON, the answers) runs beside the decoding threads; engines that take
-    every core make them fight over it. Measured on 2 cores (benchmarks/README.md): one engine thread
-    instead of two served 3.3x the requests at 1 client and 1.9x at 32 with the torch engine; two decoding
-    threads of one engine thread each then 1.17x (torch) and 1.68x (CTranslate2) at 32 clients against one,
-    the same at 1 client."""
+    every core make them fight over it: on a small machine, engines that leave the event loop a core
+    serve more requests at every load, and two decoding threads more than one under many clients
+    (benchmarks/README.md, serve.py)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

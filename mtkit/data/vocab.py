@@ -36,9 +36,9 @@ JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
 PIECES_FILE = "pieces.json"  # the piece table of an imported vocabulary: {"src": [...], "tgt": [...] | null}
-# SentencePiece encodes a list on a thread pool that it starts for the call, even with one thread:
-# 30-500 µs measured here for a list of one sentence, against about 10 µs for the sentence alone
-# (a served request is often one line). Shorter lists are encoded one sentence at a time.
+# SentencePiece encodes a list on a thread pool that it starts for the call, even with one thread,
+# which costs a short list (a served request is often one line) many times the encoding itself.
+# Shorter lists are encoded one sentence at a time.
 BATCH_ENCODE_MIN = 16
 
 _SPECIAL = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}

@@ -10,7 +10,7 @@ The prepared store holds the deterministic ids. A sentence is decoded back to it
 with an unknown piece, and sampled segmentations longer than the model's positions, keep
 their stored ids.
 
-Sampled segmentations are longer (about 1.4x at p = 0.1 with Multi30k's 8k vocabulary). So
+Sampled segmentations are longer (notably so at p = 0.1 with an 8k vocabulary). So
 that a batch still holds about ``max_tokens`` real tokens, the batch sampler sees the stored
 lengths scaled by the mean growth measured on a sample of training sentences at start-up
 (:meth:`BPEDropout.growth`); the trainer averages it over ranks and saves it in checkpoints.
