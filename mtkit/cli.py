@@ -120,45 +120,11 @@ def prepare(
       mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
       mtkit prepare --src new.en --tgt new.de --vocab-from runs/en-de -o data/new    # to fine-tune runs/en-de
     """
-    from mtkit.commands.prepare import prepare as run_prepare
+    from mtkit.commands.prepare import prepare_from_flags
 
-    # The options are typed values, never YAML: a file named 1.50 or a language code `no` stays a string.
-    flags: dict[str, tuple[str, object]] = {}
-    defaults: dict[str, tuple[str, object]] = {}
-
-    def files(split: str, s: Path | None, t: Path | None) -> None:
-        prefix = "--" if split == "train" else f"--{split}-"
-        if (s is None) != (t is None):
-            raise MtkitError(f"{prefix}src and {prefix}tgt go together")
-        if s is not None:
-            flags.update({f"data.{split}.kind": (f"{prefix}src", "files"), f"data.{split}.src": (f"{prefix}src", str(s)),
-                          f"data.{split}.tgt": (f"{prefix}tgt", str(t))})
-
-    files("train", src, tgt)
-    files("valid", valid_src, valid_tgt)
-    files("test", test_src, test_tgt)
-    if tsv is not None:
-        flags.update({"data.train.kind": ("--tsv", "tsv"), "data.train.path": ("--tsv", str(tsv))})
-    if hf is not None:
-        flags.update({"data.train.kind": ("--hf", "hf"), "data.train.name": ("--hf", hf),
-                      "data.train.split": ("--hf", "train")})
-        if hf_config:
-            flags["data.train.config"] = ("--hf-config", hf_config)
-    if demo:
-        for split in ("train", "valid", "test"):
-            flags.update({f"data.{split}.kind": ("--demo", "demo"), f"data.{split}.split": ("--demo", split)})
-        defaults = {"data.valid.size": ("--demo", 500), "data.test.size": ("--demo", 500),  # --set still wins
-                    "data.spm.vocab_size": ("--demo", 400)}
-    if src_lang is not None:
-        flags["data.src_lang"] = ("--src-lang", src_lang)
-    if tgt_lang is not None:
-        flags["data.tgt_lang"] = ("--tgt-lang", tgt_lang)
-    if vocab_from is not None:
-        flags["data.spm.vocab_from"] = ("--vocab-from", str(vocab_from))
-    config = _load(recipe, set_, flags, defaults)
-    if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
-        raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
-    run_prepare(config, out, force=force)
+    prepare_from_flags(recipe, out, set_, src=src, tgt=tgt, tsv=tsv, hf=hf, hf_config=hf_config, valid_src=valid_src,
+                       valid_tgt=valid_tgt, test_src=test_src, test_tgt=test_tgt, src_lang=src_lang, tgt_lang=tgt_lang,
+                       demo=demo, vocab_from=vocab_from, force=force)
 
 
 # -------------------------------------------------------------------- train
