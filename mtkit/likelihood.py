@@ -30,6 +30,7 @@ from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 from mtkit.data.languages import decoder_start
 from mtkit.errors import MtkitError
 from mtkit.runtime.ensemble import check_one_vocabulary
+from mtkit.runtime.inference import InferenceModel
 from mtkit.runtime.precision import check_precision
 
 # Log-probabilities are computed for at most this many (token, vocabulary entry) cells at a time:
@@ -57,7 +58,8 @@ def _log_softmax_at(models: Sequence, hidden: list[Tensor], targets: Tensor) -> 
     return torch.cat(out) if out else targets.new_zeros(0, dtype=torch.float32)
 
 
-def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int = PAD_ID) -> Tensor:
+def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int = PAD_ID,
+                    encoders: Sequence | None = None) -> Tensor:
     """Teacher-forced log-probabilities of the target tokens.
 
     Args:
@@ -66,6 +68,8 @@ def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id
         src: (B, S) source ids ending in EOS, padded with ``pad_id``.
         tgt_in: (B, T) decoder input, BOS first (``tgt_out`` shifted right), padded.
         tgt_out: (B, T) the tokens to score, EOS last, padded with ``pad_id``.
+        encoders: per model, what encodes src (an object with ``encode``, as
+            :class:`mtkit.runtime.inference.InferenceModel`, whose fused encoder is search's); None: the model.
 
     Returns:
         (B, T) float32: log P(tgt_out[b, t] | src[b], tgt_in[b, :t+1]), natural log; 0 at padding.
@@ -75,8 +79,8 @@ def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id
     models = list(models) if isinstance(models, (list, tuple)) else [models]
     real = tgt_out != pad_id  # (B, T)
     hidden = []
-    for model in models:
-        memory, src_mask = model.encode(src)  # (B, S, d_model), (B, 1, 1, S)
+    for model, encoder in zip(models, models if encoders is None else encoders):
+        memory, src_mask = encoder.encode(src)  # (B, S, d_model), (B, 1, 1, S)
         hidden.append(model.decode(tgt_in, memory, src_mask)[real])  # (N, d_model): real positions only
     picked = _log_softmax_at(models, hidden, tgt_out[real])  # (N,)
     out = torch.zeros(tgt_out.shape, dtype=torch.float32, device=tgt_out.device)
@@ -154,6 +158,7 @@ class PairScorer:
         self.batch_tokens = batch_tokens
         self.log = log
         self.models = [m.model.to(self.device).eval() for m in loaded]
+        self.encoders = [InferenceModel(m) for m in self.models]  # the encoder pass search runs (packed once)
         self.max_len = min(m.cfg.max_positions for m in self.models)  # tokens with EOS, on either side
 
     # ------------------------------------------------------------------ ids
@@ -184,7 +189,7 @@ class PairScorer:
             for batch in self.batches(pairs):
                 padded = pad_pairs([pairs[i] for i in batch], decoder_start(self.vocab))
                 src, tgt_in, tgt_out = (x.to(self.device) for x in padded)
-                totals = token_log_probs(self.models, src, tgt_in, tgt_out).sum(dim=1)  # (B,)
+                totals = token_log_probs(self.models, src, tgt_in, tgt_out, encoders=self.encoders).sum(dim=1)  # (B,)
                 for i, total in zip(batch, totals.tolist()):
                     sums[i] = total
         return sums
