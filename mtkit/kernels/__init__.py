@@ -1,23 +1,28 @@
 """Fast paths, each beside its reference twin, chosen once from one setting (``Config.kernels``).
 
 ``reference`` is the formulas as written: ``F.dropout``, softmax(QKᵀ/√d_k)·V, the label-smoothed
-loss and the symmetric KL of a float32 log-softmax of the whole (N, V) matrix. ``auto`` is the
-fast twins, chosen as follows (each is tested equal to its twin in tests/unit/test_fast_paths.py):
+loss and the symmetric KL of a float32 log-softmax of the whole (N, V) matrix, the model's modules
+for inference. ``auto`` is the fast twins, chosen as follows (each is tested equal to its twin in
+tests/unit/test_fast_paths.py). Most are chosen once, with the :class:`Kernels`; a rule marked
+*per call* depends on what is known only at the call (grad mode, autocast dtype, a tensor's device
+or size: one model trains and validates, in either precision), and this table is all of them:
 
 =================  =========================================  ======================================
 kernel             ``auto``                                   ``reference``
 =================  =========================================  ======================================
-dropout            16-bit keep masks on CPU                   ``F.dropout``
-                   (:func:`~mtkit.kernels.dropout.fast_dropout`),
-                   ``F.dropout`` elsewhere
-attention          per call, :func:`~mtkit.kernels.attention.  the plain formula
-                   choose_attention`: the plain formula for
-                   CPU training in bf16/fp16 or with d_k < 64,
-                   SDPA (flash) otherwise
+dropout            *per call*, by the tensor's device: 16-bit ``F.dropout``
+                   keep masks on CPU (:func:`~mtkit.kernels.
+                   dropout.fast_dropout`), ``F.dropout``
+                   elsewhere
+attention          *per call*, :func:`~mtkit.kernels.         the plain formula
+                   attention.choose_attention`: the plain
+                   formula for CPU training in bf16/fp16 or
+                   with d_k < 64, SDPA (flash) otherwise
 label-smoothed CE  chunked, gradient computed in forward      float32 log-softmax of (N, V)
-fused projection   on CPU no (the logits, then the chunked    no (the logits, then the reference
-+ CE               CE); elsewhere yes: the (N, V) logits      loss)
-                   never exist
+fused projection   *per call*, by the hidden states' device   no (the logits, then the reference
++ CE               (``fuse_projection``): on CPU no (the      loss)
+                   logits, then the chunked CE); elsewhere
+                   yes: the (N, V) logits never exist
 symmetric KL       chunked, gradient computed in forward      float32 log-softmaxes of (N, V)
 encoder and        for inference, one function each over     the model's modules (``Encoder``,
 decoding step      :class:`~mtkit.kernels.packed.            ``Transformer.decode_step``)
@@ -29,20 +34,15 @@ decoding step      :class:`~mtkit.kernels.packed.            ``Transformer.decod
                    construction (:class:`mtkit.runtime.
                    inference.InferenceModel`); training and
                    the loss run the modules
+inference matmul   *per call*, :class:`~mtkit.kernels.linear. ``nn.Linear`` (the modules)
+(fused passes)     PackedLinear`: oneDNN for a float32 2-D
+                   input outside autocast from
+                   :data:`~mtkit.kernels.linear.MIN_MACS`
+                   multiply-adds, BLAS (``addmm``) otherwise
 beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
                    (:func:`~mtkit.kernels.topk.
                    chunked_top_extensions`)
 =================  =========================================  ======================================
-
-Rules decided per call, because what they depend on is known only at the call (everything else is
-chosen once, with the :class:`Kernels`):
-
-* attention (``auto``): :func:`~mtkit.kernels.attention.choose_attention`, by grad mode, autocast dtype
-  and d_k (one model trains and validates, in either precision);
-* dropout (``auto``): the 16-bit keep masks for a CPU tensor, ``F.dropout`` for others;
-* the fused projection + CE: ``fuse_projection`` of the hidden states' device type;
-* an inference matmul (:class:`~mtkit.kernels.linear.PackedLinear`): oneDNN for a float32 2-D input
-  outside autocast from :data:`~mtkit.kernels.linear.MIN_MACS` multiply-adds, BLAS otherwise.
 
 The model receives a :class:`Kernels` at construction (``Transformer(..., kernels="auto")``), the
 training loss and beam search too; nothing else in mtkit branches on device, dtype or shape to pick a kernel.
