@@ -83,8 +83,8 @@ KernelsName = Literal["auto", "reference"]
 
 def fuse_on_accelerators(device_type: str) -> bool:
     """``auto``: fuse the output projection into the loss off the CPU, where the (N, V) logits are what
-    bounds the batch in memory; on CPU memory is plentiful and the fused path measured no faster
-    (0.89-1.05x of the unfused one at the tiny and small shapes, benchmarks/README.md)."""
+    bounds the batch in memory; on CPU memory is plentiful and the fused path measured no faster than
+    the unfused one at the tiny and small shapes (benchmarks/README.md)."""
     return device_type != "cpu"
 
 

@@ -3,10 +3,9 @@
 ``F.linear`` on the CPU calls the BLAS torch was built with (MKL), which repacks the weight on
 every call and, on CPUs other than Intel's, does not take its fastest code paths. oneDNN (which
 torch also ships, and which CTranslate2 uses on such CPUs) multiplies by a weight reordered once
-for it: measured here (AMD EPYC, 2 threads) 2-6x faster for the decoding step's larger matmuls,
-e.g. 128 rows by the 58,102 x 512 output projection 54 -> 16 ms, 4 rows by a 2048 x 512 FFN
-weight 171 -> 51 us (benchmarks/README.md). At a few rows of a small weight its fixed cost per call
-(~15 us) loses to BLAS, so each call picks by its size (:data:`MIN_MACS`).
+for it: measured faster for the decoding step's larger matmuls on such a CPU (the figures, their
+date and command: benchmarks/README.md, ``translate.py``). At a few rows of a small weight its fixed
+cost per call loses to BLAS, so each call picks by its size (:data:`MIN_MACS`).
 
 It serves float32 inference on the CPU only: under autocast (bf16) and on other devices, or when
 torch was built without oneDNN, :class:`PackedLinear` is ``F.linear`` on the original weight.
