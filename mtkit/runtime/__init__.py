@@ -6,6 +6,7 @@
     checkpoint.py          reading checkpoints: checks, run directories, :class:`LoadedModel`
     engine.py              :class:`LineTranslator`, the engines' common pipeline (lines in, translations out)
     torch_engine.py        :class:`Translator`: mtkit's own search on one model or an ensemble
+    inference.py           :class:`InferenceModel`: a model as search sees it, its weights packed once, owned
     ensemble.py            :class:`Ensemble`: several models decoded as one (the model protocol)
     ctranslate2_engine.py  :class:`Ctranslate2Translator`: an exported model in CTranslate2 (never imports torch)
 
