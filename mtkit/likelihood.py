@@ -29,6 +29,7 @@ from mtkit.data.languages import decoder_start
 from mtkit.decoding.forced import pad_pairs, token_log_probs
 from mtkit.errors import MtkitError
 from mtkit.runtime.ensemble import check_one_vocabulary
+from mtkit.runtime.inference import InferenceModel
 from mtkit.runtime.precision import check_precision
 
 
@@ -84,6 +85,7 @@ class PairScorer:
         self.batch_tokens = batch_tokens
         self.log = log
         self.models = [m.model.to(self.device).eval() for m in loaded]
+        self.encoders = [InferenceModel(m) for m in self.models]  # the encoder pass search runs (packed once)
         self.max_len = min(m.cfg.max_positions for m in self.models)  # tokens with EOS, on either side
 
     # ------------------------------------------------------------------ ids
@@ -114,7 +116,7 @@ class PairScorer:
             for batch in self.batches(pairs):
                 padded = pad_pairs([pairs[i] for i in batch], decoder_start(self.vocab))
                 src, tgt_in, tgt_out = (x.to(self.device) for x in padded)
-                totals = token_log_probs(self.models, src, tgt_in, tgt_out).sum(dim=1)  # (B,)
+                totals = token_log_probs(self.models, src, tgt_in, tgt_out, encoders=self.encoders).sum(dim=1)  # (B,)
                 for i, total in zip(batch, totals.tolist()):
                     sums[i] = total
         return sums

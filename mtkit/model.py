@@ -390,7 +390,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) ids, padded with pad_id -> memory (B, S, d_model) and its mask (B, 1, 1, S)."""
         src_mask = self.source_mask(src)
-        return self.kernels.encode(self, src, src_mask), src_mask  # the encoder's modules (fused for decoding)
+        return self.encoder(src, src_mask), src_mask
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """tgt (B, T) ids (BOS-first) over memory (B, S, d_model) -> hidden states (B, T, d_model)."""
@@ -415,16 +415,16 @@ class Transformer(nn.Module):
         empty = memory.new_zeros(B * beam, self.cfg.h, 0, self.cfg.d_model // self.cfg.h)  # (N, h, 0, d_k)
         layers = [LayerCache(empty, empty, *layer.cross_attn.project_kv(memory))  # cross: (B, h, S, d_k)
                   for layer in self.decoder.layers]
-        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0,
-                            packed=self.kernels.pack_decoder(self))
+        return DecoderCache(layers=layers, src_mask=src_mask, beam=beam, step=0)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """One step: tokens (N,) last token of each row -> logits (N, V) for the next token, new cache.
 
-        Through the kernels' decoding step: ``reference`` runs :meth:`Decoder.step` and :meth:`logits`,
-        ``auto`` the same formulas fused over weights packed in :meth:`init_cache` (mtkit.kernels.decoder_step).
+        The paper's modules (:meth:`Decoder.step`, then :meth:`logits`); the reference twin of the fused step
+        that inference runs (:func:`mtkit.kernels.decoder_step.fused_step`).
         """
-        return self.kernels.decode_step(self, tokens, cache)
+        hidden, cache = self.decoder.step(tokens.unsqueeze(1), cache)  # (N, 1, d_model)
+        return self.logits(hidden.squeeze(1)), cache
 
     @torch.no_grad()
     def cross_attention(self, src: Tensor, tgt: Tensor) -> Tensor:
@@ -468,15 +468,13 @@ class DecoderCache:
 
     ``beam`` rows per sentence; rows ``i*beam .. i*beam+beam-1`` belong to sentence ``i``.
     ``src_mask`` (B, 1, 1, S) is True at real source tokens. ``step`` is the number of
-    target tokens already consumed (the position of the next one). ``packed``: what the kernels'
-    decoding step gathered from the weights (kept per model while they stay the same; None for the reference step).
+    target tokens already consumed (the position of the next one).
     """
 
     layers: list[LayerCache]
     src_mask: Tensor
     beam: int
     step: int = 0
-    packed: object = None
 
     def reorder(self, indices: Tensor) -> DecoderCache:
         """Reorder the rows (beam search's back-pointers), ``indices`` (N,) of row numbers.

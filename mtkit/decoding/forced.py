@@ -42,7 +42,8 @@ def _log_softmax_at(models: Sequence[ScoringModel], hidden: list[Tensor], target
     return torch.cat(out) if out else targets.new_zeros(0, dtype=torch.float32)
 
 
-def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int = PAD_ID) -> Tensor:
+def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int = PAD_ID,
+                    encoders: Sequence | None = None) -> Tensor:
     """Teacher-forced log-probabilities of the target tokens.
 
     Args:
@@ -51,6 +52,8 @@ def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id
         src: (B, S) source ids ending in EOS, padded with ``pad_id``.
         tgt_in: (B, T) decoder input, BOS first (``tgt_out`` shifted right), padded.
         tgt_out: (B, T) the tokens to score, EOS last, padded with ``pad_id``.
+        encoders: per model, what encodes src (an object with ``encode``, as the engine's inference
+            model, whose fused encoder is search's); None: the model itself.
 
     Returns:
         (B, T) float32: log P(tgt_out[b, t] | src[b], tgt_in[b, :t+1]), natural log; 0 at padding.
@@ -60,8 +63,8 @@ def token_log_probs(models, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id
     models = list(models) if isinstance(models, (list, tuple)) else [models]
     real = tgt_out != pad_id  # (B, T)
     hidden = []
-    for model in models:
-        memory, src_mask = model.encode(src)  # (B, S, d_model), (B, 1, 1, S)
+    for model, encoder in zip(models, models if encoders is None else encoders):
+        memory, src_mask = encoder.encode(src)  # (B, S, d_model), (B, 1, 1, S)
         hidden.append(model.decode(tgt_in, memory, src_mask)[real])  # (N, d_model): real positions only
     picked = _log_softmax_at(models, hidden, tgt_out[real])  # (N,)
     out = torch.zeros(tgt_out.shape, dtype=torch.float32, device=tgt_out.device)

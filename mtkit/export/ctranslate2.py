@@ -1,7 +1,8 @@
 """Export to CTranslate2, and translate with the exported model.
 
 The export describes mtkit's Transformer with CTranslate2's model specs
-(``TransformerSpec.from_config``), sets every weight, and writes what differs
+(``TransformerSpec.from_config``), sets every weight from the one weight map the fused passes read
+(:func:`mtkit.kernels.packed.pack`), and writes what differs
 from CTranslate2's defaults explicitly:
 
 * the positional-encoding table (CTranslate2's built-in sinusoids put all sines
@@ -37,6 +38,7 @@ from pathlib import Path
 from mtkit.config import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory
+from mtkit.kernels.packed import pack
 from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
 
 # model.activation -> common_spec.Activation (GELU: erf)
@@ -61,11 +63,13 @@ def build_spec(model, vocab, start_from_prefix: bool = False):
         activation=common_spec.Activation[ACTIVATIONS[cfg.activation]],
     )
 
+    w = pack(model, reorder=False)  # the one weight map (mtkit.kernels.packed), as the fused passes read it
+
     def arr(t):
         return t.detach().float().cpu().numpy()
 
     def set_linear(ls, *linears):
-        """One CTranslate2 linear from one or more (fused along the output) torch linears."""
+        """One CTranslate2 linear from one or more (stacked along the output) packed linears."""
         import numpy as np
 
         ls.weight = np.concatenate([arr(m.weight) for m in linears], axis=0)
@@ -73,50 +77,42 @@ def build_spec(model, vocab, start_from_prefix: bool = False):
             ls.bias = np.concatenate([arr(m.bias) for m in linears], axis=0)
 
     def set_norm(ns, norm):
-        ns.gamma = arr(norm.weight)
-        ns.beta = arr(norm.bias)
+        ns.gamma, ns.beta = arr(norm[0]), arr(norm[1])
 
-    def set_positions(ps, embeddings):
-        positions = embeddings.positions
-        table = positions.table if hasattr(positions, "table") else positions.weight  # (P, d_model)
-        ps.encodings = arr(table)
-
-    def set_ffn(fs, ff, norm):
+    def set_ffn(fs, lw, norm):
         set_norm(fs.layer_norm, norm)
-        set_linear(fs.linear_0, ff.w_1)
-        set_linear(fs.linear_1, ff.w_2)
+        set_linear(fs.linear_0, lw.ffn_in)
+        set_linear(fs.linear_1, lw.ffn_out)
 
     enc, dec = spec.encoder, spec.decoder
-    enc.embeddings[0].weight = arr(model.encoder.embeddings.tokens.weight)
+    enc.embeddings[0].weight = arr(w.source.tokens)
     enc.scale_embeddings = cfg.scale_embedding
-    set_positions(enc.position_encodings, model.encoder.embeddings)
-    for ls, layer in zip(enc.layer, model.encoder.layers):
-        a = layer.self_attn
-        set_linear(ls.self_attention.linear[0], a.w_q, a.w_k, a.w_v)
-        set_linear(ls.self_attention.linear[1], a.w_o)
-        set_norm(ls.self_attention.layer_norm, layer.sublayer[0].norm)
-        set_ffn(ls.ffn, layer.feed_forward, layer.sublayer[1].norm)
-    if pre_norm:
-        set_norm(enc.layer_norm, model.encoder.norm)
+    enc.position_encodings.encodings = arr(w.source.positions)  # (P, d_model)
+    for ls, lw in zip(enc.layer, w.encoder):
+        set_linear(ls.self_attention.linear[0], lw.self_qkv)
+        set_linear(ls.self_attention.linear[1], lw.self_out)
+        set_norm(ls.self_attention.layer_norm, lw.norms[0])
+        set_ffn(ls.ffn, lw, lw.norms[1])
+    if w.encoder_norm is not None:
+        set_norm(enc.layer_norm, w.encoder_norm)
 
-    dec.embeddings.weight = arr(model.decoder.embeddings.tokens.weight)
+    dec.embeddings.weight = arr(w.target.tokens)
     dec.scale_embeddings = cfg.scale_embedding
-    set_positions(dec.position_encodings, model.decoder.embeddings)
-    for ls, layer in zip(dec.layer, model.decoder.layers):
-        a, c = layer.self_attn, layer.cross_attn
-        set_linear(ls.self_attention.linear[0], a.w_q, a.w_k, a.w_v)
-        set_linear(ls.self_attention.linear[1], a.w_o)
-        set_norm(ls.self_attention.layer_norm, layer.sublayer[0].norm)
-        set_linear(ls.attention.linear[0], c.w_q)
-        set_linear(ls.attention.linear[1], c.w_k, c.w_v)
-        set_linear(ls.attention.linear[2], c.w_o)
-        set_norm(ls.attention.layer_norm, layer.sublayer[1].norm)
-        set_ffn(ls.ffn, layer.feed_forward, layer.sublayer[2].norm)
-    if pre_norm:
-        set_norm(dec.layer_norm, model.decoder.norm)
-    dec.projection.weight = arr(model.output_projection.weight)  # §3.4's tied projection: no bias
-    if model.output_projection.bias is not None:  # model.output_bias
-        dec.projection.bias = arr(model.output_projection.bias)
+    dec.position_encodings.encodings = arr(w.target.positions)
+    for ls, lw in zip(dec.layer, w.decoder):
+        set_linear(ls.self_attention.linear[0], lw.self_qkv)
+        set_linear(ls.self_attention.linear[1], lw.self_out)
+        set_norm(ls.self_attention.layer_norm, lw.norms[0])
+        set_linear(ls.attention.linear[0], lw.cross_query)
+        set_linear(ls.attention.linear[1], lw.cross_key, lw.cross_value)
+        set_linear(ls.attention.linear[2], lw.cross_out)
+        set_norm(ls.attention.layer_norm, lw.norms[1])
+        set_ffn(ls.ffn, lw, lw.norms[2])
+    if w.decoder_norm is not None:
+        set_norm(dec.layer_norm, w.decoder_norm)
+    dec.projection.weight = arr(w.output.weight)  # §3.4's tied projection: no bias
+    if w.output.bias is not None:  # model.output_bias
+        dec.projection.bias = arr(w.output.bias)
 
     src_pieces = vocab.src_pieces(range(vocab.src_size))
     tgt_pieces = vocab.tgt_pieces(range(vocab.tgt_size))

@@ -22,6 +22,11 @@ before normalizing, so the pad takes no probability either. mtkit never generate
 Marian's ``bad_words_ids=[[pad]]`` never does. The piece table(s) are permuted alike and stored in the
 checkpoint (``vocab.pieces``): ids come from the table, a piece missing from it being unk.
 
+Names. Marian's layout has one tensor per mtkit parameter (no stacked projections), so the import
+maps onto mtkit's parameter names, the checkpoint format; the inference weights that translation and
+the CTranslate2 export read are derived from those by the one weight map
+(:func:`mtkit.kernels.packed.pack`), not written here.
+
 Checks, before anything is built: every field read from ``config.json``, ``generation_config.json`` and
 ``tokenizer_config.json`` has its type checked (:class:`Fields`), and every size ``config.json`` gives
 is checked against the tensors' shapes, read from the safetensors header without the weights

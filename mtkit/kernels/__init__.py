@@ -1,34 +1,44 @@
 """Fast paths, each beside its reference twin, chosen once from one setting (``Config.kernels``).
 
 ``reference`` is the formulas as written: ``F.dropout``, softmax(QKᵀ/√d_k)·V, the label-smoothed
-loss and the symmetric KL of a float32 log-softmax of the whole (N, V) matrix. ``auto`` is the
-fast twins, chosen as follows (each is tested equal to its twin in tests/unit/test_fast_paths.py):
+loss and the symmetric KL of a float32 log-softmax of the whole (N, V) matrix, the model's modules
+for inference. ``auto`` is the fast twins, chosen as follows (each is tested equal to its twin in
+tests/unit/test_fast_paths.py). Most are chosen once, with the :class:`Kernels`; a rule marked
+*per call* depends on what is known only at the call (grad mode, autocast dtype, a tensor's device
+or size: one model trains and validates, in either precision), and this table is all of them:
 
 =================  =========================================  ======================================
 kernel             ``auto``                                   ``reference``
 =================  =========================================  ======================================
-dropout            16-bit keep masks on CPU                   ``F.dropout``
-                   (:func:`~mtkit.kernels.dropout.fast_dropout`),
-                   ``F.dropout`` elsewhere
-attention          per call, :func:`~mtkit.kernels.attention.  the plain formula
-                   choose_attention`: the plain formula for
-                   CPU training in bf16/fp16 or with d_k < 64,
-                   SDPA (flash) otherwise
+dropout            *per call*, by the tensor's device: 16-bit ``F.dropout``
+                   keep masks on CPU (:func:`~mtkit.kernels.
+                   dropout.fast_dropout`), ``F.dropout``
+                   elsewhere
+attention          *per call*, :func:`~mtkit.kernels.         the plain formula
+                   attention.choose_attention`: the plain
+                   formula for CPU training in bf16/fp16 or
+                   with d_k < 64, SDPA (flash) otherwise
 label-smoothed CE  chunked, gradient computed in forward      float32 log-softmax of (N, V)
-fused projection   on CPU no (the logits, then the chunked    no (the logits, then the reference
-+ CE               CE); elsewhere yes: the (N, V) logits      loss)
-                   never exist
+fused projection   *per call*, by the hidden states' device   no (the logits, then the reference
++ CE               (``fuse_projection``): on CPU no (the      loss)
+                   logits, then the chunked CE); elsewhere
+                   yes: the (N, V) logits never exist
 symmetric KL       chunked, gradient computed in forward      float32 log-softmaxes of (N, V)
-decoding step      one function over weights packed once per  the model's modules
-                   model (:func:`~mtkit.kernels.decoder_step.  (``Decoder.step``)
-                   fused_step`): one matmul for W_Q, W_K, W_V,
-                   no module calls; fp32 matmuls on the CPU
-                   through oneDNN where that is faster
-                   (:class:`~mtkit.kernels.linear.PackedLinear`)
-encoder, decoding  one function over weights packed once per  the model's modules
-                   model (:func:`~mtkit.kernels.encoder.
-                   fused_encode`), as the decoding step; the
-                   modules while training
+encoder and        for inference, one function each over     the model's modules (``Encoder``,
+decoding step      :class:`~mtkit.kernels.packed.            ``Transformer.decode_step``)
+                   InferenceWeights` (:func:`~mtkit.kernels.
+                   encoder.fused_encode`, :func:`~mtkit.
+                   kernels.decoder_step.fused_step`): one
+                   matmul for W_Q, W_K, W_V, no module calls;
+                   the weights packed once by the engine at
+                   construction (:class:`mtkit.runtime.
+                   inference.InferenceModel`); training and
+                   the loss run the modules
+inference matmul   *per call*, :class:`~mtkit.kernels.linear. ``nn.Linear`` (the modules)
+(fused passes)     PackedLinear`: oneDNN for a float32 2-D
+                   input outside autocast from
+                   :data:`~mtkit.kernels.linear.MIN_MACS`
+                   multiply-adds, BLAS (``addmm``) otherwise
 beam search top-k  the k best vocabulary chunks ranked        one top-k over all K·V sums
                    (:func:`~mtkit.kernels.topk.
                    chunked_top_extensions`)
@@ -54,9 +64,9 @@ from mtkit.kernels.attention import (
     reference_attention,
     sdpa_attention,
 )
-from mtkit.kernels.decoder_step import fused_step, module_step, no_pack, pack_decoder
+from mtkit.kernels.decoder_step import cross_keys_values, fused_step
 from mtkit.kernels.dropout import fast_dropout, keep_mask, masked_dropout, reference_dropout
-from mtkit.kernels.encoder import fused_encode, module_encode
+from mtkit.kernels.encoder import fused_encode
 from mtkit.kernels.loss import (
     label_smoothed_loss,
     linear_label_smoothed_loss,
@@ -65,6 +75,7 @@ from mtkit.kernels.loss import (
     reference_symmetric_kl,
     symmetric_kl,
 )
+from mtkit.kernels.packed import InferenceWeights, pack
 from mtkit.kernels.topk import chunked_top_extensions, reference_top_extensions
 
 KernelsName = Literal["auto", "reference"]
@@ -72,8 +83,8 @@ KernelsName = Literal["auto", "reference"]
 
 def fuse_on_accelerators(device_type: str) -> bool:
     """``auto``: fuse the output projection into the loss off the CPU, where the (N, V) logits are what
-    bounds the batch in memory; on CPU memory is plentiful and the fused path measured no faster
-    (0.89-1.05x of the unfused one at the tiny and small shapes, benchmarks/README.md)."""
+    bounds the batch in memory; on CPU memory is plentiful and the fused path measured no faster than
+    the unfused one at the tiny and small shapes (benchmarks/README.md)."""
     return device_type != "cpu"
 
 
@@ -94,9 +105,8 @@ class Kernels:
         linear_label_smoothed_loss: (hidden (B, T, d), W (V, d), target, ε, pad_id) -> the same.
         fuse_projection: device type -> whether the loss takes ``linear_label_smoothed_loss``.
         symmetric_kl: (logits_a, logits_b, target, pad_id) -> summed KL(P_a‖P_b) + KL(P_b‖P_a).
-        encode: (model, src (B, S), src_mask) -> the encoder output (B, S, d_model) (``Transformer.encode``).
-        pack_decoder: (model) -> what ``decode_step`` needs of the weights (asked in every ``init_cache``).
-        decode_step: (model, tokens (N,), cache) -> logits (N, V) and the new cache (every decoding step).
+        fused_inference: whether inference (the torch engine) packs the weights and runs the fused encoder
+            and decoding step, or runs the model's modules.
         top_extensions: (scores (B, K), lprobs (B·K, V), k) -> the k best sums, values and indices
             i·V + v (B, k) (beam search).
     """
@@ -108,9 +118,7 @@ class Kernels:
     linear_label_smoothed_loss: Callable[..., tuple[Tensor, Tensor, int]]
     fuse_projection: Callable[[str], bool]
     symmetric_kl: Callable[..., Tensor]
-    encode: Callable[..., Tensor]
-    pack_decoder: Callable[..., object]
-    decode_step: Callable[..., tuple[Tensor, object]]
+    fused_inference: bool
     top_extensions: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
 
 
@@ -122,9 +130,7 @@ AUTO = Kernels(
     linear_label_smoothed_loss=linear_label_smoothed_loss,
     fuse_projection=fuse_on_accelerators,
     symmetric_kl=symmetric_kl,
-    encode=fused_encode,
-    pack_decoder=pack_decoder,
-    decode_step=fused_step,
+    fused_inference=True,
     top_extensions=chunked_top_extensions,
 )
 
@@ -136,9 +142,7 @@ REFERENCE = Kernels(
     linear_label_smoothed_loss=reference_linear_label_smoothed_loss,
     fuse_projection=never,
     symmetric_kl=reference_symmetric_kl,
-    encode=module_encode,
-    pack_decoder=no_pack,
-    decode_step=module_step,
+    fused_inference=False,
     top_extensions=reference_top_extensions,
 )
 
@@ -170,8 +174,9 @@ class Dropout(nn.Module):
 
 
 __all__ = [
-    "AUTO", "REFERENCE", "Dropout", "Kernels", "KernelsName", "choose_attention", "chunked_top_extensions",
-    "fast_dropout", "fused_step", "keep_mask", "module_step", "pack_decoder", "reference_top_extensions",
+    "AUTO", "REFERENCE", "Dropout", "InferenceWeights", "Kernels", "KernelsName", "choose_attention",
+    "chunked_top_extensions", "cross_keys_values", "fast_dropout", "fused_encode", "fused_step", "keep_mask",
+    "pack", "reference_top_extensions",
     "label_smoothed_loss", "linear_label_smoothed_loss", "masked_dropout", "plain_attention",
     "reference_attention", "reference_dropout", "reference_label_smoothed_loss",
     "reference_linear_label_smoothed_loss", "reference_symmetric_kl", "sdpa_attention", "select", "symmetric_kl",

@@ -70,10 +70,11 @@ def choose_attention(q: Tensor) -> Callable[..., Tensor]:
     other   any            any                     SDPA
     ======  =============  ======================  =================================
 
-    Why: training on CPU at sentence lengths, the flash kernel's backward is 3-6x slower than
-    the plain formula's in bf16, and in fp32 too with heads of d_k 32 (a whole Transformer-Tiny
-    step 1.08x faster); fp32 with d_k 64 keeps SDPA (benchmarks/README.md). It depends on the
-    grad mode and the autocast dtype, known only at the call: this is the one per-call choice.
+    Why: training on CPU at sentence lengths, the flash kernel's backward measured slower than
+    the plain formula's in bf16, and in fp32 too with heads of d_k 32; fp32 with d_k 64 keeps SDPA
+    (the figures: benchmarks/README.md). It depends on the
+    grad mode and the autocast dtype, known only at the call: a per-call rule of the table in
+    :mod:`mtkit.kernels`.
     """
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.dtype != torch.float32 or q.size(-1) < 64):
         return plain_attention_fast_dropout

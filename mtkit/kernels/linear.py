@@ -3,10 +3,9 @@
 ``F.linear`` on the CPU calls the BLAS torch was built with (MKL), which repacks the weight on
 every call and, on CPUs other than Intel's, does not take its fastest code paths. oneDNN (which
 torch also ships, and which CTranslate2 uses on such CPUs) multiplies by a weight reordered once
-for it: measured here (AMD EPYC, 2 threads) 2-6x faster for the decoding step's larger matmuls,
-e.g. 128 rows by the 58,102 x 512 output projection 54 -> 16 ms, 4 rows by a 2048 x 512 FFN
-weight 171 -> 51 us (benchmarks/README.md). At a few rows of a small weight its fixed cost per call
-(~15 us) loses to BLAS, so each call picks by its size (:data:`MIN_MACS`).
+for it: measured faster for the decoding step's larger matmuls on such a CPU (the figures, their
+date and command: benchmarks/README.md, ``translate.py``). At a few rows of a small weight its fixed
+cost per call loses to BLAS, so each call picks by its size (:data:`MIN_MACS`).
 
 It serves float32 inference on the CPU only: under autocast (bf16) and on other devices, or when
 torch was built without oneDNN, :class:`PackedLinear` is ``F.linear`` on the original weight.
@@ -16,32 +15,12 @@ oneDNN sums in another order than BLAS, so results differ in the last bits (abou
 from __future__ import annotations
 
 import functools
-import weakref
-from collections.abc import Callable
-from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 MIN_MACS = 1 << 21  # rows x out x in from which oneDNN beat BLAS here (benchmarks/README.md)
-T = TypeVar("T")
-# (model, what) -> (the identity and version of each of the model's parameters when packed, the packing)
-_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def packed_once(model, what: str, pack: Callable[[object], T]) -> T:
-    """``pack(model)``, made once and reused while none of the model's parameters has been replaced,
-    moved or changed in place (an optimizer step between two validations packs again)."""
-    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
-    packs = _PACKED.setdefault(model, {})
-    found = packs.get(what)
-    if found is not None and found[0] == state:
-        return found[1]
-    with torch.no_grad():
-        packed = pack(model)
-    packs[what] = (state, packed)
-    return packed
 
 
 @functools.cache
@@ -64,16 +43,18 @@ class PackedLinear:
     Args:
         weight: (out, in); kept for the calls that take ``F.linear``.
         bias: (out,) or None.
+        reorder: reorder the weight for oneDNN where that serves (False: ``F.linear`` always, for a reader
+            that needs only ``weight`` and ``bias``).
     """
 
     __slots__ = ("weight", "bias", "packed", "macs_per_row", "weight_t")
 
-    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, reorder: bool = True) -> None:
         self.weight = weight
         self.bias = bias
         self.weight_t = weight.t()  # F.linear's own addmm operand, made once rather than per call
         self.macs_per_row = weight.size(0) * weight.size(1)
-        usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
+        usable = reorder and weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_linear_available()
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 64) if usable else None
 
     def __call__(self, x: Tensor) -> Tensor:

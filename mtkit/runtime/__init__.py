@@ -6,6 +6,7 @@
     checkpoint.py          reading checkpoints: checks, run directories, :class:`LoadedModel`
     engine.py              :class:`LineTranslator`, the engines' common pipeline (lines in, translations out)
     torch_engine.py        :class:`Translator`: :mod:`mtkit.decoding` on one model or an ensemble
+    inference.py           :class:`InferenceModel`: a model as search sees it, its weights packed once, owned
     torch_constrained.py   the torch engine's constrained decoding (constraints, glossaries)
     ensemble.py            ``check_one_vocabulary``: an ensemble's models share one vocabulary
                            (the model side is :class:`mtkit.decoding.ensemble.Ensemble`)

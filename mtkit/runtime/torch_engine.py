@@ -16,6 +16,10 @@ from mtkit.runtime.engine import Call, LineTranslator, _stderr
 class Translator(LineTranslator):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
 
+    Built, it packs each model's weights for inference (:class:`mtkit.runtime.inference.InferenceModel`,
+    ``model``: what search decodes with) and is never changed after: a model trained further needs a new
+    engine (validation BLEU builds one per validation).
+
     Args:
         models: a LoadedModel-like (``.model``, ``.vocab``) or a list of them (an ensemble).
         decode: the decoding settings (beam, alpha, lengths, sampling ...).
@@ -49,12 +53,16 @@ class Translator(LineTranslator):
         self.min_len = min_len
         self.models = [m.model.to(self.device).eval() for m in loaded]
         self.seed = seed
-        if len(self.models) == 1:
-            self.model = self.models[0]
+        from mtkit.runtime.inference import InferenceModel
+
+        # What search decodes with: each model's weights packed once, here, and owned by this engine.
+        inference = [InferenceModel(m) for m in self.models]
+        if len(inference) == 1:
+            self.model = inference[0]
         else:
             from mtkit.decoding.ensemble import Ensemble
 
-            self.model = Ensemble(self.models)
+            self.model = Ensemble(inference)
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
         """As the pipeline's, with a random generator of its own seeded with ``seed`` when it samples

@@ -10,25 +10,12 @@ from mtkit.config import TrainConfig
 
 
 def build_optimizer(params, cfg: TrainConfig, device_type: str) -> torch.optim.Optimizer:
-    """AdamW (decoupled weight decay; with weight_decay 0 it is the paper's Adam), fused where torch has it.
-
-    The fused kernel updates the parameters in place without bumping their version counters (the
-    foreach one bumps them), so after each step the optimizer bumps them itself: decoding caches
-    keyed on them (:func:`mtkit.kernels.linear.packed_once`, the weights packed for validation BLEU)
-    would otherwise keep serving the weights of an earlier step.
-    """
+    """AdamW (decoupled weight decay; with weight_decay 0 it is the paper's Adam), fused where torch has it."""
     kwargs = dict(lr=learning_rate(1, cfg, 512), betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay)
     try:
-        optimizer = torch.optim.AdamW(params, fused=True, **kwargs)
+        return torch.optim.AdamW(params, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device or dtype
         return torch.optim.AdamW(params, foreach=True, **kwargs)
-    optimizer.register_step_post_hook(_mark_updated)
-    return optimizer
-
-
-def _mark_updated(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
-    """Bump the version counter of every parameter the optimizer holds, as an in-place op would."""
-    torch.autograd.graph.increment_version([p for group in optimizer.param_groups for p in group["params"]])
 
 
 def learning_rate(step: int, cfg: TrainConfig, d_model: int) -> float:

@@ -5,7 +5,6 @@ import os
 import platform
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
 import torch
@@ -20,14 +19,15 @@ from mtkit.kernels import (
     Dropout,
     choose_attention,
     chunked_top_extensions,
+    cross_keys_values,
     fast_dropout,
+    fused_encode,
     fused_step,
     keep_mask,
     label_smoothed_loss,
     linear_label_smoothed_loss,
     masked_dropout,
-    module_step,
-    pack_decoder,
+    pack,
     plain_attention,
     reference_attention,
     reference_dropout,
@@ -40,9 +40,9 @@ from mtkit.kernels import (
     symmetric_kl,
 )
 from mtkit.kernels.attention import plain_attention_fast_dropout
-from mtkit.kernels.encoder import fused_encode, module_encode
 from mtkit.kernels.topk import chunk_size
 from mtkit.model import Transformer
+from mtkit.runtime.inference import InferenceModel
 from mtkit.training.loss import TranslationLoss
 
 
@@ -462,13 +462,22 @@ DECODER_VARIANTS = [
 ]
 
 
+def replace_kernels(model: Transformer, kernels: str) -> Transformer:
+    """The same weights in a model built with other kernels."""
+    other = Transformer(model.cfg, model.encoder.embeddings.tokens.num_embeddings, model.output_projection.out_features,
+                        kernels=kernels).eval()
+    other.load_state_dict(model.state_dict())
+    return other
+
+
 @pytest.mark.parametrize("variant", DECODER_VARIANTS)
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("onednn", [False, True])
 def test_fused_decoding_step_equals_the_modules_step(variant, bf16, onednn, monkeypatch):
     """Step by step, with beam rows reordered and sentences dropped between steps, the fused step gives the
     modules' logits and caches, for every model option and under bf16 autocast, with its matmuls through BLAS
-    or (every one, whatever its size) through oneDNN; the packed Q/K/V weights are the three matrices stacked."""
+    or (every one, whatever its size) through oneDNN; the packed Q/K/V weights are the three matrices stacked,
+    and the cache's encoder keys and values are the modules' bit for bit."""
     import mtkit.kernels.linear as linear
 
     if onednn and not linear.onednn_linear_available():
@@ -484,18 +493,22 @@ def test_fused_decoding_step_equals_the_modules_step(variant, bf16, onednn, monk
     beam = 3
     src = torch.randint(4, 50, (4, 9))
     src[2, 5:] = PAD_ID
-    packed = pack_decoder(model)
+    packed = pack(model)
     attn = model.decoder.layers[1].self_attn
-    assert torch.equal(packed.layers[1].qkv.weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(packed.decoder[1].self_qkv.weight,
+                       torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
     g = torch.Generator().manual_seed(1)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         memory, src_mask = model.encode(src)
         ref = model.init_cache(memory, src_mask, beam)
-        fast = replace(ref, packed=packed)
+        fast = InferenceModel(replace_kernels(model, "auto")).init_cache(memory, src_mask, beam)
+        for a, b in zip(fast.layers, ref.layers):
+            assert torch.equal(a.cross_k, b.cross_k) and torch.equal(a.cross_v, b.cross_v)
+        assert len(cross_keys_values(packed, memory)) == cfg.decoder_layers
         tokens = torch.randint(4, 50, (4 * beam,), generator=g)
         for step in range(5):
-            ref_logits, ref = module_step(model, tokens, ref)
-            fast_logits, fast = fused_step(model, tokens, fast)
+            ref_logits, ref = model.decode_step(tokens, ref)
+            fast_logits, fast = fused_step(packed, tokens, fast)
             assert fast_logits.shape == ref_logits.shape == (tokens.numel(), 50)
             torch.testing.assert_close(fast_logits, ref_logits, **({"atol": 0.03, "rtol": 0.02} if bf16 else {}))
             for a, b in zip(fast.layers, ref.layers):
@@ -517,7 +530,7 @@ def test_fused_decoding_step_equals_the_modules_step(variant, bf16, onednn, monk
 def test_fused_encoder_equals_the_modules(variant, bf16, onednn, monkeypatch):
     """For decoding, the fused encoder gives the modules' output on padded batches, for every model option,
     under bf16 autocast, with its matmuls through BLAS or oneDNN; the padding positions do not leak into the
-    real ones. While gradients are recorded (training) it is the modules themselves: gradients reach the weights."""
+    real ones. The model's own ``encode`` is the modules (training): gradients reach the weights."""
     import mtkit.kernels.linear as linear
 
     if onednn and not linear.onednn_linear_available():
@@ -534,13 +547,16 @@ def test_fused_encoder_equals_the_modules(variant, bf16, onednn, monkeypatch):
     src[1, 4:] = PAD_ID
     mask = model.source_mask(src)
     tol = {"atol": 0.03, "rtol": 0.02} if bf16 else {}
+    packed = pack(model)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        fast, ref = fused_encode(model, src, mask), module_encode(model, src, mask)
+        fast, ref = fused_encode(packed, src, mask), model.encoder(src, mask)
         torch.testing.assert_close(fast, ref, **tol)
-        alone = fused_encode(model, src[1:2, :4], mask[1:2, :, :, :4])  # the padded sentence without its padding
+        alone = fused_encode(packed, src[1:2, :4], mask[1:2, :, :, :4])  # the padded sentence without its padding
         torch.testing.assert_close(fast[1:2, :4], alone, **tol)
+        inference_memory, inference_mask = InferenceModel(model).encode(src)
+        assert torch.equal(inference_mask, mask) and torch.equal(inference_memory, fast)
     model.train()
-    out = fused_encode(model, src, mask)
+    out, _ = model.encode(src)
     out.sum().backward()
     assert model.encoder.layers[0].self_attn.w_q.weight.grad is not None
 
@@ -580,73 +596,122 @@ def test_packed_linear_equals_f_linear_and_falls_back_where_onednn_does_not_serv
         assert len(calls) == before
 
 
-def test_the_decoder_is_packed_once_until_a_parameter_changes():
-    """pack_decoder reuses its packing for the same unchanged model (it is not redone per batch), and packs
-    again after an in-place update (an optimizer step between two validations) or for another model."""
+def test_pack_maps_every_parameter_once():
+    """The one weight map holds every parameter of the model, for every model option: each as itself, or
+    (self-attention's W_Q, W_K, W_V) inside the one stacked matrix; nothing of it enters the state_dict."""
+    for variant in DECODER_VARIANTS:
+        torch.manual_seed(5)
+        cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0,
+                          max_positions=64, **variant)
+        model = Transformer(cfg, 30, 30).eval()
+        w = pack(model)
+        held = {id(t) for t in _tensors(w)}
+        stacked = [(layer.self_attn, lw.self_qkv) for layer, lw in zip(model.encoder.layers, w.encoder)]
+        stacked += [(layer.self_attn, lw.self_qkv) for layer, lw in zip(model.decoder.layers, w.decoder)]
+        in_stacks = set()
+        for attn, qkv in stacked:
+            assert torch.equal(qkv.weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+            assert torch.equal(qkv.bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+            in_stacks |= {id(p) for m in (attn.w_q, attn.w_k, attn.w_v) for p in (m.weight, m.bias)}
+        for name, p in model.named_parameters():
+            assert (id(p) in held) != (id(p) in in_stacks), name
+        if cfg.positions == "sinusoidal":
+            assert w.source.positions is model.encoder.embeddings.positions.table
+        assert not any("qkv" in n for n in model.state_dict())
+
+
+def _tensors(obj):
+    """Every tensor in an InferenceWeights (its dataclasses, tuples and PackedLinears)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, tuple):
+        for x in obj:
+            yield from _tensors(x)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for name in obj.__dataclass_fields__:
+            yield from _tensors(getattr(obj, name))
+    elif hasattr(obj, "weight") and hasattr(obj, "bias"):  # a PackedLinear
+        yield obj.weight
+        if obj.bias is not None:
+            yield obj.bias
+
+
+def test_the_engine_packs_once_and_the_model_keeps_no_packing():
+    """The inference object packs at construction and never again: the same weights for every batch, and
+    weights changed afterwards are not its (a new one, as validation builds, has them). Nothing is kept on
+    the model: a second inference object packs its own."""
     torch.manual_seed(5)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
     model = Transformer(cfg, 30, 30).eval()
-    first = pack_decoder(model)
-    assert pack_decoder(model) is first
+    src = torch.randint(4, 30, (2, 5))
+    before = set(vars(model))
+    inference = InferenceModel(model)
+    weights = inference.weights
+    with torch.inference_mode():
+        for _ in range(2):
+            inference.init_cache(*inference.encode(src))
+    assert inference.weights is weights and set(vars(model)) == before
     with torch.no_grad():
         model.decoder.layers[0].feed_forward.w_1.weight.add_(1.0)
-    second = pack_decoder(model)
-    assert second is not first
-    assert torch.equal(second.layers[0].ffn_in.weight, model.decoder.layers[0].feed_forward.w_1.weight)
-    assert pack_decoder(Transformer(cfg, 30, 30).eval()) is not second
+    again = InferenceModel(model)
+    assert again.weights is not weights
+    assert torch.equal(again.weights.decoder[0].ffn_in.weight, model.decoder.layers[0].feed_forward.w_1.weight)
 
 
-def test_a_training_step_of_the_fused_optimizer_packs_the_decoder_again():
-    """The fused AdamW kernel leaves the parameters' version counters as they were; the optimizer mtkit
-    trains with bumps them, so the weights packed for decoding (validation BLEU between two steps) are
-    packed again after a step, and decoding uses the updated weights."""
-    from mtkit.config import TrainConfig
-    from mtkit.decoding.options import SearchOptions
-    from mtkit.decoding.search import greedy_search
-    from mtkit.training.optim import build_optimizer
+def test_validation_decodes_with_the_weights_of_the_last_optimizer_step(reverse_data, monkeypatch):
+    """Validation BLEU after steps of the optimizer mtkit trains with (fused AdamW, which updates the weights
+    in place) translates with the updated weights: as a fresh model holding them does, and not as before."""
+    import sacrebleu
 
+    from mtkit.config import DecodeConfig, TrainConfig
+    from mtkit.data.vocab import Vocab
+    from mtkit.training.optim import build_optimizer, set_learning_rate
+    from mtkit.training.validation import validation_bleu
+
+    data_dir, _ = reverse_data
+    vocab = Vocab.load(data_dir)
     torch.manual_seed(6)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
-    model = Transformer(cfg, 30, 30)
-    optimizer = build_optimizer(model.parameters(), TrainConfig(lr=0.05), "cpu")
-    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, PAD_ID]])
-    tgt_in = torch.tensor([[BOS_ID, 10, 11], [BOS_ID, 12, PAD_ID]])
-    model.eval()
-    first = pack_decoder(model)
-    greedy_search(model, src, SearchOptions(max_len_b=6))  # packs the encoder too
+    model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
+    optimizer = build_optimizer(model.parameters(), TrainConfig(), "cpu")
+    set_learning_rate(optimizer, 0.01)
+    decoded = []
+    corpus_bleu = sacrebleu.corpus_bleu
+    monkeypatch.setattr(sacrebleu, "corpus_bleu",
+                        lambda hyps, refs, **kw: decoded.append(list(hyps)) or corpus_bleu(hyps, refs, **kw))
+    decode = DecodeConfig(max_len_a=0.0, max_len_b=8)
+    src = torch.randint(4, vocab.src_size, (8, 6))
+    tgt = torch.randint(4, vocab.tgt_size, (8, 6))
+    tgt[:, 0] = BOS_ID
+    validation_bleu(model, vocab, data_dir, decode, 1, "cpu")
     for _ in range(3):
         model.train()
-        logits = model(src, tgt_in)
-        logits.sum().backward()
+        logits = model(src, tgt[:, :-1])  # (8, 5, V)
+        F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1)).backward()
         optimizer.step()
         optimizer.zero_grad()
-    model.eval()
-    second = pack_decoder(model)
-    assert second is not first
-    qkv = torch.cat([model.decoder.layers[0].self_attn.w_q.weight, model.decoder.layers[0].self_attn.w_k.weight,
-                     model.decoder.layers[0].self_attn.w_v.weight])
-    assert torch.equal(second.layers[0].qkv.weight, qkv)
-    reference = Transformer(cfg, 30, 30, kernels="reference").eval()
-    reference.load_state_dict(model.state_dict())
-    fused = [h[0].tokens for h in greedy_search(model, src, SearchOptions(max_len_b=6))]
-    assert fused == [h[0].tokens for h in greedy_search(reference, src, SearchOptions(max_len_b=6))]
+    validation_bleu(model, vocab, data_dir, decode, 1, "cpu")
+    fresh = Transformer(cfg, vocab.src_size, vocab.tgt_size)
+    fresh.load_state_dict(model.state_dict())
+    validation_bleu(fresh, vocab, data_dir, decode, 1, "cpu")
+    before, after, expected = decoded
+    assert after == expected
+    assert after != before
 
 
-def test_the_kernel_settings_choose_the_decoding_step():
-    assert AUTO.decode_step is fused_step and REFERENCE.decode_step is module_step
-    torch.manual_seed(2)
+def test_the_kernel_settings_choose_the_inference_passes():
+    """``auto`` packs the weights and runs the fused passes for inference; ``reference`` the model's modules."""
+    assert AUTO.fused_inference and not REFERENCE.fused_inference
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
-    src = torch.randint(4, 30, (2, 5))
-    for setting, packed in (("auto", True), ("reference", False)):
-        model = Transformer(cfg, 30, 30, kernels=setting).eval()
-        with torch.inference_mode():
-            cache = model.init_cache(*model.encode(src))
-        assert (cache.packed is not None) == packed
+    for setting, fused in (("auto", True), ("reference", False)):
+        inference = InferenceModel(Transformer(cfg, 30, 30, kernels=setting).eval())
+        assert inference.fused == fused and (inference.weights is not None) == fused
 
 
 @pytest.mark.parametrize("setting", ["auto", "reference"])
 def test_incremental_decoding_with_either_decoding_step_equals_the_full_pass(setting):
-    """The decoding step (the kernel) gives the teacher-forced logits."""
+    """The model's decoding step, and the inference object's (fused for ``auto``), give the teacher-forced
+    logits."""
     torch.manual_seed(4)
     cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
     model = Transformer(cfg, 30, 30, kernels=setting).eval()
@@ -654,10 +719,11 @@ def test_incremental_decoding_with_either_decoding_step_equals_the_full_pass(set
     tgt = torch.randint(4, 30, (3, 6))
     with torch.no_grad():
         full = model(src, tgt)  # (3, 6, V)
-        memory, src_mask = model.encode(src)
-        cache = model.init_cache(memory, src_mask, beam=1)
-        steps = []
-        for t in range(tgt.size(1)):
-            logits, cache = model.decode_step(tgt[:, t], cache)
-            steps.append(logits)
-    torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+        for decoder in (model, InferenceModel(model)):
+            memory, src_mask = decoder.encode(src)
+            cache = decoder.init_cache(memory, src_mask, beam=1)
+            steps = []
+            for t in range(tgt.size(1)):
+                logits, cache = decoder.decode_step(tgt[:, t], cache)
+                steps.append(logits)
+            torch.testing.assert_close(torch.stack(steps, dim=1), full, atol=1e-5, rtol=1e-5)

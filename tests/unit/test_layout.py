@@ -226,3 +226,22 @@ def test_only_the_commands_start_mtkit_processes():
         if any(s in text for s in ('"-m", "mtkit"', "subprocess", "elastic_launch")):
             launchers.add(module_name(path))
     assert launchers == {"mtkit.commands.processes"}
+
+
+def test_training_knows_nothing_of_packing():
+    """Inference weights are packed by whoever decodes (the torch engine, per construction): training imports
+    nothing of it and does nothing for it (no version bumps after an optimizer step)."""
+    for path in (PACKAGE / "training").glob("*.py"):
+        bad = {m for m in mtkit_imports(path)
+               if m.startswith(("mtkit.kernels.packed", "mtkit.kernels.linear", "mtkit.runtime.inference"))}
+        assert not bad, f"{path.name} imports {bad}"
+        assert "increment_version" not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_no_module_level_cache_of_weights():
+    """What is derived once from the weights belongs to the object that derived it: no module keeps a
+    cache keyed on models or on parameters' identities or versions."""
+    for path in files():
+        text = path.read_text(encoding="utf-8")
+        for sign in ("WeakKeyDictionary", "WeakValueDictionary", "data_ptr()", "._version"):
+            assert sign not in text, f"{module_name(path)}: {sign}"

@@ -318,16 +318,17 @@ def test_tiny_model_learns_copy_and_reverse(task, seed):
 
 
 def test_fused_decoding_step_keeps_parameter_names():
-    """The fused step's stacked W_Q/W_K/W_V live in the decoding cache, never in the state_dict."""
+    """The fused step's stacked W_Q/W_K/W_V live in the packed inference weights, never in the state_dict."""
+    from mtkit.kernels import pack
+
     model = tiny()
     names = {n for n, _ in model.named_parameters()}
     assert {"decoder.layers.0.self_attn.w_q.weight", "decoder.layers.0.self_attn.w_k.bias"} <= names
-    src, _ = random_batch()
-    memory, mask = model.encode(src)
-    packed = model.init_cache(memory, mask).packed  # auto kernels: packed once, kept while the weights stay
+    packed = pack(model)
     attn = model.decoder.layers[0].self_attn
-    assert torch.equal(packed.layers[0].qkv.weight, torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
-    assert torch.equal(packed.layers[0].qkv.bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
+    assert torch.equal(packed.decoder[0].self_qkv.weight,
+                       torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))
+    assert torch.equal(packed.decoder[0].self_qkv.bias, torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias]))
     assert not any("qkv" in n for n, _ in model.state_dict().items())
 
 
