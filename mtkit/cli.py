@@ -4,6 +4,9 @@ Exit codes: 0 success; 1 a user error, printed as one ``error: …`` line on std
 (``--debug`` or ``MTKIT_DEBUG=1`` shows the traceback); 2 a usage error.
 Heavy libraries (torch, datasets, sacrebleu) are imported inside the commands, so
 that ``mtkit --help`` answers at once.
+
+Its length is the options: one Typer function per command, each option typed with its help on one
+line, and nothing else (the glue is in :mod:`mtkit.commands`).
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ only, with no branch on device, dtype or shape.
 
 Parameter names are a file format (checkpoints and exporters read them):
 change them only together with ``CHECKPOINT_FORMAT`` in mtkit.training.checkpoint.
+
+One module for the whole of §3, so that the model reads as the paper does, top to bottom; its
+length is the components and their documented shapes.
 """
 
 from __future__ import annotations

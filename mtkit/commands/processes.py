@@ -91,7 +91,7 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from mtkit.training.trainer import check_prepared
+    from mtkit.training.run_dir import check_prepared
 
     check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
     check_devices(config)
@@ -169,7 +169,7 @@ def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | 
     Raises:
         MtkitError: one line naming each member that failed.
     """
-    from mtkit.training.trainer import check_prepared
+    from mtkit.training.run_dir import check_prepared
 
     check_prepared(data_dir)  # reported once, not by every member
     n = config.train.ensemble

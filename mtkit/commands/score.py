@@ -117,8 +117,11 @@ def score(
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)
 
+    from mtkit.runtime.checkpoint import load_model, precheck
+
+    for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
+        precheck(path)  # before torch loads
     from mtkit.likelihood import PairScorer
-    from mtkit.runtime.checkpoint import load_model
     from mtkit.runtime.device import resolve_device
     from mtkit.runtime.factory import say_loaded
 

@@ -32,6 +32,9 @@ Checks, before anything is built: every field read from ``config.json``, ``gener
 is checked against the tensors' shapes, read from the safetensors header without the weights
 (:func:`check_config_against_weights`): a config of 100000000 layers over weights of one is one error
 line, not a model of that size.
+
+Its length is the checks: a folder from elsewhere is refused field by field before anything of the
+size it claims is built.
 """
 
 from __future__ import annotations

@@ -72,6 +72,80 @@ def checkpoint_config(ckpt: dict, path: str | Path):
     return config
 
 
+class _Shape(tuple):
+    """A tensor of a checkpoint read without torch: its shape alone."""
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self)
+
+
+class _Inert:
+    """Whatever else a checkpoint's pickle names (storages, dtypes, NumPy states): built from nothing,
+    so that reading the pickle runs no code of any module."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __setstate__(self, state) -> None:
+        pass
+
+
+def _payload_without_torch(path: Path) -> Any:
+    """The checkpoint's payload with each tensor as its :class:`_Shape`, read from the zip's ``data.pkl``
+    without torch and without running code (nothing but containers and shapes is built); None when the
+    file is not laid out so (``torch.load`` then decides) or its pickle is larger than a payload's."""
+    import collections
+    import io
+    import pickle
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+            if len(names) != 1 or archive.getinfo(names[0]).file_size > 64 << 20:
+                return None
+            data = archive.read(names[0])
+    except (OSError, zipfile.BadZipFile, KeyError, RuntimeError):
+        return None
+
+    def tensor(storage, offset, size, *rest) -> _Shape:
+        return _Shape(int(n) for n in size)
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if module == "torch._utils" and name.startswith("_rebuild_tensor"):
+                return tensor
+            if module == "torch._utils" and name == "_rebuild_parameter":
+                return lambda data, *rest: data
+            if (module, name) == ("collections", "OrderedDict"):
+                return collections.OrderedDict
+            return _Inert
+
+        def persistent_load(self, pid):
+            return None
+
+    try:
+        return Reader(io.BytesIO(data)).load()
+    except Exception:  # noqa: BLE001 - a layout this reader does not know: torch.load decides
+        return None
+
+
+def precheck(path: str | Path) -> None:
+    """Refuse a checkpoint (file or run directory) whose config its tensors do not fit
+    (:func:`check_config_fits_weights`) before torch is even imported, so that such a file fails at
+    once; a file this cheap reading cannot make out is left to :func:`load_checkpoint`."""
+    path = resolve_checkpoint(path, note=False)  # the loading says it
+    payload = _payload_without_torch(path)
+    if not isinstance(payload, dict) or not all(k in payload for k in REQUIRED_KEYS):
+        return
+    if isinstance(payload["model"], dict) and isinstance(payload["config"], dict):
+        checkpoint_config(payload, path)
+
+
 def layer_count(names, side: str) -> int:
     """How many ``{side}.layers.N.`` layers the tensor names ``names`` hold (the largest N + 1)."""
     pattern = re.compile(rf"^{side}\.layers\.(\d+)\.")
@@ -182,11 +256,11 @@ def step_of(path: Path) -> int:
     return int(m.group(1))
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
     """A checkpoint file, or a run directory (its averaged, else best, else last checkpoint).
 
     A run's ``averaged.pt`` that averages only checkpoints older than the run's newest
-    (training went on after ``mtkit average``) is passed over, with a note on stderr.
+    (training went on after ``mtkit average``) is passed over, with a note on stderr (``note``).
     """
     path = Path(path)
     if path.is_dir():
@@ -199,8 +273,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
             upto = stored_step(averaged) if newest is not None else None
             if fallback is None or newest is None or upto is None or upto >= newest:
                 return averaged
-            print(f"note: {averaged} averages up to step {upto}, older than step {newest}; using "
-                  f"{fallback.name} (run mtkit average to refresh)", file=sys.stderr)
+            if note:
+                print(f"note: {averaged} averages up to step {upto}, older than step {newest}; using "
+                      f"{fallback.name} (run mtkit average to refresh)", file=sys.stderr)
             return fallback
         if fallback is not None:
             return fallback

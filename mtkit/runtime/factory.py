@@ -148,8 +148,11 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
         return translator
+    from mtkit.runtime.checkpoint import precheck
     from mtkit.runtime.device import resolve_device
 
+    for path in paths:  # a config its weights do not fit fails here, before torch loads
+        precheck(path)
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")

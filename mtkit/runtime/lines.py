@@ -139,12 +139,15 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
         tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
             target, see :func:`mtkit.data.languages.for_config`).
     """
-    from mtkit.runtime.checkpoint import describe, load_model
+    from mtkit.runtime.checkpoint import describe, load_model, precheck
+
+    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
+    for path in paths:  # before torch loads
+        precheck(path)
     from mtkit.runtime.device import resolve_device
     from mtkit.runtime.torch_engine import Translator
 
     device = resolve_device(device)
-    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
     from mtkit.data.languages import config_pairs, same_pairs, single_pair
 

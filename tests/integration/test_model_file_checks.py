@@ -216,6 +216,35 @@ def test_a_checkpoint_whose_config_disagrees_with_its_tensors_is_refused(tmp_pat
     assert str(ckpt) in line
 
 
+@pytest.mark.parametrize("name", list(CHECKPOINT_CASES))
+def test_a_checkpoint_whose_config_disagrees_is_refused_before_torch_is_imported(tmp_path, name):
+    """The precheck reads the checkpoint's pickle without torch and without running its code (only
+    containers and shapes are built), so a file that cannot be loaded fails before torch's own import."""
+    options, fragment = CHECKPOINT_CASES[name]
+    ckpt = tiny_checkpoint(tmp_path / "model.pt", **options)
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.runtime.checkpoint import precheck\n"
+            f"try:\n    precheck({str(ckpt)!r})\nexcept MtkitError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120,
+                       preexec_fn=_limited, check=False)
+    assert r.returncode == 0, r.stderr
+    message, torch_loaded = r.stdout.strip().splitlines()
+    assert fragment in message and str(ckpt) in message and torch_loaded == "False", r.stdout
+
+
+def test_the_precheck_reads_the_shapes_torch_loads_and_passes_a_good_checkpoint(tmp_path):
+    from mtkit.runtime.checkpoint import _payload_without_torch, load_checkpoint, precheck
+
+    ckpt = tiny_checkpoint(tmp_path / "model.pt")
+    precheck(ckpt)  # no error
+    cheap, real = _payload_without_torch(ckpt), load_checkpoint(ckpt)
+    assert {k: tuple(v) for k, v in cheap["model"].items()} == {k: tuple(v.shape) for k, v in real["model"].items()}
+    assert cheap["config"] == real["config"] and cheap["src_vocab_size"] == real["src_vocab_size"]
+    assert _payload_without_torch(tmp_path / "nothing.pt") is None
+    (tmp_path / "text.pt").write_text("not a zip")
+    assert _payload_without_torch(tmp_path / "text.pt") is None
+
+
 def test_the_handmade_folder_has_the_huggingface_layout(tmp_path):
     """What save_pretrained writes for the same config: the same tensor names and shapes."""
     transformers = pytest.importorskip("transformers")
