@@ -185,8 +185,10 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     assert [(m.name, m.src_lang, m.tgt_lang) for m in served] == [("multi:en-de", "en", "de"),
                                                                    ("multi:en-fr", "en", "fr")]
     service = Service(served, Limits())
-    route = next(r for r in create_app(service).routes if getattr(r, "path", None) == "/languages")
-    assert asyncio.run(route.endpoint()) == [{"code": "en", "name": "English", "targets": ["de", "fr"]}]
+    from starlette.testclient import TestClient
+
+    languages = TestClient(create_app(service)).get("/languages").json()  # no lifespan: nothing starts
+    assert languages == [{"code": "en", "name": "English", "targets": ["de", "fr"]}]
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:8]
     service.start()
     try:
@@ -448,7 +450,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     outputs = {}
     for lang in ("de", "fr"):
         translator = build_translator([target_run], device="cpu", tgt_lang=lang)
-        assert translator.vocab.encode_src(src[0]) == translator.vocab.base.encode_src(src[0])  # no source tag
+        assert translator.vocab_for(lang).encode_src(src[0]) == translator.vocab.encode_src(src[0])  # no source tag
         outputs[lang] = translator.translate_text(src)
     for lang, other in (("de", "fr"), ("fr", "de")):
         closer = sum(sacrebleu.sentence_chrf(h, [a]).score > sacrebleu.sentence_chrf(h, [b]).score
@@ -460,8 +462,8 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
                               overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
     found = list(greedy.translate(src[:10]))
     scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
-    scorer.vocab = greedy.vocab
-    pairs = [(greedy.vocab.encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
+    scorer.vocab = greedy.vocab_for("fr")
+    pairs = [(scorer.vocab.encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
     assert scorer.score_ids(pairs) == pytest.approx([t.best.score for t in found], abs=1e-3)
 
     # CTranslate2 in processes of its own: loaded into this one, its OpenMP runtime would change how
