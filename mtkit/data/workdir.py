@@ -21,13 +21,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 from pathlib import Path
 
 from mtkit.data.store import MANIFEST
 from mtkit.errors import MtkitError
+from mtkit.io import owner as _owner
+from mtkit.io import process_alive as _alive
 
 
 def log(message: str) -> None:
@@ -64,21 +65,6 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     # On Linux, fork makes this process the workers' direct parent, which die_with_parent
     # relies on; the forkserver (Python 3.14's default there) would be their parent instead.
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _owner() -> str:
-    """``{pid}@{host}``: who made a temporary; a PID alone means nothing on another host."""
-    return f"{os.getpid()}@{re.sub(r'[^A-Za-z0-9.-]', '_', socket.gethostname())}"
 
 
 def _remove_dead_leftovers(out_dir: Path) -> None:
