@@ -138,7 +138,10 @@ def precheck(path: str | Path) -> None:
     """Refuse a checkpoint (file or run directory) whose config its tensors do not fit
     (:func:`check_config_fits_weights`) before torch is even imported, so that such a file fails at
     once; a file this cheap reading cannot make out is left to :func:`load_checkpoint`."""
-    path = resolve_checkpoint(path, note=False)  # the loading says it
+    try:
+        path = resolve_checkpoint(path, note=False)  # the loading says it
+    except MtkitError:  # no such file: said by the loading, after the flags' checks
+        return
     payload = _payload_without_torch(path)
     if not isinstance(payload, dict) or not all(k in payload for k in REQUIRED_KEYS):
         return
