@@ -2,7 +2,7 @@
 
 Reads line-aligned ``--src`` and ``--tgt`` files (one of them may be ``-``, stdin; ``.gz``
 is read transparently) in lockstep, ``CHUNK_LINES`` pairs at a time, and writes one line per
-pair to stdout, in input order, always (see :mod:`mtkit.likelihood` for what is scored):
+pair to stdout, in input order, always (see :mod:`mtkit.runtime.scorer` for what is scored):
 
     text  ``LOGPROB<TAB>MEAN<TAB>TOKENS``: the sum of the natural-log probabilities of the
           target's pieces and EOS, their mean, and their number, both floats with 4 decimals
@@ -67,7 +67,7 @@ def paired_lines(src: str, tgt: str) -> Iterator[tuple[str, str]]:
 
 
 def format_score(score, output_format: str) -> str:
-    """One output line (without newline) of a :class:`mtkit.likelihood.PairScore`."""
+    """One output line (without newline) of a :class:`mtkit.runtime.scorer.PairScore`."""
     if output_format == "json":
         finite = math.isfinite(score.logprob)
         return json.dumps({"line": score.index + 1, "logprob": score.logprob if finite else None,
@@ -121,9 +121,9 @@ def score(
 
     for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
         precheck(path)  # before torch loads
-    from mtkit.likelihood import PairScorer
     from mtkit.runtime.device import resolve_device
     from mtkit.runtime.factory import say_loaded
+    from mtkit.runtime.scorer import PairScorer
 
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
@@ -132,16 +132,16 @@ def score(
     loaded = [load_model(p, device) for p in paths]
     scorer = PairScorer(loaded, device=device, precision=precision,
                         batch_tokens=batch_tokens or loaded[0].config.decode.batch_tokens)
-    from mtkit.data.languages import for_config, same_pairs
+    from mtkit.data.languages import same_pairs
 
     same_pairs([m.config for m in loaded])
-    scorer.vocab = for_config(scorer.vocab, loaded[0].config, tgt_lang)
+    scorer.vocab_for(tgt_lang)  # a wrong --tgt-lang is an error before any line is read
     say_loaded(loaded)
 
     progress = sentence_progress()
     out = sys.stdout.buffer
     try:
-        for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES):
+        for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES, target=tgt_lang):
             out.write((format_score(result, output_format) + "\n").encode("utf-8"))
             if progress is not None:
                 progress.update(1)

@@ -202,8 +202,10 @@ _MAX_SEQUENCES = 512  # per exclude phrase: the sequences that complete it (for 
 _MAX_MATCHERS = 4096  # per vocabulary: the matchers kept (a glossary repeats its terms)
 
 
-class _PieceTable:
-    """A vocabulary's target pieces -> ids (special ids 0-3 left out), and the segmentations found so far."""
+class PieceIndex:
+    """A vocabulary's target pieces -> ids (special ids 0-3 left out), and the segmentations, matchers
+    and piece sequences found so far. An engine builds one (on its first exclude phrase) and owns it;
+    threads that find the same entry at once store equal values, so it needs no lock."""
 
     def __init__(self, vocab) -> None:
         self.vocab = vocab
@@ -229,33 +231,26 @@ class _PieceTable:
         return self.inner[char]
 
 
-_TABLES: dict[int, _PieceTable] = {}
+def has_pieces(vocab) -> bool:
+    """Whether ``vocab`` lists its target pieces (a :class:`PieceIndex` can be built of it)."""
+    return hasattr(vocab, "tgt_pieces") and hasattr(vocab, "tgt_size")
 
 
-def segmentations(vocab, ids: list[int], limit: int = _MAX_SEGMENTATIONS) -> list[tuple[int, ...]]:
-    """``ids`` and other ways to write the same pieces' text with ``vocab``'s target pieces, fewest
+def segmentations(table: PieceIndex, ids: list[int], limit: int = _MAX_SEGMENTATIONS) -> list[tuple[int, ...]]:
+    """``ids`` and other ways to write the same pieces' text with the table's target pieces, fewest
     pieces first (at most ``limit``): a model trained on one segmentation still writes others at
     times, and an excluded phrase must stay out however it is spelt in pieces."""
     key = tuple(ids)
-    if not (hasattr(vocab, "tgt_pieces") and hasattr(vocab, "tgt_size")) or any(i < 4 for i in key):
+    if any(i < 4 for i in key):
         return [key]
-    table = _table(vocab)
     if key not in table.found:
-        table.found[key] = _segment("".join(vocab.tgt_pieces(key)), key, table, limit)
+        table.found[key] = _segment("".join(table.vocab.tgt_pieces(key)), key, table, limit)
     return table.found[key]
 
 
-def _table(vocab) -> _PieceTable:
-    table = _TABLES.get(id(vocab))
-    if table is None or table.vocab is not vocab:
-        table = _TABLES[id(vocab)] = _PieceTable(vocab)
-    return table
-
-
-def matcher(vocab, text: str) -> ExcludeMatcher:
+def matcher(table: PieceIndex, text: str) -> ExcludeMatcher:
     """The :class:`ExcludeMatcher` of an exclude phrase whose pieces' text is ``text`` (``▁fünf``), from
-    a scan of ``vocab``'s target pieces (kept per vocabulary)."""
-    table = _table(vocab)
+    a scan of the table's target pieces (kept in the table)."""
     found = table.matchers.get(text)
     if found is not None:
         return found
@@ -282,14 +277,13 @@ def matcher(vocab, text: str) -> ExcludeMatcher:
     return found
 
 
-def _sequences(vocab, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int, ...], ...]:
+def _sequences(table: PieceIndex, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int, ...], ...]:
     """Piece sequences that write an exclude phrase or a word it begins, at most :data:`_MAX_SEQUENCES`:
     its :func:`segmentations`, each one-piece completion, then each completion after two spellings of
     the prefix before it (the shortest prefixes first)."""
-    table = _table(vocab)
     if found.text in table.sequences:
         return table.sequences[found.text]
-    out = dict.fromkeys(segmentations(vocab, ids))
+    out = dict.fromkeys(segmentations(table, ids))
     out.update(((i,), None) for k, i in found.bans if k == 0)
     for k in sorted({k for k, _ in found.bans if k > 0}):
         heads = _segment(found.text[:k], None, table, 2)
@@ -303,7 +297,7 @@ def _sequences(vocab, ids: list[int], found: ExcludeMatcher) -> tuple[tuple[int,
     return result
 
 
-def _segment(text: str, canonical: tuple[int, ...] | None, table: _PieceTable, limit: int) -> list[tuple[int, ...]]:
+def _segment(text: str, canonical: tuple[int, ...] | None, table: PieceIndex, limit: int) -> list[tuple[int, ...]]:
     found = [canonical] if canonical is not None else []
     budget = [_SEARCH_STEPS]
 
@@ -341,8 +335,10 @@ def _cannot_write(vocab, phrase: str) -> str:
             "the phrase is not forced")
 
 
-def encode_constraints(constraints: Constraints | None, vocab) -> PieceConstraints | None:
-    """Encode ``constraints`` with ``vocab``'s target model; None for no constraints. An include phrase
+def encode_constraints(constraints: Constraints | None, vocab,
+                       pieces: Callable[[], PieceIndex] | None = None) -> PieceConstraints | None:
+    """Encode ``constraints`` with ``vocab``'s target model; None for no constraints. ``pieces`` gives
+    the :class:`PieceIndex` of ``vocab``'s target pieces (an engine's own; by default one built here). An include phrase
     whose text lies inside another include phrase is dropped: the longer one brings it. An include
     phrase the model cannot write (a piece of it is ``<unk>``) goes to ``unwritable`` instead (forced,
     it would come out as `` ⁇ ``); an exclude phrase it cannot write needs no ban. An exclude phrase
@@ -357,9 +353,10 @@ def encode_constraints(constraints: Constraints | None, vocab) -> PieceConstrain
                if not any(j != i and written[p] in written[q] and (len(written[q]) > len(written[p]) or j < i)
                           for j, q in enumerate(phrases))]
     excluded = [p for p in constraints.exclude if ids[p] and UNK_ID not in ids[p]]
-    if hasattr(vocab, "tgt_pieces") and hasattr(vocab, "tgt_size"):
-        matchers = [matcher(vocab, "".join(vocab.tgt_pieces(ids[p]))) for p in excluded]
-        sequences = dict.fromkeys(s for p, m in zip(excluded, matchers) for s in _sequences(vocab, ids[p], m))
+    if has_pieces(vocab):
+        table = (pieces() if pieces is not None else PieceIndex(vocab)) if excluded else None
+        matchers = [matcher(table, "".join(vocab.tgt_pieces(ids[p]))) for p in excluded]
+        sequences = dict.fromkeys(s for p, m in zip(excluded, matchers) for s in _sequences(table, ids[p], m))
         exclude = ExcludeSet(sequences, matchers)
     else:  # a vocabulary without a piece table (tests): the phrases' own ids
         exclude = tuple(tuple(ids[p]) for p in excluded)

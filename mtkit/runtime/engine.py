@@ -29,13 +29,14 @@ times slower once torch's OpenMP runtime is loaded and used in the same process)
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, encode_constraints, unmet
+from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 
 
 @dataclass
@@ -117,6 +118,16 @@ class LineTranslator:
         self.target = target
         self.max_positions = max_positions
         self.max_out_len = None if max_positions is None else max_positions - 1
+        self._pieces: PieceIndex | None = None  # the target pieces' index, built on the first exclude phrase
+        self._pieces_lock = threading.Lock()
+
+    def pieces(self) -> PieceIndex:
+        """The :class:`mtkit.runtime.constraints.PieceIndex` of the target pieces (the same for every
+        target: a tag changes the sources, not the pieces), built once, on first use."""
+        with self._pieces_lock:
+            if self._pieces is None:
+                self._pieces = PieceIndex(self.vocab)
+            return self._pieces
 
     @staticmethod
     def _check(decode: DecodeConfig) -> None:
@@ -244,7 +255,7 @@ class LineTranslator:
                          warned: _Warnings) -> Iterator[Translation]:
         src = self._encode(lines, start, call, warned)
         wanted = [None] * len(lines) if source is None else [
-            encode_constraints(source(start + i, line), call.vocab) for i, line in enumerate(lines)]
+            encode_constraints(source(start + i, line), call.vocab, self.pieces) for i, line in enumerate(lines)]
         results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
         for batch in self.batches(src, call.decode.batch_tokens):
             if any(wanted[i] for i in batch):

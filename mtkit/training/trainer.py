@@ -7,8 +7,9 @@ vocabulary it was trained on, and on SIGINT / SIGTERM saves the step it finished
 
 :class:`Trainer` holds one training's state and its loop in one object (the model, optimizer,
 scaler, sampler position and run directory that a step, a validation, a save and a resume all
-share); what is not that state lives beside it: the run directory's signals and metrics log
-(:mod:`.run_dir`), the checkpoint files (:mod:`.checkpoint`), validation BLEU (:mod:`.validation`).
+share), which is why this module runs past 450 lines; what is not that state lives beside it: the
+checkpoint payload and the resume checks (:mod:`.state`), validation (:mod:`.validation`), the run
+directory's signals and metrics log (:mod:`.run_dir`), the checkpoint files (:mod:`.checkpoint`).
 """
 
 from __future__ import annotations
@@ -23,33 +24,20 @@ from pathlib import Path
 
 import torch
 
-from mtkit import __version__
-from mtkit.config import PAD_ID, Config, config_to_dict, save_config
+from mtkit.config import PAD_ID, Config, save_config
 from mtkit.errors import Interrupted, MtkitError
 from mtkit.model import Transformer, count_parameters
-from mtkit.runtime.checkpoint import (
-    CHECKPOINT_FORMAT,
-    check_weights_fit,
-    checkpoint_config,
-    load_checkpoint,
-    step_checkpoints,
-)
+from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.training import distributed
-from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, collate, make_batches, prefetch
-from mtkit.training.checkpoint import (
-    RunLock,
-    link_atomically,
-    remove_partial_saves,
-    save_checkpoint,
-    vocab_difference,
-    vocab_sha256,
-)
+from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
+from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint
 from mtkit.training.finetune import Parent, check_vocabulary, resolve_init
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
 from mtkit.training.run_dir import MetricsLog, StopSignals, check_prepared, clock, data_fingerprint, select_device
+from mtkit.training.state import Counters, check_resumable, checkpoint_payload, restore, start_from
 
 
 @dataclass
@@ -107,7 +95,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model.parameters(), self.cfg, self.device.type)
         self.init = (init.path, init.step) if init is not None else None
         if init is not None:
-            self._start_from(init)
+            start_from(init, self.model, self.optimizer, self.cfg.init_keep_optimizer)
         self.scaler = grad_scaler(self.cfg.precision, self.device.type)
         self.mixture_shares: dict[str, float] = {}
         self.sampler = TokenBatchSampler(
@@ -208,80 +196,20 @@ class Trainer:
         self.sampler.tgt_lengths = scaled_lengths(self.train_store.tgt_lengths, self.length_growth[1])
 
     def state_dict(self, position: SamplerState) -> dict:
-        src_bytes, tgt_bytes = self.vocab.model_bytes()
-        rng = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        return {
-            "format_version": CHECKPOINT_FORMAT,
-            "mtkit_version": __version__,
-            "config": config_to_dict(self.config),
-            "model": self.model.state_dict(),
-            "vocab": {"src": src_bytes, "tgt": tgt_bytes,
-                      **({"pieces": self.vocab.pieces()} if self.vocab.pieces() is not None else {})},
-            "vocab_sha256": vocab_sha256({"src": src_bytes, "tgt": tgt_bytes}),
-            "data_fingerprint": self.data_fingerprint,
-            "src_vocab_size": self.vocab.src_size,
-            "tgt_vocab_size": self.vocab.tgt_size,
-            "step": self.step,
-            "epoch": position.epoch,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": {"name": self.cfg.lr_schedule, "step": self.step},
-            "scaler": self.scaler.state_dict(),
-            "rng": rng,
-            "sampler": {"epoch": position.epoch, "position": position.position},
-            "elapsed": self.elapsed,
-            "best": self.best,
-            "bad_validations": self.bad_validations,
-            "length_growth": list(self.length_growth),
-        }
-
-    def check_resumable(self, ckpt: dict, path: Path) -> None:
-        """Refuse to resume on another vocabulary (the ids would mean other pieces, silently, or
-        the embeddings would not fit), on other data, or with another model shape."""
-        if differ := vocab_difference(ckpt, self.vocab):
-            run, now = differ
-            raise MtkitError(f"{self.run_dir}: resuming with a different vocabulary: the run's {run}, "
-                             f"{self.data_dir}'s {now}; resume with the run's data or start a new run directory")
-        trained_on = ckpt.get("data_fingerprint")  # absent in checkpoints older than the check
-        if trained_on and self.data_fingerprint and trained_on != self.data_fingerprint:
-            raise MtkitError(f"{self.run_dir}: resuming on different data: the run trained on data fingerprint "
-                             f"{trained_on[:12]}…, {self.data_dir}/manifest.json has {self.data_fingerprint[:12]}…; "
-                             f"resume with the run's data or start a new run directory")
-        if checkpoint_config(ckpt, path).model != self.config.model:
-            raise MtkitError(f"{self.ckpt_dir}: the checkpoint's model config differs from this recipe's; "
-                             "use a new run directory")
-        check_weights_fit(self.model, ckpt["model"], path)
-
-    def _start_from(self, init: Parent) -> None:
-        """Take the parent's weights (and, with ``train.init_keep_optimizer``, its Adam moments); the
-        step, schedule, sampler and RNG stay fresh. The vocabulary was checked before."""
-        check_weights_fit(self.model, init.ckpt["model"], init.path)
-        self.model.load_state_dict(init.ckpt["model"])
-        if self.cfg.init_keep_optimizer:
-            state = self.optimizer.state_dict()  # this recipe's betas, eps and weight decay; the parent's moments
-            parent = init.ckpt["optimizer"]
-            sizes = [len(g["params"]) for g in state["param_groups"]]
-            if [len(g["params"]) for g in parent.get("param_groups", [])] != sizes:
-                raise MtkitError(f"train.init_keep_optimizer: {init.path}'s optimizer state does not fit this model")
-            self.optimizer.load_state_dict({**state, "state": parent.get("state", {})})
+        counters = Counters(self.step, self.elapsed, self.best, self.bad_validations, self.length_growth)
+        return checkpoint_payload(self.config, self.model, self.optimizer, self.scaler, self.vocab,
+                                  self.data_fingerprint, position, counters)
 
     def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
         """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
-        self.check_resumable(ckpt, path or self.ckpt_dir / "last.pt")
-        self.model.load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scaler.load_state_dict(ckpt["scaler"])
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        if "cuda" in ckpt["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt["rng"]["cuda"])
+        check_resumable(ckpt, path or self.ckpt_dir / "last.pt", run_dir=self.run_dir, data_dir=self.data_dir,
+                        config=self.config, model=self.model, vocab=self.vocab,
+                        data_fingerprint=self.data_fingerprint)
+        self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler)
         if self.bpe_dropout is not None and "length_growth" in ckpt:
-            self._set_length_growth(tuple(ckpt["length_growth"]))
-        self.sampler.state = SamplerState(ckpt["sampler"]["epoch"], ckpt["sampler"]["position"])
-        self.step = ckpt["step"]
-        self.elapsed = ckpt.get("elapsed", 0.0)
-        self.best = ckpt.get("best")
-        self.bad_validations = ckpt.get("bad_validations", 0)
+            self._set_length_growth(counters.length_growth)
+        self.step, self.elapsed = counters.step, counters.elapsed
+        self.best, self.bad_validations = counters.best, counters.bad_validations
 
     def save(self, position: SamplerState) -> Path:
         """Write step_N.pt, point last.pt at it, prune old step files (rank 0 only)."""
@@ -338,99 +266,21 @@ class Trainer:
             "padding": sum(b.padding_fraction for b in batches) / len(batches),
         }
 
-    @torch.no_grad()
-    def validate_loss(self) -> dict:
-        """Loss, NLL and perplexity per target token on the validation split (each rank takes every
-        world_size-th batch; the sums are all-reduced, so every rank gets the same values)."""
-        assert self.valid_store is not None
-        self.model.eval()
-        if self.pairs:
-            return self._validate_pairs_loss()
-        loss_sum = nll_sum = 0.0
-        n = 0
-        batches = make_batches(self.valid_store.src_lengths, self.valid_store.tgt_lengths, self.cfg.max_tokens, 0)
-        for indices in batches[self.dist.rank :: self.dist.world_size]:
-            batch = collate(self.valid_store, indices, self.tagged_targets).to(self.device)
-            with autocast(self.cfg.precision, self.device.type):
-                loss, nll, count = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            n += count
-        loss_sum, nll_sum, n = distributed.all_reduce_sums([loss_sum, nll_sum, n], self.device)
-        return {"valid_loss": loss_sum / n, "valid_nll": nll_sum / n, "valid_ppl": perplexity(nll_sum / n)}
-
-    def _valid_pairs(self) -> list:
-        return [p for p in self.pairs if p.segment("valid") is not None]
-
-    def _validate_pairs_loss(self) -> dict:
-        """A multilingual run's validation: loss, NLL and perplexity per pair (``valid_loss/en-de`` …),
-        and as ``valid_loss`` / ``valid_nll`` the mean over the pairs, each pair counting once
-        whatever its size (``valid_ppl``: the perplexity of that mean NLL)."""
-        import numpy as np
-
-        sums: list[float] = []
-        for pair in self._valid_pairs():
-            start, count = pair.segment("valid")
-            rows = np.arange(start, start + count)
-            loss_sum = nll_sum = 0.0
-            n = 0
-            batches = make_batches(self.valid_store.src_lengths[rows], self.valid_store.tgt_lengths[rows],
-                                   self.cfg.max_tokens, 0)
-            for indices in batches[self.dist.rank :: self.dist.world_size]:
-                batch = collate(self.valid_store, rows[indices], self.tagged_targets).to(self.device)
-                with autocast(self.cfg.precision, self.device.type):
-                    loss, nll, tokens = self.criterion(batch.src, batch.tgt_in, batch.tgt_out)
-                loss_sum += float(loss)
-                nll_sum += float(nll)
-                n += tokens
-            sums += [loss_sum, nll_sum, n]
-        sums = distributed.all_reduce_sums(sums, self.device)
-        record: dict = {}
-        losses, nlls = [], []
-        for k, pair in enumerate(self._valid_pairs()):
-            loss_sum, nll_sum, n = sums[3 * k : 3 * k + 3]
-            losses.append(loss_sum / max(n, 1))
-            nlls.append(nll_sum / max(n, 1))
-            name = pair.pair.name
-            record.update({f"valid_loss/{name}": losses[-1], f"valid_nll/{name}": nlls[-1],
-                           f"valid_ppl/{name}": perplexity(nlls[-1])})
-        mean_nll = sum(nlls) / len(nlls)
-        return {"valid_loss": sum(losses) / len(losses), "valid_nll": mean_nll, "valid_ppl": perplexity(mean_nll),
-                **record}
-
-    def validate_bleu(self) -> float:
-        """sacreBLEU of the model's translations of the validation sources against the raw references."""
-        from mtkit.training.validation import validation_bleu
-
-        self.model.eval()
-        return validation_bleu(self.model, self.vocab, self.data_dir, self.config.decode, self.cfg.bleu_beam,
-                               self.device, self.dist.rank, self.dist.world_size)
-
-    def validate_pairs_bleu(self) -> dict:
-        """A multilingual run's validation BLEU: per pair (``valid_bleu/en-de`` …), its sources led by the
-        pair's tag, and their mean as ``valid_bleu``."""
-        from mtkit.data.languages import TaggedVocab
-        from mtkit.training.validation import validation_bleu
-
-        self.model.eval()
-        record = {}
-        for pair in self._valid_pairs():
-            start, count = pair.segment("valid")
-            record[f"valid_bleu/{pair.pair.name}"] = validation_bleu(
-                self.model, TaggedVocab(self.vocab, pair.pair.tgt_lang, self.config.data.tag_side), self.data_dir,
-                self.config.decode,
-                self.cfg.bleu_beam, self.device, self.dist.rank, self.dist.world_size, lines=(start, start + count))
-        return {"valid_bleu": sum(record.values()) / len(record), **record}
-
     def validate(self, final: bool = False) -> dict:
-        record = self.validate_loss()
-        # Every rank gets the same values (the loss over the whole set, BLEU gathered), so that
-        # early-stopping decisions agree.
+        """The validation loss, and BLEU every ``train.bleu_every`` steps and at the end. Every rank gets
+        the same values (the loss over the whole set, BLEU gathered), so that early-stopping decisions agree."""
+        from mtkit.training.validation import validation_bleus, validation_losses
+
+        self.model.eval()
+        pairs = [p for p in self.pairs if p.segment("valid") is not None]
+        rank, world = self.dist.rank, self.dist.world_size
+        record = validation_losses(self.criterion, self.valid_store, pairs, max_tokens=self.cfg.max_tokens,
+                                   tagged_targets=self.tagged_targets, precision=self.cfg.precision,
+                                   device=self.device, rank=rank, world_size=world)
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
-            if self.pairs:
-                record.update(self.validate_pairs_bleu())
-            else:
-                record["valid_bleu"] = self.validate_bleu()
+            record.update(validation_bleus(self.model, self.vocab, self.data_dir, self.config.decode,
+                                           self.cfg.bleu_beam, self.device, pairs, self.config.data.tag_side,
+                                           rank, world))
         return record
 
     def is_better(self, record: dict) -> bool | None:

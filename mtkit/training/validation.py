@@ -1,4 +1,5 @@
-"""Validation BLEU: translate the validation sources and score them against the raw references."""
+"""Validation: the loss, NLL and perplexity on the validation store, and BLEU of the model's
+translations of the validation sources against the raw references; per pair for a multilingual run."""
 
 from __future__ import annotations
 
@@ -34,3 +35,70 @@ def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: in
     hypotheses = [shards[i % world_size][i // world_size] for i in range(len(sources))]
     lowercase = vocab.lowercases("tgt")
     return float(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score)
+
+
+def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_targets: bool, precision: str,
+                      device, rank: int = 0, world_size: int = 1) -> dict:
+    """Loss, NLL and perplexity per target token of ``criterion`` (model + loss) on the validation
+    ``store``; each rank takes every world_size-th batch and the sums are all-reduced, so every rank gets
+    the same values. A multilingual run (``pairs``: those with a validation segment) gets them per pair
+    (``valid_loss/en-de`` …) and as ``valid_loss`` / ``valid_nll`` the mean over the pairs, each pair
+    counting once whatever its size (``valid_ppl``: the perplexity of that mean NLL)."""
+    import numpy as np
+    import torch
+
+    from mtkit.runtime.precision import autocast
+    from mtkit.training import distributed
+    from mtkit.training.batching import collate, make_batches
+    from mtkit.training.loss import perplexity
+
+    segments = [pair.segment("valid") for pair in pairs] if pairs else [(0, len(store))]
+    sums: list[float] = []
+    with torch.no_grad():
+        for start, count in segments:
+            rows = np.arange(start, start + count)
+            loss_sum = nll_sum = 0.0
+            n = 0
+            batches = make_batches(store.src_lengths[rows], store.tgt_lengths[rows], max_tokens, 0)
+            for indices in batches[rank::world_size]:
+                batch = collate(store, rows[indices], tagged_targets).to(device)
+                with autocast(precision, device.type):
+                    loss, nll, tokens = criterion(batch.src, batch.tgt_in, batch.tgt_out)
+                loss_sum += float(loss)
+                nll_sum += float(nll)
+                n += tokens
+            sums += [loss_sum, nll_sum, n]
+    sums = distributed.all_reduce_sums(sums, device)
+    if not pairs:
+        loss_sum, nll_sum, n = sums
+        return {"valid_loss": loss_sum / n, "valid_nll": nll_sum / n, "valid_ppl": perplexity(nll_sum / n)}
+    record: dict = {}
+    losses, nlls = [], []
+    for k, pair in enumerate(pairs):
+        loss_sum, nll_sum, n = sums[3 * k : 3 * k + 3]
+        losses.append(loss_sum / max(n, 1))
+        nlls.append(nll_sum / max(n, 1))
+        name = pair.pair.name
+        record.update({f"valid_loss/{name}": losses[-1], f"valid_nll/{name}": nlls[-1],
+                       f"valid_ppl/{name}": perplexity(nlls[-1])})
+    mean_nll = sum(nlls) / len(nlls)
+    return {"valid_loss": sum(losses) / len(losses), "valid_nll": mean_nll, "valid_ppl": perplexity(mean_nll),
+            **record}
+
+
+def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device, pairs: list,
+                     tag_side: str, rank: int = 0, world_size: int = 1) -> dict:
+    """``valid_bleu`` (:func:`validation_bleu`); for a multilingual run (``pairs``: those with a
+    validation segment) per pair (``valid_bleu/en-de`` …), its sources led by the pair's tag, and their
+    mean as ``valid_bleu``."""
+    if not pairs:
+        return {"valid_bleu": validation_bleu(model, vocab, data_dir, decode, beam, device, rank, world_size)}
+    from mtkit.data.languages import TaggedVocab
+
+    record = {}
+    for pair in pairs:
+        start, count = pair.segment("valid")
+        record[f"valid_bleu/{pair.pair.name}"] = validation_bleu(
+            model, TaggedVocab(vocab, pair.pair.tgt_lang, tag_side), data_dir, decode, beam, device, rank,
+            world_size, lines=(start, start + count))
+    return {"valid_bleu": sum(record.values()) / len(record), **record}

@@ -440,9 +440,9 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     translates the same."""
     import sacrebleu
 
-    from mtkit.likelihood import PairScorer
     from mtkit.runtime.checkpoint import load_model
     from mtkit.runtime.factory import build_translator
+    from mtkit.runtime.scorer import PairScorer
 
     src = (target_data / "test.src.txt").read_text().splitlines()[:60]
     refs = (target_data / "test.tgt.txt").read_text().splitlines()
@@ -462,9 +462,8 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
                               overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
     found = list(greedy.translate(src[:10]))
     scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
-    scorer.vocab = greedy.vocab_for("fr")
-    pairs = [(scorer.vocab.encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
-    assert scorer.score_ids(pairs) == pytest.approx([t.best.score for t in found], abs=1e-3)
+    pairs = [(scorer.vocab_for("fr").encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
+    assert scorer.score_ids(pairs, target="fr") == pytest.approx([t.best.score for t in found], abs=1e-3)
 
     # CTranslate2 in processes of its own: loaded into this one, its OpenMP runtime would change how
     # torch runs (and computes) in the tests that follow.

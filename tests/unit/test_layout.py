@@ -123,7 +123,7 @@ LAYERS = [
     {"mtkit.cli", "mtkit.__main__"},
     {"mtkit.commands"},
     {"mtkit.training", "mtkit.export", "mtkit.visualize",
-     "mtkit.serve", "mtkit.host_memory", "mtkit.likelihood", "mtkit.importers"},
+     "mtkit.serve", "mtkit.host_memory", "mtkit.importers"},
     {"mtkit.runtime"},
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
     {"mtkit.model"},
@@ -131,7 +131,7 @@ LAYERS = [
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
 INFERENCE = ("mtkit.runtime", "mtkit.decoding", "mtkit.export",
-             "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export", "mtkit.likelihood",
+             "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
              "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
 
 

@@ -134,16 +134,16 @@ def test_an_exclude_phrase_keeps_out_every_word_it_begins_in_any_spelling(vocab)
 
 
 def test_the_matcher_lists_the_pieces_that_complete_the_phrase(vocab):
-    from mtkit.runtime.constraints import matcher
+    from mtkit.runtime.constraints import PieceIndex, matcher
 
     piece = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
-    m = matcher(vocab, "▁fünf")
+    m = matcher(PieceIndex(vocab), "▁fünf")
     at_start = {i for k, i in m.bans if k == 0}
     assert {piece["▁fünf"], piece["▁fünfhundert"], piece["▁fünfzehn"]} <= at_start
     assert piece["▁four"] not in at_start and piece["fünfzig"] not in at_start  # not at a word start
     assert (1, piece["fünfzig"]) in m.bans and (0, piece["▁f"], 2) in m.steps  # after "▁"; "▁f" goes on
     assert m.start == 1  # an output's start is a word start
-    two = matcher(vocab, "▁sieben▁fünf")  # a phrase of two words: the last one as a prefix, after the first
+    two = matcher(PieceIndex(vocab), "▁sieben▁fünf")  # a phrase of two words: the last one as a prefix, after the first
     assert (len("▁sieben"), piece["▁fünfhundert"]) in two.bans and (0, piece["▁fünfhundert"]) not in two.bans
 
 
@@ -205,7 +205,7 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
 
 
 def test_scoring_a_pair_with_a_lone_surrogate_is_an_error_naming_the_line(loaded):
-    from mtkit.likelihood import PairScorer
+    from mtkit.runtime.scorer import PairScorer
 
     scorer = PairScorer(loaded, log=lambda m: None)
     assert len(list(scorer.score([("fünf", "five")]))) == 1

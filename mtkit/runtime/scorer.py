@@ -80,13 +80,23 @@ class PairScorer:
             raise MtkitError(f"batch_tokens must be >= 1, got {batch_tokens}")
         self.device = torch.device(device)
         check_precision(precision, self.device.type, "precision")
-        self.vocab = first.vocab
+        self.vocab = first.vocab  # a multilingual model's untagged vocabulary; vocab_for(target) tags it
+        self.config = getattr(first, "config", None)
         self.precision = precision
         self.batch_tokens = batch_tokens
         self.log = log
         self.models = [m.model.to(self.device).eval() for m in loaded]
         self.encoders = [InferenceModel(m) for m in self.models]  # the encoder pass search runs (packed once)
         self.max_len = min(m.cfg.max_positions for m in self.models)  # tokens with EOS, on either side
+
+    def vocab_for(self, target: str | None = None):
+        """The vocabulary that encodes pairs for ``target`` (a multilingual model's target language;
+        None: its only one, or a single-pair model's): tagged as the model was trained."""
+        if self.config is None:
+            return self.vocab
+        from mtkit.data.languages import for_config
+
+        return for_config(self.vocab, self.config, target)
 
     # ------------------------------------------------------------------ ids
 
@@ -106,15 +116,17 @@ class PairScorer:
             batches.append(current)
         return batches
 
-    def score_ids(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
+    def score_ids(self, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], target: str | None = None) -> list[float]:
         """Σ log P(target + EOS | source) of each (source ids, target ids) pair, without BOS/EOS,
-        in the order given; every pair must fit the model (see :attr:`max_len`)."""
+        in the order given; every pair must fit the model (see :attr:`max_len`). ``target``: the
+        language whose tag starts the decoder, for a model with target-side tags."""
         from mtkit.runtime.precision import autocast
 
+        start = decoder_start(self.vocab_for(target))
         sums = [0.0] * len(pairs)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             for batch in self.batches(pairs):
-                padded = pad_pairs([pairs[i] for i in batch], decoder_start(self.vocab))
+                padded = pad_pairs([pairs[i] for i in batch], start)
                 src, tgt_in, tgt_out = (x.to(self.device) for x in padded)
                 totals = token_log_probs(self.models, src, tgt_in, tgt_out, encoders=self.encoders).sum(dim=1)  # (B,)
                 for i, total in zip(batch, totals.tolist()):
@@ -123,28 +135,32 @@ class PairScorer:
 
     # ---------------------------------------------------------------- lines
 
-    def score(self, pairs: Iterable[tuple[str, str]], chunk_size: int = 1000) -> Iterator[PairScore]:
+    def score(self, pairs: Iterable[tuple[str, str]], chunk_size: int = 1000,
+              target: str | None = None) -> Iterator[PairScore]:
         """Score (source line, target line) pairs, ``chunk_size`` pairs at a time (never the whole
-        input); one :class:`PairScore` per pair, in input order."""
+        input); one :class:`PairScore` per pair, in input order. ``target``: a multilingual model's
+        target language (:meth:`vocab_for`). Nothing of the scorer changes, so several threads may
+        score at once."""
+        vocab = self.vocab_for(target)
         chunk: list[tuple[str, str]] = []
         start = 0
         for pair in pairs:
             chunk.append(pair)
             if len(chunk) >= max(1, chunk_size):
-                yield from self._score_chunk(chunk, start)
+                yield from self._score_chunk(chunk, start, vocab, target)
                 start += len(chunk)
                 chunk = []
         if chunk:
-            yield from self._score_chunk(chunk, start)
+            yield from self._score_chunk(chunk, start, vocab, target)
 
-    def _score_chunk(self, lines: list[tuple[str, str]], start: int) -> Iterator[PairScore]:
+    def _score_chunk(self, lines: list[tuple[str, str]], start: int, vocab, target: str | None) -> Iterator[PairScore]:
         from mtkit.data.vocab import check_text
 
         for i, (s, t) in enumerate(lines):  # not Unicode text: SentencePiece cannot encode it
             check_text(s, f"line {start + i + 1}: source")
             check_text(t, f"line {start + i + 1}: target")
-        srcs = self.vocab.encode_src_batch([s for s, _ in lines])
-        tgts = self.vocab.encode_tgt_batch([t for _, t in lines])
+        srcs = vocab.encode_src_batch([s for s, _ in lines])
+        tgts = vocab.encode_tgt_batch([t for _, t in lines])
         fits = []
         for i, (s, t) in enumerate(zip(srcs, tgts)):
             lengths = (("source", len(s) + 1), ("target", len(t) + 1))
@@ -154,7 +170,7 @@ class PairScorer:
                          f"max_positions ({self.max_len}); its score is nan")
             else:
                 fits.append(i)
-        sums = self.score_ids([(srcs[i], tgts[i]) for i in fits])
+        sums = self.score_ids([(srcs[i], tgts[i]) for i in fits], target)
         logprob = [math.nan] * len(lines)
         for i, total in zip(fits, sums):
             logprob[i] = total
