@@ -26,6 +26,24 @@ def _say(message: str) -> None:
     print(f"[mtkit run] {message}", file=sys.stderr, flush=True)
 
 
+class StageTimes:
+    """How long each stage took, said on stderr as each ends and kept for ``scores.json``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._start = time.perf_counter()
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(now - self._start, 1)
+        self._start = now
+        _say(f"{stage}: {_duration(self.seconds[stage])}")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
 def training_finished(run_dir: Path) -> bool:
     """Whether the run's log ends with the end-of-training record."""
     from mtkit.training.curves import read_metrics
@@ -55,9 +73,11 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     work = Path(work)
     data_dir, run_dir = work / "data", work / "run"
     started = time.perf_counter()
+    stages = StageTimes()
 
     _say(f"prepare → {data_dir}")
     prepare(config, data_dir)
+    stages.done("prepare")
 
     members = config.train.ensemble
     if members > 1:
@@ -76,11 +96,12 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         else:
             _say(f"train → {run_dir}")
             train(config, data_dir, run_dir)
+    stages.done("train")
 
     checkpoints = [final_checkpoint(d) for d in run_dirs]
     described = str(checkpoints[0]) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"
     if config.data.pairs:
-        return evaluate_pairs(config, work, data_dir, checkpoints, described, started)
+        return evaluate_pairs(config, work, data_dir, checkpoints, described, started, stages)
     ev = config.eval
     if ev.testset:
         from mtkit.metrics import load_testset
@@ -97,6 +118,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     hypotheses, lowercase = translate_lines(checkpoints, sources, lambda saved: config.decode)
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
+    stages.done("translate")
 
     lang = config.data.tgt_lang
     if lowercase:
@@ -109,8 +131,10 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         cs = score_files([hyp_path], [ref_path], ["bleu"], compound_split=True, lang=lang)
         evaluation.scores += [s for s in cs.scores if s.metric != "BLEU"]
     scores = to_document(evaluation)
+    stages.done("score")
     scores["checkpoint"] = str(checkpoints[0]) if members == 1 else [str(c) for c in checkpoints]
     scores["minutes"] = (time.perf_counter() - started) / 60
+    scores["stage_seconds"] = stages.seconds
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
 
     print(f"test set: {ref_path} ({len(sources)} sentences), {'checkpoint' if members == 1 else 'models'} {described}")
@@ -124,7 +148,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
 
 
 def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list[Path], described: str,
-                   started: float) -> dict:
+                   started: float, stages: StageTimes) -> dict:
     """A multilingual recipe's test: each pair's segment of the test split translated into its target
     (its tag) and scored on its own, sacreBLEU first, then lc-tok BLEU against the pair's
     ``lc_tok_ref`` or, without one, its raw references lowercased and tokenized.
@@ -169,7 +193,9 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
             print("examples:")
             for src, hyp, ref in list(zip(sources, hypotheses, references))[: ev.examples]:
                 print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
+    stages.done("translate and score")
     scores["checkpoint"] = str(checkpoints[0]) if len(checkpoints) == 1 else [str(c) for c in checkpoints]
     scores["minutes"] = (time.perf_counter() - started) / 60
+    scores["stage_seconds"] = stages.seconds
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores

@@ -175,6 +175,9 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert len((tmp_path / "work" / "test.hyp").read_text().splitlines()) == 20
     scores = json.loads((tmp_path / "work" / "scores.json").read_text())
     assert [s["metric"] for s in scores["scores"]] == ["BLEU", "chrF2"]
+    # Each stage says how long it took, on stderr and in scores.json.
+    assert list(scores["stage_seconds"]) == ["prepare", "train", "translate", "score"]
+    assert all(f"[mtkit run] {stage}: " in first.stderr for stage in scores["stage_seconds"])
     second = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
     assert second.returncode == 0, second.stderr
     assert "has finished; skipped" in second.stderr and "train →" not in second.stderr

@@ -25,6 +25,13 @@ def test_recipe_loads_strictly_and_states_its_expectation(recipe):
     assert config.expected.metric and config.expected.source and config.expected.hardware
 
 
+def test_the_demo_is_bounded_by_its_steps_not_the_clock():
+    """A first impression must not depend on what else the machine runs: the README's demo stops at
+    its step count (a busy machine takes longer, it does not stop early at a lower BLEU)."""
+    config = load_config(Path(RECIPES[0]).parent / "demo.yaml")
+    assert config.train.max_steps > 0 and config.train.max_minutes == 0 and config.train.max_epochs == 0
+
+
 @pytest.mark.parametrize(
     "recipe, millions",
     [("wmt14-en-de-transformer-base", 65), ("wmt14-en-de-transformer-big", 213)],
