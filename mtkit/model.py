@@ -17,7 +17,7 @@ construction (``kernels="auto"`` or ``"reference"``): this module holds the pape
 only, with no branch on device, dtype or shape.
 
 Parameter names are a file format (checkpoints and exporters read them):
-change them only together with ``CHECKPOINT_FORMAT`` in mtkit.training.checkpoint.
+change them only together with ``CHECKPOINT_FORMAT`` in mtkit.runtime.checkpoint.
 
 One module for the whole of §3, so that the model reads as the paper does, top to bottom; its
 length is the components and their documented shapes.

@@ -1,4 +1,6 @@
-"""Export to CTranslate2, and translate with the exported model.
+"""Export to CTranslate2: an mtkit model as a CTranslate2 model folder (``model.bin``, vocabularies, ``mtkit.json``).
+
+The exported folder is translated by :mod:`mtkit.runtime.ctranslate2_engine`.
 
 The export describes mtkit's Transformer with CTranslate2's model specs
 (``TransformerSpec.from_config``), sets every weight from the one weight map the fused passes read
