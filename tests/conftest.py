@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
+from typing import Any
 
 # OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -151,3 +153,68 @@ def incremental_logprob(model, src_ids: list[int], tgt_ids: list[int]) -> float:
             total += torch.log_softmax(logits.float(), dim=-1)[0, y].item()
             token = torch.tensor([y])
     return total
+
+
+def http_exchange(port: int, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                  timeout: float = 120.0) -> tuple[int, Any, bytes] | None:
+    """One HTTP/1.1 request to 127.0.0.1:``port`` -> (status, headers, body), or None when the server
+    closed the connection without an answer.
+
+    A server may answer before it has read the whole body (a 413 or a 400 for a body it has seen
+    enough of) and close: that is right, and a client that only reads once it has sent everything
+    gets a broken pipe instead of the answer. This one sends the body in pieces and reads whatever
+    has arrived between them, so an early answer is taken; a connection closed with no answer at all
+    (the kernel may drop an answer that a reset overtakes) is None, for the caller to judge.
+    """
+    import http.client
+    import io
+    import selectors
+    import socket
+
+    head = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close"]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    if body is not None:
+        head.append(f"Content-Length: {len(body)}")
+    pending = memoryview("\r\n".join(head).encode("latin-1") + b"\r\n\r\n" + (body or b""))
+    received = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.setblocking(False)
+        with selectors.DefaultSelector() as selector:
+            selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+            closed = False
+            deadline = time.monotonic() + timeout  # a hang guard, not a timing assertion
+            while not closed:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no answer to {method} {path} within {timeout} s")
+                for _, events in selector.select(timeout=1.0):
+                    if events & selectors.EVENT_READ:
+                        try:
+                            chunk = sock.recv(1 << 16)
+                        except (ConnectionResetError, BrokenPipeError):
+                            chunk = b""
+                        if chunk:
+                            received += chunk
+                        else:
+                            closed = True
+                    if events & selectors.EVENT_WRITE and pending and not closed:
+                        try:
+                            sent = sock.send(pending[: 1 << 16])
+                            pending = pending[sent:]
+                        except (ConnectionResetError, BrokenPipeError):
+                            pending = memoryview(b"")  # the server has stopped reading: take what it says
+                        if not pending:
+                            selector.modify(sock, selectors.EVENT_READ)
+    if not received:
+        return None
+
+    class _Received:
+        def makefile(self, *args, **kwargs):
+            return io.BytesIO(bytes(received))
+
+    response = http.client.HTTPResponse(_Received(), method=method)  # type: ignore[arg-type]
+    response.begin()
+    try:
+        content = response.read()
+    except http.client.IncompleteRead as e:  # cut short by a reset: what came is what there is
+        content = e.partial
+    return response.status, response.headers, content

@@ -191,7 +191,7 @@ def test_sigkilled_prepare_takes_its_children_along_and_its_leftovers_go_next_ti
         if parent.poll() is None:
             parent.kill()
             parent.wait()
-    deadline = time.monotonic() + 30  # a bound for a busy machine, not a measurement
+    deadline = time.monotonic() + 120  # a bound for a busy machine, not a measurement
     while any(map(running, workers)) and time.monotonic() < deadline:
         time.sleep(0.05)
     survivors = [pid for pid in workers if running(pid)]

@@ -163,12 +163,13 @@ def _slow(port: int, lines: list[bytes], pause: float, stop: float) -> str:
 
 def test_slow_clients_are_closed_and_other_clients_served(reverse_run, tmp_path, expected):
     """Clients that send a header line a second, or headers and then not the body they announced, are
-    closed after --header-timeout / --body-timeout (the body's with a JSON 408); connections beyond
-    --max-connections get a 503 at once; a well-behaved client is served all the while."""
-    s = Server(tmp_path, "-m", reverse_run, "--header-timeout", 1.5, "--body-timeout", 1.5, "--max-connections", 30)
+    closed after --header-timeout / --body-timeout (the body's with a JSON 408); a well-behaved client is
+    served all the while."""
+    s = Server(tmp_path, "-m", reverse_run, "--header-timeout", 1.5, "--body-timeout", 1.5)
     try:
-        start = time.monotonic()
-        stop = start + 15
+        # How long the server may take to close them is bounded only by this hang guard: each client
+        # returns as soon as it is closed, so a busy machine takes longer, never fails the test.
+        stop = time.monotonic() + 120
         dribble = [b"POST /translate HTTP/1.1\r\n"] + [b"X-Slow: %d\r\n" % i for i in range(60)]
         silent_body = [b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        b"Content-Length: 1000\r\n\r\n{\"q\": "]
@@ -179,17 +180,41 @@ def test_slow_clients_are_closed_and_other_clients_served(reverse_run, tmp_path,
             line = list(expected)[1]
             for _ in range(3):
                 assert s.post_json("/translate", {**OK, "q": line}) == (200, {"translatedText": expected[line]})
-            # Over the bound: 24 slow connections are open; 12 more make it 36 > 30.
-            extra = [pool.submit(_slow, s.port, [], 0.0, time.monotonic() + 3) for _ in range(12)]
-            refused = [f.result() for f in extra]
             slow_ends, silent_ends = [f.result() for f in slow], [f.result() for f in silent]
         assert all(end.startswith("closed") for end in slow_ends), slow_ends
         assert all(end.startswith("closed") and " 408 " in end and "--body-timeout" in end for end in silent_ends), \
             silent_ends
-        assert sum(" 503 " in end and "--max-connections" in end for end in refused) >= 1, refused
         for _ in range(3):  # and afterwards
             assert s.post_json("/translate", {**OK, "q": line}) == (200, {"translatedText": expected[line]})
         assert s.get("/health")[0] == 200
+    finally:
+        assert s.stop() == 0, s.log.read_text()
+
+
+def test_connections_beyond_the_limit_get_a_503_at_once(reverse_run, tmp_path, expected):
+    """Beyond --max-connections, a connection gets a JSON 503 and is closed at once; once the idle ones
+    go, requests are served again. The idle connections are held open past any timeout here (a long
+    --header-timeout), so the outcome does not depend on how fast the machine is."""
+    s = Server(tmp_path, "-m", reverse_run, "--header-timeout", 600, "--max-connections", 8)
+    idle = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(8)]
+    try:
+        # The listening socket's queue is first in, first out: the 8 idle connections are taken
+        # before any of these, which all find the server full.
+        with ThreadPoolExecutor(6) as pool:
+            refused = list(pool.map(lambda _: _slow(s.port, [], 0.0, time.monotonic() + 120), range(6)))
+        assert all(end.startswith("closed") and " 503 " in end and "--max-connections" in end for end in refused), \
+            refused
+    finally:
+        for sock in idle:
+            sock.close()
+    try:
+        line = list(expected)[1]
+        deadline = time.monotonic() + 120  # the server notices the closed sockets when it reads them
+        body = json.dumps({**OK, "q": line}).encode()
+        while (answer := s.request("POST", "/translate", body, "application/json", answer_optional=True))[0] in (
+                503, None) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (answer[0], json.loads(answer[2])) == (200, {"translatedText": expected[line]})
     finally:
         assert s.stop() == 0, s.log.read_text()
 
