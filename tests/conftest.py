@@ -71,6 +71,14 @@ class ListStore:
         return self.pairs[i][1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _caches_inside_pytests_temporaries(tmp_path_factory):
+    """torch.compile's cache (TorchInductor's, in TMPDIR by default) goes inside pytest's own base folder,
+    so that no test leaves anything outside it."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("torchinductor"))
+    yield
+
+
 TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
               "max_positions": 128}
 
