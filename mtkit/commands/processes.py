@@ -87,7 +87,7 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     import logging
     import uuid
 
-    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -96,12 +96,14 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
     check_devices(config)
     n = config.train.processes
-    launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5)
     saved_threads = os.environ.get("OMP_NUM_THREADS")
     elastic_log = logging.getLogger("torch.distributed.elastic")
     saved_level = elastic_log.level
     with tempfile.TemporaryDirectory(prefix="mtkit-launch-") as tmp:
+        # torchrun's log folder inside ours: by default it makes one in TMPDIR and never removes it.
+        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
+                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
+                              logs_specs=DefaultLogsSpecs(log_dir=str(Path(tmp) / "torchrun")))
         recipe = Path(tmp) / "config.yaml"
         save_config(config, recipe)
         args = train_args(recipe, data_dir, run_dir, resume)

@@ -22,7 +22,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     if CHROMIUM is None or CHROMEDRIVER is None:
         pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
     from selenium import webdriver
@@ -32,7 +32,7 @@ def browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                  "--no-proxy-server", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-                 "--user-data-dir=" + str(__import__("tempfile").mkdtemp(prefix="mtkit-chrome-"))):
+                 "--user-data-dir=" + str(tmp_path_factory.mktemp("chrome"))):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=ENV), options=options)
     yield driver

@@ -196,6 +196,7 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     write_recipe(recipe, make_config(data, update_freq=2, **common))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+           "--log-dir", str(tmp_path / "torchrun"),
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -306,6 +307,7 @@ def test_a_failing_rank_ends_the_whole_job_with_an_error(reverse_data, tmp_path)
     script.write_text(FAILING_RANK)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+           "--log-dir", str(tmp_path / "torchrun"),
            str(script), "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "run")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # a hang would time out
     assert proc.returncode != 0
@@ -357,6 +359,7 @@ def test_ddp_with_bpe_dropout_keeps_the_ranks_in_step(reverse_data, tmp_path):
     write_recipe(recipe, config)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+           "--log-dir", str(tmp_path / "torchrun"),
            "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
