@@ -115,6 +115,7 @@ def create_app(service: Service):
 
     app.include_router(libretranslate_router(service))
     app.include_router(mtkit_router(service))
+    app.add_middleware(lt.FlaskMethods)
     return app
 
 

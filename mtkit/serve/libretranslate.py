@@ -6,8 +6,9 @@ Fields: a JSON body (``application/json`` or ``application/*+json``) is read alo
 ``request.get_json()``; any other request reads the URL's query string and a form body
 (``application/x-www-form-urlencoded`` or ``multipart/form-data``, the ``FormData`` its web page sends),
 the query string first, as Flask's ``request.values``; a form's text has its line ends made ``\\n``.
-mtkit adds: a JSON body's missing fields are looked for in the query string too, a repeated ``q`` in a
-form or query string is a list of texts, and a body without a Content-Type that looks like JSON is JSON.
+mtkit adds: a JSON body's missing fields are looked for in the query string too, an empty body (any
+Content-Type) leaves the query string alone, a repeated ``q`` in a form or query string is a list of
+texts, and a body without a Content-Type that looks like JSON is JSON (else a urlencoded form).
 """
 
 from __future__ import annotations
@@ -251,3 +252,34 @@ def spec(version: str) -> dict:
             "error-response": {"type": "object", "properties": {"error": {"type": "string"}}},
         },
     }
+
+
+# ---------------------------------------------------------------------------------- Flask's methods
+
+# LibreTranslate's routes and their methods; Flask adds HEAD to each GET route and OPTIONS to every route.
+ROUTES = {"/translate": ("POST",), "/detect": ("POST",), "/suggest": ("POST",), "/translate_file": ("POST",),
+          "/languages": ("GET",), "/health": ("GET",), "/frontend/settings": ("GET",), "/spec": ("GET",),
+          "/js/app.js": ("GET",), "/": ("GET",)}
+
+
+class FlaskMethods:
+    """ASGI middleware: what Flask answers on each of LibreTranslate's routes without being asked: HEAD on
+    a GET route (the GET answer's status and headers; uvicorn sends no body for HEAD) and OPTIONS (200,
+    ``Allow``, no body). A CORS preflight is answered before it (:class:`mtkit.serve.server.Cors`)."""
+
+    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES) -> None:
+        self.app = app
+        self.allow = {path: ", ".join(sorted({*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}))
+                      for path, methods in routes.items()}
+
+    async def __call__(self, scope, receive, send) -> None:
+        allow = self.allow.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if allow is not None and scope["method"] == "HEAD" and "GET" in allow:
+            scope = {**scope, "method": "GET"}
+        elif allow is not None and scope["method"] == "OPTIONS":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"allow", allow.encode()), (b"content-length", b"0"),
+                                    (b"content-type", b"text/html; charset=utf-8")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self.app(scope, receive, send)

@@ -169,6 +169,20 @@ def test_get_endpoints_answer_200_in_libretranslates_shapes_and_other_methods_40
         assert isinstance(json.loads(body)["error"], str)
 
 
+def test_head_and_options_as_flask_answers_them(one):
+    """Flask adds HEAD to each GET route and OPTIONS (200, ``Allow``) to every route of LibreTranslate's;
+    a health probe with HEAD gets 200 and no body."""
+    for path in ("/health", "/languages", "/frontend/settings", "/spec", "/js/app.js", "/"):
+        status, headers, body = one.request("HEAD", path)
+        assert (status, body) == (200, b"") and int(headers["content-length"]) > 0, path
+        status, headers, body = one.request("OPTIONS", path)
+        assert (status, headers["allow"], body) == (200, "GET, HEAD, OPTIONS", b""), path
+    for path in ("/translate", "/detect", "/suggest", "/translate_file"):
+        status, headers, body = one.request("OPTIONS", path)
+        assert (status, headers["allow"], body) == (200, "OPTIONS, POST", b""), path
+        assert one.request("HEAD", path)[0] == 405, path
+
+
 def test_frontend_settings_as_libretranslates_page_reads_them(one, several):
     """app.py ``frontend_settings()``: the fields app.js.template's ``mounted`` reads (``language.source.code``,
     ``language.target.code``, ``charLimit``, ``suggestions``, ``supportedFilesFormat``, ``filesTranslation``,
@@ -377,6 +391,8 @@ def test_language_codes_as_libretranslate_reads_them(several):
     (mtkit: the one source that translates into the target, confidence 100) for a text and for a list."""
     assert several.post_json("/translate", {**OK, "source": "EN", "target": "Fr"}) == (
         200, {"translatedText": "three two one"})
+    # LibreTranslate's aliases (language.py): zh-Hans is its zh, which this server does not have.
+    assert several.post_json("/translate", {**OK, "target": "zh-Hans"}) == (400, {"error": "zh is not supported"})
     assert several.post_json("/translate", {**OK, "q": ["one two"], "source": "auto", "target": "fr"}) == (
         200, {"translatedText": ["two one"], "detectedLanguage": [{"confidence": 100.0, "language": "en"}]})
     status, answer = several.post_json("/translate", {**OK, "source": "auto", "target": "de"})
