@@ -460,8 +460,8 @@ def serve(
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
     Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
-    POST /detect (LibreTranslate's); POST /v1/translate (beam, n-best, scores, confidence, constraints,
-    glossary), GET /health,
+    POST /detect, GET /health, GET /frontend/settings, GET /spec (LibreTranslate's); POST /v1/translate
+    (beam, n-best, scores, confidence, constraints, glossary), GET /v1/models,
     GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or Ctrl-C: stop accepting, finish the
     requests in flight, exit 0.
 

@@ -1,25 +1,30 @@
 """The HTTP app: LibreTranslate's endpoints and mtkit's own, and a page at ``/``.
 
-LibreTranslate-compatible (its clients work unchanged):
+LibreTranslate's, as LibreTranslate 1.9 answers them, so that its clients and its web page work
+unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
 
 * ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``),
   ``target``, ``format`` (``text``, or ``html``: the text between tags is translated and the markup
   kept, :mod:`mtkit.serve.markup`), ``alternatives`` (how many more hypotheses to return),
-  ``api_key``; as JSON or as a form (``application/x-www-form-urlencoded``).
-  Answers ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and
+  ``api_key``; as JSON, a form (urlencoded or multipart) or the query string. Answers
+  ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and
   ``detectedLanguage`` for ``source=auto``. A ``q`` holding several lines is translated line by
   line, one output line per input line, as ``mtkit translate`` does.
 * ``GET /languages``: each source language of the loaded models, with its ``targets``.
 * ``POST /detect``: this server does not detect languages. It answers the one language its
   models translate from (confidence 100), or 400 when they translate from several.
-* Errors are JSON ``{"error": "..."}`` with 400 (a bad request), 403 (a missing or unknown API
-  key), 413 (a body over ``--max-body-bytes``), 503 with ``Retry-After`` (the queue is full),
-  500 (a bug).
+* ``GET /health`` (``{"status": "ok"}``, 503 until the models decode), ``GET /frontend/settings``,
+  ``GET /spec`` (Swagger 2.0), ``GET /js/app.js`` (the page's script, with an empty ``apiSecret``);
+  ``/suggest`` and ``/translate_file`` answer as a LibreTranslate with those features off.
+* Errors are JSON ``{"error": "..."}`` with 400 (a bad request, a missing API key), 403 (an unknown
+  API key), 405 (another method), 413 (a body over ``--max-body-bytes``), 503 with ``Retry-After``
+  (the queue is full), 500 (a bug).
 
 mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
-per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /health``,
-``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A
-server-wide glossary (``mtkit serve --glossary``) applies to every request of both APIs.
+per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /v1/models``
+(each model's name, languages, engine and training step), ``GET /metrics`` (Prometheus), ``GET /docs``
+(OpenAPI), ``GET /`` (a page to try a model). A server-wide glossary (``mtkit serve --glossary``)
+applies to every request of both APIs.
 
 Confidence is the mean log-probability per target token (EOS included), in nats: the engines
 return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
@@ -38,6 +43,7 @@ from fastapi import Request  # at module level: the routes' annotations are reso
 from pydantic import ValidationError
 
 from mtkit.runtime.lines import clean_output
+from mtkit.serve import libretranslate as lt
 from mtkit.serve.markup import split_markup
 from mtkit.serve.models import language_name, logprob, mean_logprob
 from mtkit.serve.schemas import (
@@ -46,9 +52,6 @@ from mtkit.serve.schemas import (
     NativeRequest,
     NativeResponse,
     Sentence,
-    _int_field,
-    _optional_str,
-    parse_fields,
     parse_json,
     request_constraints,
     request_glossary,
@@ -58,8 +61,9 @@ from mtkit.serve.schemas import (
 from mtkit.serve.service import Service
 
 
-def page_html() -> str:
-    return resources.files("mtkit.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+def page_file(name: str) -> str:
+    """A file of the page (``static/``): ``index.html`` at ``/``, its script ``app.js`` at ``/js/app.js``."""
+    return resources.files("mtkit.serve").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def create_app(service: Service):
@@ -111,47 +115,63 @@ def create_app(service: Service):
 
     app.include_router(libretranslate_router(service))
     app.include_router(mtkit_router(service))
+    app.add_middleware(lt.FlaskMethods)
     return app
 
 
 def libretranslate_router(service: Service):
-    """LibreTranslate's endpoints: ``POST /translate``, ``GET /languages``, ``POST /detect``."""
+    """LibreTranslate's endpoints, as LibreTranslate 1.9 answers them (:mod:`mtkit.serve.libretranslate`)."""
     from fastapi import APIRouter
+    from fastapi.responses import JSONResponse, Response
+
+    from mtkit import __version__
 
     router = APIRouter()
+    tags = ["LibreTranslate"]
+    lower = {code.lower(): code for m in service.models for code in (m.src_lang, m.tgt_lang)}
 
-    @router.post("/translate", summary="Translate (LibreTranslate's API)", tags=["LibreTranslate"],
+    async def fields_of(request: Request) -> dict:
+        fields = lt.read_fields(await request.body(), request.headers.get("content-type", ""),
+                                request.scope.get("query_string", b""))
+        service.check_key(fields.get("api_key"), request.headers, ApiError(400, lt.KEY_MISSING))
+        return fields
+
+    @router.post("/translate", summary="Translate (LibreTranslate's API)", tags=tags,
               openapi_extra=_form_docs("q, source, target, format (text), alternatives, api_key"))
     async def translate(request: Request):
-        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
-                              request.scope.get("query_string", b""))
-        service.check_key(_optional_str(fields, "api_key"), request.headers)
+        fields = await fields_of(request)
         q = fields.get("q")
-        if q is None:
-            raise ApiError(400, "Invalid request: missing q parameter")
-        if isinstance(q, list):
-            if not all(isinstance(x, str) for x in q):
-                raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-            items = q
-        elif isinstance(q, str):
-            items = [q]
-        else:
+        if not q:  # LibreTranslate's order of checks, and its messages
+            raise lt.missing("q")
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
             raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-        source, target = _optional_str(fields, "source"), _optional_str(fields, "target")
-        if not source:
-            raise ApiError(400, "Invalid request: missing source parameter")
-        if not target:
-            raise ApiError(400, "Invalid request: missing target parameter")
-        text_format = _optional_str(fields, "format") or "text"
+        source, target = lt.text_field(fields, "source"), lt.text_field(fields, "target")
+        if source is None:
+            raise lt.missing("source")
+        if target is None:
+            raise lt.missing("target")
+        alternatives = lt.alternatives(fields, service.limits.max_alternatives)
+        items = q if isinstance(q, list) else [q]
+        if len(items) > service.limits.max_sentences:
+            raise lt.over_limit(len(items), service.limits.max_sentences)
+        chars = sum(len(item) for item in items)
+        if chars > service.limits.max_chars:
+            raise lt.over_limit(chars, service.limits.max_chars)
+        source, target = lt.language_code(source, lower), lt.language_code(target, lower)
+        if source != "auto" and source not in lower.values():
+            raise lt.not_supported(source)
+        if target not in lower.values():
+            raise lt.not_supported(target)
+        text_format = fields.get("format") or "text"
         if text_format not in ("text", "html"):
-            raise ApiError(400, f"Invalid request: format must be text or html, got {text_format!r}")
-        alternatives = _int_field(fields, "alternatives", 0, 0, service.limits.max_alternatives)
+            raise lt.unsupported_format(text_format)
         parsed = ([split_markup(item) for item in items] if text_format == "html"
                   else [(split_lines(item), "\n".join) for item in items])
         per_item = [lines for lines, _ in parsed]
-        service.check_size(per_item)
-        model = service.pick(source, target)
-        decode = service.decode_for(model, {"nbest": alternatives + 1} if alternatives else {})
+        service.check_size(per_item)  # the lines of all texts, against --max-sentences
+        model = pick(source, target)
+        nbest = alternatives + 1 if alternatives and text_format == "text" else 1  # LibreTranslate: none for html
+        decode = service.decode_for(model, {"nbest": nbest} if nbest > 1 else {})
         all_lines = [line for lines in per_item for line in lines]
         results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
         texts, alts, at = [], [], 0
@@ -160,19 +180,28 @@ def libretranslate_router(service: Service):
             at += len(lines)
             texts.append(assemble([clean_output(t.best.text) for t in got]))
             # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
-            # An empty alternative (a hypothesis of EOS alone) is no alternative.
-            alts.append([alt for k in range(1, alternatives + 1)
-                         if (alt := assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text)
-                                              for t in got])).strip()])
+            alts.append(lt.alternatives_of(texts[-1], [
+                assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text) for t in got])
+                for k in range(1, nbest)]))
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
-        if alternatives:
-            answer["alternatives"] = alts if isinstance(q, list) else alts[0]
         if source == "auto":
             detected = {"confidence": 100.0, "language": model.src_lang}
             answer["detectedLanguage"] = [detected] * len(items) if isinstance(q, list) else detected
+        if alternatives:
+            answer["alternatives"] = alts if isinstance(q, list) else alts[0]
         return answer
 
-    @router.get("/languages", summary="Languages (LibreTranslate's API)", tags=["LibreTranslate"])
+    def pick(source: str, target: str):
+        """The model for a pair both of whose codes this server knows (LibreTranslate's message when none)."""
+        if source == "auto" and not any(m.tgt_lang == target for m in service.models):
+            sources = {m.src_lang for m in service.models}
+            if len(sources) == 1:
+                raise lt.not_available(sources.pop(), target)
+        if source != "auto" and not any(m.src_lang == source and m.tgt_lang == target for m in service.models):
+            raise lt.not_available(source, target)
+        return service.pick(source, target)
+
+    @router.get("/languages", summary="Languages (LibreTranslate's API)", tags=tags)
     async def languages():
         targets: dict[str, list[str]] = {}
         for m in service.models:
@@ -181,28 +210,60 @@ def libretranslate_router(service: Service):
                 found.append(m.tgt_lang)
         return [{"code": code, "name": language_name(code), "targets": t} for code, t in targets.items()]
 
-    @router.post("/detect", summary="The source language (no detection: see the description)", tags=["LibreTranslate"],
+    @router.post("/detect", summary="The source language (no detection: see the description)", tags=tags,
               description="This server does not detect languages: it answers the one language its models "
                           "translate from, with confidence 100, or 400 when they translate from several.",
               openapi_extra=_form_docs("q, api_key"))
     async def detect(request: Request):
-        fields = parse_fields(await request.body(), request.headers.get("content-type", ""),
-                              request.scope.get("query_string", b""))
-        service.check_key(_optional_str(fields, "api_key"), request.headers)
-        if fields.get("q") is None:
-            raise ApiError(400, "Invalid request: missing q parameter")
+        fields = await fields_of(request)
+        if not fields.get("q"):
+            raise lt.missing("q")
         sources = sorted({m.src_lang for m in service.models})
         if len(sources) > 1:
             raise ApiError(400, f"this server does not detect languages and translates from {', '.join(sources)}; "
                                 "give source")
         return [{"confidence": 100.0, "language": sources[0]}]
+
+    @router.get("/health", summary="LibreTranslate's health check: 200 once the models decode (503 before)",
+                tags=tags)
+    async def health():
+        alive = service.ready and all(b.alive for b in service.batchers.values())
+        return JSONResponse({"status": "ok" if alive else "unavailable"}, status_code=200 if alive else 503)
+
+    @router.get("/frontend/settings", summary="What LibreTranslate's web page reads first", tags=tags)
+    async def frontend_settings():
+        return lt.frontend_settings(service.models, service.limits.max_chars, service.api_keys is not None)
+
+    @router.get("/spec", summary="LibreTranslate's API as a Swagger 2.0 document", tags=tags)
+    async def spec():
+        return lt.spec(__version__)
+
+    @router.get("/js/app.js", include_in_schema=False)
+    async def app_js():  # the page's script; its apiSecret is empty: this server asks for no secret
+        return Response(page_file("app.js"), media_type="application/javascript; charset=utf-8")
+
+    @router.post("/suggest", summary="Suggestions (disabled, as a LibreTranslate without --suggestions)", tags=tags)
+    async def suggest():
+        raise ApiError(403, lt.SUGGESTIONS_DISABLED)
+
+    @router.post("/translate_file", summary="Files (disabled, as a LibreTranslate with "
+                                            "--disable-files-translation)", tags=tags)
+    async def translate_file(request: Request):
+        await fields_of(request)
+        raise ApiError(403, lt.FILES_DISABLED)
+
+    @router.get("/download_file/{filename}", include_in_schema=False)
+    async def download_file(filename: str):
+        raise ApiError(400, lt.FILES_DISABLED)
     return router
 
 
 def mtkit_router(service: Service):
-    """mtkit's own endpoints: ``POST /v1/translate``, ``GET /health``, ``GET /metrics``, the page at ``/``."""
+    """mtkit's own endpoints: ``POST /v1/translate``, ``GET /v1/models``, ``GET /metrics``, the page at ``/``."""
     from fastapi import APIRouter
-    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from fastapi.responses import HTMLResponse, Response
+
+    from mtkit import __version__
 
     router = APIRouter()
 
@@ -241,14 +302,10 @@ def mtkit_router(service: Service):
                                       unmet_reasons=t.unwritable))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
-    @router.get("/health", summary="200 when the models are loaded and their decoding threads run", tags=["mtkit"])
-    async def health():
-        alive = service.ready and all(b.alive for b in service.batchers.values())
-        body = {"status": "ok" if alive else "unavailable",
-                "models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
-                            "step": m.step, "queue": service.batchers[m.name].queue_length()}
-                           for m in service.models]}
-        return JSONResponse(body, status_code=200 if alive else 503)
+    @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])
+    async def models():
+        return {"models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
+                            "step": m.step} for m in service.models]}
 
     @router.get("/metrics", summary="Prometheus metrics", tags=["mtkit"])
     async def metrics():
@@ -257,7 +314,7 @@ def mtkit_router(service: Service):
 
     @router.get("/", include_in_schema=False)
     async def page():
-        return HTMLResponse(page_html())
+        return HTMLResponse(page_file("index.html").replace("{version}", __version__))
     return router
 
 

@@ -39,7 +39,7 @@ class ServedModel:
         translator: the engine, with the model's default decode settings.
         src_lang, tgt_lang: language codes (the checkpoint config's ``data.src_lang`` / ``data.tgt_lang``).
         engine: ``torch`` or ``ctranslate2``.
-        step: the training step of the loaded checkpoint (None when not recorded), for ``/health``, which
+        step: the training step of the loaded checkpoint (None when not recorded), for ``/v1/models``, which
             shows no filesystem path.
         group: the name of the multilingual model this is one pair of (a request naming it picks the
             pair by its source and target); empty for a model of one pair.

@@ -1,13 +1,14 @@
-"""The HTTP API's request and response bodies: the pydantic models of mtkit's own API, and the
-parsing of LibreTranslate's fields (a JSON body, a form or the URL's query string) with the checks
-every request passes (UTF-8, lone surrogates, nesting, finite numbers), each failure a 400 naming the field.
+"""The HTTP API's request and response bodies: the pydantic models of mtkit's own API, and the parsing
+of a JSON body, a form, a multipart form or a query string, with the checks every request passes (UTF-8,
+lone surrogates, nesting, finite numbers), each failure a 400 naming the field. Which of them a
+LibreTranslate request reads, and in what order: :mod:`mtkit.serve.libretranslate`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import re
 import urllib.parse
 from typing import Any, Literal
 
@@ -55,7 +56,7 @@ class NativeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str | list[str] = Field(description="A sentence, or a list of sentences (no line breaks inside one).")
-    model: str | None = Field(None, description="The model's name (see /health); default: by source and target.")
+    model: str | None = Field(None, description="The model's name (see /v1/models); default: by source and target.")
     source: str | None = Field(None, description="Source language code; default: the model's.")
     target: str | None = Field(None, description="Target language code; default: the model's.")
     beam: int | None = Field(None, ge=1, description="Beam size (1: greedy); default: the model's.")
@@ -105,11 +106,11 @@ class NativeResponse(BaseModel):
 MAX_DEPTH = 32  # levels of JSON nesting a request may have (mtkit's own needs 4: glossary lists of objects)
 
 
-def _decode_body(body: bytes) -> str:
+def decode_body(body: bytes, what: str = "the request body") -> str:
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ApiError(400, f"the request body is not valid UTF-8 (byte {e.start})") from None
+        raise ApiError(400, f"{what} is not valid UTF-8 (byte {e.start})") from None
 
 
 def _no_constant(name: str):
@@ -143,66 +144,108 @@ def check_values(data: Any) -> None:
             stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value))
 
 
-def parse_json(body: bytes) -> dict:
-    text = _decode_body(body)
+def parse_json(body: bytes, malformed: str | None = None, not_object: str | None = None) -> dict:
+    """A JSON object, through :func:`check_values`. ``malformed``, ``not_object``: the messages to answer
+    instead of mtkit's own, for a body that is not JSON (or not UTF-8) and for one that is not an object
+    (LibreTranslate's endpoints answer LibreTranslate's)."""
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(decode_body(body), parse_constant=_no_constant)
     except RecursionError:
         raise ApiError(400, f"Invalid request: the JSON is nested deeper than {MAX_DEPTH} levels") from None
+    except ApiError as e:
+        raise ApiError(400, malformed or e.message) from None
     except ValueError as e:
-        raise ApiError(400, f"malformed JSON: {e}") from None
+        raise ApiError(400, malformed or f"malformed JSON: {e}") from None
     if not isinstance(data, dict):
-        raise ApiError(400, f"expected a JSON object, got {type(data).__name__}")
+        raise ApiError(400, not_object or f"expected a JSON object, got {type(data).__name__}")
     check_values(data)
     return data
 
 
-def _form(text: str, where: str) -> dict[str, Any]:
-    """A form's or a query string's fields (a repeated field gives a list)."""
+LIST_FIELDS = ("q",)  # a form field that, repeated, is a list (mtkit's; LibreTranslate takes the first of any)
+
+
+def parse_form(text: str, where: str) -> dict[str, Any]:
+    """A form's or a query string's fields: a repeated ``q`` gives a list, any other repeated field its first
+    value (as Flask's ``request.values.get``)."""
     try:
         pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
     except UnicodeDecodeError:
         raise ApiError(400, f"{where} is not valid UTF-8 once percent-decoded") from None
+    return _fields(pairs)
+
+
+def _fields(pairs) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key, value in pairs:
-        if key in fields:
-            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
-        else:
+        if key not in fields:
             fields[key] = value
+        elif key in LIST_FIELDS:
+            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
     return fields
 
 
-def parse_fields(body: bytes, content_type: str, query: bytes = b"") -> dict:
-    """A LibreTranslate request's fields, as LibreTranslate reads them: from the URL's query string, then
-    a JSON or a form body (a field in the body wins; a repeated form field gives a list)."""
-    fields = _form(_decode_body(query), "a query parameter") if query else {}
-    kind = content_type.split(";", 1)[0].strip().lower()
-    if not body.strip():
-        return fields
-    if kind == "application/json" or (not kind and body.lstrip()[:1] in (b"{", b"[")):
-        return {**fields, **parse_json(body)}
-    if kind in ("application/x-www-form-urlencoded", ""):
-        return {**fields, **_form(_decode_body(body), "a form field")}
-    raise ApiError(400, f"unsupported Content-Type {kind}: send application/json or "
-                        "application/x-www-form-urlencoded")
+# Parts a multipart/form-data body may have: LibreTranslate's page sends 6 or 7; Starlette's own default bound.
+MAX_FORM_PARTS = 1000
 
 
-def _optional_str(fields: dict, name: str) -> str | None:
-    value = fields.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise ApiError(400, f"Invalid request: {name} must be a string, got {type(value).__name__}")
+def parse_multipart(body: bytes, content_type: str) -> dict[str, Any]:
+    """The text fields of a ``multipart/form-data`` body (the ``FormData`` a browser sends); file parts are
+    left out, as Flask's ``request.values`` leaves them. A body that cannot be read (no boundary, cut short,
+    malformed) has no fields, as Flask reads it; over :data:`MAX_FORM_PARTS` parts is a 400. Work and memory
+    are linear in the body, which the server has already bounded (``--max-body-bytes``)."""
+    try:  # the serve extra's python-multipart (Starlette's form parser), imported here so that a server
+        # installed without it still answers JSON and urlencoded forms
+        from python_multipart.multipart import MultipartParser, parse_options_header
+    except ImportError:
+        raise ApiError(400, "this server cannot read multipart/form-data (python-multipart is not installed); "
+                            "send JSON or application/x-www-form-urlencoded") from None
+    logging.getLogger("python_multipart").setLevel(logging.CRITICAL)  # a stranger's malformed body: no log line
+    _, params = parse_options_header(content_type)
+    boundary = params.get(b"boundary")
+    if not boundary:
+        return {}
+    parts: list[tuple[dict[bytes, bytes], bytearray]] = []
+    header = [b"", b""]
+    ended: list[bool] = []
 
+    def on_part_begin() -> None:
+        if len(parts) >= MAX_FORM_PARTS:
+            raise ApiError(400, f"Invalid request: the form has more than {MAX_FORM_PARTS} parts")
+        parts.append(({}, bytearray()))
 
-def _int_field(fields: dict, name: str, default: int, low: int, high: int) -> int:
-    value = fields.get(name, default)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,9}\s*", value):  # a form sends text (ASCII digits)
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"Invalid request: {name} must be an integer")
-    if not low <= value <= high:
-        raise ApiError(400, f"Invalid request: {name} must be between {low} and {high}, got {value}")
-    return value
+    def on_header_field(data: bytes, start: int, end: int) -> None:
+        header[0] += data[start:end]
+
+    def on_header_value(data: bytes, start: int, end: int) -> None:
+        header[1] += data[start:end]
+
+    def on_header_end() -> None:
+        parts[-1][0][header[0].strip().lower()] = header[1].strip()
+        header[0], header[1] = b"", b""
+
+    def on_part_data(data: bytes, start: int, end: int) -> None:
+        parts[-1][1].extend(data[start:end])
+
+    parser = MultipartParser(boundary, {"on_part_begin": on_part_begin, "on_header_field": on_header_field,
+                                        "on_header_value": on_header_value, "on_header_end": on_header_end,
+                                        "on_part_data": on_part_data, "on_end": lambda: ended.append(True)})
+    try:
+        parser.write(body)
+        parser.finalize()
+    except ValueError:  # python_multipart's parse errors
+        return {}
+    if not ended:  # cut short before its closing boundary
+        return {}
+    pairs = []
+    for i, (headers, data) in enumerate(parts):
+        _, disposition = parse_options_header(headers.get(b"content-disposition", b""))
+        if b"name" not in disposition or b"filename" in disposition:
+            continue
+        name = decode_body(disposition[b"name"], f"the name of form part {i + 1}")
+        shown = name if len(name) <= 40 and name.isprintable() else repr(name[:40])
+        pairs.append((name, decode_body(bytes(data), f"form field {shown}")))
+    return _fields(pairs)
 
 
 def request_constraints(req: NativeRequest, n: int) -> list[Constraints | None] | None:

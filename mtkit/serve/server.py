@@ -16,8 +16,9 @@ import sys
 from mtkit.errors import MtkitError
 
 # Endpoints named in the request metrics (anything else is "other", so that a scan cannot grow them).
-ENDPOINTS = ("/translate", "/languages", "/detect", "/v1/translate", "/health", "/metrics", "/", "/docs",
-             "/redoc", "/openapi.json")
+ENDPOINTS = ("/translate", "/languages", "/detect", "/health", "/frontend/settings", "/spec", "/js/app.js",
+             "/suggest", "/translate_file", "/v1/translate", "/v1/models", "/metrics", "/", "/docs", "/redoc",
+             "/openapi.json")
 
 
 class Guard:
@@ -125,8 +126,9 @@ async def _answer(send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-# LibreTranslate's endpoints answer browsers of any origin (its routes are flask_cors' @cross_origin()).
-CORS_PATHS = frozenset({"/translate", "/languages", "/detect"})
+# LibreTranslate's endpoints answer browsers of any origin (its blueprint's after_request adds the headers).
+CORS_PATHS = frozenset({"/translate", "/languages", "/detect", "/health", "/frontend/settings", "/suggest",
+                        "/translate_file"})
 
 
 class Cors:

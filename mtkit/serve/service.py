@@ -72,14 +72,16 @@ class Service:
 
     # -------------------------------------------------------------- checks
 
-    def check_key(self, key: Any, headers) -> None:
+    def check_key(self, key: Any, headers, missing: ApiError | None = None) -> None:
+        """With API keys, a 403 for a key that is not one; ``missing`` (default a 403) when none was given
+        (in the body, else ``Authorization: Bearer`` or ``X-Api-Key``; an empty one is none)."""
         if self.api_keys is None:
             return
-        if key is None:
+        if key is None or key == "":
             auth = headers.get("authorization", "")
             key = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get("x-api-key")
         if not isinstance(key, str) or not key:
-            raise ApiError(403, "Please contact the server operator to get an API key (none was given)")
+            raise missing or ApiError(403, "Please contact the server operator to get an API key (none was given)")
         if not any(hmac.compare_digest(key.encode(), k.encode()) for k in self.api_keys):
             raise ApiError(403, "Invalid API key")
 

@@ -1,0 +1,285 @@
+"""LibreTranslate's rules, as LibreTranslate 1.9 applies them (``libretranslate/app.py`` of v1.9.6,
+commit 497f6c6): where a request's fields come from, its error messages word for word, the
+``/frontend/settings`` its web page reads first, and the Swagger 2.0 document it serves at ``/spec``.
+
+Fields: a JSON body (``application/json`` or ``application/*+json``) is read alone, as Flask's
+``request.get_json()``; any other request reads the URL's query string and a form body
+(``application/x-www-form-urlencoded`` or ``multipart/form-data``, the ``FormData`` its web page sends),
+the query string first, as Flask's ``request.values``; a form's text has its line ends made ``\\n``.
+mtkit adds: a JSON body's missing fields are looked for in the query string too, an empty body (any
+Content-Type) leaves the query string alone, a repeated ``q`` in a form or query string is a list of
+texts, and a body without a Content-Type that looks like JSON is JSON (else a urlencoded form).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import reprlib
+from typing import Any
+
+from mtkit.serve.models import language_name
+from mtkit.serve.schemas import ApiError, decode_body, parse_form, parse_json, parse_multipart
+
+# LibreTranslate's messages (its app.py, through Flask's abort(400, description=...)).
+BAD_REQUEST = "The browser (or proxy) sent a request that this server could not understand."  # Flask's BadRequest()
+INVALID_JSON = "Invalid JSON format"
+KEY_MISSING = "Please contact the server operator to get an API key"
+SUGGESTIONS_DISABLED = "Suggestions are disabled on this server."
+FILES_DISABLED = "Files translation are disabled on this server."
+
+# LibreTranslate's own aliases of language codes (libretranslate/language.py): a client may send either.
+ALIASES = {"pt-br": "pb", "zh-hans": "zh", "zh-hant": "zt"}
+
+FRONTEND_TIMEOUT_MS = 500  # LibreTranslate's default --frontend-timeout: its page waits this long after typing
+
+_short = reprlib.Repr()
+_short.maxstring = 60
+_short.maxother = 60
+
+
+def missing(name: str) -> ApiError:
+    return ApiError(400, f"Invalid request: missing {name} parameter")
+
+
+def shown(value: Any) -> str:
+    """A value in a message as LibreTranslate formats it (``str``), shortened through ``reprlib`` when long:
+    a stranger's 1 MB field never comes back whole in an error."""
+    text = value if isinstance(value, str) else str(value) if isinstance(value, (int, float, type(None))) else None
+    if text is not None and len(text) <= 60:
+        return text
+    return _short.repr(value)
+
+
+def is_json(content_type: str) -> bool:
+    """Flask's ``request.is_json``: ``application/json`` or ``application/*+json``."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def read_fields(body: bytes, content_type: str, query: bytes = b"") -> dict:
+    """A request's fields, as LibreTranslate reads them (see the module's docstring)."""
+    from_query = parse_form(decode_body(query, "the query string"), "a query parameter") if query else {}
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if not body.strip():
+        return from_query
+    if is_json(content_type) or (not kind and body.lstrip()[:1] in (b"{", b"[")):
+        return {**from_query, **parse_json(body, malformed=BAD_REQUEST, not_object=INVALID_JSON)}
+    if kind == "application/x-www-form-urlencoded" or not kind:
+        form = parse_form(decode_body(body, "the form body"), "a form field")
+    elif kind == "multipart/form-data":
+        form = parse_multipart(body, content_type)
+    else:  # LibreTranslate reads no other body: only the query string's fields
+        form = {}
+    return {**_unix_lines(form), **_unix_lines(from_query)}
+
+
+def _unix_lines(fields: dict) -> dict:
+    """A form's ``q`` with its line ends made ``\\n`` (LibreTranslate: ``"\\n".join(q.splitlines())``)."""
+    q = fields.get("q")
+    if isinstance(q, str):
+        return {**fields, "q": "\n".join(q.splitlines())}
+    if isinstance(q, list):
+        return {**fields, "q": ["\n".join(x.splitlines()) for x in q]}
+    return fields
+
+
+def text_field(fields: dict, name: str) -> str | None:
+    """A string field (None when absent or empty, as LibreTranslate's ``if not value``)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    raise ApiError(400, f"Invalid request: {name} must be a string, got {type(value).__name__}")
+
+
+def alternatives(fields: dict, limit: int) -> int:
+    """``alternatives`` as LibreTranslate reads it: ``max(0, int(value))``, 400 when not a number or over the limit.
+    Only ASCII digits (``int()`` would take ``"\\u0663"``), at most 9 of them; a JSON float is truncated."""
+    value = fields.get("alternatives", 0)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,9}\s*", value):
+        value = int(value)
+    elif isinstance(value, float) and math.isfinite(value):
+        value = int(value)
+    if not isinstance(value, int):  # bool is an int: True counts 1, as int(True)
+        raise ApiError(400, "Invalid request: alternatives parameter is not a number")
+    value = max(0, int(value))
+    if value > limit:
+        raise ApiError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+    return value
+
+
+def over_limit(size: int, limit: int) -> ApiError:
+    """LibreTranslate's message for a batch over --batch-limit and a text over --char-limit."""
+    return ApiError(400, f"Invalid request: request ({size}) exceeds text limit ({limit})")
+
+
+def language_code(value: str, known: dict[str, str]) -> str:
+    """A requested code as the models spell it (``known``: lower case -> the models' code), matched
+    without regard to case and through LibreTranslate's aliases; unknown codes come back lower-cased,
+    as LibreTranslate's ``iso2model`` gives them."""
+    lower = value.lower()
+    if lower in known:
+        return known[lower]
+    return known.get(ALIASES.get(lower, lower), ALIASES.get(lower, lower))
+
+
+def not_supported(code: str) -> ApiError:
+    return ApiError(400, f"{shown(code)} is not supported")
+
+
+def not_available(source: str, target: str) -> ApiError:
+    return ApiError(400, f"{language_name(target)} ({target}) is not available as a target language from "
+                         f"{language_name(source)} ({source})")
+
+
+def unsupported_format(value: Any) -> ApiError:
+    return ApiError(400, f"{shown(value)} format is not supported")
+
+
+def alternatives_of(best: str, candidates: list[str]) -> list[str]:
+    """LibreTranslate's ``filter_unique``: the candidates in order, without repeats, the best or empty ones."""
+    seen = {best, ""}
+    found = []
+    for text in candidates:
+        if text not in seen:
+            seen.add(text)
+            found.append(text)
+    return found
+
+
+# ---------------------------------------------------------------------------------- the web page's reads
+
+
+def frontend_settings(models, char_limit: int, api_keys: bool) -> dict:
+    """``GET /frontend/settings``: what LibreTranslate's page reads before anything else. ``models``: the
+    served models (source, target); the page starts on ``auto`` when every model translates from one
+    language (this server answers ``auto`` only then), else on the first model's source."""
+    sources = {m.src_lang for m in models}
+    first = models[0]
+    source = ({"code": "auto", "name": "Auto Detect"} if len(sources) == 1
+              else {"code": first.src_lang, "name": language_name(first.src_lang)})
+    return {
+        "charLimit": char_limit,
+        "frontendTimeout": FRONTEND_TIMEOUT_MS,
+        "apiKeys": api_keys,
+        "keyRequired": api_keys,  # with --api-keys, mtkit answers no request without a key
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {"source": source,
+                     "target": {"code": first.tgt_lang, "name": language_name(first.tgt_lang)}},
+    }
+
+
+def _param(name: str, kind: str, required: bool, description: str, **more) -> dict:
+    return {"in": "formData", "name": name, "required": required, "description": description,
+            "schema": {"type": kind, **more}}
+
+
+_ERROR = {"description": "Error", "schema": {"$ref": "#/definitions/error-response"}}
+_KEY = _param("api_key", "string", False, "API key (with mtkit serve --api-keys)")
+
+
+def spec(version: str) -> dict:
+    """``GET /spec``: LibreTranslate's API as a Swagger 2.0 document (the shape of LibreTranslate's
+    flask_swagger output: ``swagger``, ``info``, ``basePath``, ``paths``, ``definitions``)."""
+    language = {"type": "object", "properties": {"confidence": {"type": "number", "format": "float",
+                                                                "minimum": 0, "maximum": 100},
+                                                 "language": {"type": "string"}}}
+    return {
+        "swagger": "2.0",
+        "basePath": "/",
+        "info": {"title": "mtkit", "version": version, "license": {"name": "MIT"},
+                 "description": "LibreTranslate's API, served by mtkit (mtkit's own API: /docs)."},
+        "paths": {
+            "/translate": {"post": {
+                "tags": ["translate"], "summary": "Translate Text",
+                "consumes": ["application/json", "application/x-www-form-urlencoded", "multipart/form-data"],
+                "parameters": [
+                    _param("q", "string", True, "Text to translate, or a list of texts (JSON)"),
+                    _param("source", "string", True, "Source language code, or auto"),
+                    _param("target", "string", True, "Target language code"),
+                    _param("format", "string", False, "text, or html (the text between tags is translated)",
+                           enum=["text", "html"], default="text"),
+                    _param("alternatives", "integer", False, "How many alternative translations", default=0),
+                    _KEY],
+                "responses": {"200": {"description": "Translation", "schema": {"$ref": "#/definitions/translate"}},
+                              "400": _ERROR, "403": _ERROR, "413": _ERROR, "500": _ERROR, "503": _ERROR}}},
+            "/languages": {"get": {
+                "tags": ["translate"], "summary": "Get Supported Languages",
+                "responses": {"200": {"description": "Languages", "schema": {"$ref": "#/definitions/languages"}}}}},
+            "/detect": {"post": {
+                "tags": ["translate"], "summary": "Detect Language of Text",
+                "parameters": [_param("q", "string", True, "Text"), _KEY],
+                "responses": {"200": {"description": "The source language (mtkit detects none: the one its "
+                                                     "models translate from)",
+                                      "schema": {"$ref": "#/definitions/detections"}},
+                              "400": _ERROR, "403": _ERROR}}},
+            "/translate_file": {"post": {
+                "tags": ["translate"], "summary": "Translate a File (disabled on mtkit)",
+                "consumes": ["multipart/form-data"],
+                "responses": {"403": _ERROR}}},
+            "/suggest": {"post": {
+                "tags": ["misc"], "summary": "Submit a Suggestion (disabled on mtkit)",
+                "responses": {"403": _ERROR}}},
+            "/frontend/settings": {"get": {
+                "tags": ["misc"], "summary": "Retrieve Frontend Settings",
+                "responses": {"200": {"description": "Frontend settings",
+                                      "schema": {"$ref": "#/definitions/frontend-settings"}}}}},
+            "/health": {"get": {
+                "tags": ["misc"], "summary": "Health Check",
+                "responses": {"200": {"description": "Serving", "schema": {"$ref": "#/definitions/health-response"}},
+                              "503": {"description": "Not ready"}}}},
+        },
+        "definitions": {
+            "translate": {"type": "object", "required": ["translatedText"], "properties": {
+                "translatedText": {"description": "Translated text(s)"},
+                "detectedLanguage": {"description": "With source auto"},
+                "alternatives": {"description": "With alternatives > 0"}}},
+            "languages": {"type": "array", "items": {"type": "object", "properties": {
+                "code": {"type": "string"}, "name": {"type": "string"},
+                "targets": {"type": "array", "items": {"type": "string"}}}}},
+            "detections": {"type": "array", "items": language},
+            "frontend-settings": {"type": "object", "properties": {
+                "charLimit": {"type": "integer"}, "frontendTimeout": {"type": "integer"},
+                "apiKeys": {"type": "boolean"}, "keyRequired": {"type": "boolean"},
+                "suggestions": {"type": "boolean"}, "filesTranslation": {"type": "boolean"},
+                "supportedFilesFormat": {"type": "array", "items": {"type": "string"}},
+                "language": {"type": "object"}}},
+            "health-response": {"type": "object", "properties": {"status": {"type": "string"}}},
+            "error-response": {"type": "object", "properties": {"error": {"type": "string"}}},
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------- Flask's methods
+
+# LibreTranslate's routes and their methods; Flask adds HEAD to each GET route and OPTIONS to every route.
+ROUTES = {"/translate": ("POST",), "/detect": ("POST",), "/suggest": ("POST",), "/translate_file": ("POST",),
+          "/languages": ("GET",), "/health": ("GET",), "/frontend/settings": ("GET",), "/spec": ("GET",),
+          "/js/app.js": ("GET",), "/": ("GET",)}
+
+
+class FlaskMethods:
+    """ASGI middleware: what Flask answers on each of LibreTranslate's routes without being asked: HEAD on
+    a GET route (the GET answer's status and headers; uvicorn sends no body for HEAD) and OPTIONS (200,
+    ``Allow``, no body). A CORS preflight is answered before it (:class:`mtkit.serve.server.Cors`)."""
+
+    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES) -> None:
+        self.app = app
+        self.allow = {path: ", ".join(sorted({*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}))
+                      for path, methods in routes.items()}
+
+    async def __call__(self, scope, receive, send) -> None:
+        allow = self.allow.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if allow is not None and scope["method"] == "HEAD" and "GET" in allow:
+            scope = {**scope, "method": "GET"}
+        elif allow is not None and scope["method"] == "OPTIONS":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"allow", allow.encode()), (b"content-length", b"0"),
+                                    (b"content-type", b"text/html; charset=utf-8")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self.app(scope, receive, send)
