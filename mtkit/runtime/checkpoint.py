@@ -2,8 +2,10 @@
 
 A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded with
 ``weights_only=True`` so that loading never executes code from the file (the keys:
-:mod:`mtkit.training.checkpoint`, which writes them). A run directory holds
-``checkpoints/step_NNNNNNN.pt`` files, ``last.pt``, ``best.pt`` and ``averaged.pt``;
+:mod:`mtkit.training.checkpoint`, which writes them). Before torch sees a file, it is read without
+torch (:mod:`mtkit.runtime.checkpoint_file`: bounded work, nothing run) and its fields are type-checked;
+:func:`precheck` also checks its config against its tensors' names and shapes, before torch is imported.
+A run directory holds ``checkpoints/step_NNNNNNN.pt`` files, ``last.pt``, ``best.pt`` and ``averaged.pt``;
 :func:`resolve_checkpoint` picks the one a command uses.
 
 Training and inference both load through here; saving stays with training.
@@ -77,6 +79,8 @@ def check_fields(ckpt: Any, path: str | Path) -> None:
         raise MtkitError(f"{path}: not a complete mtkit checkpoint (no 'vocab.src' SentencePiece model)")
     if not isinstance(ckpt["model"], dict):
         raise MtkitError(f"{path}: not a complete mtkit checkpoint ('model' is not a state_dict)")
+    if bad := next((k for k in ckpt["model"] if not isinstance(k, str)), None):
+        raise MtkitError(f"{path}: its model holds {shown(bad)}, which is not a tensor name")
     for key in ("src", "tgt"):
         model = vocab.get(key)
         if model is not None and not isinstance(model, bytes):

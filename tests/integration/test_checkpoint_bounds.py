@@ -370,6 +370,8 @@ def _field_case(ckpt: dict, name: str) -> None:
         ckpt["format_version"] = "1"
     elif name == "step a string":
         ckpt["step"] = "7"
+    elif name == "a model key an int":
+        ckpt["model"][3] = torch.zeros(1)
     elif name == "vocab.src too large":
         ckpt["vocab"]["src"] = bytes(33 << 20)
 
@@ -382,6 +384,7 @@ FIELD_CASES = {
     "vocab.src a string": "no 'vocab.src' SentencePiece model",
     "format_version a string": "its format_version must be a positive integer, got '1'",
     "step a string": "its step must be an integer, got '7'",
+    "a model key an int": "its model holds 3, which is not a tensor name",
     "vocab.src too large": "its vocab.src is 34,603,008 bytes, more than the 32 MiB of a SentencePiece model",
 }
 
@@ -459,3 +462,23 @@ def test_the_reading_never_waits_for_a_fifo(tmp_path):
         checkpoint_file.read_payload(fifo)  # opened without blocking, then refused
     with pytest.raises(MtkitError, match="not a regular file$"):
         load_checkpoint(tmp_path)  # a directory is not a checkpoint file either
+
+
+def test_config_values_are_quoted_short(good, tmp_path):
+    """A config value of any size is quoted through reprlib (mtkit.errors.shown): one short line."""
+    from mtkit.config import config_from_dict
+
+    ckpt = torch.load(good, weights_only=True)
+    ckpt["config"]["model"]["norm"] = "x" * 100_000
+    torch.save(ckpt, tmp_path / "long.pt")
+    with pytest.raises(MtkitError) as caught:
+        precheck(tmp_path / "long.pt")
+    assert str(caught.value) == (f"{tmp_path / 'long.pt'}: its config: model.norm: expected one of 'post' | 'pre', "
+                                 f"got {shown('x' * 100_000)}")
+    assert len(str(caught.value)) < 300
+    with pytest.raises(MtkitError, match=r"^train.lr: must be a finite number \(not nan or inf\), got <an integer "
+                                         r"of 19932 bits>$"):
+        config_from_dict({"train": {"lr": 10**6000}})
+    with pytest.raises(MtkitError, match=r"^train.betas: expected a list of 2 values, got \[0, 1, 2, 3, 4, 5, "
+                                         r"\.\.\.\]$"):
+        config_from_dict({"train": {"betas": list(range(10**6))}})
