@@ -1,4 +1,8 @@
-"""The user-facing errors: the CLI prints each as one line and exits with its code."""
+"""The user-facing errors: the CLI prints each as one line and exits with its code; :func:`shown` quotes
+a value from a file or request in such a line."""
+
+import reprlib
+from itertools import islice
 
 
 class MtkitError(Exception):
@@ -18,3 +22,42 @@ class Interrupted(MtkitError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class _Shown(reprlib.Repr):
+    """reprlib's shortened repr, also for what reprlib would hand to ``repr`` whole: subclasses of the
+    containers (an OrderedDict nested 200,000 deep), bytes, and integers too long for ``str`` (Python
+    refuses more than 4,300 digits, and takes time quadratic in the digits below that)."""
+
+    def repr1(self, x, level):
+        if isinstance(x, bool) or x is None or isinstance(x, float):
+            return repr(x)
+        if isinstance(x, int):
+            bits = x.bit_length()
+            return f"<an integer of {bits} bits>" if bits > 256 else super().repr_int(int(x), level)
+        if isinstance(x, str):
+            return super().repr_str(str(x), level)
+        if isinstance(x, (bytes, bytearray)):
+            return repr(bytes(x[: self.maxstring])) + ("..." if len(x) > self.maxstring else "")
+        if isinstance(x, dict):
+            if level <= 0:
+                return "{...}"
+            items = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+                     for k, v in islice(x.items(), self.maxdict)]
+            return "{" + ", ".join(items) + (", ..." if len(x) > self.maxdict else "") + "}"
+        if isinstance(x, list):
+            return super().repr_list(list(islice(x, self.maxlist + 1)), level)
+        if isinstance(x, tuple):
+            return super().repr_tuple(tuple(islice(x, self.maxtuple + 1)), level)
+        return super().repr1(x, level)
+
+
+_SHOWN = _Shown()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+
+
+def shown(value) -> str:
+    """``value`` as an error message quotes it: its repr, shortened (:mod:`reprlib`), whatever its size or
+    depth, so that a value from a stranger's file (a config value of 10**6000, a list nested 200,000 deep)
+    makes one short line."""
+    return _SHOWN.repr(value)

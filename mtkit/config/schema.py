@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
 
 
 class ConfigError(MtkitError):
@@ -290,7 +290,7 @@ SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
 def _check(ok: bool, key: str, rule: str, value: Any) -> None:
     if not ok:
-        raise ConfigError(key, f"must be {rule}, got {value!r}")
+        raise ConfigError(key, f"must be {rule}, got {shown(value)}")
 
 
 def validate(config: Config) -> None:

@@ -2,8 +2,10 @@
 
 A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded with
 ``weights_only=True`` so that loading never executes code from the file (the keys:
-:mod:`mtkit.training.checkpoint`, which writes them). A run directory holds
-``checkpoints/step_NNNNNNN.pt`` files, ``last.pt``, ``best.pt`` and ``averaged.pt``;
+:mod:`mtkit.training.checkpoint`, which writes them). Before torch sees a file, it is read without
+torch (:mod:`mtkit.runtime.checkpoint_file`: bounded work, nothing run) and its fields are type-checked;
+:func:`precheck` also checks its config against its tensors' names and shapes, before torch is imported.
+A run directory holds ``checkpoints/step_NNNNNNN.pt`` files, ``last.pt``, ``best.pt`` and ``averaged.pt``;
 :func:`resolve_checkpoint` picks the one a command uses.
 
 Training and inference both load through here; saving stays with training.
@@ -11,13 +13,17 @@ Training and inference both load through here; saving stays with training.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
+from mtkit.runtime.checkpoint_file import read_payload
 
 CHECKPOINT_FORMAT = 1
 STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
@@ -25,36 +31,85 @@ REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
 # No tensor holds the size of a sinusoid table (two of max_positions × d_model floats, built at load):
 # a larger max_positions than this is refused as implausible rather than allocated.
 MAX_POSITIONS = 1 << 16
+# A SentencePiece model of 256k pieces is ~5 MB; its bytes go to SentencePiece's parser (C++) whole,
+# so a checkpoint's are held to this before they are handed over.
+MAX_SPM_BYTES = 32 << 20
 
 
 def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> dict:
     """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors,
-    among them a file without one of :data:`REQUIRED_KEYS`. ``mmap``: tensors stay on disk until
-    read, for a caller that wants only the config or vocabulary of a large checkpoint."""
+    among them a file without one of :data:`REQUIRED_KEYS` or with a field of the wrong type.
+    ``mmap``: tensors stay on disk until read, for a caller that wants only the config or vocabulary
+    of a large checkpoint.
+
+    torch sees only a file that :func:`~mtkit.runtime.checkpoint_file.read_payload` has read first, in
+    bounded work and without torch (a regular file, a zip archive of stored entries, a pickle of plain
+    data and tensors that fit their storages), so that torch.load's own work is bounded as well.
+    """
+    path = Path(path)
+    check_fields(read_payload(path), path)
     import torch
 
-    path = Path(path)
-    if not path.is_file():
-        raise MtkitError(f"{path}: no such checkpoint")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except Exception as e:  # a truncated or foreign file
-        raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
+    with warnings.catch_warnings():
+        # A pickle of protocol 4 that passed the reading above loads; torch's note on it is no user's concern.
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        try:
+            ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        except Exception as e:  # a file that changed since it was read, or a layout torch reads otherwise
+            raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
+    check_fields(ckpt, path)
+    return ckpt
+
+
+def check_fields(ckpt: Any, path: str | Path) -> None:
+    """The keys and types of what loading a checkpoint reads (the config: :func:`checkpoint_config`)."""
     if not isinstance(ckpt, dict) or "format_version" not in ckpt:
         raise MtkitError(f"{path}: not an mtkit checkpoint (no format_version)")
-    if ckpt["format_version"] > CHECKPOINT_FORMAT:
-        raise MtkitError(
-            f"{path}: checkpoint format {ckpt['format_version']} is newer than this mtkit "
-            f"understands ({CHECKPOINT_FORMAT}); upgrade mtkit"
-        )
+    version = ckpt["format_version"]
+    if type(version) is not int or version < 1:
+        raise MtkitError(f"{path}: its format_version must be a positive integer, got {shown(version)}")
+    if version > CHECKPOINT_FORMAT:
+        raise MtkitError(f"{path}: checkpoint format {version} is newer than this mtkit "
+                         f"understands ({CHECKPOINT_FORMAT}); upgrade mtkit")
     for key in REQUIRED_KEYS:
         if key not in ckpt:
             raise MtkitError(f"{path}: not a complete mtkit checkpoint (no '{key}')")
-    if not isinstance(ckpt["vocab"], dict) or not isinstance(ckpt["vocab"].get("src"), bytes):
+    vocab = ckpt["vocab"]
+    if not isinstance(vocab, dict) or not isinstance(vocab.get("src"), bytes):
         raise MtkitError(f"{path}: not a complete mtkit checkpoint (no 'vocab.src' SentencePiece model)")
     if not isinstance(ckpt["model"], dict):
         raise MtkitError(f"{path}: not a complete mtkit checkpoint ('model' is not a state_dict)")
-    return ckpt
+    if bad := next((k for k in ckpt["model"] if not isinstance(k, str)), None):
+        raise MtkitError(f"{path}: its model holds {shown(bad)}, which is not a tensor name")
+    for key in ("src", "tgt"):
+        model = vocab.get(key)
+        if model is not None and not isinstance(model, bytes):
+            raise MtkitError(f"{path}: its vocab.{key} must be a SentencePiece model's bytes, got {shown(model)}")
+        if model is not None and len(model) > MAX_SPM_BYTES:
+            raise MtkitError(f"{path}: its vocab.{key} is {len(model):,} bytes, more than the "
+                             f"{MAX_SPM_BYTES >> 20} MiB of a SentencePiece model")
+    for key in ("src_vocab_size", "tgt_vocab_size"):
+        size = ckpt[key]
+        if type(size) is not int or size < 1:
+            raise MtkitError(f"{path}: {key} must be a positive integer, got {shown(size)}")
+    pieces = vocab.get("pieces")
+    if pieces is not None:
+        if not isinstance(pieces, dict):
+            raise MtkitError(f"{path}: its vocab.pieces must be a mapping of piece tables, got {shown(pieces)}")
+        for key, size in (("src", ckpt["src_vocab_size"]), ("tgt", ckpt["tgt_vocab_size"])):
+            table = pieces.get(key)
+            if key == "tgt" and table is None:
+                table, key = pieces.get("src"), "src"  # one table for both sides
+            if not isinstance(table, list) or not all(isinstance(p, str) for p in table):
+                raise MtkitError(f"{path}: its vocab.pieces.{key} must be a list of pieces, got {shown(table)}")
+            if len(table) != size:
+                raise MtkitError(f"{path}: its vocab.pieces.{key} has {len(table):,} pieces, its vocabulary "
+                                 f"{size:,} ids")
+    for key, kind, ok in (("step", "an integer", lambda v: type(v) is int),
+                          ("averaged_from", "a list of paths",
+                           lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))):
+        if ckpt.get(key) is not None and not ok(ckpt[key]):
+            raise MtkitError(f"{path}: its {key} must be {kind}, got {shown(ckpt[key])}")
 
 
 def checkpoint_config(ckpt: dict, path: str | Path):
@@ -72,81 +127,25 @@ def checkpoint_config(ckpt: dict, path: str | Path):
     return config
 
 
-class _Shape(tuple):
-    """A tensor of a checkpoint read without torch: its shape alone."""
-
-    @property
-    def shape(self) -> tuple:
-        return tuple(self)
-
-
-class _Inert:
-    """Whatever else a checkpoint's pickle names (storages, dtypes, NumPy states): built from nothing,
-    so that reading the pickle runs no code of any module."""
-
-    def __new__(cls, *args, **kwargs):
-        return object.__new__(cls)
-
-    def __init__(self, *args, **kwargs) -> None:
-        pass
-
-    def __setstate__(self, state) -> None:
-        pass
-
-
 def _payload_without_torch(path: Path) -> Any:
-    """The checkpoint's payload with each tensor as its :class:`_Shape`, read from the zip's ``data.pkl``
-    without torch and without running code (nothing but containers and shapes is built); None when the
-    file is not laid out so (``torch.load`` then decides) or its pickle is larger than a payload's."""
-    import collections
-    import io
-    import pickle
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
-            if len(names) != 1 or archive.getinfo(names[0]).file_size > 64 << 20:
-                return None
-            data = archive.read(names[0])
-    except (OSError, zipfile.BadZipFile, KeyError, RuntimeError):
-        return None
-
-    def tensor(storage, offset, size, *rest) -> _Shape:
-        return _Shape(int(n) for n in size)
-
-    class Reader(pickle.Unpickler):
-        def find_class(self, module: str, name: str):
-            if module == "torch._utils" and name.startswith("_rebuild_tensor"):
-                return tensor
-            if module == "torch._utils" and name == "_rebuild_parameter":
-                return lambda data, *rest: data
-            if (module, name) == ("collections", "OrderedDict"):
-                return collections.OrderedDict
-            return _Inert
-
-        def persistent_load(self, pid):
-            return None
-
-    try:
-        return Reader(io.BytesIO(data)).load()
-    except Exception:  # noqa: BLE001 - a layout this reader does not know: torch.load decides
-        return None
+    """The checkpoint's payload with each tensor as a :class:`~mtkit.runtime.checkpoint_file.Tensor`
+    (its shape, no data), read without torch and without running code, in bounded work
+    (mtkit.runtime.checkpoint_file); a file that is not so readable raises the one-line MtkitError."""
+    return read_payload(path)
 
 
 def precheck(path: str | Path) -> None:
-    """Refuse a checkpoint (file or run directory) whose config its tensors do not fit
-    (:func:`check_config_fits_weights`) before torch is even imported, so that such a file fails at
-    once; a file this cheap reading cannot make out is left to :func:`load_checkpoint`."""
+    """Refuse a checkpoint (file or run directory) that is not readable in bounded work, lacks a field, or
+    whose config its tensors do not fit (:func:`check_config_fits_weights`) before torch is even
+    imported, so that such a file fails at once. A missing one is left to the loading (whose
+    error comes after the flags' checks)."""
     try:
         path = resolve_checkpoint(path, note=False)  # the loading says it
-    except MtkitError:  # no such file: said by the loading, after the flags' checks
+    except _Missing:
         return
     payload = _payload_without_torch(path)
-    if not isinstance(payload, dict) or not all(k in payload for k in REQUIRED_KEYS):
-        return
-    if isinstance(payload["model"], dict) and isinstance(payload["config"], dict):
-        checkpoint_config(payload, path)
+    check_fields(payload, path)
+    checkpoint_config(payload, path)
 
 
 def layer_count(names, side: str) -> int:
@@ -162,13 +161,19 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
     those sizes is built: a config saying 100000000 layers over weights of one would otherwise
     allocate until the machine runs out of memory. Reads shapes only (an mmap-loaded state is not read).
 
-    Checked against the tensors: ``d_model``, the vocabulary sizes, the layer counts, ``d_ff`` and, with
-    learned positions, ``max_positions``; sinusoidal positions have no tensor, so ``max_positions`` is
-    held to :data:`MAX_POSITIONS`. (``h`` divides ``d_model``: the config's own check.)
+    First the sizes, each against a tensor that has it, for a message that names the key: ``d_model``,
+    the vocabulary sizes, the layer counts, ``d_ff`` and, with learned positions, ``max_positions``;
+    sinusoidal positions have no tensor, so ``max_positions`` is held to :data:`MAX_POSITIONS`. (``h``
+    divides ``d_model``: the config's own check.) Then every tensor the config implies
+    (:func:`mtkit.model_spec.parameter_shapes`) must be there with its shape, and no other: the model
+    then built holds what the file holds (whose tensors hold no more than their storages' bytes,
+    mtkit.runtime.checkpoint_file).
     """
+    from mtkit.model_spec import parameter_shapes
+
     for key, size in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise MtkitError(f"{path}: {key} must be a positive integer, got {size!r}")
+            raise MtkitError(f"{path}: {key} must be a positive integer, got {shown(size)}")
 
     def shape(name: str) -> tuple:
         """The tensor's shape; a missing one is refused here, as the model would be built without it."""
@@ -178,7 +183,7 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
         return tuple(s)
 
     def refuse(key: str, value: int, name: str, has: tuple) -> None:
-        raise MtkitError(f"{path}: its config's {key} is {value} but its weights have {name} of "
+        raise MtkitError(f"{path}: its config's {key} is {shown(value)} but its weights have {name} of "
                          f"{' × '.join(map(str, has))}")
 
     m = model_cfg
@@ -186,11 +191,11 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
     if len(src) != 2 or src[1] != m.d_model:
         refuse("model.d_model", m.d_model, "encoder.embeddings.tokens.weight", src)
     if src[0] != src_vocab_size:
-        raise MtkitError(f"{path}: its src_vocab_size is {src_vocab_size} but its weights have "
+        raise MtkitError(f"{path}: its src_vocab_size is {shown(src_vocab_size)} but its weights have "
                          f"encoder.embeddings.tokens.weight of {src[0]} × {src[1]}")
     out = shape("output_projection.weight")
     if len(out) != 2 or out[0] != tgt_vocab_size:
-        raise MtkitError(f"{path}: its tgt_vocab_size is {tgt_vocab_size} but its weights have "
+        raise MtkitError(f"{path}: its tgt_vocab_size is {shown(tgt_vocab_size)} but its weights have "
                          f"output_projection.weight of {' × '.join(map(str, out))}")
     if m.share_embeddings == "all" and src_vocab_size != tgt_vocab_size:
         raise MtkitError(f"{path}: its config's model.share_embeddings is 'all' but its src_vocab_size "
@@ -198,48 +203,54 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
     for side in ("encoder", "decoder"):
         n, want = layer_count(state, side), getattr(m, f"{side}_layers")
         if n != want:
-            raise MtkitError(f"{path}: its config's model.{side}_layers is {want} but its weights have "
-                             f"{n} {side} layer" + ("" if n == 1 else "s"))
+            raise MtkitError(f"{path}: its config's model.{side}_layers is {shown(want)} but its weights have "
+                             f"{shown(n)} {side} layer" + ("" if n == 1 else "s"))
         w_1 = shape(f"{side}.layers.0.feed_forward.w_1.weight")
         if len(w_1) != 2 or w_1[0] != m.d_ff:
             refuse("model.d_ff", m.d_ff, f"{side}.layers.0.feed_forward.w_1.weight", w_1)
     if m.positions == "learned" and (table := shape("encoder.embeddings.positions.weight"))[0] != m.max_positions:
         refuse("model.max_positions", m.max_positions, "encoder.embeddings.positions.weight", table)
     if m.positions == "sinusoidal" and m.max_positions > MAX_POSITIONS:
-        raise MtkitError(f"{path}: its config's model.max_positions is {m.max_positions}, more than the "
+        raise MtkitError(f"{path}: its config's model.max_positions is {shown(m.max_positions)}, more than the "
                          f"{MAX_POSITIONS} positions mtkit builds a sinusoid table for")
+    # The layer counts now match the file's, so that the table is as long as the file's list of names.
+    _refuse_misfits(parameter_shapes(m, src_vocab_size, tgt_vocab_size), state, path)
 
 
-def check_weights_fit(model, state: dict, path: str | Path) -> None:
-    """Refuse ``state`` unless it has exactly ``model``'s tensor names and shapes (one line, where
+def _refuse_misfits(expected: dict[str, tuple], state: dict, path: str | Path) -> None:
+    """Refuse ``state`` unless it has exactly the tensor names and shapes of ``expected`` (one line, where
     ``load_state_dict`` would print every mismatch over dozens of lines)."""
-    expected = model.state_dict()
     problems = [f"no '{k}'" for k in expected if k not in state]
-    problems += [f"an unexpected '{k}'" for k in state if k not in expected]
+    problems += [f"an unexpected {shown(k)}" for k in state if k not in expected]
     problems += [
-        f"'{k}' is {tuple(getattr(state[k], 'shape', ()))} where the config makes it {tuple(v.shape)}"
+        f"'{k}' is {shown(tuple(getattr(state[k], 'shape', ())))} where the config makes it {v}"
         for k, v in expected.items()
-        if k in state and getattr(state[k], "shape", None) != v.shape
+        if k in state and tuple(getattr(state[k], "shape", ())) != v
     ]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise MtkitError(f"{path}: its weights do not fit its config: {problems[0]}{more}")
 
 
-def stored_step(path: Path) -> int | None:
-    """The ``step`` a checkpoint file records, read without loading its tensors (None if unknown)."""
-    import torch
+def check_weights_fit(model, state: dict, path: str | Path) -> None:
+    """Refuse ``state`` unless it has exactly ``model``'s tensor names and shapes (training's check of a
+    run's own checkpoint against the model it builds)."""
+    _refuse_misfits({k: tuple(v.shape) for k, v in model.state_dict().items()}, state, path)
 
+
+def stored_step(path: Path) -> int | None:
+    """The ``step`` a checkpoint file records, read without torch (None if unknown or unreadable)."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # unreadable: whoever loads it reports why
+        ckpt = read_payload(path)
+    except MtkitError:  # unreadable: whoever loads it reports why
         return None
     if not isinstance(ckpt, dict):
         return None
-    if isinstance(ckpt.get("step"), int):
+    if type(ckpt.get("step")) is int:
         return ckpt["step"]
-    sources = ckpt.get("averaged_from") or []  # averaged files written before they recorded a step
-    m = STEP_PATTERN.match(Path(sources[-1]).name) if sources else None
+    sources = ckpt.get("averaged_from")  # averaged files written before they recorded a step
+    m = STEP_PATTERN.match(Path(sources[-1]).name) if isinstance(sources, list) and sources and isinstance(
+        sources[-1], str) else None
     return int(m.group(1)) if m else None
 
 
@@ -282,10 +293,21 @@ def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
             return fallback
         if fallback is not None:
             return fallback
-        raise MtkitError(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
-    if not path.exists():
-        raise MtkitError(f"{path}: no such checkpoint or run directory")
+        raise _Missing(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
+    try:
+        mode = os.stat(path).st_mode  # symlinks followed
+    except FileNotFoundError:
+        raise _Missing(f"{path}: no such checkpoint or run directory") from None
+    except OSError as e:
+        raise MtkitError(f"{path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):  # a FIFO would hang the reading, /dev/zero never end it
+        raise MtkitError(f"{path}: not a regular file")
     return path
+
+
+class _Missing(MtkitError):
+    """No such checkpoint or run directory, or none in a run directory: said by the loading, after the
+    checks of the flags (:func:`precheck` lets it pass)."""
 
 
 @dataclass
@@ -315,8 +337,8 @@ def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
     path = resolve_checkpoint(path)
     ckpt = load_checkpoint(path)
     config = checkpoint_config(ckpt, path)
+    # checkpoint_config has checked every name and shape the model will have (mtkit.model_spec).
     model = Transformer(config.model, ckpt["src_vocab_size"], ckpt["tgt_vocab_size"], kernels=config.kernels)
-    check_weights_fit(model, ckpt["model"], path)
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["vocab"].get("pieces"))

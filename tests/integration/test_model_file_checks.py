@@ -240,9 +240,14 @@ def test_the_precheck_reads_the_shapes_torch_loads_and_passes_a_good_checkpoint(
     cheap, real = _payload_without_torch(ckpt), load_checkpoint(ckpt)
     assert {k: tuple(v) for k, v in cheap["model"].items()} == {k: tuple(v.shape) for k, v in real["model"].items()}
     assert cheap["config"] == real["config"] and cheap["src_vocab_size"] == real["src_vocab_size"]
-    assert _payload_without_torch(tmp_path / "nothing.pt") is None
-    (tmp_path / "text.pt").write_text("not a zip")
-    assert _payload_without_torch(tmp_path / "text.pt") is None
+    assert cheap["vocab"] == real["vocab"]  # protocol 2's bytes (_codecs.encode) read as bytes
+    from mtkit.errors import MtkitError
+
+    with pytest.raises(MtkitError, match="nothing.pt: no such checkpoint$"):
+        _payload_without_torch(tmp_path / "nothing.pt")
+    (tmp_path / "text.pt").write_text("not a zip")  # what torch.load would be left to decide is refused
+    with pytest.raises(MtkitError, match=r"text.pt: not a readable mtkit checkpoint \(not a zip archive"):
+        _payload_without_torch(tmp_path / "text.pt")
 
 
 def test_the_handmade_folder_has_the_huggingface_layout(tmp_path):

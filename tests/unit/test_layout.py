@@ -126,7 +126,7 @@ LAYERS = [
      "mtkit.serve", "mtkit.host_memory", "mtkit.importers"},
     {"mtkit.runtime"},
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
-    {"mtkit.model"},
+    {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
     {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit"},
 ]
