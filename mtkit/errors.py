@@ -1,5 +1,7 @@
 """The user-facing errors: the CLI prints each as one line and exits with its code."""
 
+import reprlib
+
 
 class MtkitError(Exception):
     """An error caused by the user's input (a file, a key, a value), not by a bug.
@@ -18,3 +20,27 @@ class Interrupted(MtkitError):
         super().__init__(message)
         self.signum = signum
         self.exit_code = 128 + signum
+
+
+class _Shown(reprlib.Repr):
+    """reprlib's bounded repr (a few items per level, a few levels), and an integer too long for
+    ``repr`` (Python refuses more than 4300 digits) by its size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = 80
+        self.maxlong = 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 1000:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_SHOWN = _Shown()
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` bounded in length, depth and digits: how a message quotes a value that came
+    from a file or a request (a list nested 200,000 deep, an integer of 10,000 digits)."""
+    return _SHOWN.repr(value)

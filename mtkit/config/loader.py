@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from mtkit.config.schema import PRESETS, Config, ConfigError, ModelConfig, validate
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
 
 
 def _closest(key: str, valid: typing.Iterable[str]) -> str:
@@ -51,7 +51,7 @@ def check_finite(name: str, value: Any) -> float:
     except OverflowError:  # an int beyond a float's range
         number = math.inf
     if not math.isfinite(number):
-        raise MtkitError(f"{name}: {FINITE_RULE}, got {value!r}")
+        raise MtkitError(f"{name}: {FINITE_RULE}, got {shown(value)}")
     return number
 
 
@@ -68,7 +68,7 @@ def _implied(value: Plain) -> Any:
         return None
     try:
         return yaml.safe_load(value)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         return str(value)
 
 
@@ -87,49 +87,50 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 return _convert(value, arg, path)
             except ConfigError as e:
                 errors.append(e)
-        raise errors[0] if len(errors) == 1 else ConfigError(path, f"expected {_type_name(tp)}, got {value!r}")
+        raise errors[0] if len(errors) == 1 else ConfigError(path, f"expected {_type_name(tp)}, got {shown(value)}")
     if isinstance(value, Plain) and tp in (bool, int, float):
         value = _implied(value)
     if origin is Literal:
         if value not in typing.get_args(tp):
-            raise ConfigError(path, f"expected one of {_type_name(tp)}, got {str(value)!r}")
+            got = shown(str(value) if isinstance(value, str) else value)  # a Plain as a str
+            raise ConfigError(path, f"expected one of {_type_name(tp)}, got {got}")
         return str(value) if isinstance(value, str) else value
     if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
         item = typing.get_args(tp)[0]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(path, f"expected a list, got {value!r}")
+            raise ConfigError(path, f"expected a list, got {shown(value)}")
         return tuple(_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         args = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ConfigError(path, f"expected a list of {len(args)} values, got {value!r}")
+            raise ConfigError(path, f"expected a list of {len(args)} values, got {shown(value)}")
         return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(path, f"expected a mapping, got {value!r}")
+            raise ConfigError(path, f"expected a mapping, got {shown(value)}")
         return _build(tp, value, path)
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {value!r}")
+            raise ConfigError(path, f"expected true or false, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected an integer, got {value!r}")
+            raise ConfigError(path, f"expected an integer, got {shown(value)}")
         return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads 5e-4 (no dot) as a string
             with contextlib.suppress(ValueError):
                 value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(path, f"expected a number, got {value!r}")
+            raise ConfigError(path, f"expected a number, got {shown(value)}")
         try:
             check_finite(path, value)
         except MtkitError:
-            raise ConfigError(path, f"{FINITE_RULE}, got {float(value)!r}") from None
+            raise ConfigError(path, f"{FINITE_RULE}, got {shown(value)}") from None
         return float(value)
     if tp is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(path, f"expected a string, got {value!r}")
+            raise ConfigError(path, f"expected a string, got {shown(value)}")
         return str(value)
     raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug, not a user error
 
@@ -141,7 +142,7 @@ def _build(cls: type, raw: dict, path: str = "") -> Any:
     preset = _convert(raw.get("preset"), str | None, f"{path}.preset") if cls is ModelConfig else None
     if preset is not None:
         if preset not in PRESETS:
-            raise ConfigError(f"{path}.preset", f"unknown preset {preset!r}{_closest(preset, PRESETS)}")
+            raise ConfigError(f"{path}.preset", f"unknown preset {shown(preset)}{_closest(preset, PRESETS)}")
         raw = {**PRESETS[preset], **raw}
     for key, value in raw.items():
         dotted = f"{path}.{key}" if path else str(key)
@@ -219,19 +220,24 @@ def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping (plain scalars as :class:`Plain`); errors name the file and line."""
     import yaml
 
+    from mtkit.io import MAX_RECIPE_BYTES, check_depth, read_bounded
+
     path = Path(path)
     if path.is_dir():
         raise MtkitError(f"{path}: is a directory, expected a YAML recipe file")
+    data = read_bounded(path, MAX_RECIPE_BYTES, "YAML recipe")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: no such file") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise MtkitError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
     try:
+        # Aliases share one object (PyYAML never copies them), and every walk over the result (the
+        # depth check, the schema, messages through shown()) visits each object once or is bounded,
+        # so a "billion laughs" recipe costs the work of its size.
         raw = yaml.load(text, Loader=_raw_loader())  # noqa: S506 (a safe loader)
+        check_depth(raw, str(path))
+    except RecursionError:  # PyYAML's composer recurses once per level
+        raise MtkitError(f"{path}: nested too deep") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
