@@ -287,18 +287,34 @@ MAX_RECIPE_BYTES = 1 << 20  # a YAML recipe: a few KB (PyYAML parses in pure Pyt
 
 
 def _depth(value: Any, limit: int) -> bool:
-    """Whether ``value`` (parsed JSON or YAML) nests at most ``limit`` deep; iterative, and each
-    container visited once (YAML's aliases share one object between many places)."""
-    stack, seen = [(value, 1)], set()
+    """Whether ``value`` (parsed JSON or YAML) nests at most ``limit`` deep. Iterative, and each container
+    measured once (its height kept by id), so that YAML's aliases, which share one object between many
+    places, cost their size and are measured where they are deepest; a container that holds itself (a
+    recursive YAML alias) is infinitely deep."""
+    def children(node: Any) -> list:
+        items = node.values() if isinstance(node, dict) else node
+        return [c for c in items if isinstance(c, (dict, list, tuple))]
+
+    heights: dict[int, int] = {}
+    path: set[int] = set()  # the containers being measured: the ancestors of the one on top
+    stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
-        node, level = stack.pop()
-        if not isinstance(node, (dict, list, tuple)) or id(node) in seen:
+        node, measured = stack.pop()
+        if not isinstance(node, (dict, list, tuple)):
             continue
-        if level > limit:
-            return False
-        seen.add(id(node))
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, level + 1) for child in children)
+        key = id(node)
+        if measured:  # its children's heights are known
+            path.discard(key)
+            height = 1 + max((heights[id(c)] for c in children(node)), default=0)
+            if height > limit:
+                return False
+            heights[key] = height
+        elif key in path:
+            return False  # it holds itself
+        elif key not in heights:
+            path.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children(node) if id(c) not in heights)
     return True
 
 

@@ -214,9 +214,15 @@ def test_recipes_are_read_bounded_in_size_depth_and_aliases(tmp_path):
     laughs += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
     (tmp_path / "laughs.yaml").write_text("expected:\n  " + "\n  ".join(laughs) + "\ndecode:\n  beam: *l9\n")
     (tmp_path / "laughs_value.yaml").write_text("decode:\n  beam: &b [*b]\n")  # a list holding itself
+    # Aliases chained 40 levels at a time: each alias shallow where it is defined, 400 deep in all (a
+    # recursive copy of it would reach Python's recursion limit).
+    chain = ["c0: &c0 " + "[" * 40 + "]" * 40]
+    chain += [f"c{i}: &c{i} " + "[" * 40 + f"*c{i - 1}" + "]" * 40 for i in range(1, 10)]
+    (tmp_path / "chained.yaml").write_text("\n".join(chain) + "\n")
     cases = {"deep.yaml": "nested too deep", "huge.yaml": "larger than a YAML recipe can be",
              "digits.yaml": "decode.beam: expected an integer, got '111",
-             "laughs.yaml": "expected.l0: unknown config key", "laughs_value.yaml": "decode.beam: expected an integer"}
+             "laughs.yaml": "expected.l0: unknown config key", "chained.yaml": "nested more than 64 levels deep",
+             "laughs_value.yaml": "nested more than 64 levels deep"}
     for name, fragment in cases.items():
         with pytest.raises(MtkitError) as e:
             load_config(tmp_path / name)
