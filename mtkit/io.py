@@ -1,19 +1,22 @@
-"""Small file helpers: atomic writes, and text input that names file and line on errors."""
+"""Small file helpers: atomic writes, text input that names file and line on errors, and bounded
+reads of the small files a model folder holds (JSON configs and vocabularies, SentencePiece models)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import gzip
+import json
 import os
 import re
 import socket
+import stat
 import sys
 import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from mtkit.errors import MtkitError
 
@@ -23,12 +26,23 @@ _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS
 
 def _named(error: OSError, tmp: str | None, path: Path) -> OSError:
     """``error`` naming the user's ``path`` where it names our temporary ``tmp`` (or, for a write
-    error, nothing): a message never shows ``.NAME.XXXXXXXX.tmp``."""
-    if error.filename is not None and str(error.filename) != tmp:
-        return error
-    if error.filename is None and error.errno not in _WRITE_ERRNOS:
-        return error
-    return OSError(error.errno, error.strerror, str(path))
+    error, nothing): a message never shows ``.NAME.XXXXXXXX.tmp``. A file inside a temporary
+    directory ``tmp`` is named as the same file inside ``path``."""
+    if error.filename is None:
+        return error if error.errno not in _WRITE_ERRNOS else OSError(error.errno, error.strerror, str(path))
+    name = str(error.filename)
+    if tmp is not None and name == tmp:
+        return OSError(error.errno, error.strerror, str(path))
+    if tmp is not None and name.startswith(tmp.rstrip(os.sep) + os.sep):
+        return OSError(error.errno, error.strerror, str(path) + name[len(tmp.rstrip(os.sep)):])
+    return error
+
+
+def naming_output(error: OSError, tmp: str | Path | None, path: str | Path) -> OSError:
+    """``error`` of writing into the temporary ``tmp`` (a file or a directory built beside ``path``, then
+    renamed onto it), naming the user's ``path`` instead of the temporary, or instead of nothing (a full
+    disk, a file too large: a write has no file name of its own); any other error as it is."""
+    return _named(error, None if tmp is None else str(tmp), Path(path))
 
 
 def owner() -> str:
@@ -108,14 +122,22 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     import shutil
 
     path = Path(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as e:  # a folder mtkit may not write in: the user's path, not a random candidate name
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would make the result unreadable to others
     try:
         yield tmp
         if path.exists():
             path.rmdir()  # empty, as the caller checked
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and naming_output(e, tmp, path) is not e:
+            raise naming_output(e, tmp, path) from None
         raise
 
 
@@ -181,6 +203,34 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return _GzipReader(path, "rb")  # type: ignore[return-value]
 
 
+def decode_line(raw: bytes, name: str | Path, number: int) -> str:
+    """Line ``number`` of ``name`` as text, or :class:`MtkitError` naming both where it is not UTF-8:
+    the one message for invalid UTF-8 of every command that reads text (prepare, evaluate, translate,
+    score)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MtkitError(f"{name}: line {number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
+
+
+STDIN_NAME = "<stdin>"  # how a message names standard input
+
+
+def standard_input() -> IO[bytes]:
+    """Standard input's bytes, or :class:`MtkitError` when descriptor 0 was closed when Python started
+    (Python then sets ``sys.stdin`` to None)."""
+    if sys.stdin is None:
+        raise MtkitError("standard input is closed; give input files, or pipe the input in")
+    return sys.stdin.buffer
+
+
+def standard_output() -> IO[bytes]:
+    """Standard output's bytes, or :class:`MtkitError` when descriptor 1 was closed at start."""
+    if sys.stdout is None:
+        raise MtkitError("standard output is closed; give an output file (--output), or redirect it")
+    return sys.stdout.buffer
+
+
 def read_lines(path: str | Path, invalid_utf8: str = "error") -> Iterator[str | None]:
     """Yield each line of a (possibly gzipped) UTF-8 file without its newline.
 
@@ -191,12 +241,12 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> Iterator[str | 
     with open_binary(path) as f:
         for number, raw in enumerate(f, start=1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
+                line = decode_line(raw, path, number)
+            except MtkitError:
                 if invalid_utf8 == "skip":
                     yield None
                     continue
-                raise MtkitError(f"{path}: line {number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
+                raise
             yield line.rstrip("\r\n")
 
 
@@ -221,3 +271,119 @@ def discard_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+# ------------------------------------------------------------------ bounded reads of files from elsewhere
+
+# A JSON or YAML file mtkit reads is a few levels deep (a config's sections, a vocabulary's one mapping);
+# this many is far beyond any, and keeps a walk over what was read (a check, a message) far from
+# Python's recursion limit. Deeper is refused in one line, never a RecursionError.
+MAX_JSON_DEPTH = 64
+# Sizes beyond which a file is refused before it is read: each far above what such a file holds.
+MAX_CONFIG_BYTES = 16 << 20  # config.json, generation_config.json, tokenizer_config.json, mtkit.json, a data
+# manifest: a few KB each
+MAX_VOCAB_BYTES = 64 << 20  # vocab.json, a piece table, a SentencePiece model: a few MB (250,000 pieces: ~10 MB)
+MAX_RECIPE_BYTES = 1 << 20  # a YAML recipe: a few KB (PyYAML parses in pure Python: a large file costs minutes)
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON or YAML) nests at most ``limit`` deep. Iterative, and each container
+    measured once (its height kept by id), so that YAML's aliases, which share one object between many
+    places, cost their size and are measured where they are deepest; a container that holds itself (a
+    recursive YAML alias) is infinitely deep."""
+    def children(node: Any) -> list:
+        items = node.values() if isinstance(node, dict) else node
+        return [c for c in items if isinstance(c, (dict, list, tuple))]
+
+    heights: dict[int, int] = {}
+    path: set[int] = set()  # the containers being measured: the ancestors of the one on top
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        node, measured = stack.pop()
+        if not isinstance(node, (dict, list, tuple)):
+            continue
+        key = id(node)
+        if measured:  # its children's heights are known
+            path.discard(key)
+            height = 1 + max((heights[id(c)] for c in children(node)), default=0)
+            if height > limit:
+                return False
+            heights[key] = height
+        elif key in path:
+            return False  # it holds itself
+        elif key not in heights:
+            path.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children(node) if id(c) not in heights)
+    return True
+
+
+def check_depth(value: Any, where: str, max_depth: int = MAX_JSON_DEPTH) -> None:
+    if not _depth(value, max_depth):
+        raise MtkitError(f"{where}: nested more than {max_depth} levels deep")
+
+
+def parse_json(data: bytes | str, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON text (UTF-8 bytes or str) parsed, refused in one line naming ``where`` if it is not JSON,
+    not UTF-8, or nested more than ``max_depth`` deep (the C parser stops at Python's recursion limit
+    with a RecursionError; anything shallower is measured after)."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as e:
+        raise MtkitError(f"{where}: not valid UTF-8 (byte {e.start + 1})") from None
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise MtkitError(f"{where}: nested more than {max_depth} levels deep") from None
+    except ValueError as e:  # JSONDecodeError, and an integer of more than 4300 digits
+        raise MtkitError(f"{where}: not valid JSON ({str(e)[:120]})") from None
+    check_depth(value, where, max_depth)
+    return value
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def read_bounded(path: str | Path, max_bytes: int, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (symlinks followed), at most ``max_bytes`` of them.
+
+    Checked before reading, in one line naming ``path``: that it exists, that it is a regular file
+    (a FIFO would block forever, ``/dev/zero`` never ends: both are refused, never read), and that
+    it is no larger than a ``what`` can be. The file is opened non-blocking, so that even a FIFO
+    swapped in after a check cannot hang the read, and no more than ``max_bytes + 1`` are read
+    whatever its size says.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise MtkitError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise MtkitError(f"{path}: is a directory, expected a {what}") from None
+    except OSError as e:
+        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise MtkitError(f"{path}: is a directory, expected a {what}")
+        raise MtkitError(f"{path}: not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        too_large = f"{path}: larger than a {what} can be (at most {_mib(max_bytes)})"
+        if info.st_size > max_bytes:
+            raise MtkitError(too_large)
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as e:
+            raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
+    if len(data) > max_bytes:  # it grew since fstat
+        raise MtkitError(too_large)
+    return data
+
+
+def read_json_file(path: str | Path, max_bytes: int, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A JSON file from elsewhere, read by :func:`read_bounded` and parsed by :func:`parse_json`:
+    each way it can be wrong (missing, not a regular file, too large, not UTF-8, not JSON, too deep)
+    is one :class:`MtkitError` line naming ``path``."""
+    return parse_json(read_bounded(path, max_bytes, what), str(path), max_depth)

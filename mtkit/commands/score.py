@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,14 +38,14 @@ def _label(name: str) -> str:
 
 
 def _lines(name: str) -> Iterator[str]:
-    from mtkit.io import open_binary
+    from mtkit.io import open_binary, standard_input
     from mtkit.runtime.lines import read_text_lines
 
     if name == "-":
-        yield from read_text_lines(sys.stdin.buffer)
+        yield from read_text_lines(standard_input(), STDIN)
         return
     with open_binary(name) as f:
-        yield from read_text_lines(f)
+        yield from read_text_lines(f, name)
 
 
 def _mismatch(src: str, n_src: int, tgt: str, n_tgt: int) -> MtkitError:
@@ -110,6 +109,11 @@ def score(
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             problem = "is a directory, expected a file" if Path(name).is_dir() else "no such file"
             raise MtkitError(f"{flag} {name}: {problem}")
+    from mtkit.io import standard_input, standard_output
+
+    if "-" in (src, tgt):
+        standard_input()  # closed: one line now, before the model loads
+    standard_output()
     if "-" not in (src, tgt) and Path(src).is_file() and Path(tgt).is_file():  # no pipe: cheap to count first
         from mtkit.io import count_lines
 
@@ -139,7 +143,7 @@ def score(
     say_loaded(loaded)
 
     progress = sentence_progress()
-    out = sys.stdout.buffer
+    out = standard_output()
     try:
         for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES, target=tgt_lang):
             out.write((format_score(result, output_format) + "\n").encode("utf-8"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 from mtkit.config import Config, ModelConfig
+from mtkit.errors import MtkitError
+from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 
 def default_model_note(config: Config, data_dir: Path) -> str | None:
@@ -17,9 +18,9 @@ def default_model_note(config: Config, data_dir: Path) -> str | None:
         return None
     size = ""
     try:
-        vocab = json.loads((Path(data_dir) / "manifest.json").read_text(encoding="utf-8"))["vocab"]
+        vocab = read_json_file(Path(data_dir) / "manifest.json", MAX_CONFIG_BYTES, "data manifest")["vocab"]
         sizes = int(vocab["src_size"]), int(vocab["tgt_size"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (MtkitError, ValueError, KeyError, TypeError):
         sizes = None
     if sizes is not None:
         import torch

@@ -1,7 +1,8 @@
 """``mtkit translate``: translate text files or stdin, one output line per input line.
 
-Input is read as bytes and decoded per line (invalid UTF-8 becomes U+FFFD), so
-every input line gives its output line(s) whatever it holds. Translations go to
+Input is read as bytes and decoded per line, so every input line gives its output
+line(s) whatever it holds; a line that is not UTF-8 is an error naming the input and
+the line (as ``prepare`` and ``evaluate`` have it), never a silent U+FFFD. Translations go to
 stdout (or, atomically, to ``--output``); warnings, the checkpoint loaded and the
 progress bar go to stderr. See :mod:`mtkit.runtime.lines` for the output formats.
 
@@ -64,15 +65,17 @@ def _check_writable(path: Path | None, flag: str) -> None:
 
 
 def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
+    from mtkit.io import standard_input
     from mtkit.runtime.lines import read_ready_lines, read_text_lines
 
+    stream = standard_input()
     try:
         fd = sys.stdin.fileno()
         import select
 
         select.select([fd], [], [], 0)
     except (AttributeError, OSError, ValueError):  # no real descriptor (embedded, tests), or no select on it
-        yield from read_text_lines(sys.stdin.buffer)
+        yield from read_text_lines(stream)
         return
     yield from read_ready_lines(fd, before_wait)
 
@@ -86,7 +89,7 @@ def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator
             yield from _stdin_lines(before_wait)
         else:
             with open_binary(name) as f:
-                yield from read_text_lines(f)
+                yield from read_text_lines(f, name)
 
 
 @contextlib.contextmanager
@@ -115,8 +118,11 @@ def _sigterm_raises(message: str) -> Iterator[None]:
 @contextlib.contextmanager
 def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
     if output is None:
-        yield sys.stdout.buffer
-        sys.stdout.buffer.flush()
+        from mtkit.io import standard_output
+
+        out = standard_output()
+        yield out
+        out.flush()
         return
     from mtkit.io import atomic_path
 
@@ -205,6 +211,14 @@ def translate(
         from mtkit.io import remove_dead_temporaries
 
         remove_dead_temporaries(output)  # of an earlier run killed with SIGKILL
+    if "-" in inputs:
+        from mtkit.io import standard_input
+
+        standard_input()  # closed: one line now, before the model loads
+    if output is None:
+        from mtkit.io import standard_output
+
+        standard_output()
     interactive = "-" in inputs and sys.stdin.isatty()
     if interactive:
         buffer_size = 1

@@ -20,7 +20,11 @@ from mtkit.config.schema import (
     EOS_ID,
     LANGUAGE_CODE,
     MAX_ALPHA,
+    MAX_BATCH_TOKENS,
+    MAX_BEAM,
     MAX_LEN_A,
+    MAX_LENGTH,
+    MAX_VOCAB,
     PAD_ID,
     PRECISIONS,
     PRESETS,
@@ -44,10 +48,10 @@ from mtkit.config.schema import (
 )
 
 __all__ = [
-    "BOS_ID", "DEVICE_PATTERN", "EOS_ID", "FINITE_RULE", "LANGUAGE_CODE", "MAX_ALPHA", "MAX_LEN_A", "PAD_ID",
-    "PRECISIONS", "PRESETS", "SHA256_PATTERN", "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config",
-    "ConfigError", "DataConfig", "DecodeConfig", "EvalConfig", "ExpectedConfig", "ModelConfig", "PairConfig",
-    "Plain", "Precision", "SourceConfig", "SpmConfig", "TrainConfig", "apply_overrides", "check_finite",
-    "config_from_dict", "config_to_dict", "load_config", "override_section", "parse_override", "read_yaml",
-    "save_config", "validate",
+    "BOS_ID", "DEVICE_PATTERN", "EOS_ID", "FINITE_RULE", "LANGUAGE_CODE", "MAX_ALPHA", "MAX_BATCH_TOKENS",
+    "MAX_BEAM", "MAX_LEN_A", "MAX_LENGTH", "MAX_VOCAB", "PAD_ID", "PRECISIONS", "PRESETS", "SHA256_PATTERN",
+    "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config", "ConfigError", "DataConfig", "DecodeConfig",
+    "EvalConfig", "ExpectedConfig", "ModelConfig", "PairConfig", "Plain", "Precision", "SourceConfig",
+    "SpmConfig", "TrainConfig", "apply_overrides", "check_finite", "config_from_dict", "config_to_dict",
+    "load_config", "override_section", "parse_override", "read_yaml", "save_config", "validate",
 ]

@@ -68,7 +68,7 @@ def _implied(value: Plain) -> Any:
         return None
     try:
         return yaml.safe_load(value)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: an integer of more than 4300 digits
         return str(value)
 
 
@@ -92,7 +92,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         value = _implied(value)
     if origin is Literal:
         if value not in typing.get_args(tp):
-            raise ConfigError(path, f"expected one of {_type_name(tp)}, got {shown(str(value))}")
+            got = shown(str(value) if isinstance(value, str) else value)  # a Plain as a str
+            raise ConfigError(path, f"expected one of {_type_name(tp)}, got {got}")
         return str(value) if isinstance(value, str) else value
     if origin is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis:
         item = typing.get_args(tp)[0]
@@ -219,19 +220,24 @@ def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping (plain scalars as :class:`Plain`); errors name the file and line."""
     import yaml
 
+    from mtkit.io import MAX_RECIPE_BYTES, check_depth, read_bounded
+
     path = Path(path)
     if path.is_dir():
         raise MtkitError(f"{path}: is a directory, expected a YAML recipe file")
+    data = read_bounded(path, MAX_RECIPE_BYTES, "YAML recipe")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: no such file") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise MtkitError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
     try:
+        # Aliases share one object (PyYAML never copies them), and every walk over the result (the
+        # depth check, the schema, messages through shown()) visits each object once or is bounded,
+        # so a "billion laughs" recipe costs the work of its size.
         raw = yaml.load(text, Loader=_raw_loader())  # noqa: S506 (a safe loader)
+        check_depth(raw, str(path))
+    except RecursionError:  # PyYAML's composer recurses once per level
+        raise MtkitError(f"{path}: nested too deep") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

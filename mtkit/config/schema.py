@@ -226,6 +226,19 @@ MAX_ALPHA = 10.0
 MAX_LEN_A = 1000.0
 TEMPERATURE_RANGE = (0.01, 100.0)
 
+# The largest value of each integer setting, checked with the rest (validate) before any work starts, so
+# that a value from a flag, a recipe, an imported model's generation_config.json or an export's mtkit.json
+# is one error line and never an allocation of its size. Each is far beyond any real use.
+MAX_BEAM = 1024  # hypotheses per sentence (and n-best lists, samples): papers go to a few hundred at most
+MAX_LENGTH = 1 << 16  # tokens in an input or output sentence (max_len_b, max_input_len, clean.max_len)
+MAX_BATCH_TOKENS = 1 << 24  # tokens in a training or decoding batch: far beyond any GPU's memory
+MAX_VOCAB = 1 << 20  # SentencePiece pieces (and top_k): multilingual models have ~250,000
+MAX_COUNT = 1 << 30  # steps, epochs, intervals, sizes: counters that only need to fit their arithmetic
+MAX_SAMPLE = 100_000_000  # sentences held in memory to train SentencePiece on (data.spm.sample_size)
+MAX_PROCESSES = 1024  # worker processes, DDP ranks, ensemble members
+MAX_CHECKPOINTS = 1000  # checkpoints kept (keep_last) or averaged (average_last): each one a model in memory
+MAX_SEED = 2**32 - 1 - MAX_PROCESSES  # numpy's seeds are 32-bit; an ensemble adds its member's index
+
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -293,6 +306,13 @@ def _check(ok: bool, key: str, rule: str, value: Any) -> None:
         raise ConfigError(key, f"must be {rule}, got {shown(value)}")
 
 
+def _at_most(config: Any, section: str, names: tuple[str, ...], maximum: int) -> None:
+    """Each integer ``section.name`` is at most ``maximum`` (lower bounds are checked on their own)."""
+    for name in names:
+        value = getattr(config, name)
+        _check(value <= maximum, f"{section}.{name}", f"at most {maximum}", value)
+
+
 def validate(config: Config) -> None:
     """Ranges and combinations that the types alone do not catch, before any work starts."""
     d = config.data
@@ -307,13 +327,17 @@ def validate(config: Config) -> None:
         if d.spm.model or d.spm.tgt_model:
             raise ConfigError("data.spm.vocab_from", "takes the checkpoint's SentencePiece model(s); "
                               "give it or data.spm.model, not both")
+    _at_most(d, "data", ("workers",), MAX_PROCESSES)
+    _at_most(d.spm, "data.spm", ("vocab_size",), MAX_VOCAB)
+    _at_most(d.spm, "data.spm", ("sample_size",), MAX_SAMPLE)
+    _at_most(d.clean, "data.clean", ("max_len",), MAX_LENGTH)
     _check(d.clean.max_len >= 0, "data.clean.max_len", ">= 0 (0: no limit)", d.clean.max_len)
     _check(d.clean.max_ratio == 0 or d.clean.max_ratio >= 1, "data.clean.max_ratio", ">= 1 (0: no limit)",
            d.clean.max_ratio)
     for split in ("train", "valid", "test"):
         source = getattr(d, split)
         if source is not None:
-            _check(source.size >= 1, f"data.{split}.size", ">= 1", source.size)
+            _check_source(source, f"data.{split}")
     _validate_pairs(config)
 
     m = config.model
@@ -332,6 +356,13 @@ def validate(config: Config) -> None:
     for name in ("warmup", "max_epochs", "max_minutes", "valid_every", "bleu_every", "save_every", "save_every_minutes",
                  "patience", "average_last", "weight_decay", "clip_norm", "rdrop_alpha"):
         _check(getattr(t, name) >= 0, f"train.{name}", ">= 0", getattr(t, name))
+    _at_most(t, "train", ("max_tokens",), MAX_BATCH_TOKENS)
+    _at_most(t, "train", ("processes", "ensemble"), MAX_PROCESSES)
+    _at_most(t, "train", ("update_freq", "max_steps", "max_epochs", "warmup", "log_every", "valid_every",
+                          "bleu_every", "save_every", "patience"), MAX_COUNT)
+    _at_most(t, "train", ("keep_last", "average_last"), MAX_CHECKPOINTS)
+    _at_most(t, "train", ("bleu_beam",), MAX_BEAM)
+    _check(0 <= t.seed <= MAX_SEED, "train.seed", f"between 0 and {MAX_SEED}", t.seed)
     for name in ("lr", "lr_scale", "eps"):
         _check(getattr(t, name) > 0, f"train.{name}", "> 0", getattr(t, name))
     _check(all(0 <= b < 1 for b in t.betas), "train.betas", "two numbers in [0, 1)", list(t.betas))
@@ -351,6 +382,7 @@ def validate(config: Config) -> None:
 
     c = config.decode
     _check(c.beam >= 1, "decode.beam", ">= 1", c.beam)
+    _at_most(c, "decode", ("beam", "nbest"), MAX_BEAM)
     if c.sampling:  # nbest is the number of samples then; the beam plays no part
         _check(c.nbest >= 1, "decode.nbest", ">= 1", c.nbest)
     else:
@@ -359,6 +391,9 @@ def validate(config: Config) -> None:
     _check(0 <= c.max_len_a <= MAX_LEN_A, "decode.max_len_a", f"in [0, {MAX_LEN_A:g}]", c.max_len_a)
     for name in ("batch_tokens", "max_input_len"):
         _check(getattr(c, name) >= 1, f"decode.{name}", ">= 1", getattr(c, name))
+    _at_most(c, "decode", ("batch_tokens",), MAX_BATCH_TOKENS)
+    _at_most(c, "decode", ("max_input_len", "max_len_b", "no_repeat_ngram_size"), MAX_LENGTH)
+    _at_most(c, "decode", ("top_k",), MAX_VOCAB)
     _check(c.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size", ">= 0 (0: off)", c.no_repeat_ngram_size)
     _check(c.temperature > 0, "decode.temperature", "> 0", c.temperature)
     low, high = TEMPERATURE_RANGE
@@ -370,7 +405,12 @@ def validate(config: Config) -> None:
     _check(bool(e.metrics), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
-    _check(e.examples >= 0, "eval.examples", ">= 0", e.examples)
+    _check(0 <= e.examples <= MAX_COUNT, "eval.examples", f"between 0 and {MAX_COUNT}", e.examples)
+
+
+def _check_source(source: SourceConfig, key: str) -> None:
+    _check(1 <= source.size <= MAX_COUNT, f"{key}.size", f"between 1 and {MAX_COUNT}", source.size)
+    _check(0 <= source.seed <= MAX_SEED, f"{key}.seed", f"between 0 and {MAX_SEED}", source.seed)
 
 
 LANGUAGE_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # no '-': pairs are named src-tgt (en-de)
@@ -407,7 +447,7 @@ def _validate_pairs(config: Config) -> None:
         for split in ("train", "valid", "test"):
             source = getattr(pair, split)
             if source is not None:
-                _check(source.size >= 1, f"{key}.{split}.size", ">= 1", source.size)
+                _check_source(source, f"{key}.{split}")
         if pair.weight is not None:
             _check(pair.weight > 0, f"{key}.weight", "> 0", pair.weight)
     weighted = [p.weight is not None for p in d.pairs]

@@ -48,7 +48,7 @@ from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, load_manifest
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.data.workdir import _check_out_dir, _owner, _remove_dead_leftovers, _replace_dir, die_with_parent, log
 from mtkit.errors import MtkitError
-from mtkit.io import atomic_write_text
+from mtkit.io import atomic_write_text, naming_output
 
 # ------------------------------------------------------------------ fingerprint
 
@@ -263,7 +263,10 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     _check_out_dir(out_dir)  # before the work, so that a refusal costs nothing
     workers = data.workers if data.workers > 0 else (os.cpu_count() or 1)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{_owner()}-", dir=out_dir.parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-{_owner()}-", dir=out_dir.parent))
+    except OSError as e:  # a folder mtkit may not write in: the user's path, never a candidate temporary's
+        raise OSError(e.errno, e.strerror, str(out_dir)) from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would otherwise stick to out_dir
@@ -273,8 +276,10 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
         for path in tmp.iterdir():  # atomic writes create 0600 files; give them the usual mode
             os.chmod(path, 0o666 & ~umask)
         _replace_dir(tmp, out_dir)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):  # a full disk names the output (out_dir/spm.model), not the temporary
+            raise naming_output(e, tmp, out_dir) from None
         raise
     log(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
     return manifest

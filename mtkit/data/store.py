@@ -27,7 +27,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
+from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 SIDES = ("src", "tgt")
 STORE_FORMAT = 1
@@ -38,16 +39,12 @@ _RERUN = "run mtkit prepare again"
 
 
 def _read_json(path: Path, what: str) -> Any:
+    if not path.exists() and not path.is_symlink():
+        raise MtkitError(f"{path}: missing ({what}); {_RERUN}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: missing ({what}); {_RERUN}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MtkitError(f"{path}: cannot be read ({getattr(e, 'strerror', None) or e}); {_RERUN}") from None
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise MtkitError(f"{path}: not valid JSON ({str(e).splitlines()[0]}); {_RERUN}") from None
+        return read_json_file(path, MAX_CONFIG_BYTES, "data manifest")
+    except MtkitError as e:
+        raise MtkitError(f"{e}; {_RERUN}") from None
 
 
 def _check_format(path: Path, meta: Any, known: int) -> None:
@@ -55,7 +52,7 @@ def _check_format(path: Path, meta: Any, known: int) -> None:
         raise MtkitError(f"{path}: expected a JSON object, found {type(meta).__name__}; {_RERUN}")
     version = meta.get("format")
     if type(version) is not int or version < 1:
-        raise MtkitError(f"{path}: no valid 'format' key (found {version!r}); not written by mtkit prepare")
+        raise MtkitError(f"{path}: no valid 'format' key (found {shown(version)}); not written by mtkit prepare")
     if version > known:
         raise MtkitError(f"{path}: format {version} is newer than this mtkit reads ({known});"
                          f" upgrade mtkit or {_RERUN}")
@@ -154,10 +151,10 @@ class ParallelStore:
         _check_format(meta_path, meta, STORE_FORMAT)
         count, dtype_name = meta.get("count"), meta.get("dtype")
         if type(count) is not int or count < 0:
-            raise MtkitError(f"{meta_path}: 'count' must be a non-negative integer, found {count!r}; {_RERUN}")
+            raise MtkitError(f"{meta_path}: 'count' must be a non-negative integer, found {shown(count)}; {_RERUN}")
         if dtype_name not in ID_DTYPES:
             raise MtkitError(f"{meta_path}: 'dtype' must be one of {', '.join(ID_DTYPES)},"
-                             f" found {dtype_name!r}; {_RERUN}")
+                             f" found {shown(dtype_name)}; {_RERUN}")
         dtype = np.dtype(dtype_name)
         arrays = {}
         for side in SIDES:

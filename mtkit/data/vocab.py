@@ -31,6 +31,7 @@ import sentencepiece as spm
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpmConfig
 from mtkit.errors import MtkitError
+from mtkit.io import MAX_VOCAB_BYTES, read_bounded, read_json_file
 
 JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
@@ -170,12 +171,7 @@ class Vocab:
             if path is None:
                 models.append(None)
                 continue
-            try:
-                models.append(Path(path).read_bytes())
-            except FileNotFoundError:
-                raise MtkitError(f"{path}: no such file") from None
-            except IsADirectoryError:
-                raise MtkitError(f"{path}: is a directory, expected a SentencePiece model") from None
+            models.append(read_bounded(path, MAX_VOCAB_BYTES, "SentencePiece model"))
         src = _processor(models[0], str(src_path), pieces is None)
         tgt = _processor(models[1], str(tgt_path), pieces is None) if tgt_path is not None else None
         return cls(src, tgt, models[0], models[1], pieces)
@@ -321,10 +317,7 @@ def _read_pieces(path: Path) -> dict | None:
     """The piece table(s) saved beside the SentencePiece models (:data:`PIECES_FILE`), or None."""
     if not path.is_file():
         return None
-    try:
-        pieces = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise MtkitError(f"{path}: not a readable piece table ({e})") from None
+    pieces = read_json_file(path, MAX_VOCAB_BYTES, "piece table")
     if not isinstance(pieces, dict) or not isinstance(pieces.get("src"), list):
         raise MtkitError(f"{path}: not a piece table (expected {{\"src\": [...], \"tgt\": [...] or null}})")
     return pieces

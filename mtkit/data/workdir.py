@@ -15,7 +15,6 @@ replaces an earlier output, and children that die with their parent.
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import re
@@ -94,9 +93,11 @@ _OUTPUT_NAME = re.compile(
 
 def _written_by_mtkit(manifest_path: Path) -> bool:
     """True if ``manifest_path`` is a JSON object with mtkit's ``format`` key (of any version)."""
+    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = read_json_file(manifest_path, MAX_CONFIG_BYTES, "data manifest")
+    except MtkitError:
         return False
     return isinstance(manifest, dict) and type(manifest.get("format")) is int
 

@@ -38,8 +38,8 @@ import tempfile
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, UNK_ID
-from mtkit.errors import MtkitError
-from mtkit.io import atomic_directory
+from mtkit.errors import MtkitError, shown
+from mtkit.io import atomic_directory, naming_output
 from mtkit.kernels.packed import pack
 from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
 
@@ -137,40 +137,53 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
     leaves nothing behind; an existing non-empty ``out_dir`` is an error.
     """
     import_ctranslate2()
-    from mtkit import __version__
-    from mtkit.config import config_to_dict
-
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
-        raise MtkitError(f"unknown quantization {quantization!r}; expected one of {', '.join(QUANTIZATIONS)}")
+        raise MtkitError(f"unknown quantization {shown(quantization)}; expected one of {', '.join(QUANTIZATIONS)}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
     data = loaded.config.data
     spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent) as side:
-        names = loaded.vocab.save(Path(side))
-        manifest = {
-            "mtkit_version": __version__,
-            "checkpoint": str(loaded.path),
-            "step": getattr(loaded, "step", None),
-            "spm": names,
-            "quantization": quantization,
-            "model": config_to_dict(loaded.config.model),
-            "decode": config_to_dict(loaded.config.decode),
-        }
-        pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
-        if pairs:  # a multilingual model: its sources (or its decoder) start with a tag (mtkit.data.languages)
-            manifest["pairs"] = pairs
-            manifest["tag_side"] = data.tag_side
-        Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        for name in [*names, MANIFEST]:
-            spec.register_file(os.path.join(side, name))
+    try:
+        side_dir = tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent)
+    except OSError as e:  # a folder mtkit may not write in: the user's path, never a candidate temporary's
+        raise OSError(e.errno, e.strerror, str(out_dir)) from None
+    with side_dir as side:
+        try:
+            _write_side_files(loaded, Path(side), quantization, spec)
+        except OSError as e:  # a full disk names the output (OUT/spm.model), not the temporary
+            raise naming_output(e, side, out_dir) from None
         try:
             spec.validate()
         except ValueError as e:
             raise MtkitError(f"CTranslate2 refused the model: {e}") from None
         spec.optimize(quantization=quantization)
-        with atomic_directory(out_dir) as tmp_dir:
+        with atomic_directory(out_dir) as tmp_dir:  # its errors name out_dir
             spec.save(str(tmp_dir))
     return out_dir
+
+
+def _write_side_files(loaded, side: Path, quantization: str | None, spec) -> None:
+    """The SentencePiece model(s) and mtkit.json in ``side``, registered with ``spec``."""
+    from mtkit import __version__
+    from mtkit.config import config_to_dict
+
+    data = loaded.config.data
+    names = loaded.vocab.save(side)
+    manifest = {
+        "mtkit_version": __version__,
+        "checkpoint": str(loaded.path),
+        "step": getattr(loaded, "step", None),
+        "spm": names,
+        "quantization": quantization,
+        "model": config_to_dict(loaded.config.model),
+        "decode": config_to_dict(loaded.config.decode),
+    }
+    pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
+    if pairs:  # a multilingual model: its sources (or its decoder) start with a tag (mtkit.data.languages)
+        manifest["pairs"] = pairs
+        manifest["tag_side"] = data.tag_side
+    Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    for name in [*names, MANIFEST]:
+        spec.register_file(os.path.join(side, name))

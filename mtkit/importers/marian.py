@@ -39,14 +39,24 @@ size it claims is built.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import BOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
-from mtkit.errors import MtkitError
+from mtkit.config import (
+    BOS_ID,
+    MAX_LENGTH,
+    PAD_ID,
+    Config,
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    config_from_dict,
+    config_to_dict,
+)
+from mtkit.errors import MtkitError, shown
+from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, parse_json, read_bounded, read_json_file
 
 LOGIT_FLOOR = -1e4  # the extra slot's logit: exp() of it is 0 in fp32, and fp16 and bf16 still hold it
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
@@ -66,13 +76,8 @@ class Imported:
     source: str
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise MtkitError(f"{path}: cannot read ({e})") from None
-    except ValueError as e:
-        raise MtkitError(f"{path}: not valid JSON ({e})") from None
+def _read_json(path: Path, max_bytes: int = MAX_CONFIG_BYTES, what: str = "model config") -> dict:
+    data = read_json_file(path, max_bytes, what)
     if not isinstance(data, dict):
         raise MtkitError(f"{path}: expected a JSON object")
     return data
@@ -104,9 +109,9 @@ class Fields:
             if value is None:
                 continue
             if not _KINDS[kind](value):
-                raise MtkitError(f"{path}: {key} must be {kind}, got {value!r}")
+                raise MtkitError(f"{path}: {key} must be {kind}, got {shown(value)}")
             if minimum is not None and value < minimum:
-                raise MtkitError(f"{path}: {key} must be >= {minimum}, got {value!r}")
+                raise MtkitError(f"{path}: {key} must be >= {minimum}, got {shown(value)}")
             return value
         return default
 
@@ -114,7 +119,8 @@ class Fields:
         """One of ``allowed`` (the first where the files have none)."""
         value = next((data[key] for data, _ in reversed(self.files) if data.get(key) is not None), allowed[0])
         if not any(value is a or (type(value) is type(a) and value == a) for a in allowed):
-            raise MtkitError(f"{self.where(key)}: {key} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+            raise MtkitError(f"{self.where(key)}: {key} must be one of {', '.join(map(repr, allowed))}, "
+                             f"got {shown(value)}")
         return value
 
     def need(self, key: str, kind: str, default: Any = None, minimum: float | None = None) -> Any:
@@ -141,9 +147,13 @@ def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
             n = int.from_bytes(head, "little") if len(head) == 8 else -1
             if not 0 < n <= min(size - 8, 1 << 28):
                 return None
-            header = json.loads(f.read(n))
-    except (OSError, ValueError):
+            raw = f.read(n)
+    except OSError:
         return None
+    try:
+        header = parse_json(raw, f"{path}: its header")
+    except MtkitError:
+        return None  # reading the file then says why, in one line
     if not isinstance(header, dict):
         return None
     shapes = {}
@@ -236,7 +246,7 @@ def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Pat
     bad = [i for i in (pad, eos, unk, *pieces) if not isinstance(i, int) or not 0 <= i < size]
     if bad or len(pieces) != len(table):
         raise MtkitError(f"{path}: ids must be distinct integers below the model's vocabulary size {size}"
-                         + (f" (found {bad[0]!r})" if bad else ""))
+                         + (f" (found {shown(bad[0])})" if bad else ""))
     if len({pad, eos, unk}) != 3:
         raise MtkitError(f"{path}: pad, eos and unk must be three different ids (got {pad}, {eos}, {unk})")
     order = [pad, unk, pad, eos] + [i for i in range(size) if i not in (pad, unk, eos)]
@@ -249,10 +259,10 @@ def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Pat
 
 def _model_config(hf: Fields, path: Path) -> ModelConfig:
     if hf.get("model_type", "a string", "marian") != "marian":
-        raise MtkitError(f"{path}: model_type is {hf.get('model_type', 'a string')!r}, not 'marian'")
+        raise MtkitError(f"{path}: model_type is {shown(hf.get('model_type', 'a string'))}, not 'marian'")
     act = hf.get("activation_function", "a string", "gelu")
     if act not in ACTIVATIONS:
-        raise MtkitError(f"{path}: activation_function {act!r} is not supported (relu, swish, silu, gelu)")
+        raise MtkitError(f"{path}: activation_function {shown(act)} is not supported (relu, swish, silu, gelu)")
     positive = {"minimum": 1}
     h = hf.need("encoder_attention_heads", "an integer", 16, **positive)
     if h != hf.need("decoder_attention_heads", "an integer", 16, **positive):
@@ -292,7 +302,7 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
     beam = gen.get("num_beams", "an integer", 1, minimum=1)
     alpha = gen.get("length_penalty", "a number", 1.0)
     if alpha < 0:
-        raise MtkitError(f"{gen.where('length_penalty')}: length_penalty {alpha!r} is not supported "
+        raise MtkitError(f"{gen.where('length_penalty')}: length_penalty {shown(alpha)} is not supported "
                          "(mtkit's power penalty needs >= 0)")
     new_tokens = gen.get("max_new_tokens", "an integer", minimum=1)
     max_length = gen.get("max_length", "an integer", minimum=0)
@@ -311,11 +321,17 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
     # Marian's forced_eos_token_id gives the EOS forced at the maximum length log-probability 0.
     raw = {"beam": beam, "nbest": 1, "length_penalty": "power", "alpha": float(alpha), "max_len_a": 0.0,
            "max_len_b": max(1, max_out), "forced_eos": "zero", "no_repeat_ngram_size": no_repeat,
-           "max_input_len": model.max_positions - 1}
+           "max_input_len": min(model.max_positions - 1, MAX_LENGTH)}  # max_position_embeddings is checked
+    # against the weights and mtkit's table later, as a size of the model
+    hf_keys = {"beam": "num_beams", "alpha": "length_penalty", "no_repeat_ngram_size": "no_repeat_ngram_size",
+               "max_len_b": "max_new_tokens" if new_tokens is not None else "max_length"}
     try:
         return config_from_dict({"decode": raw}).decode
-    except MtkitError as e:
-        raise MtkitError(f"{gen.where('num_beams')}: {e}") from None
+    except ConfigError as e:  # out of mtkit's range (a beam of 10^9): named by Hugging Face's key and file
+        key = hf_keys.get(e.key.removeprefix("decode."))
+        if key is None:
+            raise MtkitError(f"{gen.where('num_beams')}: {e}") from None
+        raise MtkitError(f"{gen.where(key)}: {key}: {e.problem} (as mtkit's {e.key})") from None
 
 
 def read_marian(folder: str | Path) -> Imported:
@@ -326,16 +342,16 @@ def read_marian(folder: str | Path) -> Imported:
     folder = Path(folder)
     if not folder.is_dir():
         raise MtkitError(f"{folder}: no such directory")
-    for name in REQUIRED:
-        if not (folder / name).is_file():
+    for name in REQUIRED:  # exists(), not is_file(): a FIFO or a device is "not a regular file" when read
+        if not (folder / name).exists():
             raise MtkitError(f"{folder}: no {name} (expected a Marian model saved by save_pretrained)")
     config_path = folder / "config.json"
     hf_json = _read_json(config_path)
     hf = Fields((hf_json, config_path))
     generation = folder / "generation_config.json"  # where save_pretrained puts num_beams, max_length ...
-    gen = Fields((hf_json, config_path), *([(_read_json(generation), generation)] if generation.is_file() else []))
+    gen = Fields((hf_json, config_path), *([(_read_json(generation), generation)] if generation.exists() else []))
     tok_path = folder / "tokenizer_config.json"
-    tok = Fields((_read_json(tok_path) if tok_path.is_file() else {}, tok_path))
+    tok = Fields((_read_json(tok_path) if tok_path.exists() else {}, tok_path))
     model_cfg = _model_config(hf, config_path)
     decode = _decode_config(gen, model_cfg)  # every field typed before any work
 
@@ -371,13 +387,15 @@ def read_marian(folder: str | Path) -> Imported:
     check_config_against_weights(config_path, model_cfg, src_size, tgt_size,
                                  "vocab_size" if shared else "decoder_vocab_size", shapes, weights_path)
 
-    src_table = _read_json(folder / "vocab.json")
-    if separate and not (folder / "target_vocab.json").is_file():
+    src_table = _read_json(folder / "vocab.json", MAX_VOCAB_BYTES, "vocabulary")
+    if separate and not (folder / "target_vocab.json").exists():
         raise MtkitError(f"{folder}: no target_vocab.json (tokenizer_config.json sets separate_vocabs)")
-    tgt_table = _read_json(folder / "target_vocab.json") if separate else src_table
+    tgt_table = _read_json(folder / "target_vocab.json", MAX_VOCAB_BYTES, "vocabulary") if separate else src_table
     src_order, src_pieces = _permutation(src_table, src_size, pad, eos, folder / "vocab.json")
     tgt_order, tgt_pieces = _permutation(tgt_table, tgt_size, pad, eos,
                                          folder / ("target_vocab.json" if separate else "vocab.json"))
+    src_bytes = read_bounded(folder / "source.spm", MAX_VOCAB_BYTES, "SentencePiece model")
+    tgt_bytes = read_bounded(folder / "target.spm", MAX_VOCAB_BYTES, "SentencePiece model")
 
     import torch
 
@@ -450,8 +468,6 @@ def read_marian(folder: str | Path) -> Imported:
     if share == "all" and not torch.equal(src_emb, tgt_emb):
         raise MtkitError(f"{folder}: share_encoder_decoder_embeddings is set but the embeddings differ")
 
-    src_bytes = (folder / "source.spm").read_bytes()
-    tgt_bytes = (folder / "target.spm").read_bytes()
     pieces = {"src": src_pieces, "tgt": tgt_pieces if separate else None}
     from mtkit.data.vocab import Vocab
 

@@ -13,16 +13,15 @@ The result is an :class:`Evaluation` of score objects; the commands turn it into
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.errors import MtkitError
-from mtkit.io import read_lines
+from mtkit.io import STDIN_NAME, decode_line, read_lines, standard_input
 from mtkit.metrics.scores import BootstrapScore, MetricScore, paired_bootstrap, score
 
-STDIN = "<stdin>"
+STDIN = STDIN_NAME
 
 Named = tuple[str, list[str]]  # (label: a path, or what produced the lines), the lines
 
@@ -41,13 +40,7 @@ class Evaluation:
 
 
 def _read_stdin() -> list[str]:
-    lines = []
-    for number, raw in enumerate(sys.stdin.buffer, start=1):
-        try:
-            lines.append(raw.decode("utf-8").rstrip())
-        except UnicodeDecodeError as e:
-            raise MtkitError(f"{STDIN}: line {number}: invalid UTF-8 (byte {e.start + 1} of the line)") from None
-    return lines
+    return [decode_line(raw, STDIN, number).rstrip() for number, raw in enumerate(standard_input(), start=1)]
 
 
 def read_named(paths: Sequence[str | Path]) -> list[Named]:

@@ -124,8 +124,10 @@ def read_constraints(path: Path, flag: str = "--constraints") -> list[Constraint
             raise MtkitError(f"{where}: empty; write {{}} for a line without constraints")
         try:
             value = json.loads(text)
+        except RecursionError:  # a line nested 100,000 deep: one line, never a traceback
+            raise MtkitError(f"{where}: nested too deep") from None
         except ValueError as e:
-            raise MtkitError(f"{where}: malformed JSON ({e})") from None
+            raise MtkitError(f"{where}: malformed JSON ({str(e)[:120]})") from None
         found.append(Constraints.from_json(value, where))
     return found
 

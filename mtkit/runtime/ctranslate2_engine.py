@@ -47,12 +47,11 @@ constrained search, and its ``target_prefix`` only forces a translation's beginn
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
 from mtkit.decoding.penalties import length_penalty
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
 from mtkit.runtime.constraints import PieceConstraints
 from mtkit.runtime.device import resolve_device
 from mtkit.runtime.engine import Call, LineTranslator
@@ -83,12 +82,9 @@ def read_manifest(model_dir: Path) -> dict:
     path = model_dir / MANIFEST
     if not path.is_file():
         return {}
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise MtkitError(f"{path}: not valid JSON ({e})") from None
-    except OSError as e:
-        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
+    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+
+    manifest = read_json_file(path, MAX_CONFIG_BYTES, "model manifest")
     if not isinstance(manifest, dict):
         raise MtkitError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
     _check_manifest_types(manifest, path)
@@ -101,7 +97,7 @@ def _check_manifest_types(manifest: dict, path: Path) -> None:
     from mtkit.config import config_from_dict
 
     def bad(key: str, expected: str) -> None:
-        raise MtkitError(f"{path}: {key} must be {expected}, got {manifest[key]!r}")
+        raise MtkitError(f"{path}: {key} must be {expected}, got {shown(manifest[key])}")
 
     for key, kind, expected in (("mtkit_version", str, "a string"), ("checkpoint", str, "a string"),
                                 ("quantization", str, "a string")):

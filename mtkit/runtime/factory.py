@@ -13,8 +13,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mtkit.config import MAX_ALPHA, MAX_LEN_A, TEMPERATURE_RANGE, DecodeConfig, check_finite
-from mtkit.errors import MtkitError
+from mtkit.config import (
+    MAX_ALPHA,
+    MAX_BATCH_TOKENS,
+    MAX_BEAM,
+    MAX_LEN_A,
+    MAX_LENGTH,
+    MAX_VOCAB,
+    TEMPERATURE_RANGE,
+    DecodeConfig,
+    check_finite,
+)
+from mtkit.errors import MtkitError, shown
 
 ENGINES = ("torch", "ctranslate2")
 
@@ -22,15 +32,18 @@ ENGINES = ("torch", "ctranslate2")
 # mistyped flag fails before any model loads; each key's rules in order, the first broken one named.
 _LOW, _HIGH = TEMPERATURE_RANGE
 _FLAG_RANGES: dict[str, list[tuple[Callable[[float], bool], str]]] = {
-    "beam": [(lambda v: v >= 1, ">= 1")],
-    "nbest": [(lambda v: v >= 1, ">= 1")],
+    "beam": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")],
+    "nbest": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")],
     "alpha": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]")],
     "temperature": [(lambda v: v > 0, "> 0"), (lambda v: _LOW <= v <= _HIGH, f"in [{_LOW:g}, {_HIGH:g}]")],
-    "top_k": [(lambda v: v >= 0, ">= 0 (0: off)")],
+    "top_k": [(lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_VOCAB, f"at most {MAX_VOCAB}")],
     "top_p": [(lambda v: 0 < v <= 1, "in (0, 1]")],
     "max_len_a": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]")],
-    "batch_tokens": [(lambda v: v >= 1, ">= 1")],
-    "no_repeat_ngram_size": [(lambda v: v >= 0, ">= 0 (0: off)")],
+    "batch_tokens": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BATCH_TOKENS, f"at most {MAX_BATCH_TOKENS}")],
+    "no_repeat_ngram_size": [(lambda v: v >= 0, ">= 0 (0: off)"),
+                             (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
+    "max_len_b": [(lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
+    "max_input_len": [(lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
@@ -47,7 +60,7 @@ def check_decode_flags(overrides: dict) -> None:
             check_finite(flag_name(key), value)
         for ok, rule in _FLAG_RANGES.get(key, []):
             if not ok(value):
-                raise MtkitError(f"{flag_name(key)}: must be {rule}, got {value!r}")
+                raise MtkitError(f"{flag_name(key)}: must be {rule}, got {shown(value)}")
     nbest, beam = overrides.get("nbest", 1), overrides.get("beam")
     if beam is not None and nbest > beam and not overrides.get("sampling"):  # as the config says it
         raise MtkitError(f"--nbest: must be between 1 and --beam ({beam}), got {nbest}")
@@ -115,6 +128,12 @@ def check_line_counts(per_line: list | None, flag: str, path: Path | None, lines
                          "give one JSON object per input line ({} for none)")
 
 
+def is_exported_model(path: Path) -> bool:
+    """Whether ``path`` is a directory ``mtkit export ctranslate2`` wrote (its model.bin and mtkit.json)."""
+    path = Path(path)
+    return path.is_dir() and (path / "model.bin").is_file() and (path / "mtkit.json").is_file()
+
+
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
@@ -151,8 +170,11 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     from mtkit.runtime.checkpoint import precheck
     from mtkit.runtime.device import resolve_device
 
-    for path in paths:  # a config its weights do not fit fails here, before torch loads
-        precheck(path)
+    for path in paths:
+        if is_exported_model(path):
+            raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an exported CTranslate2 "
+                             "model: add --engine ctranslate2)")
+        precheck(path)  # a config its weights do not fit fails here, before torch loads
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")

@@ -31,6 +31,7 @@ from typing import IO
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
+from mtkit.io import STDIN_NAME, decode_line
 from mtkit.runtime.constraints import ConstraintSource
 from mtkit.runtime.engine import Translation
 
@@ -41,10 +42,11 @@ OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest")
 _LINE_BREAKS = {c: " " for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
 
 
-def _decode_line(raw: bytes) -> str:
-    """One line (with its ``\\n``, if any) as text: invalid UTF-8 becomes U+FFFD and only the
-    line ending (``\\n`` or ``\\r\\n``) is stripped."""
-    line = raw.decode("utf-8", errors="replace")
+def _decode_line(raw: bytes, name: str, number: int) -> str:
+    """Line ``number`` (with its ``\\n``, if any) of ``name`` as text, only the line ending (``\\n`` or
+    ``\\r\\n``) stripped; invalid UTF-8 is a :class:`MtkitError` naming the input and the line, as
+    ``prepare`` and ``evaluate`` have it (never a silent U+FFFD in a translation or a score)."""
+    line = decode_line(raw, name, number)
     if line.endswith("\n"):
         line = line[:-1]
         if line.endswith("\r"):
@@ -52,15 +54,15 @@ def _decode_line(raw: bytes) -> str:
     return line
 
 
-def read_text_lines(stream: IO[bytes]) -> Iterator[str]:
-    """Lines of a binary stream as text (see :func:`_decode_line`), so the line count is
-    exactly ``wc -l``'s (plus an unterminated last line)."""
-    for raw in stream:
-        yield _decode_line(raw)
+def read_text_lines(stream: IO[bytes], name: str = STDIN_NAME) -> Iterator[str]:
+    """Lines of a binary stream (``name``: what messages call it) as text (see :func:`_decode_line`),
+    so the line count is exactly ``wc -l``'s (plus an unterminated last line)."""
+    for number, raw in enumerate(stream, start=1):
+        yield _decode_line(raw, name, number)
 
 
 def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
-                     chunk_size: int = 1 << 16) -> Iterator[str | None]:
+                     chunk_size: int = 1 << 16, name: str = STDIN_NAME) -> Iterator[str | None]:
     """Lines of a pipe or terminal as they arrive, and None whenever no more input is ready.
 
     :meth:`LineTranslator.translate` translates what it holds at a None, so a program that
@@ -73,6 +75,7 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
     import select
 
     pending = bytearray()
+    number = 0
     while True:
         ready, _, _ = select.select([fd], [], [], 0)
         if not ready:
@@ -89,12 +92,13 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
             continue
         begin = 0
         while end >= 0:
-            yield _decode_line(bytes(pending[begin : end + 1]))
+            number += 1
+            yield _decode_line(bytes(pending[begin : end + 1]), name, number)
             begin = end + 1
             end = pending.find(b"\n", begin)
         del pending[:begin]
     if pending:
-        yield _decode_line(bytes(pending))
+        yield _decode_line(bytes(pending), name, number + 1)
 
 
 def clean_output(text: str) -> str:

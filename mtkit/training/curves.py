@@ -30,7 +30,7 @@ def read_metrics(path: Path) -> list[dict]:
             record = json.loads(line)
             if not isinstance(record, dict):
                 raise ValueError
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested 100,000 deep
             if i == len(lines) - 1:
                 print(f"warning: {path}: line {number} is cut short (a crash while writing it?); ignored",
                       file=sys.stderr)

@@ -13,6 +13,7 @@ from mtkit import __version__
 from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
+from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.runtime.lines import format_translation, read_text_lines
 from mtkit.runtime.torch_engine import Translator
@@ -58,13 +59,15 @@ def test_messy_input_stays_line_aligned(loaded, capsys):
         b"five\n",
         b"\n",  # empty
         b"   \n",  # blank
-        b"bad \xff\xfe utf-8\n",
-        b"control \x0b\x0c\x1c\x85 chars\r\n",
+        "non-ascii \u00fc \u20ac \U0001f600\n".encode(),
+        "control \x0b\x0c\x1c\x85 chars\r\n".encode(),
         (" ".join(["seven hundred"] * 40)).encode() + b"\n",  # over-long
         b"no final newline",
     ])
     lines = list(read_text_lines(io.BytesIO(raw)))
     assert len(lines) == 7
+    with pytest.raises(MtkitError, match=r"^in\.txt: line 2: invalid UTF-8 \(byte 5 of the line\)$"):
+        list(read_text_lines(io.BytesIO(b"fine\nbad \xff\xfe utf-8\n"), "in.txt"))  # never a silent U+FFFD
     decode = DecodeConfig(beam=2, max_len_b=5, max_input_len=10)
     results = list(Translator(loaded, decode).translate(lines, buffer_size=3))
     assert [t.index for t in results] == list(range(7))
@@ -87,7 +90,6 @@ def test_nbest_format(loaded):
 
 
 def test_ensemble_needs_one_vocabulary(loaded):
-    from mtkit.errors import MtkitError
 
     other_vocab = Vocab.from_bytes(train_model(LINES * 3, SpmConfig(vocab_size=40)))
     other = SimpleNamespace(model=loaded.model, vocab=other_vocab, path=Path("other.pt"))
@@ -113,7 +115,7 @@ def test_command_end_to_end(loaded, tmp_path):
 
     ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")
     src = tmp_path / "in.txt"
-    src.write_bytes(b"five\n\nthree hundred\n\xff\n")
+    src.write_bytes("five\n\nthree hundred\n\u00fc\n".encode())
     out = tmp_path / "out.txt"
     translate_command(ckpt, [str(src)], out, None, "scores", attention_png=tmp_path / "att.png")
     assert len(out.read_text(encoding="utf-8").splitlines()) == 4
@@ -134,12 +136,18 @@ def test_ready_lines_of_a_pipe_as_they_arrive():
     os.write(w, b"one\ntwo\r\nthr")
     assert [next(lines), next(lines)] == ["one", "two"]  # across 4-byte reads
     assert next(lines) is None and not waits  # nothing more ready: translate what you hold
-    os.write(w, b"ee\n\xff\n")
+    os.write(w, "ee\n\u00fc\n".encode())
     assert next(lines) == "three" and waits == [True]  # the output is flushed before blocking
-    assert next(lines) == "\ufffd"
+    assert next(lines) == "\u00fc"
     os.write(w, b"no newline\r")
     os.close(w)
     assert [line for line in lines if line is not None] == ["no newline\r"]  # as read_text_lines keeps it
+    os.close(r)
+    r, w = os.pipe()
+    os.write(w, b"one\ntwo \xff\n")
+    os.close(w)
+    with pytest.raises(MtkitError, match=r"^<stdin>: line 2: invalid UTF-8 \(byte 5 of the line\)$"):
+        list(read_ready_lines(r))
     os.close(r)
 
 
@@ -173,7 +181,6 @@ def test_an_output_limit_below_one_token_warns_once(loaded, capsys):
 def test_command_checks_everything_before_loading_the_model(tmp_path):
     """Each mistake is a one-line error naming its flag, raised before the (missing) model would load."""
     from mtkit.commands.translate import translate as translate_command
-    from mtkit.errors import MtkitError
 
     src = tmp_path / "in.txt"
     src.write_text("five\n")
@@ -205,7 +212,6 @@ def test_command_checks_everything_before_loading_the_model(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
 def test_cuda_device_without_cuda_names_the_flag(tmp_path):
     from mtkit.commands.translate import translate as translate_command
-    from mtkit.errors import MtkitError
 
     with pytest.raises(MtkitError, match=r"^--device cuda: .*no usable CUDA device"):
         translate_command(tmp_path / "missing.pt", [], device="cuda")
@@ -213,7 +219,6 @@ def test_cuda_device_without_cuda_names_the_flag(tmp_path):
 
 def test_command_checks_decoding_against_the_checkpoint(loaded, tmp_path):
     from mtkit.commands.translate import translate as translate_command
-    from mtkit.errors import MtkitError
 
     ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")  # decode: beam 2
     src = tmp_path / "in.txt"
