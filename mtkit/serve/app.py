@@ -17,7 +17,8 @@ LibreTranslate-compatible (its clients work unchanged):
   500 (a bug).
 
 mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
-per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /health``,
+per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /v1/health``
+(the models, their steps and queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /health``,
 ``GET /metrics`` (Prometheus), ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A
 server-wide glossary (``mtkit serve --glossary``) applies to every request of both APIs.
 
@@ -243,12 +244,18 @@ def mtkit_router(service: Service):
 
     @router.get("/health", summary="200 when the models are loaded and their decoding threads run", tags=["mtkit"])
     async def health():
-        alive = service.ready and all(b.alive for b in service.batchers.values())
+        alive = service.healthy()
         body = {"status": "ok" if alive else "unavailable",
                 "models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
                             "step": m.step, "queue": service.batchers[m.name].queue_length()}
                            for m in service.models]}
         return JSONResponse(body, status_code=200 if alive else 503)
+
+    @router.get("/v1/health", summary="The models, their steps and queues; 503 when a queue is not moving",
+                tags=["mtkit"])
+    async def health_v1():
+        body = service.health()
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     @router.get("/metrics", summary="Prometheus metrics", tags=["mtkit"])
     async def metrics():
