@@ -420,3 +420,42 @@ def test_the_service_refuses_too_many_phrases_and_answers_504_past_its_deadline(
     finally:
         engine.step_gate.release(100)
         service.stop()
+
+
+def test_health_answers_503_while_a_queue_is_not_moving():
+    """/v1/health (mtkit's: each model's queue, batches decoding, whether it moves) and /health (its status
+    code) say 503 while a batch has decoded for over twice --decode-timeout, and 200 once it is over."""
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from mtkit.runtime.engine import Stopped
+    from mtkit.serve.app import create_app
+    from mtkit.serve.service import Limits, Service
+
+    engine, clock = Stepper(steps=3), Clock()
+    service = Service([served(engine)], Limits(decode_timeout=5.0))
+    batcher = service.batchers["reverse"]
+    batcher.clock = clock
+    try:
+        with TestClient(create_app(service)) as client:
+            assert client.get("/v1/health").status_code == 200
+            job = batcher.submit(["a b"], engine.decode)
+            while batcher.decoding() == 0:
+                time.sleep(0.001)
+            clock.now += 9
+            answer = client.get("/v1/health")
+            assert answer.status_code == 200 and answer.json()["models"][0]["decoding"] == 1
+            clock.now += 2  # one batch for 11 s, over twice the 5 s deadline
+            answer = client.get("/v1/health")
+            assert answer.status_code == 503 and answer.json()["status"] == "unavailable"
+            assert answer.json()["models"][0]["moving"] is False
+            assert client.get("/health").status_code == 503
+            engine.step_gate.release(3)
+            with pytest.raises(Stopped):  # past its deadline: it stopped at its next step
+                job.result(30)
+            while batcher.decoding():
+                time.sleep(0.001)
+            assert client.get("/v1/health").status_code == 200 and client.get("/health").status_code == 200
+    finally:
+        engine.step_gate.release(100)
+        service.stop()
