@@ -441,7 +441,7 @@ def serve(
     src_lang: str | None = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
     api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
-    decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time, each in a thread of its own with --threads engine threads."),
+    decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time (1-64), each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),
@@ -456,12 +456,15 @@ def serve(
     max_connections: int = typer.Option(0, "--max-connections", help="Connections open at once; beyond them a new one gets 503 and is closed (0: half the process's file-descriptor limit, at most 1024)."),
     cors: bool = typer.Option(True, "--cors/--no-cors", help="Answer browsers of any origin on LibreTranslate's endpoints (CORS, as LibreTranslate does)."),
     glossary: Path | None = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
+    max_phrases: int = typer.Option(64, "--max-phrases", help="Constraint phrases per request, include and exclude, its glossary's matches too (400 beyond)."),
+    decode_timeout: float = typer.Option(60.0, "--decode-timeout", help="Seconds a request may take, queued and decoded; then 504, and its decoding stops. /health answers 503 when a queue is not moving for twice as long."),
 ) -> None:
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
     Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
     POST /detect, GET /health, GET /frontend/settings, GET /spec (LibreTranslate's); POST /v1/translate
-    (beam, n-best, scores, confidence, constraints, glossary), GET /v1/models,
+    (beam, n-best, scores, confidence, constraints, glossary), GET /v1/models, GET /v1/health (models,
+    queues; 503 when a queue is stuck),
     GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or Ctrl-C: stop accepting, finish the
     requests in flight, exit 0.
 
@@ -482,6 +485,7 @@ def serve(
         max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
         graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary, header_timeout=header_timeout,
         body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout, max_connections=max_connections, cors=cors,
+        max_phrases=max_phrases, decode_timeout=decode_timeout,
     )
 
 

@@ -21,6 +21,12 @@ from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError
 from mtkit.runtime.factory import ENGINES, build_translator, check_decode_flags, read_constraint_options
 
+# Decoding threads per model: each holds a batch's tensors and its engine threads; beyond a few per core
+# they only wait on each other, and thousands exhaust the process's threads.
+MAX_DECODING_THREADS = 64
+# Constraint phrases per request, at most: their search work grows with them (see Limits.max_phrases).
+MAX_PHRASES = 10_000
+
 
 def read_api_keys(path: Path) -> frozenset[str]:
     """One key per line; blank lines and ``#`` comments are skipped. The keys are never printed."""
@@ -146,6 +152,8 @@ def serve(
     keep_alive_timeout: float = 5.0,
     max_connections: int = 0,
     cors: bool = True,
+    max_phrases: int = 64,
+    decode_timeout: float = 60.0,
 ) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
     from mtkit.host_memory import bound_onednn_caches
@@ -165,13 +173,17 @@ def serve(
     for flag, value, low in (("--max-queue", max_queue, 1), ("--max-body-bytes", max_body_bytes, 1),
                              ("--max-chars", max_chars, 1), ("--max-sentences", max_sentences, 1),
                              ("--max-beam", max_beam, 1), ("--threads", threads, 0),
-                             ("--decoding-threads", decoding_threads, 1),
                              ("--batch-tokens", batch_tokens if batch_tokens is not None else 1, 1)):
         if value < low:
             raise MtkitError(f"{flag}: must be >= {low}, got {value}")
+    for flag, value, high in (("--decoding-threads", decoding_threads, MAX_DECODING_THREADS),
+                              ("--max-phrases", max_phrases, MAX_PHRASES)):
+        if not 1 <= value <= high:
+            raise MtkitError(f"{flag}: must be between 1 and {high}, got {value}")
     for flag, value, low in (("--max-wait-ms", max_wait_ms, 0.0), ("--graceful-timeout", graceful_timeout, 0.0),
                              ("--header-timeout", header_timeout, 0.001), ("--body-timeout", body_timeout, 0.001),
-                             ("--keep-alive-timeout", keep_alive_timeout, 0.001)):
+                             ("--keep-alive-timeout", keep_alive_timeout, 0.001),
+                             ("--decode-timeout", decode_timeout, 0.001)):
         if not math.isfinite(value) or value < low or value > 86_400:
             raise MtkitError(f"{flag}: must be a number of {'milliseconds' if 'ms' in flag else 'seconds'} "
                              f"between {low:g} and 86400, got {value}")
@@ -225,7 +237,7 @@ def serve(
 
     limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                     max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens,
-                    decoding_threads=decoding_threads)
+                    decoding_threads=decoding_threads, max_phrases=max_phrases, decode_timeout=decode_timeout)
     service = Service(served, limits, keys, terms)
     if terms is not None:
         print(f"glossary: {len(terms)} terms from {glossary}", file=sys.stderr, flush=True)
@@ -233,4 +245,9 @@ def serve(
         print(f"API keys: {len(keys)} from {api_keys}", file=sys.stderr, flush=True)
     app = create_app(service)
     app = Guard(Cors(app) if cors else app, max_body_bytes, service.metrics, body_timeout, access_log)
-    run(app, host, port, graceful_timeout, header_timeout, keep_alive_timeout, max_connections or default_connections())
+    service.start()  # here, not in uvicorn's startup: a thread the system refuses is one error line
+    try:
+        run(app, host, port, graceful_timeout, header_timeout, keep_alive_timeout,
+            max_connections or default_connections())
+    finally:
+        service.stop()  # when the server did not start (its shutdown stops it otherwise; again is a no-op)

@@ -8,12 +8,17 @@ the protocol; search needs nothing else of a model.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
 from mtkit.config import DecodeConfig
+
+
+class SearchStopped(Exception):
+    """A search whose :attr:`SearchOptions.should_stop` answered True, between two steps."""
 
 
 @dataclass
@@ -34,7 +39,9 @@ class SearchOptions:
 
     * ``max_len_limit``: a cap on the output length (e.g. the model's position table), None for none;
     * ``min_len``: EOS is banned before this many tokens;
-    * ``start``: the decoder's first input (None: BOS; a multilingual model's target-side tag).
+    * ``start``: the decoder's first input (None: BOS; a multilingual model's target-side tag);
+    * ``should_stop``: asked before every step (None: never); when it answers True the search raises
+      :class:`SearchStopped` (a caller's deadline, or a caller that no longer wants the result).
 
     ``beam`` and ``nbest`` are for beam search, ``temperature``, ``top_k`` and ``top_p`` for sampling;
     greedy search reads neither (``alpha`` and ``length_penalty`` only score its output).
@@ -55,6 +62,12 @@ class SearchOptions:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    should_stop: Callable[[], bool] | None = field(default=None, compare=False)
+
+    def check_stop(self) -> None:
+        """Raise :class:`SearchStopped` when ``should_stop`` says so (search calls it before every step)."""
+        if self.should_stop is not None and self.should_stop():
+            raise SearchStopped("the search was told to stop")
 
     @classmethod
     def from_decode(cls, decode: DecodeConfig, **overrides: Any) -> SearchOptions:

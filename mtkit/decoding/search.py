@@ -26,6 +26,9 @@ Beam search is one loop, :func:`beam_loop`, whose per-step choices are a :class:
 (fairseq's ``Search.step`` / ``init_constraints`` / ``prune_sentences`` / ``update_constraints``):
 the plain strategy ranks extensions by score; :mod:`mtkit.decoding.constrained` brings lexical
 constraints as another strategy, in the same loop.
+
+Every loop asks ``options.should_stop`` before each step and raises :class:`SearchStopped` when it
+says so: a caller bounds a search's time (a server's deadline) without search knowing of clocks.
 """
 
 from __future__ import annotations
@@ -37,11 +40,11 @@ import torch
 from torch import Tensor
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
-from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions
+from mtkit.decoding.options import Hypothesis, SearchModel, SearchOptions, SearchStopped
 from mtkit.decoding.penalties import length_penalty
 from mtkit.kernels import Kernels, KernelsName, select
 
-__all__ = ["BeamStrategy", "Hypothesis", "SearchOptions", "beam_loop", "beam_search", "greedy_search",
+__all__ = ["BeamStrategy", "Hypothesis", "SearchOptions", "SearchStopped", "beam_loop", "beam_search", "greedy_search",
            "max_lengths", "sample"]
 
 
@@ -192,6 +195,7 @@ def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler
     min_max_len = int(max_len.min())
     step = 0
     while alive.numel() > 0:
+        o.check_stop()
         logits, cache = model.decode_step(last, cache)  # (B', V)
         lprobs = _log_probs(logits, step, o.min_len, max_len, step >= min_max_len, o.forced_eos)
         if o.no_repeat_ngram_size > 0:
@@ -332,6 +336,7 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
     min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences
     step = 0
     while alive:
+        o.check_stop()
         logits, cache = model.decode_step(last, cache)  # (Bc·K, V)
         lprobs = _log_probs(logits, step, o.min_len, row_max_len, step >= min_max_len, o.forced_eos)
         if o.no_repeat_ngram_size > 0:

@@ -29,6 +29,8 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,10 @@ from pathlib import Path
 from mtkit.errors import MtkitError
 
 UNK_ID = 1  # mtkit.config's (not imported here: no torch)
+# Phrases (include and exclude, a glossary's matches too) one line of `mtkit translate` may hold: the
+# constrained search's work and memory grow with them (beam x phrases candidates a step, ranked pairwise),
+# and 2,000 on one line took minutes and gigabytes. The server has its own limit (--max-phrases).
+MAX_LINE_PHRASES = 256
 # Text of reserved pieces: the special pieces and a multilingual model's target-language tags.
 _RESERVED = re.compile(r"<(?:/?s|pad|unk|2[^\s<>]+)>")
 
@@ -70,15 +76,18 @@ class Constraints:
                            tuple(dict.fromkeys(self.exclude + other.exclude)))
 
     @classmethod
-    def from_json(cls, value: object, where: str) -> Constraints:
+    def from_json(cls, value: object, where: str, max_phrases: int | None = None) -> Constraints:
         """From a decoded JSON object ``{"include": [str], "exclude": [str]}`` (both optional); an error
-        names ``where`` (``FILE: line N`` or a request field)."""
+        names ``where`` (``FILE: line N`` or a request field), and more than ``max_phrases`` phrases
+        (None: any number) is one."""
         if not isinstance(value, dict):
             raise MtkitError(f"{where}: expected a JSON object such as {{\"include\": [\"...\"]}}, "
                              f"got {type(value).__name__}")
         unknown = sorted(set(value) - {"include", "exclude"})
         if unknown:
             raise MtkitError(f"{where}: unknown key {unknown[0]!r}; expected include and/or exclude")
+        if max_phrases is not None:
+            check_count(sum(len(v) for v in value.values() if isinstance(v, list)), max_phrases, where)
         found = {}
         for key in ("include", "exclude"):
             phrases = value.get(key, [])
@@ -95,6 +104,13 @@ class Constraints:
         if clash:
             raise MtkitError(f"{where}: {min(clash)!r} is both included and excluded")
         return cls(found["include"], found["exclude"])
+
+
+def check_count(phrases: int, limit: int, where: str) -> None:
+    """A one-line error naming ``where`` for more than ``limit`` phrases on one line."""
+    if phrases > limit:
+        raise MtkitError(f"{where}: {phrases} constraint phrases, more than the {limit} a line may hold "
+                         "(constrained search's work grows with them)")
 
 
 # What the engines' pipeline asks for each input line: (0-based index, line) -> its constraints.
@@ -128,7 +144,7 @@ def read_constraints(path: Path, flag: str = "--constraints") -> list[Constraint
             raise MtkitError(f"{where}: nested too deep") from None
         except ValueError as e:
             raise MtkitError(f"{where}: malformed JSON ({str(e)[:120]})") from None
-        found.append(Constraints.from_json(value, where))
+        found.append(Constraints.from_json(value, where, MAX_LINE_PHRASES))
     return found
 
 
@@ -146,6 +162,9 @@ def constraint_source(per_line: list[Constraints] | None, glossary=None,
             found = per_line[index]
         if glossary is not None:
             found = glossary.constraints(line).merged(found)
+            if found:
+                check_count(len(found.include) + len(found.exclude), MAX_LINE_PHRASES,
+                            f"input line {index + 1} (with the glossary's matches)")
         return found
 
     return source
@@ -201,24 +220,64 @@ class PieceConstraints:
 _MAX_SEGMENTATIONS = 32  # per exclude phrase: its canonical pieces and the next fewest-piece alternatives
 _SEARCH_STEPS = 20_000  # per phrase: a long phrase has exponentially many segmentations
 _MAX_SEQUENCES = 512  # per exclude phrase: the sequences that complete it (for an engine that bans sequences)
-_MAX_MATCHERS = 4096  # per vocabulary: the matchers kept (a glossary repeats its terms)
+# Entries each of a PieceIndex's memos keeps, the least recently used dropped first: every request of a
+# server writes them (its exclude phrases, their characters), so that a stream of distinct phrases
+# costs a bounded memory. A glossary repeats its terms, and a sentence's phrases fit many times over.
+MEMO_ENTRIES = {"segmentations": 2048, "inner": 1024, "matchers": 1024, "sequences": 512}
+
+
+class Memo:
+    """A dict of at most ``size`` entries, the least recently used dropped first, safe for threads
+    (one lock around each read and write; a value is computed outside it, and threads that compute
+    the same entry at once store equal values)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key) -> bool:
+        with self._lock:
+            return key in self._entries
 
 
 class PieceIndex:
     """A vocabulary's target pieces -> ids (special ids 0-3 left out), and the segmentations, matchers
-    and piece sequences found so far. An engine builds one (on its first exclude phrase) and owns it;
-    threads that find the same entry at once store equal values, so it needs no lock."""
+    and piece sequences found so far, each a :class:`Memo` of :data:`MEMO_ENTRIES` entries. An engine
+    builds one (on its first exclude phrase) and owns it; its calls, in any number of threads, share it."""
 
-    def __init__(self, vocab) -> None:
+    def __init__(self, vocab, entries: dict[str, int] | None = None) -> None:
+        sizes = {**MEMO_ENTRIES, **(entries or {})}
         self.vocab = vocab
         ids = range(4, vocab.tgt_size)
         self.ids = {piece: i for piece, i in zip(vocab.tgt_pieces(ids), ids)}
         self.longest = max(map(len, self.ids), default=1)
-        self.found: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         self.sorted = sorted(self.ids)  # the pieces, for those that start with a text (bisect)
-        self.inner: dict[str, list[tuple[str, int]]] = {}  # a character -> pieces holding it after their start
-        self.matchers: dict[str, ExcludeMatcher] = {}
-        self.sequences: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self.found = Memo(sizes["segmentations"])  # canonical ids -> their segmentations
+        self.inner = Memo(sizes["inner"])  # a character -> the pieces holding it after their start
+        self.matchers = Memo(sizes["matchers"])  # a phrase's pieces' text -> its ExcludeMatcher
+        self.sequences = Memo(sizes["sequences"])  # a phrase's pieces' text -> the piece sequences writing it
+
+    def memos(self) -> dict[str, Memo]:
+        return {"segmentations": self.found, "inner": self.inner, "matchers": self.matchers,
+                "sequences": self.sequences}
 
     def starting_with(self, text: str) -> list[int]:
         """Ids of the pieces whose text starts with ``text``."""
@@ -228,9 +287,11 @@ class PieceIndex:
 
     def holding_inside(self, char: str) -> list[tuple[str, int]]:
         """(piece, id) of the pieces holding ``char`` after their first character."""
-        if char not in self.inner:
-            self.inner[char] = [(p, i) for p, i in self.ids.items() if char in p[1:]]
-        return self.inner[char]
+        found = self.inner.get(char)
+        if found is None:
+            found = [(p, i) for p, i in self.ids.items() if char in p[1:]]
+            self.inner.put(char, found)
+        return found
 
 
 def has_pieces(vocab) -> bool:
@@ -245,9 +306,11 @@ def segmentations(table: PieceIndex, ids: list[int], limit: int = _MAX_SEGMENTAT
     key = tuple(ids)
     if any(i < 4 for i in key):
         return [key]
-    if key not in table.found:
-        table.found[key] = _segment("".join(table.vocab.tgt_pieces(key)), key, table, limit)
-    return table.found[key]
+    found = table.found.get(key)
+    if found is None:
+        found = _segment("".join(table.vocab.tgt_pieces(key)), key, table, limit)
+        table.found.put(key, found)
+    return found
 
 
 def matcher(table: PieceIndex, text: str) -> ExcludeMatcher:
@@ -268,14 +331,12 @@ def matcher(table: PieceIndex, text: str) -> ExcludeMatcher:
     for k in range(len(text)):
         tail = text[k:]
         bans.update((k, i) for i in table.starting_with(tail))
-        for j in range(1, len(tail)):
+        for j in range(1, min(len(tail), table.longest + 1)):  # no piece is longer than the longest
             i = table.ids.get(tail[:j])
             if i is not None:
                 steps.add((k, i, k + j))
     found = ExcludeMatcher(text, tuple(sorted(bans)), tuple(sorted(steps)), 1 if text.startswith("▁") else 0)
-    if len(table.matchers) >= _MAX_MATCHERS:
-        table.matchers.clear()
-    table.matchers[text] = found
+    table.matchers.put(text, found)
     return found
 
 
@@ -283,8 +344,9 @@ def _sequences(table: PieceIndex, ids: list[int], found: ExcludeMatcher) -> tupl
     """Piece sequences that write an exclude phrase or a word it begins, at most :data:`_MAX_SEQUENCES`:
     its :func:`segmentations`, each one-piece completion, then each completion after two spellings of
     the prefix before it (the shortest prefixes first)."""
-    if found.text in table.sequences:
-        return table.sequences[found.text]
+    known = table.sequences.get(found.text)
+    if known is not None:
+        return known
     out = dict.fromkeys(segmentations(table, ids))
     out.update(((i,), None) for k, i in found.bans if k == 0)
     for k in sorted({k for k, _ in found.bans if k > 0}):
@@ -295,7 +357,8 @@ def _sequences(table: PieceIndex, ids: list[int], found: ExcludeMatcher) -> tupl
                     out[head + (i,)] = None
         if len(out) >= _MAX_SEQUENCES:
             break
-    table.sequences[found.text] = result = tuple(list(out)[:_MAX_SEQUENCES])
+    result = tuple(list(out)[:_MAX_SEQUENCES])
+    table.sequences.put(found.text, result)
     return result
 
 

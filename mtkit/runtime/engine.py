@@ -28,6 +28,7 @@ times slower once torch's OpenMP runtime is loaded and used in the same process)
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -79,6 +80,18 @@ class Call:
     decode: DecodeConfig
     vocab: Any
     generator: Any = None  # sampling's random generator, one per call (the torch engine's)
+    # Asked between batches and (mtkit's engine) before every search step; True stops the call with
+    # :class:`Stopped` (a server's deadline, or a request whose client has gone). None: never.
+    should_stop: Callable[[], bool] | None = None
+
+    def check_stop(self) -> None:
+        if self.should_stop is not None and self.should_stop():
+            raise Stopped("the translation was stopped (its deadline passed or nobody waits for it)")
+
+
+class Stopped(Exception):
+    """A :meth:`LineTranslator.translate` call stopped by its ``should_stop``, between two search steps
+    or two batches: its lines are not translated."""
 
 
 @dataclass
@@ -175,7 +188,7 @@ class LineTranslator:
 
     def translate(self, lines: Iterable[str | None], buffer_size: int = 1000,
                   constraints: ConstraintSource | None = None, options: DecodeConfig | None = None,
-                  target: str | None = None) -> Iterator[Translation]:
+                  target: str | None = None, should_stop: Callable[[], bool] | None = None) -> Iterator[Translation]:
         """Translate ``lines`` (text without newlines), reading ``buffer_size`` lines at a time.
 
         Yields one :class:`Translation` per line, in input order, a chunk at a time;
@@ -183,9 +196,12 @@ class LineTranslator:
         in ``lines`` (see :func:`read_ready_lines`) ends the chunk early. ``constraints``
         gives each line's constraints, called in input order with (0-based index, line).
         ``options``: this call's decoding settings (default: the engine's); ``target``: the target
-        language of a multilingual model (None: its only one, or a one-line error).
+        language of a multilingual model (None: its only one, or a one-line error). ``should_stop``:
+        asked between batches and search steps; when it answers True the call raises :class:`Stopped`.
         """
         call = self.call(options, target)
+        if should_stop is not None:
+            call = dataclasses.replace(call, should_stop=should_stop)
         warned = _Warnings()
         buffer_size = max(1, buffer_size)
         chunk: list[str] = []
@@ -258,6 +274,7 @@ class LineTranslator:
             encode_constraints(source(start + i, line), call.vocab, self.pieces) for i, line in enumerate(lines)]
         results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
         for batch in self.batches(src, call.decode.batch_tokens):
+            call.check_stop()
             if any(wanted[i] for i in batch):
                 found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], call)
             else:

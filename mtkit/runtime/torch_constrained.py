@@ -27,6 +27,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
 
     from mtkit.decoding.constrained import constrained_beam_search
     from mtkit.runtime.precision import autocast
+    from mtkit.runtime.torch_engine import stoppable
 
     options = translator.search_options(call)
     if options.sampling:
@@ -40,7 +41,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     if not forced:
         return results
     src = translator.source_tensor([batch[i] for i in forced])
-    with torch.inference_mode(), autocast(translator.precision, translator.device.type):
+    with stoppable(), torch.inference_mode(), autocast(translator.precision, translator.device.type):
         found = constrained_beam_search(
             translator.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],
             options, kernels=getattr(translator.models[0], "kernels", "auto"))

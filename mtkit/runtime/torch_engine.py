@@ -6,11 +6,23 @@ the runtime never loads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Call, LineTranslator, _stderr
+from mtkit.runtime.engine import Call, LineTranslator, Stopped, _stderr
+
+
+@contextmanager
+def stoppable() -> Iterator[None]:
+    """Search's :class:`~mtkit.decoding.options.SearchStopped` as the pipeline's :class:`Stopped`."""
+    from mtkit.decoding.options import SearchStopped
+
+    try:
+        yield
+    except SearchStopped as e:
+        raise Stopped(str(e)) from None
 
 
 class Translator(LineTranslator):
@@ -100,7 +112,7 @@ class Translator(LineTranslator):
         from mtkit.decoding.options import SearchOptions
 
         return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
-                                         start=decoder_start(call.vocab))
+                                         start=decoder_start(call.vocab), should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
         import torch
@@ -110,7 +122,7 @@ class Translator(LineTranslator):
 
         options = self.search_options(call)
         src = self.source_tensor(batch)
-        with torch.inference_mode(), autocast(self.precision, self.device.type):
+        with stoppable(), torch.inference_mode(), autocast(self.precision, self.device.type):
             if options.sampling:
                 n = options.nbest
                 found = search.sample(self.model, src.repeat_interleave(n, dim=0), options, call.generator)

@@ -22,9 +22,10 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
 
 mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
 per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /v1/models``
-(each model's name, languages, engine and training step), ``GET /metrics`` (Prometheus), ``GET /docs``
-(OpenAPI), ``GET /`` (a page to try a model). A server-wide glossary (``mtkit serve --glossary``)
-applies to every request of both APIs.
+(each model's name, languages, engine and training step), ``GET /v1/health`` (the models, their steps and
+queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /metrics`` (Prometheus),
+``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A server-wide glossary (``mtkit serve
+--glossary``) applies to every request of both APIs.
 
 Confidence is the mean log-probability per target token (EOS included), in nats: the engines
 return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
@@ -227,7 +228,7 @@ def libretranslate_router(service: Service):
     @router.get("/health", summary="LibreTranslate's health check: 200 once the models decode (503 before)",
                 tags=tags)
     async def health():
-        alive = service.ready and all(b.alive for b in service.batchers.values())
+        alive = service.healthy()  # models started, decoding threads alive, queues moving
         return JSONResponse({"status": "ok" if alive else "unavailable"}, status_code=200 if alive else 503)
 
     @router.get("/frontend/settings", summary="What LibreTranslate's web page reads first", tags=tags)
@@ -261,7 +262,7 @@ def libretranslate_router(service: Service):
 def mtkit_router(service: Service):
     """mtkit's own endpoints: ``POST /v1/translate``, ``GET /v1/models``, ``GET /metrics``, the page at ``/``."""
     from fastapi import APIRouter
-    from fastapi.responses import HTMLResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
 
     from mtkit import __version__
 
@@ -306,6 +307,12 @@ def mtkit_router(service: Service):
     async def models():
         return {"models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
                             "step": m.step} for m in service.models]}
+
+    @router.get("/v1/health", summary="The models, their steps and queues; 503 when a queue is not moving",
+                tags=["mtkit"])
+    async def health_v1():
+        body = service.health()
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     @router.get("/metrics", summary="Prometheus metrics", tags=["mtkit"])
     async def metrics():

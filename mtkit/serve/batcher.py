@@ -1,4 +1,5 @@
-"""Dynamic batching: requests that arrive together are decoded together, in one thread per model.
+"""Dynamic batching: requests that arrive together are decoded together, in ``threads`` decoding threads
+per model (two by default, ``mtkit serve --decoding-threads``).
 
 A request becomes a :class:`Job` (its lines, decode settings and per-line constraints, if any) in
 the model's bounded queue. The model's decoding thread takes the oldest job, waits until it is
@@ -13,6 +14,14 @@ which the event loop awaits: inference never runs on the event loop.
 A decoding thread never dies of a job: a job whose tokens cannot be counted fails alone; a batch
 whose decoding fails is decoded again job by job, so that only the job that broke it fails (its
 request answers 500); the thread takes the next job.
+
+Work nobody waits for is dropped: a job has a deadline (``decode_timeout`` seconds after it arrived)
+and can be abandoned (its request timed out, or its client went away: :meth:`Batcher.abandon`). An
+abandoned job leaves the queue at once; a batch being decoded stops between two search steps once
+each of its jobs is abandoned or past its deadline (its requests get :class:`Stopped`).
+:meth:`Batcher.moving` says whether the queue moves: False when a thread has decoded one batch for
+longer than ``stall_after`` seconds (a deadline stops it long before), or the oldest queued job has
+waited that long while no batch finished.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from dataclasses import dataclass, field
 
 from mtkit.config import DecodeConfig
 from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.engine import Translation
+from mtkit.runtime.engine import Stopped, Translation
 from mtkit.serve.models import ServedModel
 
 
@@ -35,12 +44,26 @@ class QueueFull(Exception):
     """The model's queue holds ``max_queue`` jobs (or the server is stopping): try again later."""
 
 
+class JobFuture(Future):
+    """A job's result (one :class:`Translation` per line), which its request may give up on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """Nobody waits for this result any more: the job is not started, or stops between search steps."""
+        self.abandoned = True
+        self.cancel()
+
+
 @dataclass
 class Job:
     lines: list[str]
     decode: DecodeConfig
-    future: Future = field(default_factory=Future)
+    future: JobFuture = field(default_factory=JobFuture)
     arrived: float = field(default_factory=time.monotonic)
+    deadline: float | None = None  # the clock's time after which nobody waits for it (None: none)
     tokens: int | None = None  # source tokens, counted by the decoding thread
     constraints: list[Constraints | None] | None = None  # per line (None: no line has any)
 
@@ -67,12 +90,24 @@ class Batcher:
             ``decode.batch_tokens``).
         on_batch: called with a :class:`BatchStats` after each decoding call.
         on_queue: called with the queue length whenever it changes.
+        threads: decoding threads (batches decoded at the same time).
+        decode_timeout: seconds after its arrival at which a job is stopped (None: never).
+        stall_after: seconds after which a batch still decoding, or the oldest queued job with no batch
+            finished meanwhile, means the queue is not moving (None: never; see :meth:`moving`).
+        clock: the time in seconds (``time.monotonic``; tests give their own).
     """
 
     def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.0,
                  batch_tokens: int | None = None, on_batch: Callable[[BatchStats], None] | None = None,
-                 on_queue: Callable[[int], None] | None = None, threads: int = 1) -> None:
+                 on_queue: Callable[[int], None] | None = None, threads: int = 1,
+                 decode_timeout: float | None = None, stall_after: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.model = model
+        self.decode_timeout = decode_timeout
+        self.stall_after = stall_after
+        self.clock = clock
+        self._busy: dict[int, float] = {}  # decoding thread -> when it took its batch
+        self._last_done = clock()  # when a batch last finished (or stopped)
         self.max_queue = max_queue
         self.max_wait = max_wait
         self.batch_tokens = batch_tokens or model.decode.batch_tokens
@@ -87,6 +122,7 @@ class Batcher:
     # ------------------------------------------------------------------ the event loop's side
 
     def start(self) -> None:
+        self._last_done = self.clock()
         for thread in self._threads:
             thread.start()
 
@@ -97,10 +133,29 @@ class Batcher:
     def queue_length(self) -> int:
         return len(self._pending)
 
+    def decoding(self) -> int:
+        """Batches being decoded now."""
+        return len(self._busy)
+
+    def moving(self) -> bool:
+        """False when the queue is stuck: a thread has decoded one batch for over ``stall_after`` seconds,
+        or the oldest queued job has waited that long while no batch finished."""
+        if self.stall_after is None:
+            return True
+        now = self.clock()
+        with self._cond:
+            if any(now - began > self.stall_after for began in list(self._busy.values())):
+                return False
+            oldest = self._pending[0].arrived if self._pending else None
+            return oldest is None or now - oldest <= self.stall_after or now - self._last_done <= self.stall_after
+
     def submit(self, lines: list[str], decode: DecodeConfig,
-               constraints: list[Constraints | None] | None = None) -> Future:
-        """Queue ``lines`` for translation; the future gives one :class:`Translation` per line, in order."""
-        job = Job(list(lines), decode, constraints=constraints)
+               constraints: list[Constraints | None] | None = None) -> JobFuture:
+        """Queue ``lines`` for translation; the future gives one :class:`Translation` per line, in order
+        (or raises :class:`Stopped` when its deadline passed first)."""
+        now = self.clock()
+        job = Job(list(lines), decode, constraints=constraints, arrived=now,
+                  deadline=None if self.decode_timeout is None else now + self.decode_timeout)
         with self._cond:
             if self._stopping:
                 raise QueueFull("the server is stopping")
@@ -110,6 +165,18 @@ class Batcher:
             self.on_queue(len(self._pending))
             self._cond.notify()
         return job.future
+
+    def abandon(self, future: Future) -> None:
+        """Nobody waits for ``future`` (a request that timed out, a client that went away): its job leaves
+        the queue, or, being decoded, stops between search steps once its batch holds no other job."""
+        if isinstance(future, JobFuture):
+            future.abandon()
+        with self._cond:
+            for job in self._pending:
+                if job.future is future:
+                    self._pending.remove(job)
+                    self.on_queue(len(self._pending))
+                    break
 
     def stop(self, timeout: float | None = None) -> None:
         """Decode what is queued, then end the thread."""
@@ -202,10 +269,14 @@ class Batcher:
                 if not self._gather(jobs):
                     return
                 if jobs:
+                    self._busy[threading.get_ident()] = self.clock()
                     self._decode(jobs)
             except BaseException as e:  # noqa: BLE001 - the requests get the error, the thread goes on
                 for job in jobs:
                     _fail(job, e)
+            finally:
+                if self._busy.pop(threading.get_ident(), None) is not None:
+                    self._last_done = self.clock()
 
     def _decode(self, jobs: list[Job]) -> None:
         jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]  # the client may have gone
@@ -213,14 +284,22 @@ class Batcher:
             return
         try:
             self._answer(jobs)
+        except Stopped as e:  # nobody waits for any of them: no job is tried again
+            for job in jobs:
+                _fail(job, e)
         except Exception:  # noqa: BLE001 - one job's text broke the batch: each job alone, so only it fails
             if len(jobs) == 1:
                 raise
             for job in jobs:
                 try:
-                    self._answer([job])
+                    self._answer([job])  # a job nobody waits for stops at once (Stopped)
                 except Exception as e:  # noqa: BLE001
                     _fail(job, e)
+
+    def _unwanted(self, jobs: list[Job]) -> bool:
+        """Whether every job is abandoned or past its deadline (its batch stops: :class:`Stopped`)."""
+        now = self.clock()
+        return all(job.future.abandoned or (job.deadline is not None and now > job.deadline) for job in jobs)
 
     def _answer(self, jobs: list[Job]) -> None:
         """Translate the jobs' lines in one call and give each job its slice."""
@@ -230,7 +309,7 @@ class Batcher:
         wanted = _per_line(merged) if any(merged) else None
         results: list[Translation] = list(self.model.translator.translate(
             lines, buffer_size=max(1, len(lines)), constraints=wanted, options=jobs[0].decode,
-            target=self.model.target))
+            target=self.model.target, should_stop=lambda: self._unwanted(jobs)))
         if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
             raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")
         seconds = time.perf_counter() - start

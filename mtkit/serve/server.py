@@ -17,8 +17,8 @@ from mtkit.errors import MtkitError
 
 # Endpoints named in the request metrics (anything else is "other", so that a scan cannot grow them).
 ENDPOINTS = ("/translate", "/languages", "/detect", "/health", "/frontend/settings", "/spec", "/js/app.js",
-             "/suggest", "/translate_file", "/v1/translate", "/v1/models", "/metrics", "/", "/docs", "/redoc",
-             "/openapi.json")
+             "/suggest", "/translate_file", "/v1/translate", "/v1/models", "/v1/health", "/metrics", "/", "/docs",
+             "/redoc", "/openapi.json")
 
 
 class Guard:
@@ -67,15 +67,18 @@ class Guard:
                                                 "bytes, --max-body-bytes)")
                 return
             done = False
+            gone = asyncio.Event()
 
             async def replay():
                 nonlocal done
                 if not done:
                     done = True
                     return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
+                await gone.wait()
+                return {"type": "http.disconnect"}
 
-            await self.app(scope, replay, send_status)
+            if await _unless_gone(self.app(scope, replay, send_status), receive, gone):
+                status[0] = status[0] or CLIENT_GONE
         except asyncio.CancelledError:  # the graceful stop ran out while this request was decoding
             if not status[0]:
                 try:
@@ -115,6 +118,43 @@ class Guard:
                 return None
             if not message.get("more_body", False):
                 return bytes(body)
+
+
+# The status counted (and logged) for a request whose client went away before its answer (nginx's 499).
+CLIENT_GONE = 499
+
+
+async def _unless_gone(call, receive, gone) -> bool:
+    """Run the app's ``call`` while watching ``receive`` for the client's disconnect: a client that goes
+    away first has ``call`` cancelled (a translation it waits for is dropped: :meth:`Service.translate`)
+    and ``gone`` set; True then."""
+    import asyncio
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    task, watcher = asyncio.ensure_future(call), asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request itself is cancelled (the graceful stop ran out)
+        task.cancel()
+        watcher.cancel()
+        raise
+    if task.done():
+        watcher.cancel()
+        task.result()  # the app's own error, if any
+        return False
+    gone.set()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():  # this request itself was cancelled meanwhile
+            raise
+    except Exception:  # noqa: BLE001 - nobody reads the answer
+        pass
+    return True
 
 
 async def _answer(send, status: int, message: str) -> None:
@@ -239,23 +279,30 @@ def run(app, host: str = "127.0.0.1", port: int = 5000, graceful_timeout: float 
     uvicorn answers what it rejects at the HTTP level itself (a malformed request line: 400, as text)."""
     import uvicorn
 
+    sock = bind(host, port)
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+
     class _Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # as uvicorn's, without re-raising the signal afterwards
             if self.should_exit:
                 self.force_exit = True
             self.should_exit = True
 
-    sock = bind(host, port)
-    bound = sock.getsockname()
-    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started and not self.should_exit:  # the app started and the socket accepts: it serves
+                print(f"serving on http://{shown}:{bound[1]}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
+                      file=sys.stderr, flush=True)
+
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout, timeout_keep_alive=keep_alive_timeout,
                             http=guarded_protocol(header_timeout, max_connections))
     server = _Server(config)
-    print(f"serving on http://{shown}:{bound[1]}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
-          file=sys.stderr, flush=True)
     try:
         server.run(sockets=[sock])
+    except SystemExit:  # uvicorn's exit when the app's startup fails (it has logged why)
+        pass
     finally:
         sock.close()
     if not server.started:

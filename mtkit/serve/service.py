@@ -1,6 +1,8 @@
 """One server's state: its models and their batchers, the limits, the API keys, the metrics and the
 server-wide glossary, and what every request asks of them (a model for a language pair, decode
-settings and constraints through the config's checks, a translation through the model's batcher).
+settings and constraints through the config's checks, a translation through the model's batcher,
+within ``--decode-timeout``), and whether it is healthy (:meth:`Service.healthy`: its decoding threads
+run and its queues move).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from mtkit.config import DecodeConfig, override_section
 from mtkit.errors import MtkitError
 from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.engine import Translation
+from mtkit.runtime.engine import Stopped, Translation
 from mtkit.runtime.glossary import Glossary
 from mtkit.serve.batcher import Batcher, QueueFull
 from mtkit.serve.metrics import Metrics
@@ -35,6 +37,15 @@ class Limits:
     batch_tokens: int | None = None  # source tokens merged into one decoding call (None: the model's)
     retry_after: int = 1  # seconds, in a 503's Retry-After
     decoding_threads: int = 2  # per model: batches decoded at the same time
+    # Constraint phrases (include and exclude, the request's glossary's matches too) in all of a request:
+    # constrained search's work grows with them (beam x phrases candidates a step, ranked pairwise), and
+    # 2,000 held a decoding thread for minutes.
+    max_phrases: int = 64
+    # Pieces of those phrases in all of a request (a few long phrases cost as many): 16 per phrase.
+    max_constraint_pieces: int = 1024
+    # Seconds a request may take, queued and decoded: then it gets a 504 and its decoding stops between
+    # search steps. A queue is "not moving" (503 on /health) when a batch decodes for twice as long.
+    decode_timeout: float = 60.0
 
 
 class Service:
@@ -55,20 +66,44 @@ class Service:
             m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
                             on_batch=self.metrics.batch_done,
                             on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n),
-                            threads=limits.decoding_threads)
+                            threads=limits.decoding_threads, decode_timeout=limits.decode_timeout,
+                            stall_after=2 * limits.decode_timeout)
             for m in models
         }
         self.ready = False
 
     def start(self) -> None:
-        for batcher in self.batchers.values():
-            batcher.start()
+        """Start the decoding threads (once; again is a no-op). A thread the system refuses is one error line."""
+        if self.ready:
+            return
+        try:
+            for batcher in self.batchers.values():
+                batcher.start()
+        except RuntimeError as e:  # "can't start new thread": the process's or the system's limit
+            self.stop()
+            raise MtkitError(f"--decoding-threads {self.limits.decoding_threads}: cannot start the decoding threads "
+                             f"({e}); give fewer") from None
         self.ready = True
 
     def stop(self) -> None:
         self.ready = False
         for batcher in self.batchers.values():
             batcher.stop(timeout=60)
+
+    def healthy(self) -> bool:
+        """Whether the models are served: started, every decoding thread alive and every queue moving
+        (:meth:`mtkit.serve.batcher.Batcher.moving`). ``GET /health`` answers 503 when not."""
+        return self.ready and all(b.alive and b.moving() for b in self.batchers.values())
+
+    def health(self) -> dict:
+        """``GET /v1/health``'s body: the status, and per model its step, queue and whether it moves."""
+        models = []
+        for m in self.models:
+            batcher = self.batchers[m.name]
+            models.append({"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
+                           "step": m.step, "queue": batcher.queue_length(), "decoding": batcher.decoding(),
+                           "moving": batcher.moving(), "alive": batcher.alive})
+        return {"status": "ok" if self.healthy() else "unavailable", "models": models}
 
     # -------------------------------------------------------------- checks
 
@@ -151,9 +186,11 @@ class Service:
         """Each line's constraints: the request's, its glossary's and the server's glossary's matches
         (None when no line has any); a 400 for include phrases on an engine without constrained search."""
         found: list[Constraints | None] = list(requested) if requested is not None else [None] * len(lines)
-        for terms in (glossary, self.glossary):
-            if terms is not None:
-                found = [terms.constraints(line).merged(c) for line, c in zip(lines, found)]
+        if glossary is not None:
+            found = [glossary.constraints(line).merged(c) for line, c in zip(lines, found)]
+        self.check_phrases(model, found)  # the request's own (the server's glossary is the operator's)
+        if self.glossary is not None:
+            found = [self.glossary.constraints(line).merged(c) for line, c in zip(lines, found)]
         if not any(found):
             return None
         if model.engine == "ctranslate2" and any(c is not None and c.include for c in found):
@@ -162,9 +199,30 @@ class Service:
             raise ApiError(400, f"model {model.name}: {INCLUDE_UNSUPPORTED.replace('--engine ', 'engine ')}")
         return found
 
+    def check_phrases(self, model: ServedModel, found: list[Constraints | None]) -> None:
+        """A 400 for more constraint phrases, characters or pieces in a request than the limits allow
+        (counted in that order, each bound before the next costs more work)."""
+        phrases = [p for c in found if c for p in (*c.include, *c.exclude)]
+        limit = self.limits.max_phrases
+        if len(phrases) > limit:
+            raise ApiError(400, f"too many constraint phrases: {len(phrases)} (the limit is {limit} per request, "
+                                "--max-phrases)")
+        chars = sum(len(p) for p in phrases)
+        if chars > self.limits.max_chars:
+            raise ApiError(400, f"too much constraint text: {chars} characters (the limit is "
+                                f"{self.limits.max_chars} per request)")
+        vocab = model.translator.vocab
+        if phrases and hasattr(vocab, "encode_tgt"):
+            pieces = sum(len(vocab.encode_tgt(p)) for p in phrases)
+            if pieces > self.limits.max_constraint_pieces:
+                raise ApiError(400, f"too many constraint pieces: the phrases make {pieces} pieces (the limit is "
+                                    f"{self.limits.max_constraint_pieces} per request)")
+
     async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
                         constraints: list[Constraints | None] | None = None) -> list[Translation]:
-        """``lines`` translated by ``model``'s batcher (``constraints``: per line, after :meth:`constraints_for`)."""
+        """``lines`` translated by ``model``'s batcher (``constraints``: per line, after :meth:`constraints_for`),
+        within ``decode_timeout`` seconds (else a 504, and the job is dropped). A request cancelled while it
+        waits (its client went away) drops its job too."""
         if not lines:
             return []
         batcher = self.batchers[model.name]
@@ -174,4 +232,13 @@ class Service:
             self.metrics.rejected.labels(model.name).inc()
             raise ApiError(503, f"the server is busy ({e}); retry later",
                            {"Retry-After": str(self.limits.retry_after)}) from None
-        return await asyncio.wrap_future(future)
+        timeout = self.limits.decode_timeout
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except (TimeoutError, asyncio.TimeoutError, Stopped):
+            batcher.abandon(future)
+            raise ApiError(504, f"the translation did not finish within {timeout:g} s (--decode-timeout); send "
+                                "fewer sentences or constraint phrases") from None
+        except asyncio.CancelledError:
+            batcher.abandon(future)
+            raise

@@ -122,6 +122,8 @@ def test_a_phrase_that_cannot_fit_is_reported_on_its_line(reverse_run, tmp_path)
 ERRORS = [
     ('{}\n{"include": ["x"\n{}\n', [], "--constraints {c}: line 2: malformed JSON"),
     ('{}\n{"include": [""]}\n{}\n', [], "--constraints {c}: line 2: include holds an empty phrase"),
+    ("{}\n" + json.dumps({"include": [f"w{i}" for i in range(2000)]}) + "\n{}\n", [],
+     "--constraints {c}: line 2: 2000 constraint phrases, more than the 256 a line may hold"),
     ("{}\n{}\n", [], "--constraints {c}: has 2 lines, the input 3"),
     ("{}\n{}\n{}\n{}\n", [], "--constraints {c}: has 4 lines, the input 3"),
     ('{}\n{"include": ["x"]}\n{}\n', ["--sampling"], "--constraints needs beam search: drop --sampling"),

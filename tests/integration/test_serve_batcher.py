@@ -257,3 +257,205 @@ def test_an_empty_alternative_is_never_returned():
         assert answer.status_code == 200 and answer.json() == {"translatedText": "b a", "alternatives": ["a"]}
         answer = client.post("/v1/translate", json={"text": "a b", "nbest": 3})
         assert [h["text"] for h in answer.json()["translations"][0]["nbest"]] == ["b a", "a"]
+
+
+# ------------------------------------------------------------------ work nobody waits for, stuck queues
+
+
+class Stepper(Reverser):
+    """A search of ``steps`` steps that asks the call's ``should_stop`` before each one, as mtkit's search
+    does; ``step_gate`` holds each step until the test lets it go; ``done`` counts the steps taken."""
+
+    def __init__(self, steps: int = 10) -> None:
+        super().__init__()
+        self.steps = steps
+        self.done = 0
+        self.step_gate = threading.Semaphore(0)
+
+    def search_batch(self, batch, call):
+        for _ in range(self.steps):
+            call.check_stop()
+            assert self.step_gate.acquire(timeout=30)
+            self.done += 1
+        return super().search_batch(batch, call)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_job_past_its_deadline_stops_between_steps_and_an_abandoned_job_leaves_the_queue():
+    from mtkit.runtime.engine import Stopped
+
+    engine, clock = Stepper(steps=10), Clock()
+    batcher = Batcher(served(engine), max_queue=10, threads=1, decode_timeout=5.0, clock=clock)
+    batcher.start()
+    try:
+        first = batcher.submit(["a b"], engine.decode)  # deadline: 1005
+        while batcher.decoding() == 0:
+            time.sleep(0.001)
+        queued = batcher.submit(["c d"], engine.decode)
+        batcher.abandon(queued)  # its client went away: it leaves the queue, never decoded
+        assert batcher.queue_length() == 0 and queued.cancelled()
+        for _ in range(3):
+            engine.step_gate.release()
+        while engine.done < 3:
+            time.sleep(0.001)
+        clock.now = 1006.0  # past the deadline: the search stops before its next step
+        engine.step_gate.release(10)
+        with pytest.raises(Stopped):
+            first.result(30)
+        assert engine.done in (3, 4)  # the step under way when the clock moved, at most, then no other
+        engine.steps = 2
+        engine.step_gate.release(2)
+        assert batcher.submit(["e f"], engine.decode).result(30)[0].best.text == "f e"  # the thread goes on
+        assert [n for n, _ in engine.calls] == [1]  # "c d" was never decoded
+    finally:
+        engine.step_gate.release(100)
+        batcher.stop()
+
+
+def test_a_batch_whose_jobs_are_all_abandoned_stops_and_one_still_wanted_goes_on():
+    engine = Stepper(steps=5)
+    batcher = Batcher(served(engine), max_queue=10, threads=1)
+    batcher.start()
+    try:
+        hold = batcher.submit(["hold"], engine.decode)
+        while batcher.queue_length():
+            time.sleep(0.001)
+        a, b = batcher.submit(["a b"], engine.decode), batcher.submit(["c d"], engine.decode)
+        engine.step_gate.release(5)
+        assert hold.result(30)[0].best.text == "hold"
+        while batcher.decoding() == 0:  # a and b, merged into one batch
+            time.sleep(0.001)
+        batcher.abandon(a)  # b is still wanted: the batch goes on
+        engine.step_gate.release(5)
+        assert b.result(30)[0].best.text == "d c" and engine.done == 10
+        assert [n for n, _ in engine.calls] == [1, 2]
+        c = batcher.submit(["e f"], engine.decode)
+        engine.step_gate.release(2)
+        while engine.done < 12:
+            time.sleep(0.001)
+        batcher.abandon(c)  # nobody waits: the search stops before its third step (or its fourth)
+        engine.step_gate.release(3)
+        while batcher.decoding():
+            time.sleep(0.001)
+        assert engine.done in (12, 13) and len(engine.calls) == 2
+    finally:
+        engine.step_gate.release(100)
+        batcher.stop()
+
+
+def test_moving_says_when_a_batch_decodes_too_long_or_the_queue_waits_with_none_finished():
+    engine, clock = Stepper(steps=1), Clock()
+    batcher = Batcher(served(engine), max_queue=10, threads=1, stall_after=10.0, clock=clock)
+    batcher.start()
+    try:
+        assert batcher.moving()
+        first = batcher.submit(["a b"], engine.decode)
+        while batcher.decoding() == 0:
+            time.sleep(0.001)
+        batcher.submit(["c d"], engine.decode)
+        clock.now += 9
+        assert batcher.moving()  # busy, not yet for long
+        clock.now += 2
+        assert not batcher.moving()  # one batch for 11 s, a job queued behind it
+        engine.step_gate.release(2)
+        first.result(30)
+        while batcher.queue_length() or batcher.decoding():
+            time.sleep(0.001)
+        assert batcher.moving()
+    finally:
+        engine.step_gate.release(100)
+        batcher.stop()
+
+
+def test_the_service_refuses_too_many_phrases_and_answers_504_past_its_deadline():
+    """The request's own phrases are counted (not the server glossary's), in phrases then pieces; a
+    request whose translation outlives --decode-timeout gets a 504 and its job is dropped."""
+    pytest.importorskip("prometheus_client")
+    import asyncio
+
+    from mtkit.runtime.constraints import Constraints
+    from mtkit.runtime.glossary import Glossary
+    from mtkit.serve.schemas import ApiError
+    from mtkit.serve.service import Limits, Service
+
+    class Pieces(WordVocab):
+        def encode_tgt(self, text):
+            return [self._id(c) for c in text if not c.isspace()]
+
+    engine = Stepper(steps=50)
+    engine.vocab = Pieces()
+    glossary = Glossary([(f"w{i}", f"t{i}", "x") for i in range(100)])
+    service = Service([served(engine)], Limits(max_phrases=4, max_constraint_pieces=12, decode_timeout=0.5),
+                      glossary=glossary)
+    model = service.models[0]
+    lines = [" ".join(f"w{i}" for i in range(100))]  # the server's glossary matches 100 terms: not counted
+    assert len(service.constraints_for(model, lines)[0].include) == 100
+    ok = service.constraints_for(model, lines, [Constraints(include=("a", "b"), exclude=("c", "d"))])
+    assert len(ok[0].include) == 102
+    for requested, message in (([Constraints(include=("a", "b", "c"), exclude=("d", "e"))],
+                                "too many constraint phrases: 5 (the limit is 4 per request, --max-phrases)"),
+                               ([Constraints(include=("abcdefg", "hijklmn"))],
+                                "too many constraint pieces: the phrases make 14 pieces (the limit is 12")):
+        with pytest.raises(ApiError) as e:
+            service.constraints_for(model, lines, requested)
+        assert e.value.status == 400 and message in e.value.message
+
+    service.start()
+    try:
+        with pytest.raises(ApiError) as e:  # the engine takes no step until the test lets it: past 0.5 s
+            asyncio.run(service.translate(model, ["a b"], model.decode))
+        assert e.value.status == 504 and "--decode-timeout" in e.value.message
+        engine.step_gate.release(100)  # the abandoned job stops at its next step
+        batcher = service.batchers[model.name]
+        while batcher.decoding():
+            time.sleep(0.001)
+        assert engine.done <= 2 and engine.calls == []
+    finally:
+        engine.step_gate.release(100)
+        service.stop()
+
+
+def test_health_answers_503_while_a_queue_is_not_moving():
+    """/v1/health (mtkit's: each model's queue, batches decoding, whether it moves) and /health (its status
+    code) say 503 while a batch has decoded for over twice --decode-timeout, and 200 once it is over."""
+    pytest.importorskip("fastapi")
+    from starlette.testclient import TestClient
+
+    from mtkit.runtime.engine import Stopped
+    from mtkit.serve.app import create_app
+    from mtkit.serve.service import Limits, Service
+
+    engine, clock = Stepper(steps=3), Clock()
+    service = Service([served(engine)], Limits(decode_timeout=5.0))
+    batcher = service.batchers["reverse"]
+    batcher.clock = clock
+    try:
+        with TestClient(create_app(service)) as client:
+            assert client.get("/v1/health").status_code == 200
+            job = batcher.submit(["a b"], engine.decode)
+            while batcher.decoding() == 0:
+                time.sleep(0.001)
+            clock.now += 9
+            answer = client.get("/v1/health")
+            assert answer.status_code == 200 and answer.json()["models"][0]["decoding"] == 1
+            clock.now += 2  # one batch for 11 s, over twice the 5 s deadline
+            answer = client.get("/v1/health")
+            assert answer.status_code == 503 and answer.json()["status"] == "unavailable"
+            assert answer.json()["models"][0]["moving"] is False
+            assert client.get("/health").status_code == 503
+            engine.step_gate.release(3)
+            with pytest.raises(Stopped):  # past its deadline: it stopped at its next step
+                job.result(30)
+            while batcher.decoding():
+                time.sleep(0.001)
+            assert client.get("/v1/health").status_code == 200 and client.get("/health").status_code == 200
+    finally:
+        engine.step_gate.release(100)
+        service.stop()

@@ -91,3 +91,24 @@ def test_encoding_keeps_what_the_model_writes_and_drops_phrases_inside_others():
     assert encode_constraints(Constraints(), CharVocab()) is None
     assert unmet(encoded, "a coffee cup of tea") == []
     assert unmet(encoded, "a coffee cup") == ["tea"]
+
+
+def test_a_line_holds_a_bounded_number_of_phrases(tmp_path):
+    """More than MAX_LINE_PHRASES phrases on one line, in a constraints file (counted before any phrase
+    is checked) or with a glossary's matches, is one error naming the file and line, or the input line."""
+    import json
+
+    from mtkit.runtime.constraints import MAX_LINE_PHRASES
+
+    path = tmp_path / "c.jsonl"
+    many = [f"w{i}" for i in range(MAX_LINE_PHRASES + 1)]
+    path.write_text("{}\n" + json.dumps({"include": many[:100], "exclude": many[100:]}) + "\n")
+    with pytest.raises(MtkitError, match=rf"^--constraints {path}: line 2: {len(many)} constraint phrases, more than "
+                                         rf"the {MAX_LINE_PHRASES} a line may hold"):
+        read_constraints(path)
+    path.write_text(json.dumps({"include": many[1:]}) + "\n")
+    assert len(read_constraints(path)[0].include) == MAX_LINE_PHRASES
+    source = constraint_source(read_constraints(path), Glossary([("alpha", "w0", "glossary line 1")]))
+    assert len(source(0, "bravo").include) == MAX_LINE_PHRASES
+    with pytest.raises(MtkitError, match=r"^input line 1 \(with the glossary's matches\): 257 constraint phrases"):
+        source(0, "alpha bravo")
