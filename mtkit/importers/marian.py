@@ -221,6 +221,12 @@ def _read_weights(folder: Path) -> dict:
             from safetensors.torch import load_file
         except ImportError:
             raise MtkitError(f"{path}: reading it needs safetensors (pip install 'mtkit[import]')") from None
+    else:
+        # torch.load's weights-only reading runs no code, but would inflate a compressed entry whole and
+        # build whatever the pickle describes: the bounded reader of checkpoints sees the file first.
+        from mtkit.runtime.checkpoint_file import read_payload
+
+        read_payload(path)
     try:
         if path.suffix == ".safetensors":
             state = load_file(str(path))

@@ -298,6 +298,20 @@ def test_import_errors_are_one_line_and_write_nothing(tmp_path):
     (binary / "model.safetensors").unlink()
     a, b = read_marian(folder).state, read_marian(binary).state
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # ... and is read in bounded work first, as checkpoints are: a compressed entry (a zip bomb's way)
+    # is one error line before torch.load inflates anything.
+    import zipfile
+
+    bomb = tmp_path / "bomb"
+    shutil.copytree(binary, bomb)
+    with zipfile.ZipFile(binary / "pytorch_model.bin") as src, \
+            zipfile.ZipFile(bomb / "pytorch_model.bin", "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    r = mtkit("import", "marian", bomb, "-o", tmp_path / "bomb-run", check=False)
+    errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert r.returncode == 1 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "pytorch_model.bin" in errors[0] and "compressed" in errors[0], errors[0]
     r = mtkit("import", "marian", tmp_path / "nowhere", "-o", tmp_path / "run", check=False)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
 
