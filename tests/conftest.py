@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 # OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# TorchInductor's cache (TMPDIR/torchinductor_USER by default, never removed) in a folder of the test
+# session's, removed when it ends: set here, before any test module copies os.environ for its subprocesses.
+_CACHES = tempfile.mkdtemp(prefix="mtkit-test-caches-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHES, "torchinductor")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -20,6 +26,11 @@ torch.set_num_threads(1)
 
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K",
                                Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"))
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(_CACHES, ignore_errors=True)
+
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
 
@@ -69,14 +80,6 @@ class ListStore:
 
     def tgt(self, i: int):
         return self.pairs[i][1]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _caches_inside_pytests_temporaries(tmp_path_factory):
-    """torch.compile's cache (TorchInductor's, in TMPDIR by default) goes inside pytest's own base folder,
-    so that no test leaves anything outside it."""
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("torchinductor"))
-    yield
 
 
 TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
