@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Any
 
 # OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
+# One thread, fixed: the tiny models gain nothing from more, and a count that followed the machine's
+# load (mtkit.runtime.threads) would make a test's float sums depend on what else runs.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # TorchInductor's cache (TMPDIR/torchinductor_USER by default, never removed) in a folder of the test
 # session's, removed when it ends: set here, before any test module copies os.environ for its subprocesses.
 _CACHES = tempfile.mkdtemp(prefix="mtkit-test-caches-")

@@ -30,6 +30,7 @@ from mtkit.model import Transformer, count_parameters
 from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
+from mtkit.runtime.threads import ThreadPolicy, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
 from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint
@@ -74,6 +75,10 @@ class Trainer:
             allow_tf32()
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.progress = self.progress and self.dist.is_main
+        # On the CPU, one intra-op thread per CPU that other work leaves free, chosen again at each log
+        # line (mtkit.runtime.threads); a user's OMP_NUM_THREADS, and a torchrun rank's share, stay.
+        self.threads = (ThreadPolicy(torch.set_num_threads, user_threads())
+                        if self.device.type == "cpu" and not self.dist.enabled else None)
 
         manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
@@ -386,6 +391,7 @@ class Trainer:
         stopped = "max_steps"
         position = self.sampler.state
         final_loss = float("nan")
+        self._check_threads(bar)
         try:
             while self.step < cfg.max_steps:
                 group = [next(batches).to(self.device) for _ in range(cfg.update_freq)]
@@ -405,6 +411,7 @@ class Trainer:
 
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     final_loss = self._log_window(window, window_start, stats, bar)
+                    self._check_threads(bar)
                     window = {k: 0 if isinstance(v, int) else 0.0 for k, v in window.items()}
                     window_start = time.perf_counter()
                 if bar is not None:
@@ -528,6 +535,15 @@ class Trainer:
                   f"{tokens / seconds:.0f} tok/s | elapsed {clock(self.elapsed)} | ETA {self._eta()}",
                   file=sys.stderr, flush=True)
         return loss
+
+    def _check_threads(self, bar) -> None:
+        """Fit the intra-op threads to the CPUs free now; say so when the count changes."""
+        said = self.threads.check() if self.threads is not None else None
+        if said is not None:
+            if bar is not None:
+                bar.write(said, file=sys.stderr)
+            else:
+                print(said, file=sys.stderr, flush=True)
 
     def _eta(self) -> str:
         """Time to max_steps at this session's pace, or to max_minutes if that comes first."""

@@ -1,0 +1,91 @@
+"""The thread count fits what other work leaves free: the choice, its inputs and the user's override,
+tested on given readings (nothing here is timed)."""
+
+import os
+
+from mtkit.runtime.threads import (
+    BUSY_SHARE,
+    LoadProbe,
+    Sample,
+    ThreadPolicy,
+    cgroup_quota,
+    choose_threads,
+    machine_busy_seconds,
+    usable_cpus,
+    user_threads,
+)
+
+
+def test_one_thread_per_cpu_that_other_work_leaves_free():
+    assert choose_threads(2, 0.0)[0] == 2  # a quiet machine: every CPU
+    assert choose_threads(2, BUSY_SHARE - 0.05)[0] == 2  # background noise takes no CPU
+    assert choose_threads(2, 0.6)[0] == 1  # a CPU-bound neighbour our own threads crowd
+    assert choose_threads(2, 1.0)[0] == 1
+    assert choose_threads(2, 2.0)[0] == 1  # never fewer than one
+    assert choose_threads(8, 3.0)[0] == 5
+    assert choose_threads(4, None) == (4, "4 usable CPUs")  # no reading: every usable CPU
+    n, why = choose_threads(2, 1.0)
+    assert why == "2 usable CPUs, 1.0 busy with other work"
+
+
+def test_the_users_count_always_wins():
+    assert user_threads(3, {"OMP_NUM_THREADS": "5"}) == (3, "set by --threads")
+    assert user_threads(0, {"OMP_NUM_THREADS": "5"}) == (5, "set by OMP_NUM_THREADS")
+    assert user_threads(0, {"OMP_NUM_THREADS": ""}) is None
+    assert user_threads(0, {"OMP_NUM_THREADS": "0"}) is None
+    assert user_threads(0, {"OMP_NUM_THREADS": "two"}) is None
+    assert user_threads(0, {}) is None
+    assert choose_threads(2, 2.0, (5, "set by OMP_NUM_THREADS")) == (5, "set by OMP_NUM_THREADS")
+
+
+def test_usable_cpus_are_the_affinity_capped_by_the_cgroup_quota(tmp_path):
+    assert usable_cpus(affinity=8, quota=2.5) == 3  # a quota of 2.5 CPUs lets 3 threads run
+    assert usable_cpus(affinity=2, quota=16.0) == 2
+    assert usable_cpus(affinity=4, quota=0.5) == 1
+    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert cgroup_quota(v2) is None
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_quota(v2) == 1.5
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_quota(v1) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")
+    assert cgroup_quota(v1) == 3.0
+    assert cgroup_quota(tmp_path / "none") is None
+
+
+def test_the_machines_busy_time_is_proc_stat_less_idle_and_iowait():
+    hz = os.sysconf("SC_CLK_TCK")
+    line = "cpu  100 20 30 5000 70 4 6 10 0 0\n"  # user nice system idle iowait irq softirq steal guest
+    assert machine_busy_seconds(line) == (100 + 20 + 30 + 4 + 6 + 10) / hz
+    assert machine_busy_seconds("intr 1 2 3") is None
+    assert machine_busy_seconds() is None or machine_busy_seconds() > 0
+
+
+def test_other_work_is_the_machines_busy_time_less_our_own():
+    probe = LoadProbe(Sample(wall=0.0, machine=100.0, own=10.0))
+    # 10 s of wall time; the machine spent 18 CPU-seconds busy, we 8 of them: others kept 1 CPU busy.
+    assert probe.others(Sample(wall=10.0, machine=118.0, own=18.0)) == 1.0
+    assert probe.others(Sample(wall=20.0, machine=128.0, own=28.0)) == 0.0  # only us since
+    assert probe.others(Sample(wall=20.0, machine=128.0, own=28.0)) is None  # no time has passed
+    assert probe.others(None) is None  # no /proc/stat
+
+
+def test_a_policy_sets_the_count_when_it_changes_and_says_why():
+    calls = []
+    probe = LoadProbe(Sample(0.0, 0.0, 0.0))
+    policy = ThreadPolicy(calls.append, usable=2, probe=probe)
+    assert policy.check(Sample(5.0, 5.0, 5.0)) == "threads: 2 (2 usable CPUs, 0.0 busy with other work)"
+    assert policy.check(Sample(10.0, 10.0, 10.0)) is None  # unchanged: nothing set, nothing said
+    assert policy.check(Sample(15.0, 19.5, 14.5)) == "threads: 1 (2 usable CPUs, 1.0 busy with other work)"
+    assert policy.check(Sample(20.0, 24.5, 19.5)) == "threads: 2 (2 usable CPUs, 0.0 busy with other work)"
+    assert calls == [2, 1, 2]
+    fixed = ThreadPolicy(calls.append, user=(3, "set by OMP_NUM_THREADS"), usable=2, probe=probe)
+    assert fixed.check(Sample(30.0, 50.0, 20.0)) == "threads: 3 (set by OMP_NUM_THREADS)"
+    assert fixed.check(Sample(40.0, 70.0, 20.0)) is None
+    assert calls == [2, 1, 2, 3]
