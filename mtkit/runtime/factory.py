@@ -178,13 +178,25 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
-    if threads > 0:
-        import torch
+    import torch
 
+    from mtkit.runtime.threads import LoadProbe, choose_threads, usable_cpus, user_threads
+
+    probe = None
+    if threads > 0:
         torch.set_num_threads(threads)
+    elif device == "cpu" and user_threads() is None:
+        probe = LoadProbe()  # what other work keeps busy while the models load
     from mtkit.runtime.checkpoint import load_model
 
     loaded = [load_model(p, device) for p in paths]
+    if probe is not None:
+        # Fewer threads than torch's own count (its physical cores) when other work holds some: two
+        # threads time-sliced on one free core wait a scheduler slice at every barrier.
+        n, why = choose_threads(min(usable_cpus(), torch.get_num_threads()), probe.others())
+        if n < torch.get_num_threads():
+            torch.set_num_threads(n)
+            print(f"threads: {n} ({why})", file=sys.stderr, flush=True)
     if inspect is not None:
         inspect(loaded)
     from mtkit.data.languages import same_pairs, single_pair

@@ -30,7 +30,7 @@ from mtkit.model import Transformer, count_parameters
 from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
-from mtkit.runtime.threads import ThreadPolicy, user_threads
+from mtkit.runtime.threads import ThreadPolicy, usable_cpus, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
 from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint
@@ -77,7 +77,9 @@ class Trainer:
         self.progress = self.progress and self.dist.is_main
         # On the CPU, one intra-op thread per CPU that other work leaves free, chosen again at each log
         # line (mtkit.runtime.threads); a user's OMP_NUM_THREADS, and a torchrun rank's share, stay.
-        self.threads = (ThreadPolicy(torch.set_num_threads, user_threads())
+        # Never more than torch's own count (its physical cores, where usable_cpus counts logical ones).
+        self.threads = (ThreadPolicy(torch.set_num_threads, user_threads(),
+                                     usable=min(usable_cpus(), torch.get_num_threads()))
                         if self.device.type == "cpu" and not self.dist.enabled else None)
 
         manifest = check_prepared(self.data_dir)

@@ -3,6 +3,9 @@ tested on given readings (nothing here is timed)."""
 
 import os
 
+import pytest
+import torch
+
 from mtkit.runtime.threads import (
     BUSY_SHARE,
     LoadProbe,
@@ -89,3 +92,54 @@ def test_a_policy_sets_the_count_when_it_changes_and_says_why():
     assert fixed.check(Sample(30.0, 50.0, 20.0)) == "threads: 3 (set by OMP_NUM_THREADS)"
     assert fixed.check(Sample(40.0, 70.0, 20.0)) is None
     assert calls == [2, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny untrained mtkit checkpoint with a real SentencePiece model."""
+    from mtkit import __version__
+    from mtkit.config import Config, ModelConfig, SpmConfig, config_to_dict
+    from mtkit.data.synthetic import english, german
+    from mtkit.data.vocab import Vocab, train_model
+    from mtkit.model import Transformer
+    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+
+    sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]
+    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))
+    cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
+    torch.manual_seed(0)
+    model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
+    torch.save({"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
+                "config": config_to_dict(Config(model=cfg)), "model": model.state_dict(),
+                "vocab": {"src": vocab.model_bytes()[0], "tgt": None}, "src_vocab_size": vocab.src_size,
+                "tgt_vocab_size": vocab.tgt_size, "step": 1}, path)
+    return path
+
+
+def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoint, monkeypatch, capsys):
+    """The torch engine's threads: torch's own count on a quiet machine (nothing said), one fewer per CPU
+    other work holds (said on stderr), and the user's OMP_NUM_THREADS untouched (no reading taken)."""
+    from mtkit.runtime import threads
+    from mtkit.runtime.factory import build_translator
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    busy = {"others": 1.0}
+    monkeypatch.setattr(threads.LoadProbe, "others", lambda self, now="now": busy["others"])
+    try:
+        torch.set_num_threads(2)
+        build_translator([checkpoint], device="cpu")
+        assert torch.get_num_threads() == 1
+        assert "threads: 1 (2 usable CPUs, 1.0 busy with other work)" in capsys.readouterr().err
+        busy["others"] = 0.1
+        torch.set_num_threads(2)
+        build_translator([checkpoint], device="cpu")
+        assert torch.get_num_threads() == 2 and "threads:" not in capsys.readouterr().err
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        busy["others"] = 2.0
+        build_translator([checkpoint], device="cpu")
+        assert torch.get_num_threads() == 2 and "threads:" not in capsys.readouterr().err
+    finally:
+        torch.set_num_threads(before)
