@@ -245,13 +245,15 @@ class Memo:
 
     def put(self, key, value) -> None:
         with self._lock:
+            if key not in self._entries:  # room first: the memo never holds more than its size
+                while self._entries and len(self._entries) >= self.size:
+                    self._entries.popitem(last=False)
             self._entries[key] = value
             self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
 
     def __contains__(self, key) -> bool:
         with self._lock:
