@@ -345,6 +345,27 @@ def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
+def open_regular(path: Path, missing: str, directory: str = "not a regular file") -> IO[bytes]:
+    """``path`` opened for reading if it is a regular file (symlinks followed), else one line naming it:
+    ``PATH: MISSING``, ``PATH: DIRECTORY``, ``PATH: not a regular file`` (a FIFO would block the open or
+    the reading forever, a device such as ``/dev/zero`` never end). Opened without blocking, then
+    checked, so that not even the open waits for a FIFO's writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise MtkitError(f"{path}: {missing}") from None
+    except IsADirectoryError:
+        raise MtkitError(f"{path}: {directory}") from None
+    except OSError as e:
+        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise MtkitError(f"{path}: {directory if stat.S_ISDIR(mode) else 'not a regular file'}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def read_bounded(path: str | Path, max_bytes: int, what: str) -> bytes:
     """The bytes of the regular file ``path`` (symlinks followed), at most ``max_bytes`` of them.
 
@@ -355,23 +376,9 @@ def read_bounded(path: str | Path, max_bytes: int, what: str) -> bytes:
     whatever its size says.
     """
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise MtkitError(f"{path}: is a directory, expected a {what}") from None
-    except OSError as e:
-        raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise MtkitError(f"{path}: is a directory, expected a {what}")
-        raise MtkitError(f"{path}: not a regular file")
-    with os.fdopen(fd, "rb") as f:
+    with open_regular(path, "no such file", f"is a directory, expected a {what}") as f:
         too_large = f"{path}: larger than a {what} can be (at most {_mib(max_bytes)})"
-        if info.st_size > max_bytes:
+        if os.fstat(f.fileno()).st_size > max_bytes:
             raise MtkitError(too_large)
         try:
             data = f.read(max_bytes + 1)

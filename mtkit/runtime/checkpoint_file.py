@@ -30,13 +30,13 @@ import collections
 import io
 import os
 import pickle
-import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mtkit.errors import MtkitError, shown
+from mtkit.io import open_regular
 
 # A pickle holds the payload's plain data, tensor headers and the SentencePiece models (a few MB;
 # an imported model's piece tables, some MB more): 64 MiB is far beyond any mtkit checkpoint's.
@@ -304,23 +304,6 @@ def walk(roots: list) -> list[Tensor]:
     return tensors
 
 
-def open_regular(path: Path):
-    """``path`` opened for reading if it is a regular file (symlinks followed): a FIFO would block the
-    open or the reading forever, a device (``/dev/zero``) never end. Opened without blocking, then
-    checked, so that not even the open waits for a FIFO's writer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: no such checkpoint") from None
-    except OSError as e:
-        raise MtkitError(f"{path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise MtkitError(f"{path}: not a regular file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
 def _entries(archive: zipfile.ZipFile, size: int) -> dict[str, zipfile.ZipInfo]:
     """The archive's entries, each stored uncompressed within the file and overlapping no other."""
     infos = archive.infolist()
@@ -348,7 +331,7 @@ def read_payload(path: str | Path) -> Any:
     lays out an mtkit checkpoint or exceeds a bound of this module.
     """
     path = Path(path)
-    with open_regular(path) as f:
+    with open_regular(path, "no such checkpoint") as f:
         size = os.fstat(f.fileno()).st_size
         try:
             try:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_tiny_checkpoint
 from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error, run_limited, write_marian
 
 DEEP = 200_000
@@ -59,24 +60,7 @@ def mtkit(*args, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny untrained mtkit checkpoint with a real SentencePiece model (its outputs do not matter here)."""
-    from mtkit import __version__
-    from mtkit.config import Config, ModelConfig, SpmConfig, config_to_dict
-    from mtkit.data.synthetic import english, german
-    from mtkit.data.vocab import Vocab, train_model
-    from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
-
-    sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]
-    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))
-    cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
-    torch.manual_seed(0)
-    model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
-    torch.save({"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
-                "config": config_to_dict(Config(model=cfg)), "model": model.state_dict(),
-                "vocab": {"src": vocab.model_bytes()[0], "tgt": None}, "src_vocab_size": vocab.src_size,
-                "tgt_vocab_size": vocab.tgt_size, "step": 1}, path)
-    return path
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+from conftest import write_tiny_checkpoint
 
 from mtkit.runtime.threads import (
     BUSY_SHARE,
@@ -97,24 +98,7 @@ def test_a_policy_sets_the_count_when_it_changes_and_says_why():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny untrained mtkit checkpoint with a real SentencePiece model."""
-    from mtkit import __version__
-    from mtkit.config import Config, ModelConfig, SpmConfig, config_to_dict
-    from mtkit.data.synthetic import english, german
-    from mtkit.data.vocab import Vocab, train_model
-    from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
-
-    sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]
-    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))
-    cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
-    torch.manual_seed(0)
-    model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
-    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
-    torch.save({"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
-                "config": config_to_dict(Config(model=cfg)), "model": model.state_dict(),
-                "vocab": {"src": vocab.model_bytes()[0], "tgt": None}, "src_vocab_size": vocab.src_size,
-                "tgt_vocab_size": vocab.tgt_size, "step": 1}, path)
-    return path
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt")
 
 
 def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoint, monkeypatch, capsys):
