@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
+import mtkit.runtime.threads  # noqa: F401  (first: its load reading starts with the process)
 from mtkit import __version__
 from mtkit.errors import MtkitError
 
@@ -235,7 +236,7 @@ def translate(
     buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: int | None = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
-    threads: int = typer.Option(0, "--threads", help="CPU threads (0: the engine's default)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads (0: one per CPU other work leaves free, or OMP_NUM_THREADS)."),
     constraints: Path | None = typer.Option(None, "--constraints", help=CONSTRAINTS_HELP),
     glossary: Path | None = typer.Option(None, "--glossary", help=GLOSSARY_HELP),
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="The language to translate into, for a "
@@ -429,8 +430,8 @@ def serve(
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    threads: int = typer.Option(0, "--threads", help="CPU threads of the engine per decoding thread (0: the usable "
-                                "CPUs but one, which the HTTP side keeps, shared by the decoding threads; at least 1)."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads of the engine per decoding thread (0: the CPUs "
+                                "other work leaves free but one, which the HTTP side keeps, shared by the decoding threads; at least 1)."),
     beam: int | None = typer.Option(None, "--beam", "-b", help="Default beam size (requests may ask for another)."),
     alpha: float | None = typer.Option(None, "--alpha", help="Default length penalty α."),
     length_penalty: str | None = typer.Option(None, "--length-penalty", help="Default length penalty: gnmt | power."),

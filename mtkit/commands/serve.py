@@ -13,7 +13,6 @@ every model loaded, before the server listens.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -109,19 +108,31 @@ def default_connections() -> int:
     return max(8, min(1024, soft // 2))
 
 
-def serving_threads(decoding_threads: int = 2) -> int:
-    """The engine's CPU threads per decoding thread when ``--threads`` is 0: the CPUs this process may use
-    but one, shared by the decoding threads, at least 1 each.
+def _set_torch_threads(n: int) -> None:
+    import torch  # loaded already by the torch engine (never by CTranslate2's, whose count is fixed)
 
-    The event loop (HTTP parsing, JSON, the answers) runs beside the decoding threads; engines that take
-    every core make them fight over it: on a small machine, engines that leave the event loop a core
-    serve more requests at every load, and two decoding threads more than one under many clients
-    (benchmarks/README.md, serve.py)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, (cpus - 1) // max(1, decoding_threads))
+    torch.set_num_threads(n)
+
+
+def _get_torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def serving_policy(engine: str, threads: int, decoding_threads: int):
+    """The engine's CPU threads per decoding thread: the user's (``--threads``, ``OMP_NUM_THREADS``), else
+    the CPUs other work leaves free but one, shared by the decoding threads, at least 1 each
+    (:func:`mtkit.runtime.threads.serving_choice`), chosen now (the reading spans the start) and, for the
+    torch engine, again between batches. The first choice is said on stderr."""
+    from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
+
+    torch_engine = engine == "torch"
+    policy = ThreadPolicy(_set_torch_threads if torch_engine else (lambda n: None), user_threads(threads),
+                          probe=since_start(), choose=serving_choice(decoding_threads),
+                          min_interval=RECHOOSE_SECONDS, get_threads=_get_torch_threads if torch_engine else None)
+    print(policy.check(apply=False), file=sys.stderr, flush=True)  # torch is not loaded yet: the engine applies it
+    return policy
 
 
 def serve(
@@ -191,7 +202,7 @@ def serve(
         raise MtkitError(f"--max-connections: must be >= 0, got {max_connections}")
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
-    threads = threads or serving_threads(decoding_threads)
+    policy = serving_policy(engine, threads, decoding_threads)
     overrides = dict(decode_overrides or {})
     check_decode_flags(overrides)
     if overrides.get("beam", 1) > max_beam:
@@ -219,7 +230,7 @@ def serve(
             found["step"] = loaded[0].step
 
         translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect,
-                                      any_target=True, parallel=decoding_threads)
+                                      any_target=True, parallel=decoding_threads, thread_policy=policy)
         if engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
             from mtkit.runtime.ctranslate2_engine import read_manifest

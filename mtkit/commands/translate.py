@@ -171,7 +171,7 @@ def translate(
             has no more ready); 1 writes each translation as soon as it is ready.
         attention_png: write the cross-attention heatmap of the first non-empty input line there
             (torch engine; the first model of an ensemble); ``attention_layer`` picks one layer.
-        threads: CPU threads for the engine (0: the engine's default).
+        threads: CPU threads for the engine (0: one per CPU other work leaves free, :mod:`mtkit.runtime.threads`).
         decode_overrides: decode keys from command-line flags, set on top of ``decode``; errors
             name the flags.
         tgt_lang: the target language of a multilingual model (required when it has several).
@@ -190,7 +190,7 @@ def translate(
     if buffer_size < 1:
         raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")
     if threads < 0:
-        raise MtkitError(f"--threads: must be >= 0 (0: the engine's default), got {threads}")
+        raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
     if attention_layer is not None and attention_png is None:
         raise MtkitError("--attention-layer needs --attention-png")
     check_decode_flags(overrides)

@@ -222,14 +222,17 @@ class Ctranslate2Translator(LineTranslator):
         model_dir: written by :func:`export_model`.
         precision: ``fp32`` keeps the exported weights' type (e.g. int8 stays int8);
             ``bf16`` / ``fp16`` ask CTranslate2 for that compute type.
-        intra_threads: threads per translation (0: CTranslate2's default). An int8
-            model is given one thread when 0 is asked (fastest on small CPUs).
+        intra_threads: threads per translation (0: ``chosen_threads``, else CTranslate2's default). An int8
+            model on the CPU is given one thread when 0 is asked (fastest on small CPUs).
+        chosen_threads: the count mtkit chose from the CPUs free (:mod:`mtkit.runtime.threads`) for a
+            CPU without a user's count, and why: ``(n, why)``.
         min_len: EOS is banned before this many output tokens (0: never).
     """
 
     def __init__(self, model_dir: str | Path, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
                  intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0,
-                 languages: tuple[list, tuple[str, str] | None] | None = None, target: str | None = None) -> None:
+                 languages: tuple[list, tuple[str, str] | None] | None = None, target: str | None = None,
+                 chosen_threads: tuple[int, str] | None = None) -> None:
         ctranslate2 = import_ctranslate2()
         from mtkit.data.vocab import Vocab
 
@@ -252,8 +255,14 @@ class Ctranslate2Translator(LineTranslator):
         device_index = 0
         if device.startswith("cuda:"):
             device, device_index = "cuda", int(device.split(":", 1)[1])
-        if intra_threads <= 0 and str(manifest.get("quantization", "")).startswith("int8") and device == "cpu":
-            intra_threads = 1
+        self.threads_said = None  # "threads: N (why)" for a count chosen here
+        if intra_threads <= 0 and device == "cpu":
+            if str(manifest.get("quantization", "")).startswith("int8"):
+                intra_threads, self.threads_said = 1, "threads: 1 (an int8 model: fastest with one)"
+            elif chosen_threads is not None:
+                intra_threads = chosen_threads[0]
+                self.threads_said = f"threads: {chosen_threads[0]} ({chosen_threads[1]})"
+        self.intra_threads = intra_threads  # 0: CTranslate2's own count
         try:
             self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=device_index,
                                                      compute_type=compute_type, intra_threads=intra_threads,

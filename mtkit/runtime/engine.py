@@ -117,11 +117,14 @@ class LineTranslator:
             one pair, that pair (``(src, tgt)`` or None): which targets a call may ask for.
         tag_side: where a multilingual model's tag goes (``source`` or ``target``, ``data.tag_side``).
         target: the target language a call without one translates into (a multilingual model's).
+        threads: a :class:`mtkit.runtime.threads.ThreadPolicy` fitted before each batch, in the thread that
+            decodes it (the count changes as other work comes and goes; said through ``log``); None: the
+            count stays as it is.
     """
 
     def __init__(self, vocab, decode: DecodeConfig, max_positions: int | None = None,
                  log: Callable[[str], None] = _stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
-                 tag_side: str = "source", target: str | None = None) -> None:
+                 tag_side: str = "source", target: str | None = None, threads=None) -> None:
         self._check(decode)
         self.vocab = vocab
         self.decode = decode
@@ -130,6 +133,7 @@ class LineTranslator:
         self.tag_side = tag_side
         self.target = target
         self.max_positions = max_positions
+        self.threads = threads
         self.max_out_len = None if max_positions is None else max_positions - 1
         self._pieces: PieceIndex | None = None  # the target pieces' index, built on the first exclude phrase
         self._pieces_lock = threading.Lock()
@@ -275,6 +279,9 @@ class LineTranslator:
         results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
         for batch in self.batches(src, call.decode.batch_tokens):
             call.check_stop()
+            said = self.threads.fit() if self.threads is not None else None
+            if said is not None:
+                self.log(said)
             if any(wanted[i] for i in batch):
                 found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], call)
             else:

@@ -25,6 +25,7 @@ from mtkit.config import (
     check_finite,
 )
 from mtkit.errors import MtkitError, shown
+from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 
 ENGINES = ("torch", "ctranslate2")
 
@@ -137,7 +138,7 @@ def is_exported_model(path: Path) -> bool:
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
-                     any_target: bool = False, parallel: int = 1):
+                     any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None):
     """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
@@ -151,6 +152,11 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         any_target: leave the target open (``serve``, which gives it per call).
         parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
             the torch engine needs nothing for it).
+        threads: CPU threads per translation; 0: one per CPU that other work leaves free
+            (:mod:`mtkit.runtime.threads`, said on stderr), chosen again between batches (torch engine),
+            unless ``OMP_NUM_THREADS`` is set.
+        thread_policy: the caller's own choice, already made (a server's, per decoding thread); the torch
+            engine applies it between batches.
     """
     overrides = dict(overrides or {})
     if engine == "ctranslate2":
@@ -161,11 +167,20 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
+        if thread_policy is not None:
+            threads = thread_policy.current or 0
+        # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
+        # fixes its count when it loads the model.
+        chosen = (choose_threads(usable_cpus(), since_start().others())
+                  if threads <= 0 and user_threads() is None else None)
         translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads, inter_threads=parallel, target=tgt_lang)
+                                           intra_threads=threads, inter_threads=parallel, target=tgt_lang,
+                                           chosen_threads=chosen)
         if not any_target:
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
         print(f"loaded {translator.description}", file=sys.stderr, flush=True)
+        if translator.threads_said is not None:
+            print(translator.threads_said, file=sys.stderr, flush=True)
         return translator
     from mtkit.runtime.checkpoint import precheck
     from mtkit.runtime.device import resolve_device
@@ -180,23 +195,25 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
     import torch
 
-    from mtkit.runtime.threads import LoadProbe, choose_threads, usable_cpus, user_threads
-
-    probe = None
-    if threads > 0:
+    policy = thread_policy
+    if policy is not None:
+        torch.set_num_threads(policy.current or torch.get_num_threads())
+    elif threads > 0:
         torch.set_num_threads(threads)
     elif device == "cpu" and user_threads() is None:
-        probe = LoadProbe()  # what other work keeps busy while the models load
+        # One thread per CPU other work leaves free, never more than torch's own count (its physical
+        # cores): two threads time-sliced on one free core wait a scheduler slice at every barrier. The
+        # first reading spans the start and the model loading; the engine chooses again between batches.
+        policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
+                              probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
     from mtkit.runtime.checkpoint import load_model
 
     loaded = [load_model(p, device) for p in paths]
-    if probe is not None:
-        # Fewer threads than torch's own count (its physical cores) when other work holds some: two
-        # threads time-sliced on one free core wait a scheduler slice at every barrier.
-        n, why = choose_threads(min(usable_cpus(), torch.get_num_threads()), probe.others())
-        if n < torch.get_num_threads():
-            torch.set_num_threads(n)
-            print(f"threads: {n} ({why})", file=sys.stderr, flush=True)
+    if policy is not None and thread_policy is None:
+        print(policy.check(), file=sys.stderr, flush=True)
+    elif device == "cpu" and thread_policy is None:
+        print(f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})",
+              file=sys.stderr, flush=True)
     if inspect is not None:
         inspect(loaded)
     from mtkit.data.languages import same_pairs, single_pair
@@ -205,7 +222,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
     translator = Translator(loaded, decode, device=device, precision=precision,
                             languages=(same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data)),
-                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang)
+                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang, threads=policy)
     if not any_target:
         translator.vocab_for(tgt_lang)
     say_loaded(loaded)

@@ -10,7 +10,12 @@ CPU that is free keeps the fair share.
 * :class:`LoadProbe`: CPU time the whole machine spent busy (``/proc/stat``) less this process's own
   (``os.times``), per second of wall time since the last sample: how many CPUs other work keeps busy.
 * :func:`choose_threads`: the count, and a sentence saying why. A user's count (``--threads``,
-  ``OMP_NUM_THREADS``) always wins.
+  ``OMP_NUM_THREADS``) always wins. :func:`serving_choice`: the same for each of a server's decoding
+  threads, one CPU left to the HTTP side.
+* :class:`ThreadPolicy`: the count of long work (training, an engine between batches, a server's
+  decoding threads), chosen again at most every ``min_interval`` seconds.
+* :func:`since_start`: a probe whose first reading was taken when this module was imported (the CLI
+  imports it first), so that a command's first choice reads the whole time it took to start.
 
 Nothing here is timed against a clock in tests: the readers take their inputs as arguments.
 """
@@ -19,13 +24,17 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 # Another process counts as holding a CPU once it keeps this much of one busy: a CPU-bound process
 # that our own threads crowd gets ~0.6 of one, a desktop's background noise stays well under 0.4.
 BUSY_SHARE = 0.4
+# Long work chooses again at most this often (a choice reads the load over the time since the last).
+RECHOOSE_SECONDS = 5.0
 CGROUP = Path("/sys/fs/cgroup")
 
 
@@ -107,6 +116,17 @@ class LoadProbe:
         return max(0.0, ((now.machine - last.machine) - (now.own - last.own)) / (now.wall - last.wall))
 
 
+STARTED: Sample | None = LoadProbe.sample()  # when this module was first imported
+
+
+def since_start(max_age: float = 60.0) -> LoadProbe:
+    """A probe reading from :data:`STARTED` (a process that started over ``max_age`` seconds ago: from
+    now, as what it did then says little of now)."""
+    if STARTED is not None and time.monotonic() - STARTED.wall <= max_age:
+        return LoadProbe(STARTED)
+    return LoadProbe()
+
+
 def user_threads(flag: int = 0, environ: dict | None = None) -> tuple[int, str] | None:
     """The user's thread count and where it was set (a flag > 0 first, then ``OMP_NUM_THREADS``)."""
     if flag > 0:
@@ -129,26 +149,75 @@ def choose_threads(usable: int, others: float | None, user: tuple[int, str] | No
     return n, f"{usable} usable CPU{'s' if usable != 1 else ''}, {others:.1f} busy with other work"
 
 
-class ThreadPolicy:
-    """The intra-op thread count of long work (training), chosen again at each :meth:`check`: the user's
-    when set, else what :func:`choose_threads` makes of the load since the last check. ``set_threads``
-    (``torch.set_num_threads``) is called only when the count changes."""
+Choice = Callable[[int, "float | None", "tuple[int, str] | None"], tuple[int, str]]
 
-    def __init__(self, set_threads, user: tuple[int, str] | None = None, usable: int | None = None,
-                 probe: LoadProbe | None = None) -> None:
+
+def serving_choice(decoding_threads: int) -> Choice:
+    """The choice for each of a server's ``decoding_threads``: the CPUs other work leaves free
+    (:func:`choose_threads`) but one, which the HTTP side keeps, shared by the decoding threads, at least
+    one each. Engines that take every core make the event loop fight for one: on a small machine a
+    server that leaves it a core answers more requests at every load (benchmarks/README.md)."""
+
+    def choose(usable: int, others: float | None, user: tuple[int, str] | None = None) -> tuple[int, str]:
+        if user is not None:
+            return user
+        free, why = choose_threads(usable, others)
+        n = max(1, (free - 1) // max(1, decoding_threads))
+        return n, f"{why}; per decoding thread ({decoding_threads}), one CPU left to HTTP"
+
+    return choose
+
+
+class ThreadPolicy:
+    """The intra-op thread count of long work, chosen again at each :meth:`check`: the user's when set,
+    else what ``choose`` (:func:`choose_threads`) makes of the load since the last reading. Checks less
+    than ``min_interval`` seconds after the last reading keep the count (a check per batch costs a clock
+    read). Safe to share between threads: one lock around each choice.
+
+    ``set_threads`` (``torch.set_num_threads``) applies a count; :meth:`fit` applies it in the calling
+    thread when ``get_threads`` there differs (torch keeps an OpenMP thread count per thread, so each of
+    a server's decoding threads applies it itself)."""
+
+    def __init__(self, set_threads: Callable[[int], object], user: tuple[int, str] | None = None,
+                 usable: int | None = None, probe: LoadProbe | None = None, choose: Choice = choose_threads,
+                 min_interval: float = 0.0, get_threads: Callable[[], int] | None = None) -> None:
         self.set_threads = set_threads
+        self.get_threads = get_threads
         self.user = user
         self.usable = usable if usable is not None else usable_cpus()
         self.probe = probe if probe is not None else LoadProbe()
+        self.choose = choose
+        self.min_interval = min_interval
         self.current: int | None = None
+        self._lock = threading.Lock()
 
-    def check(self, now: Sample | None | str = "now") -> str | None:
+    def check(self, now: Sample | None | str = "now", apply: bool = True) -> str | None:
         """Choose again; ``threads: N (why)`` when the count changed (the first check always says it);
-        ``now`` as :meth:`LoadProbe.others` takes it."""
-        others = None if self.user is not None else self.probe.others(now)
-        n, why = choose_threads(self.usable, others, self.user)
-        if n == self.current:
-            return None
-        self.current = n
-        self.set_threads(n)
-        return f"threads: {n} ({why})"
+        ``now`` as :meth:`LoadProbe.others` takes it. Applies the count (``set_threads``) on a change
+        unless ``apply`` is false (the caller applies :attr:`current` itself)."""
+        with self._lock:
+            if self.current is not None and (self.user is not None or self._recent(now)):
+                return None
+            others = None if self.user is not None else self.probe.others(now)
+            n, why = self.choose(self.usable, others, self.user)
+            if n == self.current:
+                return None
+            self.current = n
+            if apply:
+                self.set_threads(n)
+            return f"threads: {n} ({why})"
+
+    def fit(self) -> str | None:
+        """:meth:`check`, then the count applied in the calling thread where it differs there; what
+        :meth:`check` said."""
+        said = self.check()
+        if self.get_threads is not None and self.current is not None and self.get_threads() != self.current:
+            self.set_threads(self.current)
+        return said
+
+    def _recent(self, now: Sample | None | str) -> bool:
+        last = self.probe.last
+        if not self.min_interval or last is None:
+            return False
+        t = now.wall if isinstance(now, Sample) else time.monotonic()
+        return t - last.wall < self.min_interval

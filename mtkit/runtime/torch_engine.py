@@ -39,14 +39,14 @@ class Translator(LineTranslator):
         precision: ``fp32``, or ``bf16``/``fp16`` under autocast (fp16 needs CUDA).
         seed: the sampling seed (the same input and batch give the same samples).
         min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
-        languages, tag_side, target: a multilingual model's pairs, tag side and default target
-            (:class:`mtkit.runtime.engine.LineTranslator`).
+        languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
+            and the policy fitting the CPU threads between batches (:class:`mtkit.runtime.engine.LineTranslator`).
     """
 
     def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
                  seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0,
                  languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
-                 target: str | None = None) -> None:
+                 target: str | None = None, threads=None) -> None:
         import torch
 
         from mtkit.runtime.ensemble import check_one_vocabulary
@@ -60,7 +60,7 @@ class Translator(LineTranslator):
         self.device = torch.device(device)
         check_precision(precision, self.device.type, "precision")
         max_positions = min(getattr(getattr(m.model, "cfg", None), "max_positions", 1 << 30) for m in loaded)
-        super().__init__(first.vocab, decode, max_positions, log, languages, tag_side, target)
+        super().__init__(first.vocab, decode, max_positions, log, languages, tag_side, target, threads)
         self.precision = precision
         self.min_len = min_len
         self.models = [m.model.to(self.device).eval() for m in loaded]

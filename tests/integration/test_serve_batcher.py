@@ -178,15 +178,18 @@ def test_the_server_loads_no_torch_before_an_engine_does():
     assert done.stdout.strip() == "False"
 
 
-def test_the_engine_leaves_the_event_loop_a_core_unless_told(monkeypatch):
-    """--threads 0: the usable CPUs but one, shared by the decoding threads, at least one each."""
-    import os
-
-    from mtkit.commands import serve
+def test_the_engine_leaves_the_event_loop_a_core_unless_told():
+    """--threads 0: the CPUs other work leaves free but one, shared by the decoding threads, at least one each;
+    a user's count stays."""
+    from mtkit.runtime.threads import serving_choice
 
     for cpus, decoding, threads in ((1, 2, 1), (2, 2, 1), (8, 2, 3), (8, 1, 7), (2, 1, 1)):
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)), raising=False)
-        assert serve.serving_threads(decoding) == threads
+        assert serving_choice(decoding)(cpus, 0.0)[0] == threads
+    assert serving_choice(2)(8, 3.0)[0] == 2  # 3 CPUs busy with other work: 5 free, 4 for decoding
+    assert serving_choice(1)(8, 7.0)[0] == 1
+    n, why = serving_choice(2)(8, 0.0)
+    assert why == "8 usable CPUs, 0.0 busy with other work; per decoding thread (2), one CPU left to HTTP"
+    assert serving_choice(2)(8, 7.0, (4, "set by --threads")) == (4, "set by --threads")
 
 
 class PoisonVocab(WordVocab):

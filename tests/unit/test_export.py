@@ -264,3 +264,28 @@ def test_a_spoiled_manifest_is_one_error_line_from_the_cli(vocab, tmp_path):
     errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 1 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "model.encoder_layers is 100000000 but model.bin has 2 encoder layers" in errors[0]
+
+
+def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tmp_path, monkeypatch, capsys):
+    """CTranslate2 fixes its count when it loads a model: mtkit chooses it from the CPUs other work leaves
+    free (the reading spans the process's start), says it, and leaves a user's count and int8 models alone."""
+    from mtkit.runtime import factory
+    from mtkit.runtime.threads import LoadProbe
+
+    out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
+    busy = {"others": 1.0}
+    monkeypatch.setattr(LoadProbe, "others", lambda self, now="now": busy["others"])
+    translator = factory.build_translator([out], engine="ctranslate2", device="cpu")
+    assert translator.intra_threads == 1
+    assert "threads: 1 (2 usable CPUs, 1.0 busy with other work)" in capsys.readouterr().err
+    busy["others"] = 0.0
+    assert factory.build_translator([out], engine="ctranslate2", device="cpu").intra_threads == 2
+    assert factory.build_translator([out], engine="ctranslate2", device="cpu", threads=3).intra_threads == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert factory.build_translator([out], engine="ctranslate2", device="cpu").intra_threads == 0  # OpenMP's: 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    int8 = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "int8", quantization="int8")
+    assert factory.build_translator([int8], engine="ctranslate2", device="cpu").intra_threads == 1
+    assert "threads: 1 (an int8 model: fastest with one)" in capsys.readouterr().err

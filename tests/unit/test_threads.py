@@ -15,6 +15,8 @@ from mtkit.runtime.threads import (
     cgroup_quota,
     choose_threads,
     machine_busy_seconds,
+    serving_choice,
+    since_start,
     usable_cpus,
     user_threads,
 )
@@ -95,6 +97,61 @@ def test_a_policy_sets_the_count_when_it_changes_and_says_why():
     assert calls == [2, 1, 2, 3]
 
 
+def test_a_policy_reads_the_load_again_only_after_its_interval():
+    calls = []
+    policy = ThreadPolicy(calls.append, usable=2, probe=LoadProbe(Sample(0.0, 0.0, 0.0)), min_interval=5.0)
+    assert policy.check(Sample(1.0, 1.0, 1.0)) == "threads: 2 (2 usable CPUs, 0.0 busy with other work)"
+    # 3 s later another process has kept a CPU busy, but the interval has not passed: no new reading
+    assert policy.check(Sample(4.0, 7.0, 4.0)) is None and policy.probe.last.wall == 1.0
+    # past it: the reading spans the whole 6 s since the last one (other work kept one CPU busy)
+    assert policy.check(Sample(7.0, 13.0, 7.0)) == "threads: 1 (2 usable CPUs, 1.0 busy with other work)"
+    assert calls == [2, 1]
+
+
+def test_fit_applies_the_count_in_each_thread_that_differs():
+    """torch keeps a thread count per thread: each of a server's decoding threads applies the choice itself."""
+    per_thread = {"a": 2, "b": 2}
+    me = {"name": "a"}
+
+    def set_threads(n):
+        per_thread[me["name"]] = n
+
+    busy = Sample(10.0, 20.0, 10.0)  # 10 s, of which other work kept one CPU busy
+    policy = ThreadPolicy(set_threads, usable=2, probe=LoadProbe(Sample(0.0, 0.0, 0.0)),
+                          get_threads=lambda: per_thread[me["name"]])
+    assert policy.check(busy) == "threads: 1 (2 usable CPUs, 1.0 busy with other work)"
+    assert per_thread == {"a": 1, "b": 2}
+    policy.probe.others = lambda now="now": 1.0  # the load as it was
+    me["name"] = "b"
+    assert policy.fit() is None  # no change to say, but thread b takes the count
+    assert per_thread == {"a": 1, "b": 1}
+
+
+def test_a_choice_can_be_left_to_the_caller_to_apply():
+    calls = []
+    policy = ThreadPolicy(calls.append, user=(3, "set by --threads"), usable=2)
+    assert policy.check(apply=False) == "threads: 3 (set by --threads)" and policy.current == 3 and calls == []
+
+
+def test_a_servers_decoding_threads_share_the_free_cpus_but_one():
+    choose = serving_choice(2)
+    assert choose(2, 0.0)[0] == 1 and choose(2, 1.0)[0] == 1
+    assert choose(16, 0.0)[0] == 7 and choose(16, 8.0)[0] == 3  # 15 free of which 1 for HTTP; 8 free
+    assert choose(16, None)[0] == 7
+    assert choose(16, 8.0, (5, "set by OMP_NUM_THREADS")) == (5, "set by OMP_NUM_THREADS")
+
+
+def test_the_first_reading_spans_the_process_start(monkeypatch):
+    from mtkit.runtime import threads
+
+    started = Sample(100.0, 50.0, 1.0)
+    monkeypatch.setattr(threads, "STARTED", started)
+    monkeypatch.setattr(threads.time, "monotonic", lambda: 130.0)
+    assert since_start(max_age=60.0).last is started
+    monkeypatch.setattr(threads.time, "monotonic", lambda: 200.0)
+    assert since_start(max_age=60.0).last is not started  # too old to say anything of now
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny untrained mtkit checkpoint with a real SentencePiece model."""
@@ -102,28 +159,38 @@ def checkpoint(tmp_path_factory):
 
 
 def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoint, monkeypatch, capsys):
-    """The torch engine's threads: torch's own count on a quiet machine (nothing said), one fewer per CPU
-    other work holds (said on stderr), and the user's OMP_NUM_THREADS untouched (no reading taken)."""
+    """The torch engine's threads: torch's own count on a quiet machine, one fewer per CPU other work holds,
+    and the user's OMP_NUM_THREADS untouched (no reading taken); the count and why said on stderr."""
     from mtkit.runtime import threads
     from mtkit.runtime.factory import build_translator
 
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(threads, "usable_cpus", lambda: 2)
+    from mtkit.runtime import factory
+
+    monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
     busy = {"others": 1.0}
     monkeypatch.setattr(threads.LoadProbe, "others", lambda self, now="now": busy["others"])
     try:
         torch.set_num_threads(2)
-        build_translator([checkpoint], device="cpu")
+        translator = build_translator([checkpoint], device="cpu")
         assert torch.get_num_threads() == 1
         assert "threads: 1 (2 usable CPUs, 1.0 busy with other work)" in capsys.readouterr().err
+        # between batches the engine chooses again (here at once: no interval), in the thread that decodes
+        busy["others"] = 0.0
+        translator.threads.min_interval = 0.0
+        translator.translate_text(["a b c", "d e"])
+        assert torch.get_num_threads() == 2
+        assert "threads: 2 (2 usable CPUs, 0.0 busy with other work)" in capsys.readouterr().err
         busy["others"] = 0.1
         torch.set_num_threads(2)
         build_translator([checkpoint], device="cpu")
-        assert torch.get_num_threads() == 2 and "threads:" not in capsys.readouterr().err
+        assert torch.get_num_threads() == 2
+        assert "threads: 2 (2 usable CPUs, 0.1 busy with other work)" in capsys.readouterr().err
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
         busy["others"] = 2.0
-        build_translator([checkpoint], device="cpu")
-        assert torch.get_num_threads() == 2 and "threads:" not in capsys.readouterr().err
+        translator = build_translator([checkpoint], device="cpu")
+        assert torch.get_num_threads() == 2 and "threads: 2 (set by OMP_NUM_THREADS)" in capsys.readouterr().err
+        assert translator.threads is None  # nothing chosen between batches either
     finally:
         torch.set_num_threads(before)
