@@ -36,18 +36,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
+from mtkit.decoding.penalties import length_penalty
 from mtkit.errors import MtkitError
 from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 
 
 @dataclass
 class Candidate:
-    """One hypothesis: target ids (no BOS/EOS), its text, pieces and score."""
+    """One hypothesis: target ids (no BOS/EOS), its text, pieces and score (the length-normalized
+    log-probability search ranks by)."""
 
     ids: list[int]
     text: str
     pieces: list[str]
     score: float
+
+    def logprob(self, decode: DecodeConfig) -> float:
+        """The log-probability (nats) of the hypothesis and its EOS, the length penalty undone: both
+        engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.decoding.search`), ``n`` the
+        hypothesis's tokens, ``lp`` the length penalty of ``decode`` (``alpha``, ``length_penalty``)."""
+        return self.score * length_penalty(len(self.ids) + 1, decode.alpha, decode.length_penalty)
+
+    def mean_logprob(self, decode: DecodeConfig) -> float:
+        """The mean log-probability per target token (EOS included): the per-sentence confidence."""
+        return self.logprob(decode) / (len(self.ids) + 1)
 
 
 @dataclass

@@ -88,13 +88,17 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
     return decode
 
 
-def say_loaded(loaded: list) -> None:
-    """Say on stderr which checkpoints a command runs: ``loaded PATH (step N)``; once their settings
-    have passed the checks, so that an error stays the only line."""
+def stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
+    """Say on stderr (or ``log``) which checkpoints a command runs: ``loaded PATH (step N)``; once their
+    settings have passed the checks, so that an error stays the only line."""
     from mtkit.runtime.checkpoint import describe
 
     for model in loaded:
-        print(f"loaded {describe(model)}", file=sys.stderr, flush=True)
+        log(f"loaded {describe(model)}")
 
 
 def read_constraint_options(constraints: Path | None, glossary: Path | None, engine: str = "torch",
@@ -138,7 +142,8 @@ def is_exported_model(path: Path) -> bool:
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
-                     any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None):
+                     any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
+                     log: Callable[[str], None] = stderr):
     """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
@@ -157,6 +162,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             unless ``OMP_NUM_THREADS`` is set.
         thread_policy: the caller's own choice, already made (a server's, per decoding thread); the torch
             engine applies it between batches.
+        log: where what was loaded, the thread count and the engine's warnings are said (stderr).
     """
     overrides = dict(overrides or {})
     if engine == "ctranslate2":
@@ -178,9 +184,9 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
                                            chosen_threads=chosen)
         if not any_target:
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
-        print(f"loaded {translator.description}", file=sys.stderr, flush=True)
+        log(f"loaded {translator.description}")
         if translator.threads_said is not None:
-            print(translator.threads_said, file=sys.stderr, flush=True)
+            log(translator.threads_said)
         return translator
     from mtkit.runtime.checkpoint import precheck
     from mtkit.runtime.device import resolve_device
@@ -209,11 +215,11 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     from mtkit.runtime.checkpoint import load_model
 
     loaded = [load_model(p, device) for p in paths]
+    said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
-        print(policy.check(), file=sys.stderr, flush=True)
+        said = policy.check()
     elif device == "cpu" and thread_policy is None:
-        print(f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})",
-              file=sys.stderr, flush=True)
+        said = f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})"
     if inspect is not None:
         inspect(loaded)
     from mtkit.data.languages import same_pairs, single_pair
@@ -222,8 +228,10 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
     translator = Translator(loaded, decode, device=device, precision=precision,
                             languages=(same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data)),
-                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang, threads=policy)
+                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang, threads=policy, log=log)
     if not any_target:
         translator.vocab_for(tgt_lang)
-    say_loaded(loaded)
+    say_loaded(loaded, log)
+    if said is not None:
+        log(said)
     return translator

@@ -29,7 +29,7 @@ queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /met
 
 Confidence is the mean log-probability per target token (EOS included), in nats: the engines
 return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
-the length penalty of the settings used (:func:`mtkit.serve.models.mean_logprob`).
+the length penalty of the settings used (:meth:`mtkit.runtime.engine.Candidate.logprob`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from mtkit.runtime.lines import clean_output
 from mtkit.serve import libretranslate as lt
 from mtkit.serve.markup import split_markup
-from mtkit.serve.models import language_name, logprob, mean_logprob
+from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (
     ApiError,
     Hypothesis,
@@ -295,8 +295,8 @@ def mtkit_router(service: Service):
             if not t.src_ids:
                 sentences.append(Sentence(text="", confidence=None, nbest=[]))
                 continue
-            hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=logprob(c, decode),
-                               confidence=mean_logprob(c, decode), tokens=len(c.ids) + 1)
+            hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob(decode),
+                               confidence=c.mean_logprob(decode), tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet,

@@ -12,8 +12,7 @@ import math
 from dataclasses import dataclass
 
 from mtkit.config import DecodeConfig
-from mtkit.decoding.penalties import length_penalty
-from mtkit.runtime.engine import Candidate, LineTranslator
+from mtkit.runtime.engine import LineTranslator
 
 # Language names for LibreTranslate's /languages (a code without one is named by its code).
 LANGUAGE_NAMES = {
@@ -59,20 +58,6 @@ class ServedModel:
     @property
     def decode(self) -> DecodeConfig:
         return self.translator.decode
-
-
-def logprob(candidate: Candidate, decode: DecodeConfig) -> float:
-    """The log-probability (nats) of a hypothesis and its EOS, undoing the length penalty.
-
-    Both engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.decoding.search`), ``n`` the
-    hypothesis's tokens, ``lp`` the length penalty of ``decode`` (``alpha``, ``length_penalty``).
-    """
-    return candidate.score * length_penalty(len(candidate.ids) + 1, decode.alpha, decode.length_penalty)
-
-
-def mean_logprob(candidate: Candidate, decode: DecodeConfig) -> float:
-    """The mean log-probability per target token (EOS included): the per-sentence confidence."""
-    return logprob(candidate, decode) / (len(candidate.ids) + 1)
 
 
 def probability(mean: float) -> float:

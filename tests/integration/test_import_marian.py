@@ -423,3 +423,26 @@ def test_the_default_max_length_is_generates(case, tmp_path, beam):
         assert len(theirs) == 20 and theirs[-1] == 0, theirs  # 19 tokens and the forced EOS
         ours = _marian_ids(vocab, "tgt", sentence[0].tokens, tgt_table) + [0]
         assert ours == theirs, (i, ours, theirs)
+
+
+PIPELINE_SOURCES = [english(n) for n in range(3, 1000, 16)]  # 63 sentences
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_the_pipeline_gives_generates_strings(case, beam):
+    """mtkit.pipeline("translation", model=FOLDER), the drop-in for transformers 4's pipeline, imports the
+    Marian folder on load and gives the strings MarianMTModel.generate gives with the same settings."""
+    import mtkit
+
+    folder, _ = case
+    model, tok = hf(folder)
+    batch = tok(PIPELINE_SOURCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, num_beams=beam, max_length=MAX_LENGTH)
+    theirs = tok.batch_decode(out, skip_special_tokens=True)
+    pipe = mtkit.pipeline("translation", model=folder, device=-1, threads=1)
+    answers = pipe(PIPELINE_SOURCES, num_beams=beam, max_length=MAX_LENGTH, batch_size=16)
+    ours = [a["translation_text"] for a in answers]
+    assert len(ours) == len(PIPELINE_SOURCES) >= 60
+    assert ours == theirs
+    assert len(set(ours)) >= 10  # varied outputs, not one string for all

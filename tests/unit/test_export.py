@@ -289,3 +289,22 @@ def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tm
     int8 = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "int8", quantization="int8")
     assert factory.build_translator([int8], engine="ctranslate2", device="cpu").intra_threads == 1
     assert "threads: 1 (an int8 model: fastest with one)" in capsys.readouterr().err
+
+
+def test_the_api_loads_an_exported_folder_with_ctranslate2(vocab, tmp_path):
+    import mtkit
+
+    out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
+    model = mtkit.load(out, device="cpu", threads=1)
+    assert model.kind == "ctranslate2"
+    decode = exported_decode(out)
+    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
+    ours = model.translate(LINES)
+    assert [r.text for r in ours] == [t.best.text for t in theirs]
+    assert [r.score for r in ours] == pytest.approx([t.best.score for t in theirs])
+    pipe = mtkit.pipeline("translation", model=out, device="cpu", threads=1)
+    assert [a["translation_text"] for a in pipe(LINES)] == [r.text for r in ours]
+    with pytest.raises(MtkitError, match="score needs the torch engine"):
+        model.score(LINES[:1], ["x"])
+    with pytest.raises(MtkitError, match="glossary: --engine ctranslate2 cannot force"):
+        model.translate(LINES[:1], glossary={"one": "eins"})

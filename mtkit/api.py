@@ -1,0 +1,333 @@
+"""mtkit's Python API: load a model, translate and score with it, evaluate translations.
+
+    >>> import mtkit
+    >>> model = mtkit.load("runs/en-de")                      # a run, a checkpoint, or an exported folder
+    >>> result = model.translate("A man is riding a bike.", beam=4)
+    >>> result.text, result.logprob                           # the best hypothesis and its log P (nats)
+    >>> [h.text for h in model.translate(["One.", "Two."], beam=4, nbest=2)[0].hypotheses]
+    >>> model.score(["A dog."], ["Ein Hund."])[0].logprob     # forced decoding (torch engine)
+    >>> mtkit.evaluate(["Ein Hund."], [["Ein Hund."]])[0].score   # sacreBLEU, with its signature
+
+Every call takes its own options (keywords, checked as the CLI's flags are: ``beam``, ``nbest``,
+``alpha``, ``sampling`` …, ``target`` for a multilingual model, ``glossary``, ``constraints``); the
+model is never changed by a call, so one model serves any number of threads at once, as its engine
+does. What the CLI says on stderr (what was loaded, the thread count, warnings) goes to the ``mtkit``
+logger. ``import mtkit`` loads no torch; :func:`load` loads it for the torch engine only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtkit.config import DecodeConfig
+from mtkit.errors import MtkitError
+from mtkit.runtime.engine import LineTranslator, Translation
+
+logger = logging.getLogger("mtkit")
+
+# The decoding options a call may set (DecodeConfig's keys; the checks and messages are the CLI's).
+DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
+                  "sampling", "temperature", "top_k", "top_p", "no_repeat_ngram_size", "batch_tokens")
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One translation of a line.
+
+    Attributes:
+        text: the detokenized translation.
+        score: what search ranks by: the log-probability divided by the length penalty.
+        logprob: log P(translation and its EOS | source), natural log.
+        tokens: the target's SentencePiece pieces.
+    """
+
+    text: str
+    score: float
+    logprob: float
+    tokens: list[str]
+
+
+@dataclass(frozen=True)
+class Result:
+    """The translation of one line: its ``hypotheses``, best first (``nbest`` of them when asked; an empty
+    line has one, empty), and the include phrases (constraints, glossary terms) the best one lacks."""
+
+    source: str
+    hypotheses: list[Hypothesis]
+    unmet: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0].text
+
+    @property
+    def score(self) -> float:
+        return self.hypotheses[0].score
+
+    @property
+    def logprob(self) -> float:
+        return self.hypotheses[0].logprob
+
+
+def _python_names(error: MtkitError) -> MtkitError:
+    """The CLI's message with keyword names for flags: ``--nbest`` -> ``nbest``."""
+    return MtkitError(re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_"), str(error)))
+
+
+class Model:
+    """A loaded model (see :func:`load`): :meth:`translate`, :meth:`score`. Never changed by a call."""
+
+    def __init__(self, engine: LineTranslator, path: Path, kind: str, loaded: list | None = None,
+                 device: str = "cpu", precision: str = "fp32") -> None:
+        self.engine = engine
+        self.path = path
+        self.kind = kind  # "torch" or "ctranslate2"
+        self._loaded = loaded  # the torch engine's LoadedModels (forced decoding needs them)
+        self._device = device
+        self._precision = precision
+        self._scorer = None
+
+    def __repr__(self) -> str:
+        return f"mtkit.Model({str(self.path)!r}, engine={self.kind!r})"
+
+    @property
+    def decode(self) -> DecodeConfig:
+        """The model's own decoding settings (what a call without options uses)."""
+        return self.engine.decode
+
+    def options(self, **options: Any) -> DecodeConfig:
+        """The model's decoding settings with ``options`` set, checked as the CLI's flags are."""
+        from mtkit.runtime.factory import apply_decode_flags, check_decode_flags
+
+        unknown = sorted(set(options) - set(DECODE_OPTIONS))
+        if unknown:
+            raise MtkitError(f"unknown option {unknown[0]!r}; expected one of {', '.join(DECODE_OPTIONS)}")
+        given = {k: v for k, v in options.items() if v is not None}
+        try:
+            check_decode_flags(given)
+            return apply_decode_flags(self.engine.decode, given)
+        except MtkitError as e:
+            raise _python_names(e) from None
+
+    def translate(self, lines: str | Sequence[str], *, target: str | None = None,
+                  glossary: Mapping[str, str] | str | Path | None = None,
+                  constraints: Sequence[Mapping[str, Sequence[str]] | None] | None = None,
+                  **options: Any) -> Result | list[Result]:
+        """Translate a line (a :class:`Result`) or a list of lines (a list of them, in order).
+
+        Args:
+            target: the target language of a multilingual model (None: its only one).
+            glossary: source term -> target term (a mapping, or a TSV file as ``--glossary`` reads):
+                where a line holds a source term, the translation must hold its target term.
+            constraints: one ``{"include": [...], "exclude": [...]}`` (or None) per line.
+            options: decoding settings for this call (:data:`DECODE_OPTIONS`: ``beam=4``, ``nbest=2``,
+                ``alpha=0.6``, ``sampling=True`` …); the model's own for the rest.
+        """
+        single = isinstance(lines, str)
+        items = [lines] if single else list(lines)
+        if not all(isinstance(line, str) for line in items):
+            raise MtkitError("lines: expected a string or a list of strings")
+        decode = self.options(**options)
+        source = self._constraints(items, glossary, constraints, decode)
+        results = [self._result(t, decode)
+                   for t in self.engine.translate(items, buffer_size=max(1, len(items)), constraints=source,
+                                                  options=decode, target=target)]
+        return results[0] if single else results
+
+    def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):
+        if glossary is None and constraints is None:
+            return None
+        from mtkit.runtime.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
+        from mtkit.runtime.glossary import Glossary
+
+        if decode.sampling:
+            raise MtkitError(f"{'constraints' if constraints is not None else 'glossary'} needs beam search: "
+                             "drop sampling")
+        terms = None
+        if isinstance(glossary, (str, Path)):
+            terms = Glossary.read(Path(glossary), "glossary")
+        elif glossary is not None:
+            terms = Glossary((s, t, f"glossary[{s!r}]") for s, t in dict(glossary).items())
+        per_line = None
+        if constraints is not None:
+            per_line = list(constraints)
+            if len(per_line) != len(items):
+                raise MtkitError(f"constraints: {len(per_line)} given for {len(items)} lines; give one per line")
+            per_line = [Constraints.from_json(dict(c), f"constraints[{i}]", MAX_LINE_PHRASES) if c else None
+                        for i, c in enumerate(per_line)]
+        if self.kind == "ctranslate2" and (terms is not None or any(c and c.include for c in per_line or [])):
+            from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+
+            raise MtkitError(f"{'glossary' if terms is not None else 'constraints'}: {INCLUDE_UNSUPPORTED}")
+        return constraint_source(per_line, terms, "constraints")
+
+    @staticmethod
+    def _result(t: Translation, decode: DecodeConfig) -> Result:
+        from mtkit.runtime.lines import clean_output
+
+        hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob(decode), list(c.pieces))
+                      for c in t.candidates[: max(1, decode.nbest)]]
+        return Result(t.source, hypotheses, list(t.unmet))
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
+        """log P(target | source) of each pair by forced decoding: a list of
+        :class:`mtkit.runtime.scorer.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
+        if self._loaded is None:
+            raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")
+        if self._scorer is None:
+            from mtkit.runtime.scorer import PairScorer
+
+            self._scorer = PairScorer(self._loaded, device=self._device, precision=self._precision,
+                                      batch_tokens=self.engine.decode.batch_tokens)
+        return list(self._scorer.score(zip(sources, targets), chunk_size=max(1, len(sources)), target=target))
+
+
+def load(path: str | Path, engine: str | None = None, device: str = "auto", precision: str = "fp32",
+         threads: int = 0, target: str | None = None) -> Model:
+    """Load a model to translate with.
+
+    Args:
+        path: an mtkit run directory or checkpoint (the torch engine), or a folder written by ``mtkit
+            export ctranslate2`` (the CTranslate2 engine).
+        engine: ``torch`` or ``ctranslate2`` (None: the one ``path`` is for).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA).
+        threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
+        target: the target language calls translate into by default (a multilingual model's).
+    """
+    from mtkit.runtime.factory import ENGINES, build_translator, is_exported_model
+
+    path = Path(path)
+    if not path.exists():
+        raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
+    if engine is None:
+        engine = "ctranslate2" if is_exported_model(path) else "torch"
+    if engine not in ENGINES:
+        raise MtkitError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if threads < 0:
+        raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
+    found: dict = {}
+
+    def keep(loaded: list) -> None:
+        found["loaded"] = loaded
+
+    try:
+        translator = build_translator([path], engine, device, precision, threads, inspect=keep, tgt_lang=target,
+                                      any_target=target is None, log=logger.info)
+    except MtkitError as e:
+        raise _python_names(e) from None
+    return Model(translator, path, engine, found.get("loaded"), str(getattr(translator, "device", "cpu")),
+                 precision)
+
+
+def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Sequence[str],
+             metrics: Sequence[str] = ("bleu", "chrf", "ter"), **options: Any) -> list:
+    """sacreBLEU scores of detokenized ``hypotheses`` against raw ``references`` (one list per reference
+    stream, or one list of lines: a single reference each): a list of
+    :class:`mtkit.metrics.scores.MetricScore` (``metric``, ``score``, ``signature``), one per metric.
+    ``options`` as :func:`mtkit.metrics.scores.score` takes them (``chrf_plus``, ``lowercase_tok``, ``lang`` …)."""
+    from mtkit.metrics.scores import score
+
+    refs = list(references)
+    if refs and isinstance(refs[0], str):
+        refs = [refs]
+    return score(list(hypotheses), refs, list(metrics), **options)
+
+
+def _is_marian_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file() and (path / "source.spm").exists()
+
+
+class TranslationPipeline:
+    """What ``transformers.pipeline("translation", model=...)`` gave until transformers 5 removed it:
+    called with a string or a list of strings, it answers ``[{"translation_text": ...}]``, one dict per
+    input (a list of ``num_return_sequences`` dicts per input when that is above 1)."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"mtkit.TranslationPipeline({self.model!r})"
+
+    def __call__(self, inputs: str | Sequence[str], *, batch_size: int | None = None, max_length: int | None = None,
+                 num_beams: int | None = None, num_return_sequences: int = 1, **unused: Any) -> list:
+        """Translate ``inputs``.
+
+        Args:
+            batch_size: lines translated together (None: all of them; mtkit batches by tokens within).
+            max_length: as generate's: the decoder's length with its start token, so at most
+                ``max_length - 1`` tokens and EOS (None: the model's own limit).
+            num_beams: the beam size (1: greedy; None: the model's).
+            num_return_sequences: hypotheses per input, best first (at most ``num_beams``).
+            unused: generate's other keywords are refused by name (so a setting never silently differs).
+        """
+        if unused:
+            raise MtkitError(f"unsupported keyword {sorted(unused)[0]!r}; mtkit's pipeline takes batch_size, "
+                             "max_length, num_beams and num_return_sequences")
+        single = isinstance(inputs, str)
+        lines = [inputs] if single else list(inputs)
+        options: dict[str, Any] = {"beam": num_beams, "nbest": num_return_sequences}
+        if max_length is not None:
+            if max_length < 2:
+                raise MtkitError(f"max_length: must be at least 2 (the start token and one more), got {max_length}")
+            options.update(max_len_a=0.0, max_len_b=max_length - 2)
+        size = max(1, batch_size or len(lines) or 1)
+        results: list[Result] = []
+        for start in range(0, len(lines), size):
+            results += self.model.translate(lines[start:start + size], **options)
+        answers = [[{"translation_text": h.text} for h in self._padded(r.hypotheses, num_return_sequences)]
+                   for r in results]
+        if num_return_sequences == 1:
+            answers = [a[0] for a in answers]
+            return answers
+        return answers[0] if single else answers
+
+    @staticmethod
+    def _padded(hypotheses: list[Hypothesis], n: int) -> list[Hypothesis]:
+        """Exactly ``n`` hypotheses (an input with fewer distinct ones repeats its last, as n-best lists do)."""
+        return (hypotheses + hypotheses[-1:] * n)[:n]
+
+
+def pipeline(task: str = "translation", model: str | Path | None = None, device: int | str | None = None,
+             threads: int = 0) -> TranslationPipeline:
+    """A drop-in for ``transformers.pipeline("translation", model=...)``, which transformers 5 removed.
+
+    Args:
+        task: ``translation`` (or ``translation_xx_to_yy``, as transformers named it).
+        model: an mtkit run directory or checkpoint, a folder written by ``mtkit export ctranslate2``, or a
+            Marian / OPUS-MT model in the Hugging Face layout (a folder, or a hub name such as
+            ``Helsinki-NLP/opus-mt-en-de``, downloaded through ``huggingface_hub``), imported on load as
+            ``mtkit import marian`` imports it.
+        device: transformers' ``-1`` (CPU) or a CUDA index, or mtkit's ``auto`` / ``cpu`` / ``cuda:N``.
+        threads: CPU threads (0: one per CPU that other work leaves free).
+    """
+    if not re.fullmatch(r"translation(_[A-Za-z-]+_to_[A-Za-z-]+)?", task):
+        raise MtkitError(f"task {task!r}: mtkit's pipeline translates (task 'translation')")
+    if model is None:
+        raise MtkitError("model: give an mtkit run, an exported CTranslate2 folder or a Marian model")
+    if device is None:
+        device = "auto"
+    elif isinstance(device, int):
+        device = "cpu" if device < 0 else f"cuda:{device}"
+    path = Path(model)
+    if not path.exists() or _is_marian_folder(path):
+        import tempfile
+
+        from mtkit.importers import write_run
+        from mtkit.importers.marian import marian_folder, read_marian
+
+        imported = read_marian(marian_folder(str(model)))
+        with tempfile.TemporaryDirectory(prefix="mtkit-import-") as tmp:
+            loaded = load(write_run(imported, Path(tmp) / "run"), "torch", device, threads=threads)
+        loaded.path = path
+        return TranslationPipeline(loaded)
+    return TranslationPipeline(load(path, None, device, threads=threads))
