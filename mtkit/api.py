@@ -184,10 +184,9 @@ class Model:
         if len(sources) != len(targets):
             raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")
         if self._scorer is None:
-            from mtkit.runtime.scorer import PairScorer
+            from mtkit.runtime.factory import forced_scorer
 
-            self._scorer = PairScorer(self._loaded, device=self._device, precision=self._precision,
-                                      batch_tokens=self.engine.decode.batch_tokens)
+            self._scorer = forced_scorer(self._loaded, self._device, self._precision, self.engine.decode.batch_tokens)
         return list(self._scorer.score(zip(sources, targets), chunk_size=max(1, len(sources)), target=target))
 
 

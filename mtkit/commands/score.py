@@ -126,16 +126,14 @@ def score(
     for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
         precheck(path)  # before torch loads
     from mtkit.runtime.device import resolve_device
-    from mtkit.runtime.factory import say_loaded
-    from mtkit.runtime.scorer import PairScorer
+    from mtkit.runtime.factory import forced_scorer, say_loaded
 
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
-    scorer = PairScorer(loaded, device=device, precision=precision,
-                        batch_tokens=batch_tokens or loaded[0].config.decode.batch_tokens)
+    scorer = forced_scorer(loaded, device, precision, batch_tokens)
     from mtkit.data.languages import same_pairs
 
     same_pairs([m.config for m in loaded])

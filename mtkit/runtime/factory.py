@@ -140,7 +140,8 @@ def is_exported_model(path: Path) -> bool:
 
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
-                     threads: int = 0, overrides: dict | None = None, decode: DecodeConfig | None = None,
+                     threads: int = 0, overrides: dict | None = None,
+                     decode: DecodeConfig | Callable[[DecodeConfig], DecodeConfig] | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
                      any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
                      log: Callable[[str], None] = stderr):
@@ -148,7 +149,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
     Args:
-        decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones).
+        decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones); a
+            function makes them from the checkpoint's (torch engine).
         overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
         inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
             checks, or what it reads of them (their configs).
@@ -222,16 +224,41 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         said = f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})"
     if inspect is not None:
         inspect(loaded)
-    from mtkit.data.languages import same_pairs, single_pair
-    from mtkit.runtime.torch_engine import Translator
-
+    if callable(decode):
+        decode = decode(loaded[0].config.decode)
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
-    translator = Translator(loaded, decode, device=device, precision=precision,
-                            languages=(same_pairs([m.config for m in loaded]), single_pair(loaded[0].config.data)),
-                            tag_side=loaded[0].config.data.tag_side, target=tgt_lang, threads=policy, log=log)
+    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy, log)
     if not any_target:
         translator.vocab_for(tgt_lang)
     say_loaded(loaded, log)
     if said is not None:
         log(said)
     return translator
+
+
+def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
+                 target: str | None = None, threads: ThreadPolicy | None = None, log: Callable[[str], None] = stderr):
+    """The torch engine (:class:`mtkit.runtime.torch_engine.Translator`) on models in memory: loaded
+    checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
+    training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's)."""
+    from mtkit.runtime.torch_engine import Translator
+
+    configs = [getattr(m, "config", None) for m in models]
+    languages: tuple[list, tuple[str, str] | None] = ([], None)
+    tag_side = "source"
+    if configs[0] is not None:
+        from mtkit.data.languages import same_pairs, single_pair
+
+        languages = (same_pairs(configs), single_pair(configs[0].data))
+        tag_side = configs[0].data.tag_side
+    return Translator(models, decode, device=device, precision=precision, languages=languages, tag_side=tag_side,
+                      target=target, threads=threads, log=log)
+
+
+def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):
+    """Forced decoding (:class:`mtkit.runtime.scorer.PairScorer`) on loaded checkpoints (an ensemble for
+    several), ``batch_tokens`` padded tokens a batch (None: the first checkpoint's ``decode.batch_tokens``)."""
+    from mtkit.runtime.scorer import PairScorer
+
+    return PairScorer(models, device=device, precision=precision,
+                      batch_tokens=batch_tokens or models[0].config.decode.batch_tokens)

@@ -143,24 +143,8 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
         tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
             target, see :func:`mtkit.data.languages.for_config`).
     """
-    from mtkit.runtime.checkpoint import describe, load_model, precheck
+    from mtkit.runtime.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    for path in paths:  # before torch loads
-        precheck(path)
-    from mtkit.runtime.device import resolve_device
-    from mtkit.runtime.torch_engine import Translator
-
-    device = resolve_device(device)
-    loaded = [load_model(p, device) for p in paths]
-    from mtkit.data.languages import config_pairs, same_pairs, single_pair
-
-    settings = loaded[0].config.decode
-    same_pairs([m.config for m in loaded])
-    data = loaded[0].config.data
-    translator = Translator(loaded, decode(settings) if decode is not None else settings, device=device,
-                            languages=(config_pairs(data), single_pair(data)), tag_side=data.tag_side, target=tgt_lang)
-    translator.vocab_for(tgt_lang)  # a target the model lacks: the only line
-    for model in loaded:
-        log(f"loaded {describe(model)}")
-    return translator.translate_text(lines, constraints), loaded[0].vocab.lowercases("tgt")
+    translator = build_translator(paths, "torch", device, decode=decode, tgt_lang=tgt_lang, log=log)
+    return translator.translate_text(lines, constraints), translator.vocab.lowercases("tgt")

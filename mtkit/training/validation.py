@@ -22,15 +22,15 @@ def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: in
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
     import sacrebleu
 
-    from mtkit.runtime.torch_engine import Translator
+    from mtkit.runtime.factory import torch_engine
     from mtkit.training.distributed import all_gather_objects
 
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
     references = list(read_lines(Path(data_dir) / "valid.tgt.txt"))
     if lines is not None:
         sources, references = sources[lines[0] : lines[1]], references[lines[0] : lines[1]]
-    translator = Translator(SimpleNamespace(model=model, vocab=vocab), replace(decode, beam=beam, nbest=1),
-                            device=str(device), log=lambda message: None)
+    translator = torch_engine([SimpleNamespace(model=model, vocab=vocab)], replace(decode, beam=beam, nbest=1),
+                              str(device), log=lambda message: None)
     shards = all_gather_objects(translator.translate_text(sources[rank::world_size]))  # shard r: sentences r::world
     hypotheses = [shards[i % world_size][i // world_size] for i in range(len(sources))]
     lowercase = vocab.lowercases("tgt")

@@ -253,3 +253,18 @@ def test_no_module_level_cache_of_weights():
         text = path.read_text(encoding="utf-8")
         for sign in ("WeakKeyDictionary", "WeakValueDictionary", "data_ptr()", "._version"):
             assert sign not in text, f"{module_name(path)}: {sign}"
+
+
+ENGINE_CLASSES = {"Translator", "Ctranslate2Translator", "PairScorer"}
+
+
+def test_engines_are_built_in_one_factory():
+    """Every command, the server, evaluate, run, validation and the API build their engines (and forced
+    decoding's scorer) through mtkit.runtime.factory: nothing else calls the classes."""
+    for path in files():
+        if path == PACKAGE / "runtime" / "factory.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        calls = {node.func.id for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ENGINE_CLASSES}
+        assert not calls, f"{path.relative_to(PACKAGE.parent)} builds {sorted(calls)} itself; use mtkit.runtime.factory"
