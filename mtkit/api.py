@@ -171,7 +171,7 @@ class Model:
     def _result(t: Translation, decode: DecodeConfig) -> Result:
         from mtkit.runtime.lines import clean_output
 
-        hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob(decode), list(c.pieces))
+        hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces))
                       for c in t.candidates[: max(1, decode.nbest)]]
         return Result(t.source, hypotheses, list(t.unmet))
 

@@ -278,7 +278,7 @@ class Ctranslate2Translator(LineTranslator):
         self._eos = vocab.tgt_pieces([EOS_ID])[0]
 
     def search_batch(self, batch: list[list[int]], call: Call,
-                     suppress: list[list[str]] | None = None) -> list[list[tuple[list[int], float]]]:
+                     suppress: list[list[str]] | None = None) -> list[list[tuple[list[int], float, float]]]:
         """As the pipeline's; ``suppress``: piece sequences CTranslate2 must not write (exclude constraints)."""
         d = call.decode
         source = [call.vocab.src_pieces(ids[:-1]) for ids in batch]  # CTranslate2 appends EOS itself
@@ -304,14 +304,14 @@ class Ctranslate2Translator(LineTranslator):
                 found[i] = hyps if d.sampling else sorted(hyps, key=lambda h: (len(h[0]), -h[1]))[: d.beam]
         out = []
         for hyps in found:
-            scored = [(ids, logprob / length_penalty(len(ids) + 1, d.alpha, d.length_penalty))
+            scored = [(ids, logprob / length_penalty(len(ids) + 1, d.alpha, d.length_penalty), logprob)
                       for ids, logprob, _ in hyps]
             scored.sort(key=lambda h: -h[1])
             out.append(scored[: d.nbest])
         return out
 
     def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
-                                 call: Call) -> list[list[tuple[list[int], float]]]:
+                                 call: Call) -> list[list[tuple[list[int], float, float]]]:
         """Exclude constraints only, through CTranslate2's ``suppress_sequences``, which holds for a
         whole call: the batch is searched once per distinct set of excluded phrases. Include
         constraints (and glossaries) are an error: CTranslate2 has no constrained search."""
@@ -320,7 +320,7 @@ class Ctranslate2Translator(LineTranslator):
         groups: dict[tuple, list[int]] = {}
         for i, c in enumerate(constraints):
             groups.setdefault(c.exclude if c else (), []).append(i)
-        results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
+        results: list[list[tuple[list[int], float, float]]] = [[] for _ in batch]
         for exclude, rows in groups.items():
             suppress = [call.vocab.tgt_pieces(p) for p in exclude] or None
             for i, hyps in zip(rows, self.search_batch([batch[i] for i in rows], call, suppress)):

@@ -36,30 +36,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
-from mtkit.decoding.penalties import length_penalty
 from mtkit.errors import MtkitError
 from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 
 
 @dataclass
 class Candidate:
-    """One hypothesis: target ids (no BOS/EOS), its text, pieces and score (the length-normalized
-    log-probability search ranks by)."""
+    """One hypothesis: target ids (no BOS/EOS), its text and pieces, ``score`` (what search ranks by:
+    ``logprob / lp(n + 1)``, ``lp`` the call's length penalty, ``n`` the hypothesis's tokens) and
+    ``logprob``, log P(hypothesis and its EOS | source) in nats, as search found it."""
 
     ids: list[int]
     text: str
     pieces: list[str]
     score: float
+    logprob: float
 
-    def logprob(self, decode: DecodeConfig) -> float:
-        """The log-probability (nats) of the hypothesis and its EOS, the length penalty undone: both
-        engines report ``score = logprob / lp(n + 1)`` (:mod:`mtkit.decoding.search`), ``n`` the
-        hypothesis's tokens, ``lp`` the length penalty of ``decode`` (``alpha``, ``length_penalty``)."""
-        return self.score * length_penalty(len(self.ids) + 1, decode.alpha, decode.length_penalty)
-
-    def mean_logprob(self, decode: DecodeConfig) -> float:
+    @property
+    def mean_logprob(self) -> float:
         """The mean log-probability per target token (EOS included): the per-sentence confidence."""
-        return self.logprob(decode) / (len(self.ids) + 1)
+        return self.logprob / (len(self.ids) + 1)
 
 
 @dataclass
@@ -191,12 +187,13 @@ class LineTranslator:
 
     # ------------------------------------------------------------------ engine
 
-    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
-        """Source ids (each ending in EOS) -> per sentence, (target ids, score) pairs, best first."""
+    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
+        """Source ids (each ending in EOS) -> per sentence, (target ids, score, log-probability) triples,
+        best first (see :class:`Candidate`)."""
         raise NotImplementedError
 
     def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
-                                 call: Call) -> list[list[tuple[list[int], float]]]:
+                                 call: Call) -> list[list[tuple[list[int], float, float]]]:
         """As :meth:`search_batch`, each sentence with its constraints (None: none)."""
         raise MtkitError(f"{type(self).__name__} cannot translate with constraints")
 
@@ -288,7 +285,7 @@ class LineTranslator:
         src = self._encode(lines, start, call, warned)
         wanted = [None] * len(lines) if source is None else [
             encode_constraints(source(start + i, line), call.vocab, self.pieces) for i, line in enumerate(lines)]
-        results: list[list[tuple[list[int], float]]] = [[([], 0.0)] for _ in lines]
+        results: list[list[tuple[list[int], float, float]]] = [[([], 0.0, 0.0)] for _ in lines]
         for batch in self.batches(src, call.decode.batch_tokens):
             call.check_stop()
             said = self.threads.fit() if self.threads is not None else None
@@ -299,12 +296,12 @@ class LineTranslator:
             else:
                 found = self.search_batch([src[i] for i in batch], call)
             for i, hyps in zip(batch, found, strict=True):
-                results[i] = hyps or [([], 0.0)]
+                results[i] = hyps or [([], 0.0, 0.0)]
         vocab = call.vocab
         for i, line in enumerate(lines):
             candidates = [
-                Candidate(ids, vocab.decode_tgt(ids), vocab.tgt_pieces(ids), score)
-                for ids, score in results[i]
+                Candidate(ids, vocab.decode_tgt(ids), vocab.tgt_pieces(ids), score, logprob)
+                for ids, score, logprob in results[i]
             ]
             missing = unmet(wanted[i], candidates[0].text)
             if missing:

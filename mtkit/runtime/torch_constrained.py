@@ -34,7 +34,7 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
         raise MtkitError("constraints and glossaries need beam search: drop --sampling")
     plain = [i for i, c in enumerate(constraints) if not c]
     forced = [i for i, c in enumerate(constraints) if c]
-    results: list[list[tuple[list[int], float]]] = [[] for _ in batch]
+    results: list[list[tuple[list[int], float, float]]] = [[] for _ in batch]
     if plain:
         for i, hyps in zip(plain, translator.search_batch([batch[i] for i in plain], call)):
             results[i] = hyps
@@ -46,5 +46,5 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
             translator.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],
             options, kernels=getattr(translator.models[0], "kernels", "auto"))
     for i, hyps in zip(forced, found):
-        results[i] = [(h.tokens, h.score) for h in hyps]
+        results[i] = [(h.tokens, h.score, h.logprob) for h in hyps]
     return results

@@ -114,7 +114,7 @@ class Translator(LineTranslator):
         return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
                                          start=decoder_start(call.vocab), should_stop=call.should_stop)
 
-    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float]]]:
+    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         import torch
 
         from mtkit.decoding import search
@@ -132,4 +132,4 @@ class Translator(LineTranslator):
                 hyps = search.greedy_search(self.model, src, options)
             else:
                 hyps = search.beam_search(self.model, src, options, kernels=self.models[0].kernels)
-        return [[(h.tokens, h.score) for h in sentence] for sentence in hyps]
+        return [[(h.tokens, h.score, h.logprob) for h in sentence] for sentence in hyps]

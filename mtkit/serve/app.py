@@ -27,9 +27,8 @@ queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /met
 ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A server-wide glossary (``mtkit serve
 --glossary``) applies to every request of both APIs.
 
-Confidence is the mean log-probability per target token (EOS included), in nats: the engines
-return the length-penalized score ``logprob / lp(n + 1)``, which the server multiplies back by
-the length penalty of the settings used (:meth:`mtkit.runtime.engine.Candidate.logprob`).
+Confidence is the mean log-probability per target token (EOS included), in nats: the engines give
+each hypothesis its log-probability as search found it (:class:`mtkit.runtime.engine.Candidate`).
 """
 
 from __future__ import annotations
@@ -295,8 +294,8 @@ def mtkit_router(service: Service):
             if not t.src_ids:
                 sentences.append(Sentence(text="", confidence=None, nbest=[]))
                 continue
-            hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob(decode),
-                               confidence=c.mean_logprob(decode), tokens=len(c.ids) + 1)
+            hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
+                               confidence=c.mean_logprob, tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet,

@@ -199,11 +199,19 @@ def test_64_concurrent_requests_each_get_their_own_translation(server, expected)
     assert server.metric("mtkit_serve_batch_sentences_count") - before < 64
 
 
-def test_native_api_nbest_scores_and_confidence(server, expected):
+def test_native_api_nbest_scores_and_confidence(server, expected, reverse_run):
     line = list(expected)[0]
     status, answer = server.post_json("/v1/translate", {"text": [line, ""], "beam": 4, "nbest": 3, "alpha": 1.0,
                                                         "length_penalty": "power"})
     assert status == 200, answer
+    # the engine's own numbers, as search found them (no rebuilding in the server)
+    import mtkit
+
+    ours = mtkit.load(reverse_run, device="cpu", threads=1).translate(line, beam=4, nbest=3, alpha=1.0,
+                                                                       length_penalty="power")
+    engine = {h.text: h.logprob for h in reversed(ours.hypotheses)}  # the best of a text when it repeats
+    for h in answer["translations"][0]["nbest"]:
+        assert h["logprob"] == pytest.approx(engine[h["text"]], abs=1e-5)
     assert (answer["model"], answer["source"], answer["target"]) == ("run", "en", "de")
     first, empty = answer["translations"]
     assert empty == {"text": "", "confidence": None, "nbest": [], "unmet": [], "unmet_reasons": {}}

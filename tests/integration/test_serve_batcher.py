@@ -52,7 +52,7 @@ class Reverser(LineTranslator):
         self.calls.append((len(batch), call.decode))
         if any(ids[0] == self.vocab.words.get("boom") for ids in batch):
             raise RuntimeError("boom")
-        return [[(list(reversed(ids[:-1])), -1.0)] for ids in batch]
+        return [[(list(reversed(ids[:-1])), -1.0, -2.0)] for ids in batch]
 
 
 def served(engine: Reverser) -> ServedModel:
@@ -251,7 +251,8 @@ def test_an_empty_alternative_is_never_returned():
 
     class WithEmpty(Reverser):
         def search_batch(self, batch, call):
-            return [[(list(reversed(ids[:-1])), -1.0), ([], -2.0), (list(ids[:1]), -3.0)] for ids in batch]
+            return [[(list(reversed(ids[:-1])), -1.0, -2.0), ([], -2.0, -2.0), (list(ids[:1]), -3.0, -4.0)]
+                    for ids in batch]
 
     engine = WithEmpty()
     engine.decode = replace(engine.decode, beam=3)

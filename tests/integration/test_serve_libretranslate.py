@@ -48,7 +48,7 @@ class Reverse(LineTranslator):
         found = []
         for ids in batch:
             words = list(reversed(ids[:-1]))  # without EOS
-            found.append([(words[k:] + words[:k], -1.0 - k) for k in range(call.decode.nbest)])
+            found.append([(words[k:] + words[:k], -1.0 - k, -2.0 - 2 * k) for k in range(call.decode.nbest)])
         return found
 
 
