@@ -30,7 +30,7 @@ from mtkit.model import Transformer, count_parameters
 from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
-from mtkit.runtime.threads import ThreadPolicy, usable_cpus, user_threads
+from mtkit.runtime.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
 from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint
@@ -394,6 +394,8 @@ class Trainer:
         position = self.sampler.state
         final_loss = float("nan")
         self._check_threads(bar)
+        load = LoadProbe()  # what other work kept busy over this session (said when max_minutes stops it)
+        first_step = self.step
         try:
             while self.step < cfg.max_steps:
                 group = [next(batches).to(self.device) for _ in range(cfg.update_freq)]
@@ -451,6 +453,11 @@ class Trainer:
                 bar.close()
         if stopped == "signal":
             self._stop_on_signal(signals.signum or signal.SIGTERM, position)
+        others = load.others()
+        if stopped == "max_minutes" and self.dist.is_main:
+            busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
+            print(f"train.max_minutes ({cfg.max_minutes:g}) reached at step {self.step} of {cfg.max_steps} "
+                  f"({self.step - first_step} steps this session{busy})", file=sys.stderr, flush=True)
 
         averaged = None
         if validated_step != self.step and cfg.valid_every and self.valid_store is not None:
@@ -464,7 +471,8 @@ class Trainer:
 
                 paths = step_checkpoints(self.run_dir)[-cfg.average_last:]
                 averaged = average_checkpoints(paths, self.ckpt_dir / "averaged.pt")
-            self.log.write({"step": self.step, "event": "end", "stopped": stopped, "minutes": self.elapsed / 60})
+            self.log.write({"step": self.step, "event": "end", "stopped": stopped, "minutes": self.elapsed / 60,
+                            "busy_cpus": None if others is None else round(others, 2)})
             self.log.close()
             self._draw_curves()
         distributed.barrier()

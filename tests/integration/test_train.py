@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -229,10 +230,16 @@ def test_train_processes_launches_ranks_that_stop_together(reverse_data, tmp_pat
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("trained ") == 1 and "(stopped: max_minutes)" in proc.stderr  # rank 0 reports
+    # what the time bought, and how busy other work kept the machine meanwhile
+    said = re.findall(r"train\.max_minutes \(0\.02\) reached at step (\d+) of 100000 \((\d+) steps this session"
+                      r"(; other work kept [\d.]+ CPUs busy on average)?\)", proc.stderr)
+    assert len(said) == 1 and said[0][0] == said[0][1], proc.stderr[-3000:]
 
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[0]["world_size"] == 2
     assert records[-1]["event"] == "end" and records[-1]["stopped"] == "max_minutes"
+    assert records[-1]["step"] == int(said[0][0])
+    assert records[-1]["busy_cpus"] is None or records[-1]["busy_cpus"] >= 0
 
 
 @pytest.mark.slow
