@@ -81,7 +81,7 @@ def main() -> None:
     from mtkit.host_memory import keep_freed_memory
     from mtkit.runtime.checkpoint import describe, load_model
     from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.torch_engine import Translator
+    from mtkit.runtime.torch_engine import TorchEngine
 
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the mtkit CLI does
@@ -93,7 +93,7 @@ def main() -> None:
     decode = loaded.config.decode
     decode = replace(decode, beam=args.beam, nbest=1)
     warnings: list[str] = []
-    translator = Translator(loaded, decode, log=warnings.append)
+    translator = TorchEngine(loaded, decode, log=warnings.append)
     print(f"# {' '.join(sys.argv)}")
     print(f"# model {describe(loaded)}; {len(sources)} sentences; beam {decode.beam}, {decode.length_penalty} "
           f"alpha {decode.alpha}, batch_tokens {decode.batch_tokens}; torch {torch.__version__}, "

@@ -1,7 +1,7 @@
 """Where a decoding step's time goes: mtkit's torch beam search under ``torch.profiler``, steady state.
 
 Loads a trained model (``-m RUN``, as ``mtkit translate`` does), encodes the first ``--sentences``
-lines of ``--input`` with its vocabulary and runs the torch engine's search (``Translator.search_batch``,
+lines of ``--input`` with its vocabulary and runs the torch engine's search (``TorchEngine.search_batch``,
 the model's beam and length penalty unless ``--beam``) twice per setting: once to warm up (oneDNN
 primitives, packed weights, allocator), once timed and profiled. Two settings: one sentence at a time
 (batch 1: a pipe, the server at one client) and batches of ``--batch`` sentences.

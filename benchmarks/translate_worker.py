@@ -6,7 +6,7 @@ parent: the model files, the batches of source ids, the runs), loads its engine 
 else, and prints one JSON line: per run, seconds, sentences, output tokens and the outputs.
 
 Engines (ids in, ids out, timed after one warm-up sentence):
-  ``mtkit``     mtkit's torch search (:class:`mtkit.runtime.torch_engine.Translator`) on the
+  ``mtkit``     mtkit's torch search (:class:`mtkit.runtime.torch_engine.TorchEngine`) on the
                 saved checkpoint (the opus shape: the run ``mtkit import marian`` wrote), loaded
                 as ``mtkit translate`` loads it;
   ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy (the opus shape: on the
@@ -14,7 +14,7 @@ Engines (ids in, ids out, timed after one warm-up sentence):
                 ``plan['marian']`` maps to and from mtkit's);
   ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models.
 Text in, text out (SentencePiece encode to decode, all sentences, the second of two rounds):
-  ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Translator``);
+  ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Engine``);
   ``text-direct`` CTranslate2 called directly, with the exported SentencePiece model.
 
 The CTranslate2 workers never import torch (CTranslate2 bound to torch's OpenMP runtime runs
@@ -40,12 +40,12 @@ TEXT_SIDES = ("text-mtkit", "text-direct")
 
 class MtkitEngine:
     def __init__(self, loaded, beam: int, n: int) -> None:
-        from mtkit.runtime.torch_engine import Translator
+        from mtkit.runtime.torch_engine import TorchEngine
 
         # The checkpoint's forced_eos: "logprob" for mtkit's own, "zero" (generate's) for an imported Marian model.
         decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
                               forced_eos=loaded.config.decode.forced_eos)
-        self.translator = Translator(loaded, decode, min_len=n)
+        self.translator = TorchEngine(loaded, decode, min_len=n)
         self.call = self.translator.call()
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
@@ -143,10 +143,10 @@ def text_side(name: str, plan: dict, threads: int) -> dict:
     model_dir = Path(plan["ct2"]["fp32"])
     lines, beam, budget = plan["lines"], text["beam"], text["budget"]
     if name == "text-mtkit":
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine
 
         decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
-        ours = Ctranslate2Translator(model_dir, decode, intra_threads=threads, min_len=n + 1)
+        ours = Ctranslate2Engine(model_dir, decode, intra_threads=threads, min_len=n + 1)
 
         def translate() -> list[str]:
             return [t.best.text for t in ours.translate(lines, buffer_size=len(lines))]

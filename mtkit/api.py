@@ -27,7 +27,7 @@ from typing import Any
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import LineTranslator, Translation
+from mtkit.runtime.engine import Engine, Translation
 
 logger = logging.getLogger("mtkit")
 
@@ -83,7 +83,7 @@ def _python_names(error: MtkitError) -> MtkitError:
 class Model:
     """A loaded model (see :func:`load`): :meth:`translate`, :meth:`score`. Never changed by a call."""
 
-    def __init__(self, engine: LineTranslator, path: Path, kind: str, loaded: list | None = None,
+    def __init__(self, engine: Engine, path: Path, kind: str, loaded: list | None = None,
                  device: str = "cpu", precision: str = "fp32") -> None:
         self.engine = engine
         self.path = path
@@ -177,7 +177,7 @@ class Model:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
-        :class:`mtkit.runtime.scorer.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
+        :class:`mtkit.runtime.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
         if self._loaded is None:
             raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)

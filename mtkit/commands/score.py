@@ -2,7 +2,7 @@
 
 Reads line-aligned ``--src`` and ``--tgt`` files (one of them may be ``-``, stdin; ``.gz``
 is read transparently) in lockstep, ``CHUNK_LINES`` pairs at a time, and writes one line per
-pair to stdout, in input order, always (see :mod:`mtkit.runtime.scorer` for what is scored):
+pair to stdout, in input order, always (see :mod:`mtkit.runtime.pair_scoring` for what is scored):
 
     text  ``LOGPROB<TAB>MEAN<TAB>TOKENS``: the sum of the natural-log probabilities of the
           target's pieces and EOS, their mean, and their number, both floats with 4 decimals
@@ -66,7 +66,7 @@ def paired_lines(src: str, tgt: str) -> Iterator[tuple[str, str]]:
 
 
 def format_score(score, output_format: str) -> str:
-    """One output line (without newline) of a :class:`mtkit.runtime.scorer.PairScore`."""
+    """One output line (without newline) of a :class:`mtkit.runtime.pair_scoring.PairScore`."""
     if output_format == "json":
         finite = math.isfinite(score.logprob)
         return json.dumps({"line": score.index + 1, "logprob": score.logprob if finite else None,

@@ -321,6 +321,16 @@ class LoadedModel:
     step: int | None = None  # the training step (an average's: its last checkpoint's)
 
 
+def check_one_vocabulary(loaded: list) -> None:
+    """Refuse loaded models (``.vocab``, ``.path``) whose vocabularies differ: an ensemble averages
+    distributions over one id table."""
+    first = loaded[0]
+    for other in loaded[1:]:
+        if other.vocab.model_bytes() != first.vocab.model_bytes():
+            raise MtkitError(f"{getattr(other, 'path', 'a model')}: an ensemble needs one vocabulary, "
+                             f"and it differs from {getattr(first, 'path', 'the first model')}'s")
+
+
 def describe(loaded: LoadedModel) -> str:
     """``RUN/checkpoints/best.pt (step 600)``: which weights a command uses, for its log line."""
     return f"{loaded.path} (step {loaded.step})" if loaded.step is not None else str(loaded.path)

@@ -1,7 +1,7 @@
 """Translate with a model exported to CTranslate2 (:mod:`mtkit.export.ctranslate2`), behind the engines'
-common pipeline (:class:`mtkit.runtime.engine.LineTranslator`).
+common pipeline (:class:`mtkit.runtime.engine.Engine`).
 
-:class:`Ctranslate2Translator` never imports torch: CTranslate2
+:class:`Ctranslate2Engine` never imports torch: CTranslate2
 bound to torch's OpenMP runtime runs several times slower.
 
 Search: CTranslate2's beam search is fairseq's, as mtkit's (the ``2·beam`` best
@@ -54,7 +54,7 @@ from mtkit.decoding.penalties import length_penalty
 from mtkit.errors import MtkitError, shown
 from mtkit.runtime.constraints import PieceConstraints
 from mtkit.runtime.device import resolve_device
-from mtkit.runtime.engine import Call, LineTranslator
+from mtkit.runtime.engine import Call, Engine
 
 MANIFEST = "mtkit.json"
 INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
@@ -215,7 +215,7 @@ def exported_decode(model_dir: Path) -> DecodeConfig:
     return config_from_dict({"decode": saved}).decode if saved else DecodeConfig()
 
 
-class Ctranslate2Translator(LineTranslator):
+class Ctranslate2Engine(Engine):
     """Translate with an exported model in CTranslate2, behind mtkit's line pipeline.
 
     Args:

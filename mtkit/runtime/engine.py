@@ -1,8 +1,8 @@
 """The engines' common pipeline: lines in, one :class:`Translation` per line out, in input order.
 
-An engine (:class:`mtkit.runtime.torch_engine.Translator`,
-:class:`mtkit.runtime.ctranslate2_engine.Ctranslate2Translator`) supplies
-:meth:`LineTranslator.search_batch`; :class:`LineTranslator`:
+An engine (:class:`mtkit.runtime.torch_engine.TorchEngine`,
+:class:`mtkit.runtime.ctranslate2_engine.Ctranslate2Engine`) supplies
+:meth:`Engine.search_batch`; :class:`Engine`:
 
 * reads its input lazily, ``buffer_size`` lines at a time (never the whole input),
   or what a pipe has delivered so far when it has no more ready (a None in the lines,
@@ -15,7 +15,7 @@ An engine (:class:`mtkit.runtime.torch_engine.Translator`,
   than ``decode.max_input_len`` tokens (or than the model's position table) is
   truncated with a warning on stderr naming its line number, never dropped;
 * with ``constraints`` (:mod:`mtkit.runtime.constraints`), gives the lines that have some to the
-  engine's :meth:`LineTranslator.search_constrained_batch`, and warns, naming the line, when a
+  engine's :meth:`Engine.search_constrained_batch`, and warns, naming the line, when a
   best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an
   include phrase the model cannot write (a character outside its vocabulary) is not forced, is
   unmet on every line that has it (``Translation.unwritable`` says why) and is warned about once;
@@ -81,7 +81,7 @@ def _stderr(message: str) -> None:
 
 @dataclass(frozen=True)
 class Call:
-    """What one :meth:`LineTranslator.translate` call decodes with, passed to the engine's search:
+    """What one :meth:`Engine.translate` call decodes with, passed to the engine's search:
     the decoding settings and the vocabulary of the call's target (a multilingual model's
     :class:`mtkit.data.languages.TaggedVocab`, which leads sources, or the decoder, with the tag)."""
 
@@ -98,7 +98,7 @@ class Call:
 
 
 class Stopped(Exception):
-    """A :meth:`LineTranslator.translate` call stopped by its ``should_stop``, between two search steps
+    """A :meth:`Engine.translate` call stopped by its ``should_stop``, between two search steps
     or two batches: its lines are not translated."""
 
 
@@ -110,7 +110,7 @@ class _Warnings:
     unwritable: set[str] = field(default_factory=set)
 
 
-class LineTranslator:
+class Engine:
     """Lines in, :class:`Translation` objects out, in input order; engines supply :meth:`search_batch`.
 
     Everything fixed is given at construction and never changed after: one engine serves any number

@@ -1,5 +1,5 @@
 """The engine factory: decoding flags checked and applied, constraint files read, and the engine built
-that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch :class:`Translator` on
+that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch :class:`TorchEngine` on
 checkpoints, an ensemble for several, or a CTranslate2 one on an exported directory).
 
 Errors name the flag (``--nbest``), not the config key. No torch at import time: the ``ctranslate2``
@@ -145,7 +145,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
                      any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
                      log: Callable[[str], None] = stderr):
-    """The engine that ``translate`` (and ``serve``) runs: a torch :class:`Translator` on checkpoints (an
+    """The engine that ``translate`` (and ``serve``) runs: a torch :class:`TorchEngine` on checkpoints (an
     ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
 
     Args:
@@ -172,7 +172,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode
+        from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine, exported_decode
 
         decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
         if thread_policy is not None:
@@ -181,7 +181,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         # fixes its count when it loads the model.
         chosen = (choose_threads(usable_cpus(), since_start().others())
                   if threads <= 0 and user_threads() is None else None)
-        translator = Ctranslate2Translator(paths[0], decode, device=device, precision=precision,
+        translator = Ctranslate2Engine(paths[0], decode, device=device, precision=precision,
                                            intra_threads=threads, inter_threads=parallel, target=tgt_lang,
                                            chosen_threads=chosen)
         if not any_target:
@@ -238,10 +238,10 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
 def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
                  target: str | None = None, threads: ThreadPolicy | None = None, log: Callable[[str], None] = stderr):
-    """The torch engine (:class:`mtkit.runtime.torch_engine.Translator`) on models in memory: loaded
+    """The torch engine (:class:`mtkit.runtime.torch_engine.TorchEngine`) on models in memory: loaded
     checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
     training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's)."""
-    from mtkit.runtime.torch_engine import Translator
+    from mtkit.runtime.torch_engine import TorchEngine
 
     configs = [getattr(m, "config", None) for m in models]
     languages: tuple[list, tuple[str, str] | None] = ([], None)
@@ -251,14 +251,14 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
 
         languages = (same_pairs(configs), single_pair(configs[0].data))
         tag_side = configs[0].data.tag_side
-    return Translator(models, decode, device=device, precision=precision, languages=languages, tag_side=tag_side,
+    return TorchEngine(models, decode, device=device, precision=precision, languages=languages, tag_side=tag_side,
                       target=target, threads=threads, log=log)
 
 
 def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):
-    """Forced decoding (:class:`mtkit.runtime.scorer.PairScorer`) on loaded checkpoints (an ensemble for
+    """Forced decoding (:class:`mtkit.runtime.pair_scoring.PairScorer`) on loaded checkpoints (an ensemble for
     several), ``batch_tokens`` padded tokens a batch (None: the first checkpoint's ``decode.batch_tokens``)."""
-    from mtkit.runtime.scorer import PairScorer
+    from mtkit.runtime.pair_scoring import PairScorer
 
     return PairScorer(models, device=device, precision=precision,
                       batch_tokens=batch_tokens or models[0].config.decode.batch_tokens)

@@ -65,7 +65,7 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
                      chunk_size: int = 1 << 16, name: str = STDIN_NAME) -> Iterator[str | None]:
     """Lines of a pipe or terminal as they arrive, and None whenever no more input is ready.
 
-    :meth:`LineTranslator.translate` translates what it holds at a None, so a program that
+    :meth:`Engine.translate` translates what it holds at a None, so a program that
     writes one line and waits for its answer gets it, while a pipe that keeps up still
     fills whole chunks. ``before_wait`` runs before blocking for more input (the command
     flushes its output there). Reads with ``os.read``: a buffered reader would hold back

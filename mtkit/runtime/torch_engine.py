@@ -1,6 +1,6 @@
 """mtkit's own engine: :mod:`mtkit.decoding` on one model, or an ensemble of models sharing one vocabulary.
 
-No torch at load time (it is imported when a :class:`Translator` is built), so that importing
+No torch at load time (it is imported when a :class:`TorchEngine` is built), so that importing
 the runtime never loads it.
 """
 
@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Call, LineTranslator, Stopped, _stderr
+from mtkit.runtime.engine import Call, Engine, Stopped, _stderr
 
 
 @contextmanager
@@ -25,7 +25,7 @@ def stoppable() -> Iterator[None]:
         raise Stopped(str(e)) from None
 
 
-class Translator(LineTranslator):
+class TorchEngine(Engine):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
 
     Built, it packs each model's weights for inference (:class:`mtkit.runtime.inference.InferenceModel`,
@@ -40,7 +40,7 @@ class Translator(LineTranslator):
         seed: the sampling seed (the same input and batch give the same samples).
         min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
-            and the policy fitting the CPU threads between batches (:class:`mtkit.runtime.engine.LineTranslator`).
+            and the policy fitting the CPU threads between batches (:class:`mtkit.runtime.engine.Engine`).
     """
 
     def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
@@ -49,7 +49,7 @@ class Translator(LineTranslator):
                  target: str | None = None, threads=None) -> None:
         import torch
 
-        from mtkit.runtime.ensemble import check_one_vocabulary
+        from mtkit.runtime.checkpoint import check_one_vocabulary
         from mtkit.runtime.precision import check_precision
 
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]

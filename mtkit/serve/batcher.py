@@ -5,7 +5,7 @@ A request becomes a :class:`Job` (its lines, decode settings and per-line constr
 the model's bounded queue. The model's decoding thread takes the oldest job, waits until it is
 ``max_wait`` old for others with the same settings, takes them in arrival order up to
 ``batch_tokens`` source tokens (at least one job; their constraints travel with their lines), and
-translates all their lines in one :meth:`LineTranslator.translate` call: it
+translates all their lines in one :meth:`Engine.translate` call: it
 sorts them by length and cuts its own token-budget batches (``decode.batch_tokens``), gives one
 result per line (an empty line an empty translation, an over-long line truncated with a
 warning), in order. Each job gets its slice back through a :class:`concurrent.futures.Future`,
@@ -336,5 +336,5 @@ def _fail(job: Job, error: BaseException) -> None:
 
 
 def _per_line(found: list[Constraints | None]):
-    """The constraint source of :meth:`LineTranslator.translate` that gives line ``i`` ``found[i]``."""
+    """The constraint source of :meth:`Engine.translate` that gives line ``i`` ``found[i]``."""
     return lambda index, line: found[index]

@@ -73,11 +73,11 @@ def test_nbest_lists_stay_distinct_and_ordered(reverse_run, files):
     from mtkit.config import DecodeConfig
     from mtkit.runtime.checkpoint import load_model
     from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.torch_engine import Translator
+    from mtkit.runtime.torch_engine import TorchEngine
 
     _, lines, constraints = files
     wanted = [Constraints(tuple(c.get("include", ())), tuple(c.get("exclude", ()))) for c in constraints]
-    translator = Translator(load_model(reverse_run), DecodeConfig(beam=4, nbest=3), log=lambda message: None)
+    translator = TorchEngine(load_model(reverse_run), DecodeConfig(beam=4, nbest=3), log=lambda message: None)
     found = list(translator.translate(lines, constraints=lambda i, line: wanted[i]))
     assert len(found) == len(lines)
     for t, c in zip(found, wanted):

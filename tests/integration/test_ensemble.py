@@ -64,7 +64,7 @@ def test_ensemble_size_is_checked():
 def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp_path):
     from mtkit.config import DecodeConfig
     from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.torch_engine import Translator
+    from mtkit.runtime.torch_engine import TorchEngine
 
     recipe = tiny_recipe(tmp_path)
     work = tmp_path / "work"
@@ -88,7 +88,7 @@ def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp
     # The test translations are the ensemble's: the same as decoding with both models here.
     members = [load_model(r / "checkpoints" / "averaged.pt") for r in runs]
     sources = (work / "data" / "test.src.txt").read_text().splitlines()
-    expected = Translator(members, DecodeConfig(beam=2)).translate_text(sources)
+    expected = TorchEngine(members, DecodeConfig(beam=2)).translate_text(sources)
     assert (work / "test.hyp").read_text().splitlines() == expected
 
     again = mtkit("run", str(recipe), "-w", str(work))

@@ -442,7 +442,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
 
     from mtkit.runtime.checkpoint import load_model
     from mtkit.runtime.factory import build_translator
-    from mtkit.runtime.scorer import PairScorer
+    from mtkit.runtime.pair_scoring import PairScorer
 
     src = (target_data / "test.src.txt").read_text().splitlines()[:60]
     refs = (target_data / "test.tgt.txt").read_text().splitlines()

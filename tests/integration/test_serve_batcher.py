@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from mtkit.config import DecodeConfig
-from mtkit.runtime.engine import LineTranslator
+from mtkit.runtime.engine import Engine
 from mtkit.serve.batcher import Batcher, QueueFull
 from mtkit.serve.models import ServedModel
 
@@ -38,7 +38,7 @@ class WordVocab:
         return [str(i) for i in ids]
 
 
-class Reverser(LineTranslator):
+class Reverser(Engine):
     """Translates by reversing the words; records each call's sentences and settings; can be held."""
 
     def __init__(self) -> None:

@@ -31,14 +31,14 @@ pytest.importorskip("python_multipart")
 from test_serve_batcher import WordVocab  # noqa: E402 - after the skips
 
 from mtkit.config import DecodeConfig  # noqa: E402
-from mtkit.runtime.engine import LineTranslator  # noqa: E402
+from mtkit.runtime.engine import Engine  # noqa: E402
 from mtkit.serve.models import ServedModel  # noqa: E402
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 MAX_CHARS, MAX_SENTENCES, MAX_ALTERNATIVES = 200, 6, 4
 
 
-class Reverse(LineTranslator):
+class Reverse(Engine):
     """Translates by reversing the words; the k-th hypothesis rotates the reversed words by k."""
 
     def __init__(self) -> None:

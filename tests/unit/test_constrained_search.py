@@ -26,7 +26,7 @@ from mtkit.decoding.penalties import length_penalty
 from mtkit.decoding.search import beam_search
 from mtkit.model import Transformer
 from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.torch_engine import Translator
+from mtkit.runtime.torch_engine import TorchEngine
 
 torch.set_num_threads(1)
 V = 40
@@ -142,7 +142,7 @@ LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 
 
 def translate(loaded, lines, wanted=None, log=None, **decode):
     decode = DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode})
-    translator = Translator(loaded, decode, log=log or (lambda message: None))
+    translator = TorchEngine(loaded, decode, log=log or (lambda message: None))
     source = None if wanted is None else (lambda i, line: wanted[i])
     return list(translator.translate(lines, constraints=source))
 

@@ -21,7 +21,7 @@ from mtkit.model import Transformer
 from mtkit.runtime import constraints as constraints_module
 from mtkit.runtime.constraints import Constraints, PieceIndex, encode_constraints
 from mtkit.runtime.engine import Stopped
-from mtkit.runtime.torch_engine import Translator
+from mtkit.runtime.torch_engine import TorchEngine
 
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=2, dropout=0.0, max_positions=64)
 LINES = [english(n) for n in (5, 17, 342, 999, 40, 77, 610, 123)]
@@ -37,7 +37,7 @@ def engine():
     with torch.no_grad():
         model.output_projection.weight.mul_(3.0)  # more varied outputs than the default init
     loaded = SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG))
-    return Translator(loaded, DecodeConfig(beam=2, max_len_b=10), languages=([Pair("en", "de"), Pair("en", "fr")],
+    return TorchEngine(loaded, DecodeConfig(beam=2, max_len_b=10), languages=([Pair("en", "de"), Pair("en", "fr")],
                                                                               None))
 
 

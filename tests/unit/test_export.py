@@ -21,8 +21,8 @@ from mtkit.decoding.penalties import length_penalty as search_length_penalty  # 
 from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
-from mtkit.runtime.ctranslate2_engine import Ctranslate2Translator, exported_decode, length_penalty  # noqa: E402
-from mtkit.runtime.torch_engine import Translator  # noqa: E402
+from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
+from mtkit.runtime.torch_engine import TorchEngine  # noqa: E402
 
 torch.set_num_threads(1)
 STEPS = 150
@@ -80,8 +80,8 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
     assert {"model.bin", "config.json", "spm.model", "mtkit.json"} <= {p.name for p in out.iterdir()}
 
     decode = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=12)
-    ours = list(Translator(loaded, decode).translate(LINES))
-    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
+    ours = list(TorchEngine(loaded, decode).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert len({tuple(t.best.ids) for t in ours}) > 3  # the outputs really vary
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
@@ -109,8 +109,8 @@ def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty, max_len):
     out = export_model(loaded, tmp_path / "ct2")
     decode = DecodeConfig(beam=4, alpha=0.6 if penalty == "gnmt" else 1.0, length_penalty=penalty,
                           max_len_a=max_len[0], max_len_b=max_len[1], nbest=2)
-    ours = list(Translator(loaded, decode).translate(LINES))
-    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
+    ours = list(TorchEngine(loaded, decode).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
     assert all(len(t.candidates) == 2 for t in theirs)
@@ -124,7 +124,7 @@ def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty, max_len):
 def test_int8_export_and_existing_directory(vocab, tmp_path):
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "int8", quantization="int8")
-    results = list(Ctranslate2Translator(out, DecodeConfig(beam=2, max_len_b=5)).translate(["", *LINES[:3]]))
+    results = list(Ctranslate2Engine(out, DecodeConfig(beam=2, max_len_b=5)).translate(["", *LINES[:3]]))
     assert [t.index for t in results] == [0, 1, 2, 3] and results[0].best.text == ""
     with pytest.raises(MtkitError, match="not empty"):
         export_model(loaded, out)
@@ -160,7 +160,7 @@ def test_ctranslate2_engine_decodes_with_the_exported_settings(vocab, tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)  # a hang guard
     assert done.returncode == 0, done.stderr
-    ours = [t.best.text for t in Translator(loaded, recipe).translate(LINES)]
+    ours = [t.best.text for t in TorchEngine(loaded, recipe).translate(LINES)]
     assert done.stdout.splitlines() == ours
 
 
@@ -184,7 +184,7 @@ def test_maximum_length_is_mtkits(vocab, tmp_path):
 
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     for a, b in ((1.0, 50), (0.5, 0), (1.2, -3), (0.0, 12), (2.0, 100)):
-        translator = Ctranslate2Translator(out, DecodeConfig(max_len_a=a, max_len_b=b), intra_threads=1)
+        translator = Ctranslate2Engine(out, DecodeConfig(max_len_a=a, max_len_b=b), intra_threads=1)
         for n in (1, 2, 5, 17, 40):
             src = torch.tensor([[5] * (n - 1) + [EOS_ID]])
             limit = int(max_lengths(src, a, b, translator.max_out_len)[0])
@@ -197,8 +197,8 @@ def test_forced_lengths(vocab, tmp_path):
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
     decode = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=6)
-    ours = list(Translator(loaded, decode, min_len=6).translate(LINES))
-    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1, min_len=6).translate(LINES))
+    ours = list(TorchEngine(loaded, decode, min_len=6).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1, min_len=6).translate(LINES))
     assert {len(t.best.ids) for t in ours} == {len(t.best.ids) for t in theirs} == {6}
 
 
@@ -206,7 +206,7 @@ def test_sampling_through_ctranslate2_keeps_every_sample_within_its_limit(vocab,
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
     decode = DecodeConfig(sampling=True, nbest=5, beam=2, top_k=10, max_len_a=0.5, max_len_b=0)
-    for t in Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES):
+    for t in Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES):
         assert len(t.candidates) == 5
         assert all(len(c.ids) <= max(1, int(0.5 * len(t.src_ids))) for c in t.candidates)
         assert [c.score for c in t.candidates] == sorted((c.score for c in t.candidates), reverse=True)
@@ -243,7 +243,7 @@ def test_a_manifest_that_disagrees_with_model_bin_is_one_error(vocab, tmp_path, 
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2", quantization="int8")
     _spoil_manifest(out, **changes)
     with pytest.raises(MtkitError) as e:
-        Ctranslate2Translator(out, exported_decode(out))
+        Ctranslate2Engine(out, exported_decode(out))
     message = str(e.value)
     assert message.startswith(f"{out / 'mtkit.json'}: ") and fragment in message and "\n" not in message, message
 
@@ -298,7 +298,7 @@ def test_the_api_loads_an_exported_folder_with_ctranslate2(vocab, tmp_path):
     model = mtkit.load(out, device="cpu", threads=1)
     assert model.kind == "ctranslate2"
     decode = exported_decode(out)
-    theirs = list(Ctranslate2Translator(out, decode, intra_threads=1).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
     ours = model.translate(LINES)
     assert [r.text for r in ours] == [t.best.text for t in theirs]
     assert [r.score for r in ours] == pytest.approx([t.best.score for t in theirs])

@@ -255,7 +255,7 @@ def test_no_module_level_cache_of_weights():
             assert sign not in text, f"{module_name(path)}: {sign}"
 
 
-ENGINE_CLASSES = {"Translator", "Ctranslate2Translator", "PairScorer"}
+ENGINE_CLASSES = {"TorchEngine", "Ctranslate2Engine", "PairScorer"}
 
 
 def test_engines_are_built_in_one_factory():

@@ -21,7 +21,7 @@ from mtkit.model import Transformer
 from mtkit.runtime.constraints import Constraints, encode_constraints, read_constraints
 from mtkit.runtime.glossary import Glossary
 from mtkit.runtime.lines import clean_output
-from mtkit.runtime.torch_engine import Translator
+from mtkit.runtime.torch_engine import TorchEngine
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
@@ -44,7 +44,7 @@ def loaded(vocab):
 
 
 def translate(loaded, lines, wanted, log, **decode):
-    translator = Translator(loaded, DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode}), log=log)
+    translator = TorchEngine(loaded, DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode}), log=log)
     return list(translator.translate(lines, constraints=lambda i, line: wanted[i]))
 
 
@@ -199,13 +199,13 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
 
     assert first_lone_surrogate("abc") is None and first_lone_surrogate("ab\udc80c") == 2
     assert first_lone_surrogate("a😀b") is None
-    translator = Translator(loaded, DecodeConfig(beam=2, max_len_b=4), log=lambda m: None)
+    translator = TorchEngine(loaded, DecodeConfig(beam=2, max_len_b=4), log=lambda m: None)
     with pytest.raises(MtkitError, match=r"^line 2: character 3 is a lone surrogate \(U\+D800\)"):
         list(translator.translate(["fine", "ab\ud800"]))
 
 
 def test_scoring_a_pair_with_a_lone_surrogate_is_an_error_naming_the_line(loaded):
-    from mtkit.runtime.scorer import PairScorer
+    from mtkit.runtime.pair_scoring import PairScorer
 
     scorer = PairScorer(loaded, log=lambda m: None)
     assert len(list(scorer.score([("fünf", "five")]))) == 1

@@ -16,7 +16,7 @@ from mtkit.data.vocab import Vocab, train_model
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.runtime.lines import format_translation, read_text_lines
-from mtkit.runtime.torch_engine import Translator
+from mtkit.runtime.torch_engine import TorchEngine
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
@@ -38,7 +38,7 @@ LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 
 
 def translate(loaded, lines, buffer_size=1000, **decode):
     decode = DecodeConfig(**{"beam": 3, "max_len_b": 8, **decode})
-    return list(Translator(loaded, decode).translate(lines, buffer_size=buffer_size))
+    return list(TorchEngine(loaded, decode).translate(lines, buffer_size=buffer_size))
 
 
 def test_same_output_whatever_the_batching(loaded):
@@ -69,7 +69,7 @@ def test_messy_input_stays_line_aligned(loaded, capsys):
     with pytest.raises(MtkitError, match=r"^in\.txt: line 2: invalid UTF-8 \(byte 5 of the line\)$"):
         list(read_text_lines(io.BytesIO(b"fine\nbad \xff\xfe utf-8\n"), "in.txt"))  # never a silent U+FFFD
     decode = DecodeConfig(beam=2, max_len_b=5, max_input_len=10)
-    results = list(Translator(loaded, decode).translate(lines, buffer_size=3))
+    results = list(TorchEngine(loaded, decode).translate(lines, buffer_size=3))
     assert [t.index for t in results] == list(range(7))
     assert results[1].best.text == "" and results[2].best.text == ""
     assert len(results[5].src_ids) == 10
@@ -94,8 +94,8 @@ def test_ensemble_needs_one_vocabulary(loaded):
     other_vocab = Vocab.from_bytes(train_model(LINES * 3, SpmConfig(vocab_size=40)))
     other = SimpleNamespace(model=loaded.model, vocab=other_vocab, path=Path("other.pt"))
     with pytest.raises(MtkitError, match="one vocabulary"):
-        Translator([loaded, other], DecodeConfig())
-    ensemble = [t.best.ids for t in Translator([loaded, loaded], DecodeConfig(beam=3, max_len_b=8)).translate(LINES)]
+        TorchEngine([loaded, other], DecodeConfig())
+    ensemble = [t.best.ids for t in TorchEngine([loaded, loaded], DecodeConfig(beam=3, max_len_b=8)).translate(LINES)]
     assert ensemble == [t.best.ids for t in translate(loaded, LINES)]
 
 
@@ -160,7 +160,7 @@ def test_a_pause_in_the_input_ends_the_chunk(loaded):
             events.append(("read", line))
             yield line
 
-    translator = Translator(loaded, DecodeConfig(beam=2, max_len_b=6))
+    translator = TorchEngine(loaded, DecodeConfig(beam=2, max_len_b=6))
     for t in translator.translate(lines(), buffer_size=1000):
         events.append(("out", t.index))
     assert [e for e in events if e[1] is not None] == [

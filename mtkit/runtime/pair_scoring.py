@@ -28,7 +28,7 @@ import torch
 from mtkit.data.languages import decoder_start
 from mtkit.decoding.forced import pad_pairs, token_log_probs
 from mtkit.errors import MtkitError
-from mtkit.runtime.ensemble import check_one_vocabulary
+from mtkit.runtime.checkpoint import check_one_vocabulary
 from mtkit.runtime.inference import InferenceModel
 from mtkit.runtime.precision import check_precision
 
