@@ -124,15 +124,16 @@ def serving_policy(engine: str, threads: int, decoding_threads: int):
     """The engine's CPU threads per decoding thread: the user's (``--threads``, ``OMP_NUM_THREADS``), else
     the CPUs other work leaves free but one, shared by the decoding threads, at least 1 each
     (:func:`mtkit.runtime.threads.serving_choice`), chosen now (the reading spans the start) and, for the
-    torch engine, again between batches. The first choice is said on stderr."""
+    torch engine, again between batches; the policy and what to say of its first choice (the caller says it
+    once the models have loaded, so that an error before stays the only line)."""
     from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
 
     torch_engine = engine == "torch"
     policy = ThreadPolicy(_set_torch_threads if torch_engine else (lambda n: None), user_threads(threads),
                           probe=since_start(), choose=serving_choice(decoding_threads),
                           min_interval=RECHOOSE_SECONDS, get_threads=_get_torch_threads if torch_engine else None)
-    print(policy.check(apply=False), file=sys.stderr, flush=True)  # torch is not loaded yet: the engine applies it
-    return policy
+    said = policy.check(apply=False)  # torch is not loaded yet: the engine applies the count
+    return policy, said
 
 
 def serve(
@@ -202,7 +203,6 @@ def serve(
         raise MtkitError(f"--max-connections: must be >= 0, got {max_connections}")
     if not 0 <= port <= 65535:
         raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
-    policy = serving_policy(engine, threads, decoding_threads)
     overrides = dict(decode_overrides or {})
     check_decode_flags(overrides)
     if overrides.get("beam", 1) > max_beam:
@@ -215,6 +215,7 @@ def serve(
     for path in paths:
         if not path.exists():
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
+    policy, threads_said = serving_policy(engine, threads, decoding_threads)
 
     from mtkit.serve.app import create_app
     from mtkit.serve.models import ServedModel
@@ -246,6 +247,7 @@ def serve(
         served.append(ServedModel(name, translator, src, tgt, engine, found.get("step")))
         print(f"model {name}: {src}-{tgt}", file=sys.stderr, flush=True)
 
+    print(threads_said, file=sys.stderr, flush=True)
     limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
                     max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens,
                     decoding_threads=decoding_threads, max_phrases=max_phrases, decode_timeout=decode_timeout)
