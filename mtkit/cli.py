@@ -475,19 +475,20 @@ def serve(
       curl -s localhost:5000/translate -H 'Content-Type: application/json' \\
            -d '{"q": "two hundred five", "source": "en", "target": "de"}'
     """
+    from mtkit.commands.serve import ServeOptions
     from mtkit.commands.serve import serve as run_serve
 
     overrides = {"beam": beam, "alpha": alpha, "length_penalty": length_penalty, "max_len_a": max_len_a,
                  "max_len_b": max_len_b, "batch_tokens": batch_tokens}
-    run_serve(
-        list(model), engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
+    run_serve(list(model), ServeOptions(
+        engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
-        api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue, batch_tokens=batch_tokens,
-        max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences, max_beam=max_beam,
-        graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary, header_timeout=header_timeout,
-        body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout, max_connections=max_connections, cors=cors,
-        max_phrases=max_phrases, decode_timeout=decode_timeout,
-    )
+        api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue,
+        batch_tokens=batch_tokens, max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
+        max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
+        header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
+        max_connections=max_connections, cors=cors, max_phrases=max_phrases, decode_timeout=decode_timeout,
+    ))
 
 
 # ------------------------------------------------------- non-finite floats

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtkit.config import PRECISIONS
@@ -136,38 +137,74 @@ def serving_policy(engine: str, threads: int, decoding_threads: int):
     return policy, said
 
 
-def serve(
-    models: list[Path],
-    engine: str = "torch",
-    host: str = "127.0.0.1",
-    port: int = 5000,
-    device: str = "auto",
-    precision: str = "fp32",
-    threads: int = 0,
-    decode_overrides: dict | None = None,
-    src_lang: str | None = None,
-    tgt_lang: str | None = None,
-    api_keys: Path | None = None,
-    max_wait_ms: float = 0.0,
-    decoding_threads: int = 2,
-    max_queue: int = 256,
-    batch_tokens: int | None = None,
-    max_body_bytes: int = 1 << 20,
-    max_chars: int = 20_000,
-    max_sentences: int = 128,
-    max_beam: int = 8,
-    graceful_timeout: float = 30.0,
-    access_log: bool = False,
-    glossary: Path | None = None,
-    header_timeout: float = 10.0,
-    body_timeout: float = 20.0,
-    keep_alive_timeout: float = 5.0,
-    max_connections: int = 0,
-    cors: bool = True,
-    max_phrases: int = 64,
-    decode_timeout: float = 60.0,
-) -> None:
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything ``mtkit serve`` takes besides its models (the CLI's flags, one field each), checked once
+    (:meth:`check`) before anything loads."""
+
+    engine: str = "torch"
+    host: str = "127.0.0.1"
+    port: int = 5000
+    device: str = "auto"
+    precision: str = "fp32"
+    threads: int = 0
+    decode_overrides: dict = field(default_factory=dict)
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    api_keys: Path | None = None
+    max_wait_ms: float = 0.0
+    decoding_threads: int = 2
+    max_queue: int = 256
+    batch_tokens: int | None = None
+    max_body_bytes: int = 1 << 20
+    max_chars: int = 20_000
+    max_sentences: int = 128
+    max_beam: int = 8
+    graceful_timeout: float = 30.0
+    access_log: bool = False
+    glossary: Path | None = None
+    header_timeout: float = 10.0
+    body_timeout: float = 20.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 0
+    cors: bool = True
+    max_phrases: int = 64
+    decode_timeout: float = 60.0
+
+    def check(self) -> None:
+        """One error line for the first setting out of its range."""
+        if self.engine not in ENGINES:
+            raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
+        if self.precision not in PRECISIONS:
+            raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
+        for flag, value, low in (("--max-queue", self.max_queue, 1), ("--max-body-bytes", self.max_body_bytes, 1),
+                                 ("--max-chars", self.max_chars, 1), ("--max-sentences", self.max_sentences, 1),
+                                 ("--max-beam", self.max_beam, 1), ("--threads", self.threads, 0),
+                                 ("--batch-tokens", self.batch_tokens if self.batch_tokens is not None else 1, 1)):
+            if value < low:
+                raise MtkitError(f"{flag}: must be >= {low}, got {value}")
+        for flag, value, high in (("--decoding-threads", self.decoding_threads, MAX_DECODING_THREADS),
+                                  ("--max-phrases", self.max_phrases, MAX_PHRASES)):
+            if not 1 <= value <= high:
+                raise MtkitError(f"{flag}: must be between 1 and {high}, got {value}")
+        for flag, value, low in (("--max-wait-ms", self.max_wait_ms, 0.0),
+                                 ("--graceful-timeout", self.graceful_timeout, 0.0),
+                                 ("--header-timeout", self.header_timeout, 0.001),
+                                 ("--body-timeout", self.body_timeout, 0.001),
+                                 ("--keep-alive-timeout", self.keep_alive_timeout, 0.001),
+                                 ("--decode-timeout", self.decode_timeout, 0.001)):
+            if not math.isfinite(value) or value < low or value > 86_400:
+                raise MtkitError(f"{flag}: must be a number of {'milliseconds' if 'ms' in flag else 'seconds'} "
+                                 f"between {low:g} and 86400, got {value}")
+        if self.max_connections < 0:
+            raise MtkitError(f"--max-connections: must be >= 0, got {self.max_connections}")
+        if not 0 <= self.port <= 65535:
+            raise MtkitError(f"--port: must be between 0 and 65535, got {self.port}")
+
+
+def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
+    o = options or ServeOptions()
     from mtkit.host_memory import bound_onednn_caches
 
     bound_onednn_caches()  # before torch is loaded: batch shapes vary without end in a server
@@ -178,44 +215,20 @@ def serve(
     except ImportError as e:
         raise MtkitError(f"mtkit serve needs the serve extra ({e.name} is missing): "
                          "pip install 'mtkit[serve]'") from None
-    if engine not in ENGINES:
-        raise MtkitError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if precision not in PRECISIONS:
-        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
-    for flag, value, low in (("--max-queue", max_queue, 1), ("--max-body-bytes", max_body_bytes, 1),
-                             ("--max-chars", max_chars, 1), ("--max-sentences", max_sentences, 1),
-                             ("--max-beam", max_beam, 1), ("--threads", threads, 0),
-                             ("--batch-tokens", batch_tokens if batch_tokens is not None else 1, 1)):
-        if value < low:
-            raise MtkitError(f"{flag}: must be >= {low}, got {value}")
-    for flag, value, high in (("--decoding-threads", decoding_threads, MAX_DECODING_THREADS),
-                              ("--max-phrases", max_phrases, MAX_PHRASES)):
-        if not 1 <= value <= high:
-            raise MtkitError(f"{flag}: must be between 1 and {high}, got {value}")
-    for flag, value, low in (("--max-wait-ms", max_wait_ms, 0.0), ("--graceful-timeout", graceful_timeout, 0.0),
-                             ("--header-timeout", header_timeout, 0.001), ("--body-timeout", body_timeout, 0.001),
-                             ("--keep-alive-timeout", keep_alive_timeout, 0.001),
-                             ("--decode-timeout", decode_timeout, 0.001)):
-        if not math.isfinite(value) or value < low or value > 86_400:
-            raise MtkitError(f"{flag}: must be a number of {'milliseconds' if 'ms' in flag else 'seconds'} "
-                             f"between {low:g} and 86400, got {value}")
-    if max_connections < 0:
-        raise MtkitError(f"--max-connections: must be >= 0, got {max_connections}")
-    if not 0 <= port <= 65535:
-        raise MtkitError(f"--port: must be between 0 and 65535, got {port}")
-    overrides = dict(decode_overrides or {})
+    o.check()
+    overrides = dict(o.decode_overrides)
     check_decode_flags(overrides)
-    if overrides.get("beam", 1) > max_beam:
-        raise MtkitError(f"--beam {overrides['beam']}: above --max-beam {max_beam}")
-    keys = read_api_keys(api_keys) if api_keys is not None else None
+    if overrides.get("beam", 1) > o.max_beam:
+        raise MtkitError(f"--beam {overrides['beam']}: above --max-beam {o.max_beam}")
+    keys = read_api_keys(o.api_keys) if o.api_keys is not None else None
     terms = None
-    if glossary is not None:
-        _, terms = read_constraint_options(None, glossary, engine)
+    if o.glossary is not None:
+        _, terms = read_constraint_options(None, o.glossary, o.engine)
     paths = [Path(p) for p in models]
     for path in paths:
         if not path.exists():
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
-    policy, threads_said = serving_policy(engine, threads, decoding_threads)
+    policy, threads_said = serving_policy(o.engine, o.threads, o.decoding_threads)
 
     from mtkit.serve.app import create_app
     from mtkit.serve.models import ServedModel
@@ -230,37 +243,39 @@ def serve(
             found["src"], found["tgt"] = loaded[0].config.data.src_lang, loaded[0].config.data.tgt_lang
             found["step"] = loaded[0].step
 
-        translator = build_translator([path], engine, device, precision, threads, overrides, inspect=inspect,
-                                      any_target=True, parallel=decoding_threads, thread_policy=policy)
-        if engine == "ctranslate2":
+        translator = build_translator([path], o.engine, o.device, o.precision, o.threads, overrides,
+                                      inspect=inspect, any_target=True, parallel=o.decoding_threads,
+                                      thread_policy=policy)
+        if o.engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
             from mtkit.runtime.ctranslate2_engine import read_manifest
 
             found["step"] = read_manifest(path).get("step")
         if translator.languages[0]:  # a multilingual model: one served entry per pair, sharing the weights
-            served += _served_pairs(name, path, translator, engine, found.get("step"), src_lang,
-                                    tgt_lang)
+            served += _served_pairs(name, path, translator, o.engine, found.get("step"), o.src_lang,
+                                    o.tgt_lang)
             continue
-        src, tgt = src_lang or found.get("src"), tgt_lang or found.get("tgt")
+        src, tgt = o.src_lang or found.get("src"), o.tgt_lang or found.get("tgt")
         if not src or not tgt:
             raise MtkitError(f"-m {path}: its language pair is not recorded with it; give --src-lang and --tgt-lang")
-        served.append(ServedModel(name, translator, src, tgt, engine, found.get("step")))
+        served.append(ServedModel(name, translator, src, tgt, o.engine, found.get("step")))
         print(f"model {name}: {src}-{tgt}", file=sys.stderr, flush=True)
 
     print(threads_said, file=sys.stderr, flush=True)
-    limits = Limits(max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
-                    max_beam=max_beam, max_queue=max_queue, max_wait_ms=max_wait_ms, batch_tokens=batch_tokens,
-                    decoding_threads=decoding_threads, max_phrases=max_phrases, decode_timeout=decode_timeout)
+    limits = Limits(max_body_bytes=o.max_body_bytes, max_chars=o.max_chars, max_sentences=o.max_sentences,
+                    max_beam=o.max_beam, max_queue=o.max_queue, max_wait_ms=o.max_wait_ms,
+                    batch_tokens=o.batch_tokens, decoding_threads=o.decoding_threads, max_phrases=o.max_phrases,
+                    decode_timeout=o.decode_timeout)
     service = Service(served, limits, keys, terms)
     if terms is not None:
-        print(f"glossary: {len(terms)} terms from {glossary}", file=sys.stderr, flush=True)
+        print(f"glossary: {len(terms)} terms from {o.glossary}", file=sys.stderr, flush=True)
     if keys is not None:
-        print(f"API keys: {len(keys)} from {api_keys}", file=sys.stderr, flush=True)
+        print(f"API keys: {len(keys)} from {o.api_keys}", file=sys.stderr, flush=True)
     app = create_app(service)
-    app = Guard(Cors(app) if cors else app, max_body_bytes, service.metrics, body_timeout, access_log)
+    app = Guard(Cors(app) if o.cors else app, o.max_body_bytes, service.metrics, o.body_timeout, o.access_log)
     service.start()  # here, not in uvicorn's startup: a thread the system refuses is one error line
     try:
-        run(app, host, port, graceful_timeout, header_timeout, keep_alive_timeout,
-            max_connections or default_connections())
+        run(app, o.host, o.port, o.graceful_timeout, o.header_timeout, o.keep_alive_timeout,
+            o.max_connections or default_connections())
     finally:
         service.stop()  # when the server did not start (its shutdown stops it otherwise; again is a no-op)
