@@ -254,6 +254,7 @@ def translate(
       mtkit translate -m work/demo/run --beam 5 --nbest 3 test.en    # 3 lines per input
       mtkit translate -m work/demo/run --glossary terms.tsv test.en  # forces its terms in (torch engine)
     """
+    from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as run_translate
 
     overrides = {
@@ -262,12 +263,12 @@ def translate(
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
     }
-    run_translate(
-        list(model), inputs=list(inputs or ["-"]), output=output, output_format=output_format, device=device,
-        precision=precision, engine=engine, buffer_size=buffer_size, attention_png=attention_png,
-        attention_layer=attention_layer, threads=threads, decode_overrides={k: v for k, v in overrides.items() if v is not None},
-        constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
-    )
+    run_translate(list(model), list(inputs or ["-"]), TranslateOptions(
+        output=output, output_format=output_format, device=device, precision=precision, engine=engine,
+        buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
+        decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
+        glossary=glossary, tgt_lang=tgt_lang,
+    ))
 
 
 @export_app.command("ctranslate2")

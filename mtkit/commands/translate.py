@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -132,24 +133,29 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
-def translate(
-    model_path: Path | list[Path],
-    inputs: list[str] | None = None,
-    output: Path | None = None,
-    decode: DecodeConfig | None = None,
-    output_format: str | None = None,
-    device: str = "cpu",
-    precision: str = "fp32",
-    engine: str = "torch",
-    buffer_size: int | None = None,
-    attention_png: Path | None = None,
-    attention_layer: int | None = None,
-    threads: int = 0,
-    decode_overrides: dict | None = None,
-    constraints: Path | None = None,
-    glossary: Path | None = None,
-    tgt_lang: str | None = None,
-) -> None:
+@dataclass(frozen=True)
+class TranslateOptions:
+    """Everything ``mtkit translate`` takes besides its models and inputs (the CLI's flags, one field
+    each; see :func:`translate`)."""
+
+    output: Path | None = None
+    decode: DecodeConfig | None = None
+    output_format: str | None = None
+    device: str = "cpu"
+    precision: str = "fp32"
+    engine: str = "torch"
+    buffer_size: int | None = None
+    attention_png: Path | None = None
+    attention_layer: int | None = None
+    threads: int = 0
+    decode_overrides: dict = field(default_factory=dict)
+    constraints: Path | None = None
+    glossary: Path | None = None
+    tgt_lang: str | None = None
+
+
+def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
+              options: TranslateOptions | None = None) -> None:
     """Translate ``inputs`` (files, ``-`` for stdin; default stdin) with one checkpoint, an
     ensemble of checkpoints, or (``engine='ctranslate2'``) an exported CTranslate2 directory.
 
@@ -160,6 +166,9 @@ def translate(
     Args:
         model_path: a checkpoint or run directory, a list of them (an ensemble), or the
             directory written by ``mtkit export ctranslate2``.
+        inputs: files, ``-`` for stdin (default).
+        options: the rest (:class:`TranslateOptions`), one field each:
+        output: the file to write (temporary + rename); None: stdout.
         decode: the decoding settings; None takes the (first) checkpoint's ``decode`` section
             (for CTranslate2: the one exported with the model).
         output_format: ``text`` | ``tokens`` | ``scores`` | ``nbest``; None: ``nbest`` when
@@ -176,22 +185,23 @@ def translate(
             name the flags.
         tgt_lang: the target language of a multilingual model (required when it has several).
     """
+    o = options or TranslateOptions()
     from mtkit.runtime.lines import OUTPUT_FORMATS, format_translation
 
-    overrides = dict(decode_overrides or {})
+    overrides = dict(o.decode_overrides)
+    output_format = o.output_format
     if output_format is not None and output_format not in OUTPUT_FORMATS:
         raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS)}")
-    if engine not in ENGINES:
-        raise MtkitError(f"--engine {engine}: expected one of {', '.join(ENGINES)}")
-    if precision not in PRECISIONS:
-        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
-    if buffer_size is None:
-        buffer_size = DEFAULT_BUFFER_SIZE
+    if o.engine not in ENGINES:
+        raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
+    if o.precision not in PRECISIONS:
+        raise MtkitError(f"--precision {o.precision}: expected one of {', '.join(PRECISIONS)}")
+    buffer_size = DEFAULT_BUFFER_SIZE if o.buffer_size is None else o.buffer_size
     if buffer_size < 1:
         raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")
-    if threads < 0:
-        raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
-    if attention_layer is not None and attention_png is None:
+    if o.threads < 0:
+        raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {o.threads}")
+    if o.attention_layer is not None and o.attention_png is None:
         raise MtkitError("--attention-layer needs --attention-png")
     check_decode_flags(overrides)
     if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest"):
@@ -202,20 +212,20 @@ def translate(
     for name in inputs:  # a named pipe (`<(...)`) is fine: only missing paths and directories are not
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             raise MtkitError(f"{name}: {'is a directory, expected a file' if Path(name).is_dir() else 'no such file'}")
-    per_line, terms = read_constraint_options(constraints, glossary, engine, bool(overrides.get("sampling")))
+    per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine, bool(overrides.get("sampling")))
     if per_line is not None:
-        check_line_counts(per_line, "--constraints", constraints, _count_lines(inputs))
-    _check_writable(output, "--output")
-    _check_writable(attention_png, "--attention-png")
-    if output is not None:
+        check_line_counts(per_line, "--constraints", o.constraints, _count_lines(inputs))
+    _check_writable(o.output, "--output")
+    _check_writable(o.attention_png, "--attention-png")
+    if o.output is not None:
         from mtkit.io import remove_dead_temporaries
 
-        remove_dead_temporaries(output)  # of an earlier run killed with SIGKILL
+        remove_dead_temporaries(o.output)  # of an earlier run killed with SIGKILL
     if "-" in inputs:
         from mtkit.io import standard_input
 
         standard_input()  # closed: one line now, before the model loads
-    if output is None:
+    if o.output is None:
         from mtkit.io import standard_output
 
         standard_output()
@@ -223,32 +233,32 @@ def translate(
     if interactive:
         buffer_size = 1
 
-    if engine == "ctranslate2" and attention_png is not None:
+    if o.engine == "ctranslate2" and o.attention_png is not None:
         raise MtkitError("--attention-png needs --engine torch")
 
     def check_attention_layer(loaded: list) -> None:
         layers = loaded[0].model.cfg.decoder_layers
-        if attention_layer is not None and not -layers <= attention_layer < layers:
-            raise MtkitError(f"--attention-layer {attention_layer}: the model has {layers} decoder layers "
+        if o.attention_layer is not None and not -layers <= o.attention_layer < layers:
+            raise MtkitError(f"--attention-layer {o.attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
 
-    translator = build_translator(paths, engine, device, precision, threads, overrides, decode, check_attention_layer,
-                                  tgt_lang=tgt_lang)
-    first_model = translator.models[0] if engine == "torch" else None
+    translator = build_translator(paths, o.engine, o.device, o.precision, o.threads, overrides, o.decode,
+                                  check_attention_layer, tgt_lang=o.tgt_lang)
+    first_model = translator.models[0] if o.engine == "torch" else None
 
     nbest = translator.decode.nbest
     if output_format is None:
         output_format = "nbest" if nbest > 1 else "text"
-    attention_done = attention_png is None
+    attention_done = o.attention_png is None
     progress = sentence_progress(enabled=not interactive)
     wanted = None
     if per_line is not None or terms is not None:
         from mtkit.runtime.constraints import constraint_source
 
-        wanted = constraint_source(per_line, terms, f"--constraints {constraints}")
+        wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
     done = 0
     try:
-        with _output_stream(output) as out:
+        with _output_stream(o.output) as out:
             for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size, constraints=wanted):
                 done += 1
                 out.write("".join(line + "\n" for line in format_translation(t, output_format, nbest)).encode("utf-8"))
@@ -259,11 +269,11 @@ def translate(
                 if not attention_done and t.src_ids:
                     from mtkit.visualize import attention_png as draw
 
-                    draw(first_model, translator.vocab, t.src_ids, t.best.ids, attention_png, attention_layer)
+                    draw(first_model, translator.vocab, t.src_ids, t.best.ids, o.attention_png, o.attention_layer)
                     attention_done = True
-            check_line_counts(per_line, "--constraints", constraints, done)  # stdin: known only now
+            check_line_counts(per_line, "--constraints", o.constraints, done)  # stdin: known only now
     except BrokenPipeError:
-        if output is None:
+        if o.output is None:
             discard_stdout()  # the CLI then exits 0
         raise
     finally:

@@ -103,7 +103,7 @@ def test_the_tag_decides_the_output_language(multi_run, multi_data, tmp_path):
     and in French with <2fr>: each output is closer to its own language's reference."""
     import sacrebleu
 
-    from mtkit.commands.translate import translate
+    from mtkit.commands.translate import TranslateOptions, translate
 
     src = (multi_data / "test.src.txt").read_text().splitlines()[:60]
     refs = (multi_data / "test.tgt.txt").read_text().splitlines()
@@ -111,7 +111,8 @@ def test_the_tag_decides_the_output_language(multi_run, multi_data, tmp_path):
     (tmp_path / "test.en").write_text("\n".join(src) + "\n")
     outputs = {}
     for lang in ("de", "fr"):
-        translate(multi_run, [str(tmp_path / "test.en")], tmp_path / f"hyp.{lang}", device="cpu", tgt_lang=lang)
+        translate(multi_run, [str(tmp_path / "test.en")],
+                  TranslateOptions(output=tmp_path / f"hyp.{lang}", device="cpu", tgt_lang=lang))
         outputs[lang] = (tmp_path / f"hyp.{lang}").read_text().splitlines()
         assert len(outputs[lang]) == 60
     own = {"de": de_refs, "fr": fr_refs}
@@ -227,7 +228,7 @@ def test_a_multilingual_model_fine_tunes_on_one_pair_and_keeps_its_tag(multi_run
     """Stage 2 of the multilingual recipe in miniature: en-de alone, prepared with the model's
     vocabulary (the <2de> tag kept), trained from its weights; then --tgt-lang is optional."""
     from mtkit.commands.prepare import prepare
-    from mtkit.commands.translate import translate
+    from mtkit.commands.translate import TranslateOptions, translate
     from mtkit.data.store import ParallelStore
     from mtkit.data.vocab import Vocab
     from mtkit.training.trainer import train
@@ -240,10 +241,11 @@ def test_a_multilingual_model_fine_tunes_on_one_pair_and_keeps_its_tag(multi_run
     config = config_from_dict({"data": data, "decode": {"beam": 2}, "train": train_cfg})
     train(config, tmp_path / "data", tmp_path / "run", progress=False)
     (tmp_path / "in.en").write_text("two hundred five\nseventy\n")
-    translate(tmp_path / "run", [str(tmp_path / "in.en")], tmp_path / "out", device="cpu")  # one target
+    translate(tmp_path / "run", [str(tmp_path / "in.en")], TranslateOptions(output=tmp_path / "out", device="cpu"))
     assert len((tmp_path / "out").read_text().splitlines()) == 2
     with pytest.raises(MtkitError, match="--tgt-lang fr: the model does not translate into it"):
-        translate(tmp_path / "run", [str(tmp_path / "in.en")], tmp_path / "out", device="cpu", tgt_lang="fr")
+        translate(tmp_path / "run", [str(tmp_path / "in.en")],
+                  TranslateOptions(output=tmp_path / "out", device="cpu", tgt_lang="fr"))
 
 
 def test_training_refuses_data_prepared_for_other_pairs(multi_data, reverse_data, tmp_path):

@@ -135,10 +135,10 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     (tmp_path / "in.txt").write_text("five\n\nsix\n", encoding="utf-8")
     code = (
         "import sys\n"
-        "from mtkit.commands.translate import translate\n"
+        "from mtkit.commands.translate import TranslateOptions, translate\n"
         "from mtkit.config import DecodeConfig\n"
-        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], None, DecodeConfig(beam=2, max_len_b=4),"
-        " 'text', engine='ctranslate2')\n"
+        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(decode=DecodeConfig(beam=2, "
+        "max_len_b=4), output_format='text', engine='ctranslate2'))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)  # a hang guard
@@ -155,8 +155,8 @@ def test_ctranslate2_engine_decodes_with_the_exported_settings(vocab, tmp_path):
     assert exported_decode(out) == recipe
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
     code = (
-        "from mtkit.commands.translate import translate\n"
-        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], engine='ctranslate2')\n"
+        "from mtkit.commands.translate import TranslateOptions, translate\n"
+        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(engine='ctranslate2'))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)  # a hang guard
     assert done.returncode == 0, done.stderr

@@ -111,16 +111,19 @@ def save_checkpoint(loaded, path: Path) -> Path:
 
 
 def test_command_end_to_end(loaded, tmp_path):
+    from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as translate_command
 
     ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")
     src = tmp_path / "in.txt"
     src.write_bytes("five\n\nthree hundred\n\u00fc\n".encode())
     out = tmp_path / "out.txt"
-    translate_command(ckpt, [str(src)], out, None, "scores", attention_png=tmp_path / "att.png")
+    translate_command(ckpt, [str(src)], TranslateOptions(output=out, output_format="scores",
+                                                         attention_png=tmp_path / "att.png"))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 4
     assert (tmp_path / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    translate_command([ckpt, ckpt], [str(src)], out, DecodeConfig(beam=3, nbest=2, max_len_b=4), "nbest")
+    translate_command([ckpt, ckpt], [str(src)], TranslateOptions(output=out, output_format="nbest",
+                                                                 decode=DecodeConfig(beam=3, nbest=2, max_len_b=4)))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 8
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
@@ -180,6 +183,7 @@ def test_an_output_limit_below_one_token_warns_once(loaded, capsys):
 
 def test_command_checks_everything_before_loading_the_model(tmp_path):
     """Each mistake is a one-line error naming its flag, raised before the (missing) model would load."""
+    from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as translate_command
 
     src = tmp_path / "in.txt"
@@ -204,20 +208,23 @@ def test_command_checks_everything_before_loading_the_model(tmp_path):
     ]
     for kwargs, expected in cases:
         kwargs = {"inputs": [str(src)], **kwargs}
+        inputs = kwargs.pop("inputs")
         with pytest.raises(MtkitError) as error:
-            translate_command(missing, **kwargs)
+            translate_command(missing, inputs, TranslateOptions(**kwargs))
         assert expected in str(error.value) and "\n" not in str(error.value), (kwargs, str(error.value))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
 def test_cuda_device_without_cuda_names_the_flag(tmp_path):
+    from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as translate_command
 
     with pytest.raises(MtkitError, match=r"^--device cuda: .*no usable CUDA device"):
-        translate_command(tmp_path / "missing.pt", [], device="cuda")
+        translate_command(tmp_path / "missing.pt", [], TranslateOptions(device="cuda"))
 
 
 def test_command_checks_decoding_against_the_checkpoint(loaded, tmp_path):
+    from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as translate_command
 
     ckpt = save_checkpoint(loaded, tmp_path / "tiny.pt")  # decode: beam 2
@@ -231,9 +238,9 @@ def test_command_checks_decoding_against_the_checkpoint(loaded, tmp_path):
         (dict(attention_png=tmp_path / "a.png", attention_layer=99), r"^--attention-layer 99: the model has 2 decoder"),
     ]:
         with pytest.raises(MtkitError, match=expected):
-            translate_command(ckpt, [str(src)], out, **kwargs)
+            translate_command(ckpt, [str(src)], TranslateOptions(output=out, **kwargs))
     assert not out.exists() and not (tmp_path / "a.png").exists()
     # --nbest alone lists the hypotheses; --attention-layer counts from the end too.
-    translate_command(ckpt, [str(src)], out, decode_overrides={"nbest": 2}, attention_png=tmp_path / "a.png",
-                      attention_layer=-1)
+    translate_command(ckpt, [str(src)], TranslateOptions(output=out, decode_overrides={"nbest": 2},
+                                                         attention_png=tmp_path / "a.png", attention_layer=-1))
     assert [line.split(" ||| ")[0] for line in out.read_text().splitlines()] == ["0", "0", "1", "1"]
