@@ -349,16 +349,17 @@ def evaluate(
       mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
       mtkit evaluate -m runs/en-de -m runs/en-de-2 --src test.en --ref test.de   # an ensemble
     """
+    from mtkit.commands.evaluate import EvaluateOptions
     from mtkit.commands.evaluate import evaluate as run_evaluate
 
-    text = run_evaluate(
-        hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset, langpair=langpair,
-        hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()], chrf_plus=chrf_plus,
-        lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
+    text = run_evaluate(EvaluateOptions(
+        hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset,
+        langpair=langpair, hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
+        chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}.items()
                           if v is not None}, device=device,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
-    )
+    ))
     typer.echo(text)
 
 

@@ -60,12 +60,14 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mtkit
 from mtkit.errors import MtkitError
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
+from mtkit.metrics.scores import METRICS
 
 SCHEMA_VERSION = 1
 
@@ -97,73 +99,80 @@ def to_document(evaluation: Evaluation) -> dict:
     return _to_json(e.hyps, e.refs, e.n_sentences, e.scores, e.paired, e.n_samples)
 
 
-def evaluate(
-    hyp: list[Path],
-    ref: list[Path],
-    model: list[Path] | None,
-    src: Path | None,
-    testset: str | None,
-    langpair: str | None,
-    hyp_out: Path | None,
-    metrics: list[str],
-    chrf_plus: bool,
-    lc_tok: bool,
-    compound_split: bool,
-    lang: str | None,
-    as_json: bool,
-    decode_overrides: dict,
-    device: str = "auto",
-    lowercase: bool = False,
-    constraints: Path | None = None,
-    glossary: Path | None = None,
-    tgt_lang: str | None = None,
-) -> str:
+@dataclass(frozen=True)
+class EvaluateOptions:
+    """Everything ``mtkit evaluate`` takes (the CLI's flags, one field each; see :func:`evaluate`)."""
+
+    hyp: list[Path] = field(default_factory=list)
+    ref: list[Path] = field(default_factory=list)
+    model: list[Path] | None = None
+    src: Path | None = None
+    testset: str | None = None
+    langpair: str | None = None
+    hyp_out: Path | None = None
+    metrics: list[str] = field(default_factory=lambda: list(METRICS))
+    chrf_plus: bool = False
+    lc_tok: bool = False
+    compound_split: bool = False
+    lang: str | None = None
+    as_json: bool = False
+    decode_overrides: dict = field(default_factory=dict)
+    device: str = "auto"
+    lowercase: bool = False
+    constraints: Path | None = None
+    glossary: Path | None = None
+    tgt_lang: str | None = None
+
+
+def evaluate(options: EvaluateOptions) -> str:
     """Run the evaluation the options describe; return the text to print. ``constraints`` (JSON lines,
     one per source line) and ``glossary`` (TSV) constrain ``model``'s translations; ``tgt_lang`` is the
     target of a multilingual ``model`` (required when it has several)."""
+    o = options
+    lang, lowercase = o.lang, o.lowercase  # found out on the way
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import read_named
 
-    if not metrics:  # `--metrics ''` or `--metrics ,`
+    if not o.metrics:  # `--metrics ''` or `--metrics ,`
         raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter")
-    if model is not None and hyp:
+    if o.model is not None and o.hyp:
         raise MtkitError("give either --hyp or --model, not both")
-    if model is None and tgt_lang is not None:
+    if o.model is None and o.tgt_lang is not None:
         raise MtkitError("--tgt-lang needs --model (it picks the language the model translates into)")
-    if model is None and (constraints is not None or glossary is not None):
-        raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs --model "
+    if o.model is None and (o.constraints is not None or o.glossary is not None):
+        raise MtkitError(f"{'--constraints' if o.constraints is not None else '--glossary'} needs --model "
                          "(it constrains the model's translations)")
-    if sum(str(p) == "-" for p in [*hyp, *ref]) > 1:
+    if sum(str(p) == "-" for p in [*o.hyp, *o.ref]) > 1:
         raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
-    if hyp_out is not None:
-        if model is None:
+    if o.hyp_out is not None:
+        if o.model is None:
             raise MtkitError("--hyp-out needs --model (it writes the model's translations)")
-        if Path(hyp_out).is_dir():
-            raise MtkitError(f"--hyp-out {hyp_out}: is a directory; give a file path")
-    if testset is not None:
+        if Path(o.hyp_out).is_dir():
+            raise MtkitError(f"--hyp-out {o.hyp_out}: is a directory; give a file path")
+    if o.testset is not None:
         from mtkit.metrics import load_testset
 
-        if not langpair:
+        if not o.langpair:
             raise MtkitError("--testset needs --langpair, e.g. --langpair en-de")
-        if src is not None or ref:
+        if o.src is not None or o.ref:
             raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
-        sources, references = load_testset(testset, langpair)
-        refs = [(f"{testset}:{langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
+        sources, references = load_testset(o.testset, o.langpair)
+        refs = [(f"{o.testset}:{o.langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
                 for k, stream in enumerate(references)]
-        lang = lang or langpair.split("-")[1]
+        lang = lang or o.langpair.split("-")[1]
     else:
-        if model is not None and (src is None or not ref):
+        if o.model is not None and (o.src is None or not o.ref):
             raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
-        if not ref:
+        if not o.ref:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
-        refs = read_named(ref)
-        if lang is None and model is not None:
-            suffix = Path(ref[0]).suffix.lstrip(".")
-            lang = tgt_lang or (suffix if len(suffix) == 2 else None)
-    if model is None:
-        if not hyp:
+        refs = read_named(o.ref)
+        if lang is None and o.model is not None:
+            suffix = Path(o.ref[0]).suffix.lstrip(".")
+            lang = o.tgt_lang or (suffix if len(suffix) == 2 else None)
+    if o.model is None:
+        if not o.hyp:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
-        hyps = read_named(hyp)
+        hyps = read_named(o.hyp)
     else:
         from mtkit.runtime.factory import (
             apply_decode_flags,
@@ -173,27 +182,27 @@ def evaluate(
         )
         from mtkit.runtime.lines import translate_lines
 
-        src_lines = sources if testset is not None else list(read_lines(src))
-        check_decode_flags(decode_overrides)
-        per_line, terms = read_constraint_options(constraints, glossary)
-        check_line_counts(per_line, "--constraints", constraints, len(src_lines))
+        src_lines = sources if o.testset is not None else list(read_lines(o.src))
+        check_decode_flags(o.decode_overrides)
+        per_line, terms = read_constraint_options(o.constraints, o.glossary)
+        check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
         wanted = None
         if per_line is not None or terms is not None:
             from mtkit.runtime.constraints import constraint_source
 
-            wanted = constraint_source(per_line, terms, f"--constraints {constraints}")
-        with_flags = functools.partial(apply_decode_flags, overrides=decode_overrides)
-        hypotheses, folds_case = translate_lines(model, src_lines, with_flags, device, constraints=wanted,
-                                                 tgt_lang=tgt_lang)
+            wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
+        with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)
+        hypotheses, folds_case = translate_lines(o.model, src_lines, with_flags, o.device, constraints=wanted,
+                                                 tgt_lang=o.tgt_lang)
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
             lowercase = True
-        if hyp_out is not None:
-            atomic_write_text(hyp_out, "".join(line + "\n" for line in hypotheses))
-            print(f"hypotheses: {hyp_out}", file=sys.stderr)
-        hyps = [(str(hyp_out) if hyp_out is not None else ", ".join(map(str, model)), hypotheses)]
-    return evaluate_lines(hyps, refs, metrics, chrf_plus, lc_tok, as_json, compound_split=compound_split, lang=lang,
-                          lowercase=lowercase)
+        if o.hyp_out is not None:
+            atomic_write_text(o.hyp_out, "".join(line + "\n" for line in hypotheses))
+            print(f"hypotheses: {o.hyp_out}", file=sys.stderr)
+        hyps = [(str(o.hyp_out) if o.hyp_out is not None else ", ".join(map(str, o.model)), hypotheses)]
+    return evaluate_lines(hyps, refs, o.metrics, o.chrf_plus, o.lc_tok, o.as_json, compound_split=o.compound_split,
+                          lang=lang, lowercase=lowercase)
 
 
 def _to_json(

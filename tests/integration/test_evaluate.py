@@ -296,7 +296,7 @@ def test_model_translations_are_scored_in_memory(tiny_run, tmp_path):
 
 def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatch):
     import mtkit.metrics
-    from mtkit.commands.evaluate import evaluate
+    from mtkit.commands.evaluate import EvaluateOptions, evaluate
 
     run, src, _ = tiny_run
     sources = src.read_text(encoding="utf-8").splitlines()
@@ -306,10 +306,10 @@ def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatc
                    chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode_overrides={},
                    device="cpu")
     before = _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent)
-    doc = json.loads(evaluate(hyp=[files["hyp"]], model=None, **options))
+    doc = json.loads(evaluate(EvaluateOptions(hyp=[files["hyp"]], model=None, **options)))
     assert doc["refs"] == ["wmt14/full:en-de"]
     assert [s["metric"] for s in doc["scores"]] == ["BLEU", "BLEU-lc-tok"]  # the language from --langpair
     expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, True, True))
     assert doc["scores"] == expected["scores"]
-    evaluate(hyp=[], model=[run], **options)
+    evaluate(EvaluateOptions(hyp=[], model=[run], **options))
     assert _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent) == before

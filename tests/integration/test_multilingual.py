@@ -156,7 +156,7 @@ def test_validation_is_logged_per_pair_and_the_checkpoint_lists_its_pairs(multi_
 
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
 def test_evaluate_translates_into_the_target_it_is_given(multi_run, multi_data, tmp_path):
-    from mtkit.commands.evaluate import evaluate
+    from mtkit.commands.evaluate import EvaluateOptions, evaluate
 
     lines = (multi_data / "test.src.txt").read_text().splitlines()
     refs = (multi_data / "test.tgt.txt").read_text().splitlines()
@@ -166,10 +166,11 @@ def test_evaluate_translates_into_the_target_it_is_given(multi_run, multi_data, 
               "testset": None, "langpair": None, "hyp_out": None, "metrics": ["chrf"], "chrf_plus": False,
               "lc_tok": False, "compound_split": False, "lang": None, "as_json": True,
               "decode_overrides": {"beam": 1}, "device": "cpu"}
-    into = {lang: json.loads(evaluate(**common, tgt_lang=lang))["scores"][0]["score"] for lang in ("fr", "de")}
+    into = {lang: json.loads(evaluate(EvaluateOptions(**common, tgt_lang=lang)))["scores"][0]["score"]
+            for lang in ("fr", "de")}
     assert into["fr"] > into["de"] + 20
     with pytest.raises(MtkitError, match="--tgt-lang: missing"):
-        evaluate(**common)
+        evaluate(EvaluateOptions(**common))
 
 
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
