@@ -124,11 +124,12 @@ def prepare(
       mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
       mtkit prepare --src new.en --tgt new.de --vocab-from runs/en-de -o data/new    # to fine-tune runs/en-de
     """
-    from mtkit.commands.prepare import prepare_from_flags
+    from mtkit.commands.prepare import DataFlags, prepare_from_flags
 
-    prepare_from_flags(recipe, out, set_, src=src, tgt=tgt, tsv=tsv, hf=hf, hf_config=hf_config, valid_src=valid_src,
-                       valid_tgt=valid_tgt, test_src=test_src, test_tgt=test_tgt, src_lang=src_lang, tgt_lang=tgt_lang,
-                       demo=demo, vocab_from=vocab_from, force=force)
+    prepare_from_flags(recipe, out, set_, DataFlags(
+        src=src, tgt=tgt, tsv=tsv, hf=hf, hf_config=hf_config, valid_src=valid_src, valid_tgt=valid_tgt,
+        test_src=test_src, test_tgt=test_tgt, src_lang=src_lang, tgt_lang=tgt_lang, demo=demo, vocab_from=vocab_from,
+    ), force=force)
 
 
 # -------------------------------------------------------------------- train

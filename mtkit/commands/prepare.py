@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.config import Config, load_config
@@ -38,11 +39,26 @@ def prepare(config: Config, out_dir: Path, force: bool = False, progress: bool |
     return prepare_data(config.data, Path(out_dir), force=force, progress=progress, vocab_models=models)
 
 
-def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | None, *, src: Path | None = None,
-                       tgt: Path | None = None, tsv: Path | None = None, hf: str | None = None,
-                       hf_config: str | None = None, valid_src: Path | None = None, valid_tgt: Path | None = None,
-                       test_src: Path | None = None, test_tgt: Path | None = None, src_lang: str | None = None,
-                       tgt_lang: str | None = None, demo: bool = False, vocab_from: Path | None = None,
+@dataclass(frozen=True)
+class DataFlags:
+    """``mtkit prepare``'s data flags, one field each (None: not given)."""
+
+    src: Path | None = None
+    tgt: Path | None = None
+    tsv: Path | None = None
+    hf: str | None = None
+    hf_config: str | None = None
+    valid_src: Path | None = None
+    valid_tgt: Path | None = None
+    test_src: Path | None = None
+    test_tgt: Path | None = None
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    demo: bool = False
+    vocab_from: Path | None = None
+
+
+def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | None, data: DataFlags,
                        force: bool = False) -> None:
     """``mtkit prepare``'s flags as the data section's keys (each error names its flag), over the recipe
     and under ``--set``; then :func:`prepare`."""
@@ -58,27 +74,27 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
             flags.update({f"data.{split}.kind": (f"{prefix}src", "files"),
                           f"data.{split}.src": (f"{prefix}src", str(s)), f"data.{split}.tgt": (f"{prefix}tgt", str(t))})
 
-    files("train", src, tgt)
-    files("valid", valid_src, valid_tgt)
-    files("test", test_src, test_tgt)
-    if tsv is not None:
-        flags.update({"data.train.kind": ("--tsv", "tsv"), "data.train.path": ("--tsv", str(tsv))})
-    if hf is not None:
-        flags.update({"data.train.kind": ("--hf", "hf"), "data.train.name": ("--hf", hf),
+    files("train", data.src, data.tgt)
+    files("valid", data.valid_src, data.valid_tgt)
+    files("test", data.test_src, data.test_tgt)
+    if data.tsv is not None:
+        flags.update({"data.train.kind": ("--tsv", "tsv"), "data.train.path": ("--tsv", str(data.tsv))})
+    if data.hf is not None:
+        flags.update({"data.train.kind": ("--hf", "hf"), "data.train.name": ("--hf", data.hf),
                       "data.train.split": ("--hf", "train")})
-        if hf_config:
-            flags["data.train.config"] = ("--hf-config", hf_config)
-    if demo:
+        if data.hf_config:
+            flags["data.train.config"] = ("--hf-config", data.hf_config)
+    if data.demo:
         for split in ("train", "valid", "test"):
             flags.update({f"data.{split}.kind": ("--demo", "demo"), f"data.{split}.split": ("--demo", split)})
         defaults = {"data.valid.size": ("--demo", 500), "data.test.size": ("--demo", 500),  # --set still wins
                     "data.spm.vocab_size": ("--demo", 400)}
-    if src_lang is not None:
-        flags["data.src_lang"] = ("--src-lang", src_lang)
-    if tgt_lang is not None:
-        flags["data.tgt_lang"] = ("--tgt-lang", tgt_lang)
-    if vocab_from is not None:
-        flags["data.spm.vocab_from"] = ("--vocab-from", str(vocab_from))
+    if data.src_lang is not None:
+        flags["data.src_lang"] = ("--src-lang", data.src_lang)
+    if data.tgt_lang is not None:
+        flags["data.tgt_lang"] = ("--tgt-lang", data.tgt_lang)
+    if data.vocab_from is not None:
+        flags["data.spm.vocab_from"] = ("--vocab-from", str(data.vocab_from))
     config = load_config(recipe, overrides or [], flags, defaults)
     if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")

@@ -268,3 +268,13 @@ def test_engines_are_built_in_one_factory():
         calls = {node.func.id for node in ast.walk(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ENGINE_CLASSES}
         assert not calls, f"{path.relative_to(PACKAGE.parent)} builds {sorted(calls)} itself; use mtkit.runtime.factory"
+
+
+def test_command_functions_take_few_parameters():
+    """Commands are glue: a command function takes a few arguments and one typed options object (ServeOptions,
+    TranslateOptions, EvaluateOptions, DataFlags ...), never the CLI's flags one by one."""
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+                count = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
+                assert count <= 8, f"commands/{path.name}: {node.name} takes {count} parameters"
