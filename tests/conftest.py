@@ -29,8 +29,9 @@ torch.set_num_threads(1)
 
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K",
                                Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"))
-# The Multi30k en-de model trained by its recipe (../shared/models/multi30k-en-de, or MTKIT_MODELS/...).
-MODELS = Path(os.environ.get("MTKIT_MODELS", Path(__file__).resolve().parents[1].parent / "shared" / "models"))
+# The Multi30k en-de model trained by its recipe: MTKIT_MODELS/multi30k-en-de, else beside the corpus
+# (shared/data/multi30k -> shared/models/multi30k-en-de).
+MODELS = Path(os.environ.get("MTKIT_MODELS", MULTI30K.parent.parent / "models"))
 
 
 def pytest_unconfigure(config) -> None:
