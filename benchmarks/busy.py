@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,10 +157,13 @@ def main() -> None:
 
         work_items: dict[str, tuple[str, object]] = {}  # name -> (unit, callable returning a figure)
         if "train" not in args.skip:
-            counter = iter(range(10**6))
-            work_items[f"train, {args.train_steps} demo steps"] = ("s", lambda: run(
-                ["train", recipe, "-d", data, "-r", work / f"train-{next(counter)}", "--set",
-                 f"train.max_steps={args.train_steps}", "--set", "train.valid_every=0"]))
+            def train() -> float:
+                run_dir = work / "train"  # a fresh run each time (one left by an earlier round would resume)
+                shutil.rmtree(run_dir, ignore_errors=True)
+                return run(["train", recipe, "-d", data, "-r", run_dir, "--set", f"train.max_steps={args.train_steps}",
+                            "--set", "train.valid_every=0"])
+
+            work_items[f"train, {args.train_steps} demo steps"] = ("s", train)
         if "torch" not in args.skip:
             work_items[f"translate, torch, {args.lines} lines, beam 5"] = (
                 "s", lambda: run(["translate", "-m", model, "--beam", "5"], batched))
