@@ -11,8 +11,8 @@
 Every call takes its own options (keywords, checked as the CLI's flags are: ``beam``, ``nbest``,
 ``alpha``, ``sampling`` …, ``target`` for a multilingual model, ``glossary``, ``constraints``); the
 model is never changed by a call, so one model serves any number of threads at once, as its engine
-does. What the CLI says on stderr (what was loaded, the thread count, warnings) goes to the ``mtkit``
-logger. ``import mtkit`` loads no torch; :func:`load` loads it for the torch engine only.
+does. What the CLI says on stderr (what was loaded, the thread count, the torch engine's warnings) goes
+to the ``mtkit`` logger. ``import mtkit`` loads no torch; :func:`load` loads it for the torch engine only.
 """
 
 from __future__ import annotations
