@@ -286,8 +286,7 @@ class TranslationPipeline:
         answers = [[{"translation_text": h.text} for h in self._padded(r.hypotheses, num_return_sequences)]
                    for r in results]
         if num_return_sequences == 1:
-            answers = [a[0] for a in answers]
-            return answers
+            return [a[0] for a in answers]
         return answers[0] if single else answers
 
     @staticmethod

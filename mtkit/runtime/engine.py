@@ -75,7 +75,8 @@ class Translation:
         return self.candidates[0]
 
 
-def _stderr(message: str) -> None:
+def stderr(message: str) -> None:
+    """Where the engines and the factory say things by default: a line on stderr."""
     print(message, file=sys.stderr, flush=True)
 
 
@@ -131,7 +132,7 @@ class Engine:
     """
 
     def __init__(self, vocab, decode: DecodeConfig, max_positions: int | None = None,
-                 log: Callable[[str], None] = _stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
+                 log: Callable[[str], None] = stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
                  tag_side: str = "source", target: str | None = None, threads=None) -> None:
         self._check(decode)
         self.vocab = vocab

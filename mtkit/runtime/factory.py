@@ -9,7 +9,6 @@ engine never loads it.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from mtkit.config import (
     check_finite,
 )
 from mtkit.errors import MtkitError, shown
+from mtkit.runtime.engine import stderr
 from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 
 ENGINES = ("torch", "ctranslate2")
@@ -86,10 +86,6 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
     if sampling_only and not decode.sampling:
         raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
     return decode
-
-
-def stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
@@ -182,8 +178,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         chosen = (choose_threads(usable_cpus(), since_start().others())
                   if threads <= 0 and user_threads() is None else None)
         translator = Ctranslate2Engine(paths[0], decode, device=device, precision=precision,
-                                           intra_threads=threads, inter_threads=parallel, target=tgt_lang,
-                                           chosen_threads=chosen)
+                                       intra_threads=threads, inter_threads=parallel, target=tgt_lang,
+                                       chosen_threads=chosen)
         if not any_target:
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
         log(f"loaded {translator.description}")
@@ -252,7 +248,7 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
         languages = (same_pairs(configs), single_pair(configs[0].data))
         tag_side = configs[0].data.tag_side
     return TorchEngine(models, decode, device=device, precision=precision, languages=languages, tag_side=tag_side,
-                      target=target, threads=threads, log=log)
+                       target=target, threads=threads, log=log)
 
 
 def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):

@@ -24,7 +24,6 @@ Output formats (:func:`format_translation`), one line per input line unless note
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -33,7 +32,7 @@ from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.io import STDIN_NAME, decode_line
 from mtkit.runtime.constraints import ConstraintSource
-from mtkit.runtime.engine import Translation
+from mtkit.runtime.engine import Translation, stderr
 
 OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest")
 
@@ -123,13 +122,9 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
     raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def translate_lines(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    log: Callable[[str], None] = _stderr, constraints: ConstraintSource | None = None,
+                    log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
                     tgt_lang: str | None = None) -> tuple[list[str], bool]:
     """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
     list of them: an ensemble), and whether the model's target vocabulary lowercases

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Call, Engine, Stopped, _stderr
+from mtkit.runtime.engine import Call, Engine, Stopped, stderr
 
 
 @contextmanager
@@ -44,7 +44,7 @@ class TorchEngine(Engine):
     """
 
     def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 seed: int = 1, log: Callable[[str], None] = _stderr, min_len: int = 0,
+                 seed: int = 1, log: Callable[[str], None] = stderr, min_len: int = 0,
                  languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
                  target: str | None = None, threads=None) -> None:
         import torch

@@ -395,7 +395,6 @@ class Trainer:
         final_loss = float("nan")
         self._check_threads(bar)
         load = LoadProbe()  # what other work kept busy over this session (said when max_minutes stops it)
-        first_step = self.step
         try:
             while self.step < cfg.max_steps:
                 group = [next(batches).to(self.device) for _ in range(cfg.update_freq)]
@@ -457,7 +456,7 @@ class Trainer:
         if stopped == "max_minutes" and self.dist.is_main:
             busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
             print(f"train.max_minutes ({cfg.max_minutes:g}) reached at step {self.step} of {cfg.max_steps} "
-                  f"({self.step - first_step} steps this session{busy})", file=sys.stderr, flush=True)
+                  f"({self.step - self._session[1]} steps this session{busy})", file=sys.stderr, flush=True)
 
         averaged = None
         if validated_step != self.step and cfg.valid_every and self.valid_store is not None:
