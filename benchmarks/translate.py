@@ -133,20 +133,14 @@ def save_random_checkpoint(cfg, vocab, decode, path: Path) -> Path:
     """A randomly initialized model (seed 1) as a checkpoint that ``mtkit translate -m`` loads."""
     import torch
 
-    from mtkit import __version__
     from mtkit.config import Config, config_to_dict
     from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
-    from mtkit.training.checkpoint import save_checkpoint
+    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
 
     torch.manual_seed(1)
     model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
-    src, tgt = vocab.model_bytes()
-    return save_checkpoint({
-        "format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
-        "config": config_to_dict(Config(model=cfg, decode=decode)), "model": model.state_dict(),
-        "vocab": {"src": src, "tgt": tgt}, "src_vocab_size": vocab.src_size, "tgt_vocab_size": vocab.tgt_size,
-    }, path)
+    return save_checkpoint(model_payload(config_to_dict(Config(model=cfg, decode=decode)), model.state_dict(),
+                                         vocab_entry(vocab), vocab.src_size, vocab.tgt_size), path)
 
 
 def copy_into_marian(model, vocab_size: int):
@@ -183,20 +177,20 @@ def copy_into_marian(model, vocab_size: int):
         p = f"model.encoder.layers.{i}"
         for hf_name, name in pairs.items():
             linear(f"{p}.self_attn.{hf_name}", getattr(layer.self_attn, name))
-        linear(f"{p}.self_attn_layer_norm", layer.sublayer[0].norm)
+        linear(f"{p}.self_attn_layer_norm", layer.self_attn_norm)
         linear(f"{p}.fc1", layer.feed_forward.w_1)
         linear(f"{p}.fc2", layer.feed_forward.w_2)
-        linear(f"{p}.final_layer_norm", layer.sublayer[1].norm)
+        linear(f"{p}.final_layer_norm", layer.feed_forward_norm)
     for i, layer in enumerate(model.decoder.layers):
         p = f"model.decoder.layers.{i}"
         for hf_name, name in pairs.items():
             linear(f"{p}.self_attn.{hf_name}", getattr(layer.self_attn, name))
             linear(f"{p}.encoder_attn.{hf_name}", getattr(layer.cross_attn, name))
-        linear(f"{p}.self_attn_layer_norm", layer.sublayer[0].norm)
-        linear(f"{p}.encoder_attn_layer_norm", layer.sublayer[1].norm)
+        linear(f"{p}.self_attn_layer_norm", layer.self_attn_norm)
+        linear(f"{p}.encoder_attn_layer_norm", layer.cross_attn_norm)
         linear(f"{p}.fc1", layer.feed_forward.w_1)
         linear(f"{p}.fc2", layer.feed_forward.w_2)
-        linear(f"{p}.final_layer_norm", layer.sublayer[2].norm)
+        linear(f"{p}.final_layer_norm", layer.feed_forward_norm)
     missing, unexpected = hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=False)
     assert not unexpected and not [k for k in missing if "positions" not in k], (missing, unexpected)
     return hf

@@ -392,10 +392,11 @@ def score(
       mtkit score -m runs/en-de --src test.en --tgt test.hyp
       mtkit translate -m runs/en-de test.en | mtkit score -m runs/en-de-2 --src test.en --tgt - --format json
     """
+    from mtkit.commands.score import ScoreOptions
     from mtkit.commands.score import score as run_score
 
-    run_score(list(model), src=src, tgt=tgt, output_format=output_format, batch_tokens=batch_tokens,
-              device=device, precision=precision, tgt_lang=tgt_lang)
+    run_score(list(model), src, tgt, ScoreOptions(output_format=output_format, batch_tokens=batch_tokens,
+                                                  device=device, precision=precision, tgt_lang=tgt_lang))
 
 
 # ---------------------------------------------------------------------- run

@@ -16,8 +16,9 @@ Dropout and attention go through the :class:`~mtkit.kernels.Kernels` the model r
 construction (``kernels="auto"`` or ``"reference"``): this module holds the paper's formulas
 only, with no branch on device, dtype or shape.
 
-Parameter names are a file format (checkpoints and exporters read them):
-change them only together with ``CHECKPOINT_FORMAT`` in mtkit.runtime.checkpoint.
+Parameter names are a file format (checkpoints and exporters read them; layer norms are named by the
+sub-layer they serve): change them only together with ``CHECKPOINT_FORMAT`` and its upgrade step in
+mtkit.runtime.checkpoint.
 
 One module for the whole of §3, so that the model reads as the paper does, top to bottom; its
 length is the components and their documented shapes.
@@ -198,23 +199,27 @@ class PositionwiseFeedForward(nn.Module):
 # ----------------------------------------------------------------- §3.1 layers
 
 
-class SublayerConnection(nn.Module):
-    """Residual connection and layer normalization around a sub-layer (§3.1, §5.4).
+class Residual(nn.Module):
+    """The residual connection and layer normalization around a sub-layer (§3.1, §5.4), given the
+    sub-layer and its LayerNorm (each layer names its norms by the sub-layer they serve).
 
     Post-norm (the paper): LayerNorm(x + Dropout(Sublayer(x))).
     Pre-norm (option):     x + Dropout(Sublayer(LayerNorm(x))).
     """
 
-    def __init__(self, d_model: int, dropout: float, pre_norm: bool, eps: float, kernels: Kernels = AUTO) -> None:
+    def __init__(self, dropout: float, pre_norm: bool, kernels: Kernels = AUTO) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = Dropout(dropout, kernels)
         self.pre_norm = pre_norm
 
-    def forward(self, x: Tensor, sublayer) -> Tensor:
+    def forward(self, x: Tensor, norm: nn.LayerNorm, sublayer) -> Tensor:
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))
+
+    def input_norm(self, norm: nn.LayerNorm):
+        """What the sub-layer itself is given: ``norm`` with pre-norm, its input unchanged with post-norm."""
+        return norm if self.pre_norm else (lambda x: x)
 
 
 class EncoderLayer(nn.Module):
@@ -225,15 +230,14 @@ class EncoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels,
                                                     cfg.activation)
-        pre = cfg.norm == "pre"
-        self.sublayer = nn.ModuleList(
-            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(2)]
-        )
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.feed_forward_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.residual = Residual(cfg.dropout, cfg.norm == "pre", kernels)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, S, d_model), src_mask (B, 1, 1, S) True where a real token -> (B, S, d_model)."""
-        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, src_mask))
-        return self.sublayer[1](x, self.feed_forward)
+        x = self.residual(x, self.self_attn_norm, lambda y: self.self_attn(y, y, src_mask))
+        return self.residual(x, self.feed_forward_norm, self.feed_forward)
 
 
 class DecoderLayer(nn.Module):
@@ -245,10 +249,10 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, cfg.attention_dropout, kernels)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, kernels,
                                                     cfg.activation)
-        pre = cfg.norm == "pre"
-        self.sublayer = nn.ModuleList(
-            [SublayerConnection(cfg.d_model, cfg.dropout, pre, cfg.layer_norm_eps, kernels) for _ in range(3)]
-        )
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.cross_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.feed_forward_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.residual = Residual(cfg.dropout, cfg.norm == "pre", kernels)
 
     def forward(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """y (B, T, d_model), memory (B, S, d_model), src_mask (B, 1, 1, S) -> (B, T, d_model).
@@ -256,9 +260,9 @@ class DecoderLayer(nn.Module):
         Self-attention is causal: position t sees positions ≤ t only. Target padding
         sits at the end of each row, so the causal mask also hides it from real tokens.
         """
-        y = self.sublayer[0](y, lambda x: self.self_attn(x, x, None, causal=True))
-        y = self.sublayer[1](y, lambda x: self.cross_attn(x, memory, src_mask))
-        return self.sublayer[2](y, self.feed_forward)
+        y = self.residual(y, self.self_attn_norm, lambda x: self.self_attn(x, x, None, causal=True))
+        y = self.residual(y, self.cross_attn_norm, lambda x: self.cross_attn(x, memory, src_mask))
+        return self.residual(y, self.feed_forward_norm, self.feed_forward)
 
     def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, beam: int) -> tuple[Tensor, LayerCache]:
         """One decoding step: y (N, 1, d_model) for N = B × beam rows -> (N, 1, d_model) and the new cache."""
@@ -281,9 +285,9 @@ class DecoderLayer(nn.Module):
             out = attn.attend(q, cache.cross_k, cache.cross_v, src_mask)  # (B, beam, d_model)
             return out.reshape(N, 1, -1)  # (N, 1, d_model)
 
-        y = self.sublayer[0](y, self_attention)
-        y = self.sublayer[1](y, cross_attention)
-        return self.sublayer[2](y, self.feed_forward), cache
+        y = self.residual(y, self.self_attn_norm, self_attention)
+        y = self.residual(y, self.cross_attn_norm, cross_attention)
+        return self.residual(y, self.feed_forward_norm, self.feed_forward), cache
 
 
 # ----------------------------------------------------------------- §3.1 stacks
@@ -439,8 +443,9 @@ class Transformer(nn.Module):
         y = self.decoder.embeddings(tgt)
         maps = []
         for layer in self.decoder.layers:
-            y_self = layer.sublayer[0](y, lambda x, layer=layer: layer.self_attn(x, x, None, causal=True))
-            norm = layer.sublayer[1].norm if layer.sublayer[1].pre_norm else (lambda x: x)
+            y_self = layer.residual(y, layer.self_attn_norm,
+                                    lambda x, layer=layer: layer.self_attn(x, x, None, causal=True))
+            norm = layer.residual.input_norm(layer.cross_attn_norm)
             maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
             y = layer(y, memory, src_mask)
         return torch.stack(maps)

@@ -42,8 +42,8 @@ def parameter_shapes(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int)
                     shapes.update(_linear(f"{layer}.{attention}.{projection}", d, d))
             shapes.update(_linear(f"{layer}.feed_forward.w_1", d, d_ff))
             shapes.update(_linear(f"{layer}.feed_forward.w_2", d_ff, d))
-            for j in range(len(attentions) + 1):
-                shapes.update(_norm(f"{layer}.sublayer.{j}.norm", d))
+            for sublayer in (*attentions, "feed_forward"):
+                shapes.update(_norm(f"{layer}.{sublayer}_norm", d))
         if cfg.norm == "pre":
             shapes.update(_norm(f"{side}.norm", d))
     shapes.update(_linear("output_projection", d, tgt_vocab_size, bias=cfg.output_bias))

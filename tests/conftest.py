@@ -91,23 +91,19 @@ class ListStore:
 def write_tiny_checkpoint(path: Path) -> Path:
     """A tiny untrained mtkit checkpoint (one layer a side) with a real SentencePiece model of number
     words: its outputs do not matter, only that every command loads and runs it."""
-    from mtkit import __version__
     from mtkit.config import Config, ModelConfig, SpmConfig, config_to_dict
     from mtkit.data.synthetic import english, german
     from mtkit.data.vocab import Vocab, train_model
     from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
 
     sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]
     vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))
     cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
-    torch.save({"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__,
-                "config": config_to_dict(Config(model=cfg)), "model": model.state_dict(),
-                "vocab": {"src": vocab.model_bytes()[0], "tgt": None}, "src_vocab_size": vocab.src_size,
-                "tgt_vocab_size": vocab.tgt_size, "step": 1}, path)
-    return path
+    return save_checkpoint(model_payload(config_to_dict(Config(model=cfg)), model.state_dict(), vocab_entry(vocab),
+                                         vocab.src_size, vocab.tgt_size, step=1), path)
 
 
 TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,

@@ -22,6 +22,7 @@ import itertools
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.config import PRECISIONS
@@ -74,22 +75,11 @@ def format_score(score, output_format: str) -> str:
     return f"{score.logprob:.4f}\t{score.mean:.4f}\t{score.tokens}"
 
 
-def score(
-    model_path: Path | list[Path],
-    src: str,
-    tgt: str,
-    output_format: str = "text",
-    batch_tokens: int | None = None,
-    device: str = "auto",
-    precision: str = "fp32",
-    tgt_lang: str | None = None,
-) -> None:
-    """Print the log-probability of each line of ``tgt`` given the same line of ``src``.
+@dataclass(frozen=True)
+class ScoreOptions:
+    """Everything ``mtkit score`` takes besides its models and its two inputs (the CLI's flags, one field each).
 
     Args:
-        model_path: a checkpoint or run directory, or a list of them (an ensemble: the
-            log-softmax of the mean of the members' log-probabilities, as translate's).
-        src, tgt: line-aligned files; ``-`` (for one of them) is stdin.
         output_format: ``text`` | ``json`` (see the module docstring).
         batch_tokens: padded tokens per batch (None: the checkpoint's ``decode.batch_tokens``).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
@@ -97,12 +87,36 @@ def score(
         tgt_lang: the target language of a multilingual model, whose tag leads each source (required
             when it has several targets).
     """
-    if output_format not in FORMATS:
-        raise MtkitError(f"--format {output_format}: expected one of {', '.join(FORMATS)}")
-    if precision not in PRECISIONS:
-        raise MtkitError(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
-    if batch_tokens is not None and batch_tokens < 1:
-        raise MtkitError(f"--batch-tokens: must be >= 1, got {batch_tokens}")
+
+    output_format: str = "text"
+    batch_tokens: int | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    tgt_lang: str | None = None
+
+    def check(self) -> None:
+        """One error line, naming the flag, for the first setting out of its range."""
+        from mtkit.runtime.factory import check_decode_flags
+
+        if self.output_format not in FORMATS:
+            raise MtkitError(f"--format {self.output_format}: expected one of {', '.join(FORMATS)}")
+        if self.precision not in PRECISIONS:
+            raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
+        if self.batch_tokens is not None:
+            check_decode_flags({"batch_tokens": self.batch_tokens})  # the decoding batches' rule
+
+
+def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptions | None = None) -> None:
+    """Print the log-probability of each line of ``tgt`` given the same line of ``src``.
+
+    Args:
+        model_path: a checkpoint or run directory, or a list of them (an ensemble: the
+            log-softmax of the mean of the members' log-probabilities, as translate's).
+        src, tgt: line-aligned files; ``-`` (for one of them) is stdin.
+        options: the flags (:class:`ScoreOptions`).
+    """
+    o = options or ScoreOptions()
+    o.check()
     if src == "-" and tgt == "-":
         raise MtkitError("--src and --tgt are both '-': at most one of them can be stdin")
     for flag, name in (("--src", src), ("--tgt", tgt)):
@@ -128,23 +142,23 @@ def score(
     from mtkit.runtime.device import resolve_device
     from mtkit.runtime.factory import forced_scorer, say_loaded
 
-    device = resolve_device(device)
-    if precision == "fp16" and not device.startswith("cuda"):
+    device = resolve_device(o.device)
+    if o.precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     loaded = [load_model(p, device) for p in paths]
-    scorer = forced_scorer(loaded, device, precision, batch_tokens)
+    scorer = forced_scorer(loaded, device, o.precision, o.batch_tokens)
     from mtkit.data.languages import same_pairs
 
     same_pairs([m.config for m in loaded])
-    scorer.vocab_for(tgt_lang)  # a wrong --tgt-lang is an error before any line is read
+    scorer.vocab_for(o.tgt_lang)  # a wrong --tgt-lang is an error before any line is read
     say_loaded(loaded)
 
     progress = sentence_progress()
     out = standard_output()
     try:
-        for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES, target=tgt_lang):
-            out.write((format_score(result, output_format) + "\n").encode("utf-8"))
+        for result in scorer.score(paired_lines(src, tgt), chunk_size=CHUNK_LINES, target=o.tgt_lang):
+            out.write((format_score(result, o.output_format) + "\n").encode("utf-8"))
             if progress is not None:
                 progress.update(1)
         out.flush()

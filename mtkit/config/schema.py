@@ -4,8 +4,10 @@ once a config is built, by :func:`validate`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -313,6 +315,40 @@ def _at_most(config: Any, section: str, names: tuple[str, ...], maximum: int) ->
         _check(value <= maximum, f"{section}.{name}", f"at most {maximum}", value)
 
 
+_LOW_TEMPERATURE, _HIGH_TEMPERATURE = TEMPERATURE_RANGE
+# Each decode key's rules, in order (the first one broken is named): the one statement of what decoding
+# settings may be, read by the config's check (recipes, --set, the server's per-request settings) and by
+# the commands' and the API's check of their decoding flags before any model loads (mtkit.runtime.factory).
+DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
+    "beam": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
+    "nbest": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
+    "alpha": ((lambda v: 0 <= v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]"),),
+    "max_len_a": ((lambda v: 0 <= v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]"),),
+    "max_len_b": ((lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}"),),
+    "batch_tokens": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BATCH_TOKENS, f"at most {MAX_BATCH_TOKENS}")),
+    "max_input_len": ((lambda v: v >= 2, ">= 2 (one token and EOS)"),
+                      (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")),
+    "no_repeat_ngram_size": ((lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")),
+    "temperature": ((lambda v: v > 0, "> 0"), (lambda v: _LOW_TEMPERATURE <= v <= _HIGH_TEMPERATURE,
+                                               f"in [{_LOW_TEMPERATURE:g}, {_HIGH_TEMPERATURE:g}]")),
+    "top_k": ((lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_VOCAB, f"at most {MAX_VOCAB}")),
+    "top_p": ((lambda v: 0 < v <= 1, "in (0, 1]"),),
+}
+
+
+def check_decode(values: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` (``decode.KEY``) for a decode setting out of :data:`DECODE_RANGES`, or an
+    ``nbest`` above the ``beam`` (unless ``sampling``: then nbest counts samples), among the keys ``values``
+    has: a whole section's, or only the flags a command was given."""
+    for key, rules in DECODE_RANGES.items():
+        if key in values:
+            for ok, rule in rules:
+                _check(ok(values[key]), f"decode.{key}", rule, values[key])
+    if "nbest" in values and "beam" in values and not values.get("sampling"):
+        _check(values["nbest"] <= values["beam"], "decode.nbest", f"between 1 and decode.beam ({values['beam']})",
+               values["nbest"])
+
+
 def validate(config: Config) -> None:
     """Ranges and combinations that the types alone do not catch, before any work starts."""
     d = config.data
@@ -380,26 +416,7 @@ def validate(config: Config) -> None:
         raise ConfigError("train.max_steps", f"train.lr_schedule=linear decays to 0 at train.max_steps "
                           f"({t.max_steps}), which must exceed train.warmup ({t.warmup})")
 
-    c = config.decode
-    _check(c.beam >= 1, "decode.beam", ">= 1", c.beam)
-    _at_most(c, "decode", ("beam", "nbest"), MAX_BEAM)
-    if c.sampling:  # nbest is the number of samples then; the beam plays no part
-        _check(c.nbest >= 1, "decode.nbest", ">= 1", c.nbest)
-    else:
-        _check(1 <= c.nbest <= c.beam, "decode.nbest", f"between 1 and decode.beam ({c.beam})", c.nbest)
-    _check(0 <= c.alpha <= MAX_ALPHA, "decode.alpha", f"in [0, {MAX_ALPHA:g}]", c.alpha)
-    _check(0 <= c.max_len_a <= MAX_LEN_A, "decode.max_len_a", f"in [0, {MAX_LEN_A:g}]", c.max_len_a)
-    for name in ("batch_tokens", "max_input_len"):
-        _check(getattr(c, name) >= 1, f"decode.{name}", ">= 1", getattr(c, name))
-    _at_most(c, "decode", ("batch_tokens",), MAX_BATCH_TOKENS)
-    _at_most(c, "decode", ("max_input_len", "max_len_b", "no_repeat_ngram_size"), MAX_LENGTH)
-    _at_most(c, "decode", ("top_k",), MAX_VOCAB)
-    _check(c.no_repeat_ngram_size >= 0, "decode.no_repeat_ngram_size", ">= 0 (0: off)", c.no_repeat_ngram_size)
-    _check(c.temperature > 0, "decode.temperature", "> 0", c.temperature)
-    low, high = TEMPERATURE_RANGE
-    _check(low <= c.temperature <= high, "decode.temperature", f"in [{low:g}, {high:g}]", c.temperature)
-    _check(c.top_k >= 0, "decode.top_k", ">= 0 (0: off)", c.top_k)
-    _check(0 < c.top_p <= 1, "decode.top_p", "in (0, 1]", c.top_p)
+    check_decode(dataclasses.asdict(config.decode))
 
     e = config.eval
     _check(bool(e.metrics), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))

@@ -328,8 +328,6 @@ def constrained_beam_search(model: SearchModel, src: Tensor, include: Sequence[P
         then those that reached the maximum length without (when fewer than ``nbest`` hold them), each
         group by score. None holds an ``exclude`` phrase.
     """
-    if not 1 <= options.nbest <= options.beam:
-        raise ValueError("need 1 <= nbest <= beam")
     if len(include) != src.size(0) or len(exclude) != src.size(0):
         raise ValueError("need one include and one exclude list per sentence")
     return beam_loop(model, src, options, DynamicBeamAllocation(include, exclude), kernels)

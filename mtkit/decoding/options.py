@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
-from mtkit.config import DecodeConfig
+from mtkit.config import DECODE_RANGES, DecodeConfig, check_decode
 
 
 class SearchStopped(Exception):
@@ -63,6 +63,10 @@ class SearchOptions:
     top_k: int = 0
     top_p: float = 1.0
     should_stop: Callable[[], bool] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """The config's rules for the fields it shares (nbest <= beam among them): a ConfigError."""
+        check_decode({name: getattr(self, name) for name in (*DECODE_RANGES, "sampling") if hasattr(self, name)})
 
     def check_stop(self) -> None:
         """Raise :class:`SearchStopped` when ``should_stop`` says so (search calls it before every step)."""

@@ -312,8 +312,6 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
     """
     o = options
     K, nbest = o.beam, o.nbest
-    if not 1 <= nbest <= K:
-        raise ValueError("need 1 <= nbest <= beam")
     length_penalty(1, o.alpha, o.length_penalty)  # an unknown penalty fails here, before any work
     B = src.size(0)
     device = src.device

@@ -22,32 +22,20 @@ def write_run(imported, out_dir: str | Path) -> Path:
     The directory is built beside ``out_dir`` and renamed into place, so a failure leaves nothing
     behind; an existing non-empty ``out_dir`` is an error.
     """
-    import torch
-
-    from mtkit import __version__
     from mtkit.config import config_to_dict, save_config
     from mtkit.data.vocab import Vocab
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+    from mtkit.runtime.checkpoint import model_payload, save_checkpoint
 
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "format_version": CHECKPOINT_FORMAT,
-        "mtkit_version": __version__,
-        "config": config_to_dict(imported.config),
-        "model": imported.state,
-        "vocab": imported.vocab,
-        "src_vocab_size": imported.src_vocab_size,
-        "tgt_vocab_size": imported.tgt_vocab_size,
-        "imported_from": imported.source,
-    }
+    payload = model_payload(config_to_dict(imported.config), imported.state, imported.vocab,
+                            imported.src_vocab_size, imported.tgt_vocab_size, imported_from=imported.source)
     with atomic_directory(out_dir) as tmp:
         save_config(imported.config, tmp / "config.yaml")
         vocab = imported.vocab
         Vocab.from_bytes(vocab["src"], vocab["tgt"], vocab["pieces"]).save(tmp)
         (tmp / "checkpoints").mkdir()
-        with open(tmp / "checkpoints" / CHECKPOINT, "wb") as f:
-            torch.save(payload, f)
+        save_checkpoint(payload, tmp / "checkpoints" / CHECKPOINT)
     return out_dir

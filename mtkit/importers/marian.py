@@ -469,16 +469,16 @@ def read_marian(folder: str | Path) -> Imported:
             parts.append(("encoder_attn", "cross_attn", "encoder_attn_layer_norm"))
         for i in range(n):
             hf_l, mt_l = f"{side}.layers.{i}", f"{side}.layers.{i}"
-            for k, (hf_attn, mt_attn, hf_norm) in enumerate(parts):
+            for hf_attn, mt_attn, hf_norm in parts:
                 for hf_p, mt_p in (("q_proj", "w_q"), ("k_proj", "w_k"), ("v_proj", "w_v"), ("out_proj", "w_o")):
                     for t in ("weight", "bias"):
                         new[f"{mt_l}.{mt_attn}.{mt_p}.{t}"] = get(f"{hf_l}.{hf_attn}.{hf_p}.{t}")
                 for t in ("weight", "bias"):
-                    new[f"{mt_l}.sublayer.{k}.norm.{t}"] = get(f"{hf_l}.{hf_norm}.{t}")
+                    new[f"{mt_l}.{mt_attn}_norm.{t}"] = get(f"{hf_l}.{hf_norm}.{t}")
             for t in ("weight", "bias"):
                 new[f"{mt_l}.feed_forward.w_1.{t}"] = get(f"{hf_l}.fc1.{t}")
                 new[f"{mt_l}.feed_forward.w_2.{t}"] = get(f"{hf_l}.fc2.{t}")
-                new[f"{mt_l}.sublayer.{len(parts)}.norm.{t}"] = get(f"{hf_l}.final_layer_norm.{t}")
+                new[f"{mt_l}.feed_forward_norm.{t}"] = get(f"{hf_l}.final_layer_norm.{t}")
     own = model.state_dict()
     for key, value in new.items():
         if key in own and own[key].shape != value.shape:

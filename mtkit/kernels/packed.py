@@ -107,7 +107,7 @@ def pack(model, reorder: bool = True) -> InferenceWeights:
             self_out=_linear(layer.self_attn.w_o, reorder),
             ffn_in=_linear(layer.feed_forward.w_1, reorder),
             ffn_out=_linear(layer.feed_forward.w_2, reorder),
-            norms=tuple(_norm(s.norm) for s in layer.sublayer),
+            norms=(_norm(layer.self_attn_norm), _norm(layer.feed_forward_norm)),
         )
         for layer in model.encoder.layers
     )
@@ -121,7 +121,7 @@ def pack(model, reorder: bool = True) -> InferenceWeights:
             cross_out=_linear(layer.cross_attn.w_o, reorder),
             ffn_in=_linear(layer.feed_forward.w_1, reorder),
             ffn_out=_linear(layer.feed_forward.w_2, reorder),
-            norms=tuple(_norm(s.norm) for s in layer.sublayer),
+            norms=(_norm(layer.self_attn_norm), _norm(layer.cross_attn_norm), _norm(layer.feed_forward_norm)),
         )
         for layer in model.decoder.layers
     )

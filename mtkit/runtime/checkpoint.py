@@ -1,18 +1,37 @@
-"""Reading checkpoints: the checks, a run directory's checkpoint, and the model a checkpoint alone describes.
+"""THE checkpoint module: the format, reading it (with its checks), writing it, and upgrading older files.
 
-A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded with
-``weights_only=True`` so that loading never executes code from the file (the keys:
-:mod:`mtkit.training.checkpoint`, which writes them). Before torch sees a file, it is read without
-torch (:mod:`mtkit.runtime.checkpoint_file`: bounded work, nothing run) and its fields are type-checked;
-:func:`precheck` also checks its config against its tensors' names and shapes, before torch is imported.
-A run directory holds ``checkpoints/step_NNNNNNN.pt`` files, ``last.pt``, ``best.pt`` and ``averaged.pt``;
-:func:`resolve_checkpoint` picks the one a command uses.
+A checkpoint is a ``torch.save`` dict of tensors and plain data only, loaded with ``weights_only=True`` so
+that loading never executes code from the file:
 
-Training and inference both load through here; saving stays with training.
+    format_version   :data:`CHECKPOINT_FORMAT` (older files are upgraded as they load: :func:`upgrade`)
+    mtkit_version    str
+    config           the resolved Config as plain data (a multilingual model's pairs: data.pairs)
+    model            the raw (uncompiled, unwrapped) model state_dict; the names are mtkit.model's
+                     (:mod:`mtkit.model_spec` lists them), layer norms named by the sub-layer they serve
+    vocab            {"src": bytes, "tgt": bytes | None}: the SentencePiece model(s); an imported model's
+                     also "pieces": {"src": [str], "tgt": [str] | None}, its id -> piece table(s)
+    vocab_sha256     {"src": hex, "tgt": hex | None} of the vocab bytes
+    src_vocab_size, tgt_vocab_size
+    step, epoch      training position (in averaged checkpoints: the last averaged one's step)
+    optimizer, scheduler, scaler, rng, sampler, ...   training state for exact resume (mtkit.training.state)
+    data_fingerprint the prepared data's manifest fingerprint, or None (training checkpoints)
+    averaged_from    the averaged files (averaged checkpoints only)
+    imported_from    where an imported model came from (imported checkpoints only)
+
+:func:`model_payload` builds the fields every checkpoint has, :func:`save_checkpoint` writes one
+atomically; training, ``average`` and the importers all write through them, and every reader (inference,
+resuming, fine-tuning, averaging, the exporters) loads through :func:`load_checkpoint`.
+
+Before torch sees a file, it is read without torch (:mod:`mtkit.runtime.checkpoint_file`: bounded work,
+nothing run) and its fields are type-checked; :func:`precheck` also checks its config against its tensors'
+names and shapes, before torch is imported. A run directory holds ``checkpoints/step_NNNNNNN.pt`` files,
+``last.pt``, ``best.pt`` and ``averaged.pt``; :func:`resolve_checkpoint` picks the one a command uses.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
 import stat
@@ -23,9 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.errors import MtkitError, shown
+from mtkit.io import atomic_path
 from mtkit.runtime.checkpoint_file import read_payload
 
-CHECKPOINT_FORMAT = 1
+# 1: layer norms named by position (``encoder.layers.N.sublayer.J.norm``); 2: by the sub-layer they serve.
+CHECKPOINT_FORMAT = 2
 STEP_PATTERN = re.compile(r"^step_(\d+)\.pt$")
 REQUIRED_KEYS = ("config", "model", "vocab", "src_vocab_size", "tgt_vocab_size")
 # No tensor holds the size of a sinusoid table (two of max_positions × d_model floats, built at load):
@@ -58,7 +79,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = Fa
         except Exception as e:  # a file that changed since it was read, or a layout torch reads otherwise
             raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
     check_fields(ckpt, path)
-    return ckpt
+    return upgrade(ckpt)
 
 
 def check_fields(ckpt: Any, path: str | Path) -> None:
@@ -112,6 +133,103 @@ def check_fields(ckpt: Any, path: str | Path) -> None:
             raise MtkitError(f"{path}: its {key} must be {kind}, got {shown(ckpt[key])}")
 
 
+# ------------------------------------------------------------------ upgrading
+
+# Format 1 named each layer's norms by position: a sub-layer's index in its layer -> its name since format 2.
+_FORMAT1_NORM = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.sublayer\.(\d+)\.norm\.(weight|bias)$")
+_FORMAT1_SUBLAYERS = {"encoder": ("self_attn", "feed_forward"), "decoder": ("self_attn", "cross_attn", "feed_forward")}
+
+
+def _format2_name(name: str) -> str:
+    """``decoder.layers.0.sublayer.1.norm.weight`` -> ``decoder.layers.0.cross_attn_norm.weight``; other
+    names (and an index no layer has, which the weights' check then refuses) unchanged."""
+    m = _FORMAT1_NORM.match(name)
+    if m is None:
+        return name
+    side, layer, index, tensor = m.groups()
+    sublayers = _FORMAT1_SUBLAYERS[side]
+    if int(index) >= len(sublayers):
+        return name
+    return f"{side}.layers.{layer}.{sublayers[int(index)]}_norm.{tensor}"
+
+
+def upgrade(ckpt: dict) -> dict:
+    """Bring a checkpoint that :func:`check_fields` passed to :data:`CHECKPOINT_FORMAT`, in place (works on
+    the torch-free reading's payload too), and return it. The parameters keep their order, so that a
+    training's optimizer state (kept by parameter index) still fits the model it resumes."""
+    if ckpt["format_version"] == 1:
+        ckpt["model"] = {_format2_name(name): tensor for name, tensor in ckpt["model"].items()}
+        ckpt["format_version"] = 2
+    return ckpt
+
+
+# ------------------------------------------------------------------ writing
+
+# torch.save reports a failed write to a path as a RuntimeError ("unexpected pos 704 vs 598",
+# "PytorchStreamWriter failed writing file ..."), not as the OSError beneath it.
+_WRITE_FAILURE = re.compile(r"unexpected pos|fail\w* writ|write fail", re.IGNORECASE)
+
+
+def vocab_entry(vocab) -> dict:
+    """A :class:`mtkit.data.vocab.Vocab` as a checkpoint's ``vocab`` field."""
+    src, tgt = vocab.model_bytes()
+    pieces = vocab.pieces()
+    return {"src": src, "tgt": tgt, **({"pieces": pieces} if pieces is not None else {})}
+
+
+def vocab_sha256(vocab: dict) -> dict:
+    """SHA-256 (hex) of a checkpoint's ``vocab`` bytes: ``{"src": …, "tgt": … | None}``."""
+    return {side: hashlib.sha256(vocab[side]).hexdigest() if vocab.get(side) is not None else None
+            for side in ("src", "tgt")}
+
+
+def model_payload(config: dict, state: dict, vocab: dict, src_vocab_size: int, tgt_vocab_size: int,
+                  **more: Any) -> dict:
+    """The fields every checkpoint has, in this format: ``config`` (plain data,
+    :func:`mtkit.config.config_to_dict`), the model's ``state`` (its names mtkit.model's), ``vocab``
+    (:func:`vocab_entry`) and its sizes; ``more``: a training's state, ``averaged_from``, ``imported_from``."""
+    from mtkit import __version__
+
+    return {"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__, "config": config, "model": state,
+            "vocab": vocab, "vocab_sha256": vocab_sha256(vocab), "src_vocab_size": src_vocab_size,
+            "tgt_vocab_size": tgt_vocab_size, **more}
+
+
+def save_checkpoint(payload: dict, path: str | Path) -> Path:
+    """Write ``payload`` (:func:`model_payload`'s) to ``path`` atomically (temporary file, fsync, rename).
+
+    Raises:
+        MtkitError: the disk or quota is full; the temporary file is gone and ``path``
+            (and every other checkpoint) is as it was.
+    """
+    import torch
+
+    path = Path(path)
+    try:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                torch.save(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise MtkitError(f"{path}: no space left on device while saving the checkpoint; "
+                             "the previous checkpoints are intact") from None
+        if e.errno == errno.EDQUOT:
+            raise MtkitError(f"{path}: disk quota exceeded while saving the checkpoint; "
+                             "the previous checkpoints are intact") from None
+        raise
+    except RuntimeError as e:
+        if not _WRITE_FAILURE.search(str(e)):
+            raise
+        raise MtkitError(f"{path}: writing the checkpoint failed (is the disk full?); "
+                         "the previous checkpoints are intact") from None
+    return path
+
+
+# ------------------------------------------------------------------ reading: the config and the weights
+
+
 def checkpoint_config(ckpt: dict, path: str | Path):
     """The checkpoint's Config; a config that no longer passes the checks, or whose sizes its tensors
     do not have (:func:`check_config_fits_weights`), names the file."""
@@ -145,7 +263,7 @@ def precheck(path: str | Path) -> None:
         return
     payload = _payload_without_torch(path)
     check_fields(payload, path)
-    checkpoint_config(payload, path)
+    checkpoint_config(upgrade(payload), path)
 
 
 def layer_count(names, side: str) -> int:
@@ -319,6 +437,26 @@ class LoadedModel:
     config: Any  # mtkit.config.Config
     path: Path
     step: int | None = None  # the training step (an average's: its last checkpoint's)
+
+
+def describe_vocab(src: bytes, tgt: bytes | None, src_size: int, tgt_size: int) -> str:
+    """``spm.model is 8000 pieces sha256 1a2b3c4d…`` (or the src + tgt pair), for error messages."""
+    digest = vocab_sha256({"src": src, "tgt": tgt})
+    if tgt is None:
+        return f"spm.model is {src_size} pieces sha256 {digest['src'][:8]}…"
+    return (f"spm.src.model + spm.tgt.model are {src_size} + {tgt_size} pieces "
+            f"sha256 {digest['src'][:8]}… + {digest['tgt'][:8]}…")
+
+
+def vocab_difference(ckpt: dict, vocab) -> tuple[str, str] | None:
+    """``(the checkpoint's, the data's)`` vocabulary described (:func:`describe_vocab`), or None when
+    ``vocab`` has the checkpoint's SentencePiece bytes: other bytes give the ids other meanings."""
+    src, tgt = vocab.model_bytes()
+    if (ckpt["vocab"]["src"], ckpt["vocab"].get("tgt")) == (src, tgt):
+        return None
+    theirs = describe_vocab(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["src_vocab_size"],
+                            ckpt["tgt_vocab_size"])
+    return theirs, describe_vocab(src, tgt, vocab.src_size, vocab.tgt_size)
 
 
 def check_one_vocabulary(loaded: list) -> None:

@@ -119,7 +119,8 @@ class Engine:
 
     Args:
         vocab: a :class:`mtkit.data.vocab.Vocab` (``encode_src_batch``, ``decode_tgt``, ``tgt_pieces``).
-        decode: the default decoding settings (a call may give others).
+        decode: the default decoding settings (a call may give others); checked ones, as the config, the
+            factory's flags and the server's requests make them (:func:`mtkit.config.check_decode`).
         max_positions: the model's position table size, bounding input and output lengths.
         log: where warnings go (stderr by default).
         languages: a multilingual model's pairs (:class:`mtkit.data.languages.Pair`) and, for a model of
@@ -134,7 +135,6 @@ class Engine:
     def __init__(self, vocab, decode: DecodeConfig, max_positions: int | None = None,
                  log: Callable[[str], None] = stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
                  tag_side: str = "source", target: str | None = None, threads=None) -> None:
-        self._check(decode)
         self.vocab = vocab
         self.decode = decode
         self.log = log
@@ -155,15 +155,6 @@ class Engine:
                 self._pieces = PieceIndex(self.vocab)
             return self._pieces
 
-    @staticmethod
-    def _check(decode: DecodeConfig) -> None:
-        if decode.batch_tokens < 1:
-            raise MtkitError("decode.batch_tokens must be positive")
-        if decode.max_input_len < 2:
-            raise MtkitError("decode.max_input_len must be at least 2 (one token and EOS)")
-        if not 1 <= decode.nbest <= max(decode.beam, 1) and not decode.sampling:
-            raise MtkitError("decode: need 1 <= decode.nbest <= decode.beam")
-
     def max_src_len(self, decode: DecodeConfig) -> int:
         """Source tokens (EOS included) a line is truncated to."""
         return decode.max_input_len if self.max_positions is None else min(decode.max_input_len, self.max_positions)
@@ -182,8 +173,6 @@ class Engine:
         """The :class:`Call` of ``options`` (default: the engine's settings) into ``target`` (default: the
         engine's)."""
         decode = self.decode if options is None else options
-        if decode is not self.decode:
-            self._check(decode)
         return Call(decode, self.vocab_for(self.target if target is None else target))
 
     # ------------------------------------------------------------------ engine

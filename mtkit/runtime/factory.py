@@ -12,40 +12,13 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from mtkit.config import (
-    MAX_ALPHA,
-    MAX_BATCH_TOKENS,
-    MAX_BEAM,
-    MAX_LEN_A,
-    MAX_LENGTH,
-    MAX_VOCAB,
-    TEMPERATURE_RANGE,
-    DecodeConfig,
-    check_finite,
-)
-from mtkit.errors import MtkitError, shown
+from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
+from mtkit.errors import MtkitError
 from mtkit.runtime.engine import stderr
 from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 
 ENGINES = ("torch", "ctranslate2")
 
-# The config's ranges of the decoding flags (mtkit.config), checked here too so that a
-# mistyped flag fails before any model loads; each key's rules in order, the first broken one named.
-_LOW, _HIGH = TEMPERATURE_RANGE
-_FLAG_RANGES: dict[str, list[tuple[Callable[[float], bool], str]]] = {
-    "beam": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")],
-    "nbest": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")],
-    "alpha": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]")],
-    "temperature": [(lambda v: v > 0, "> 0"), (lambda v: _LOW <= v <= _HIGH, f"in [{_LOW:g}, {_HIGH:g}]")],
-    "top_k": [(lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_VOCAB, f"at most {MAX_VOCAB}")],
-    "top_p": [(lambda v: 0 < v <= 1, "in (0, 1]")],
-    "max_len_a": [(lambda v: v >= 0, ">= 0"), (lambda v: v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]")],
-    "batch_tokens": [(lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BATCH_TOKENS, f"at most {MAX_BATCH_TOKENS}")],
-    "no_repeat_ngram_size": [(lambda v: v >= 0, ">= 0 (0: off)"),
-                             (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
-    "max_len_b": [(lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
-    "max_input_len": [(lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")],
-}
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
 
@@ -54,17 +27,23 @@ def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _as_flags(message: str, overrides: dict) -> str:
+    """A config error's message naming the flags that were given: ``decode.nbest`` -> ``--nbest``."""
+    return re.sub(r"\bdecode\.(\w+)", lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0),
+                  message)
+
+
 def check_decode_flags(overrides: dict) -> None:
-    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range."""
+    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range (the config's rules,
+    :func:`mtkit.config.check_decode`), before any model loads; ``--nbest`` above the model's beam is
+    found once its settings are known (:func:`apply_decode_flags`)."""
     for key, value in overrides.items():
         if isinstance(value, float):
             check_finite(flag_name(key), value)
-        for ok, rule in _FLAG_RANGES.get(key, []):
-            if not ok(value):
-                raise MtkitError(f"{flag_name(key)}: must be {rule}, got {shown(value)}")
-    nbest, beam = overrides.get("nbest", 1), overrides.get("beam")
-    if beam is not None and nbest > beam and not overrides.get("sampling"):  # as the config says it
-        raise MtkitError(f"--nbest: must be between 1 and --beam ({beam}), got {nbest}")
+    try:
+        check_decode(overrides)
+    except ConfigError as e:
+        raise MtkitError(_as_flags(str(e), overrides)) from None
 
 
 def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
@@ -79,9 +58,7 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
     try:
         decode = override_section(decode, "decode", overrides)
     except MtkitError as e:
-        message = re.sub(r"\bdecode\.(\w+)",
-                         lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0), str(e))
-        raise MtkitError(message) from None
+        raise MtkitError(_as_flags(str(e), overrides)) from None
     sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
     if sampling_only and not decode.sampling:
         raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")

@@ -166,14 +166,11 @@ class Service:
     def decode_for(self, model: ServedModel, changes: dict) -> DecodeConfig:
         """The model's decode settings with a request's changes, through the config's own checks."""
         changes = {k: v for k, v in changes.items() if v is not None}
-        if "nbest" in changes and "beam" not in changes and changes["nbest"] > model.decode.beam:
-            changes["beam"] = changes["nbest"]
+        if "nbest" in changes and "beam" not in changes:  # a longer n-best list widens the model's beam
+            changes["beam"] = max(changes["nbest"], model.decode.beam)
         beam = changes.get("beam", model.decode.beam)
         if beam > self.limits.max_beam:
             raise ApiError(400, f"beam must be at most {self.limits.max_beam} on this server, got {beam}")
-        nbest = changes.get("nbest", model.decode.nbest)
-        if nbest > beam:
-            raise ApiError(400, f"nbest must be between 1 and beam ({beam}), got {nbest}")
         if not changes:
             return model.decode
         try:

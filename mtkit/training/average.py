@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
-from mtkit.training.checkpoint import save_checkpoint
+from mtkit.runtime.checkpoint import load_checkpoint, model_payload, save_checkpoint, step_checkpoints
 
 
 def average_checkpoints(paths: list[Path], output: Path) -> Path:
@@ -44,12 +43,10 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
     assert first is not None
     dtype_of = {k: v.dtype for k, v in first["model"].items()}
     model = {k: (v / len(paths)).to(dtype_of[k]) if v.is_floating_point() else v for k, v in total.items()}
-    keep = ("format_version", "mtkit_version", "config", "vocab", "src_vocab_size", "tgt_vocab_size", "vocab_sha256",
-            "data_fingerprint")
-    payload = {k: first[k] for k in keep if k in first}
-    payload["model"] = model
-    payload["averaged_from"] = [str(p) for p in paths]
-    payload["step"] = step  # the newest averaged: resolve_checkpoint compares it with the run's newest
+    # step: the newest averaged's, which resolve_checkpoint compares with the run's newest
+    payload = model_payload(first["config"], model, first["vocab"], first["src_vocab_size"], first["tgt_vocab_size"],
+                            data_fingerprint=first.get("data_fingerprint"), averaged_from=[str(p) for p in paths],
+                            step=step)
     return save_checkpoint(payload, output)
 
 

@@ -31,8 +31,7 @@ from pathlib import Path
 
 from mtkit.config import Config, ModelConfig
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint
-from mtkit.training.checkpoint import vocab_difference
+from mtkit.runtime.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
 
 REGULARIZATION = ("dropout", "attention_dropout", "activation_dropout")
 # Every model key that changes the function the weights compute (``preset`` only fills the others).

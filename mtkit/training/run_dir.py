@@ -1,19 +1,30 @@
-"""What a training keeps in its run directory besides checkpoints: the stop signals (SIGINT / SIGTERM
-save the step and stop), the metrics log (``metrics.jsonl``, TensorBoard), and the checks of the
-prepared data it trains on; the lock is :class:`mtkit.training.checkpoint.RunLock`."""
+"""A training's run directory besides the checkpoints' format (:mod:`mtkit.runtime.checkpoint`): its lock
+(:class:`RunLock`), the ``last.pt`` / ``best.pt`` links and the partial saves a killed run leaves, the stop
+signals (SIGINT / SIGTERM save the step and stop), the metrics log (``metrics.jsonl``, TensorBoard), and
+the checks of the prepared data it trains on."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import sys
 import threading
 from pathlib import Path
 
 import torch
 
 from mtkit.errors import MtkitError
+from mtkit.io import atomic_path
 from mtkit.runtime.device import resolve_device
+
+# What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
+# only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
+PARTIAL_SAVES = {
+    "checkpoints": re.compile(r"^\.(step_\d+\.pt|last\.pt|best\.pt)\..+\.tmp$"),
+    ".": re.compile(r"^\.(config\.yaml|spm\.model|spm\.src\.model|spm\.tgt\.model|pieces\.json)\..+\.tmp$"),
+}
 
 
 def check_prepared(data_dir: Path) -> dict:
@@ -121,3 +132,76 @@ class MetricsLog:
     def close(self) -> None:
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def link_atomically(target: Path, link: Path) -> None:
+    """Make ``link`` name the same file as ``target`` (a hard link, or a copy where links fail), atomically."""
+    import shutil
+
+    with atomic_path(link) as tmp:
+        os.unlink(tmp)
+        try:
+            os.link(target, tmp)
+        except OSError:
+            shutil.copyfile(target, tmp)
+
+
+class RunLock:
+    """Exclusive ownership of a run directory: ``flock`` on ``RUN/.lock``, which holds the owner's pid.
+
+    The kernel drops the lock when its process ends, however it ends, so a crashed run's
+    directory is free again at once: there is no stale lock file to remove by hand.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / ".lock"
+        self._file = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise MtkitError naming the pid that holds it."""
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: the directory goes unguarded
+            return
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise MtkitError(f"{self.run_dir}: exists and is not a directory; choose a run directory")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+", encoding="utf-8")  # "a+": never truncates the holder's pid
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise MtkitError(f"{self.run_dir}: another mtkit train{who} is using this run directory") from None
+        except OSError as e:  # e.g. ENOLCK on a network file system without locks
+            f.close()
+            print(f"warning: {self.path}: cannot lock the run directory ({e.strerror}); "
+                  "make sure no other training uses it", file=sys.stderr)
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor releases the flock
+            self._file = None
+
+
+def remove_partial_saves(run_dir: Path) -> list[Path]:
+    """Delete the temporary files of saves that a killed process left in ``run_dir``; call it
+    only while holding the :class:`RunLock`, so that no live writer owns them."""
+    removed = []
+    for folder, pattern in PARTIAL_SAVES.items():
+        directory = Path(run_dir) / folder
+        if directory.is_dir():
+            for p in directory.iterdir():
+                if pattern.match(p.name) and p.is_file():
+                    p.unlink(missing_ok=True)
+                    removed.append(p)
+    return removed

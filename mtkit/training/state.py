@@ -1,8 +1,8 @@
-"""A training's checkpoint payload, and the checks and restores of resuming from one.
+"""A training's state in a checkpoint, and the checks and restores of resuming from one.
 
-What the payload holds (the model and optimizer, the scaler, the RNG, the sampler's position, the
-counters a resumed run continues from, the vocabulary it was trained with and a fingerprint of its
-data) is written here once; :mod:`mtkit.runtime.checkpoint` reads the same format for inference.
+Besides the fields every checkpoint has (:func:`mtkit.runtime.checkpoint.model_payload`: the model, its
+config and vocabulary), a training's checkpoint holds the optimizer, the scaler, the RNG, the sampler's
+position, the counters a resumed run continues from and a fingerprint of its data.
 """
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from pathlib import Path
 
 import torch
 
-from mtkit import __version__
 from mtkit.config import Config, config_to_dict
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT, check_weights_fit, checkpoint_config
+from mtkit.runtime.checkpoint import check_weights_fit, checkpoint_config, model_payload, vocab_difference, vocab_entry
 from mtkit.training.batching import SamplerState
-from mtkit.training.checkpoint import vocab_difference, vocab_sha256
 from mtkit.training.finetune import Parent
 
 
@@ -35,33 +33,24 @@ class Counters:
 def checkpoint_payload(config: Config, model: torch.nn.Module, optimizer, scaler, vocab, data_fingerprint: str | None,
                        position: SamplerState, counters: Counters) -> dict:
     """Everything a run needs to continue exactly, and inference to translate, in one dict."""
-    src_bytes, tgt_bytes = vocab.model_bytes()
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    return {
-        "format_version": CHECKPOINT_FORMAT,
-        "mtkit_version": __version__,
-        "config": config_to_dict(config),
-        "model": model.state_dict(),
-        "vocab": {"src": src_bytes, "tgt": tgt_bytes,
-                  **({"pieces": vocab.pieces()} if vocab.pieces() is not None else {})},
-        "vocab_sha256": vocab_sha256({"src": src_bytes, "tgt": tgt_bytes}),
-        "data_fingerprint": data_fingerprint,
-        "src_vocab_size": vocab.src_size,
-        "tgt_vocab_size": vocab.tgt_size,
-        "step": counters.step,
-        "epoch": position.epoch,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": {"name": config.train.lr_schedule, "step": counters.step},
-        "scaler": scaler.state_dict(),
-        "rng": rng,
-        "sampler": {"epoch": position.epoch, "position": position.position},
-        "elapsed": counters.elapsed,
-        "best": counters.best,
-        "bad_validations": counters.bad_validations,
-        "length_growth": list(counters.length_growth),
-    }
+    return model_payload(
+        config_to_dict(config), model.state_dict(), vocab_entry(vocab), vocab.src_size, vocab.tgt_size,
+        data_fingerprint=data_fingerprint,
+        step=counters.step,
+        epoch=position.epoch,
+        optimizer=optimizer.state_dict(),
+        scheduler={"name": config.train.lr_schedule, "step": counters.step},
+        scaler=scaler.state_dict(),
+        rng=rng,
+        sampler={"epoch": position.epoch, "position": position.position},
+        elapsed=counters.elapsed,
+        best=counters.best,
+        bad_validations=counters.bad_validations,
+        length_growth=list(counters.length_growth),
+    )
 
 
 def check_resumable(ckpt: dict, path: Path, *, run_dir: Path, data_dir: Path, config: Config, model, vocab,

@@ -27,17 +27,26 @@ import torch
 from mtkit.config import PAD_ID, Config, save_config
 from mtkit.errors import Interrupted, MtkitError
 from mtkit.model import Transformer, count_parameters
-from mtkit.runtime.checkpoint import load_checkpoint, step_checkpoints
+from mtkit.runtime.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.runtime.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
-from mtkit.training.checkpoint import RunLock, link_atomically, remove_partial_saves, save_checkpoint
 from mtkit.training.finetune import Parent, check_vocabulary, resolve_init
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
-from mtkit.training.run_dir import MetricsLog, StopSignals, check_prepared, clock, data_fingerprint, select_device
+from mtkit.training.run_dir import (
+    MetricsLog,
+    RunLock,
+    StopSignals,
+    check_prepared,
+    clock,
+    data_fingerprint,
+    link_atomically,
+    remove_partial_saves,
+    select_device,
+)
 from mtkit.training.state import Counters, check_resumable, checkpoint_payload, restore, start_from
 
 

@@ -337,9 +337,9 @@ def test_every_tensor_the_config_implies_must_be_there(good, tmp_path):
     """The earlier check read four tensors; now a missing layer norm or a wrong bias is refused before
     anything is built, without torch (precheck) and after torch.load alike."""
     ckpt = torch.load(good, weights_only=True)
-    del ckpt["model"]["decoder.layers.0.sublayer.2.norm.bias"]
+    del ckpt["model"]["decoder.layers.0.feed_forward_norm.bias"]
     torch.save(ckpt, tmp_path / "missing.pt")
-    with pytest.raises(MtkitError, match="do not fit its config: no 'decoder.layers.0.sublayer.2.norm.bias'$"):
+    with pytest.raises(MtkitError, match="do not fit its config: no 'decoder.layers.0.feed_forward_norm.bias'$"):
         precheck(tmp_path / "missing.pt")
     ckpt = torch.load(good, weights_only=True)
     ckpt["model"]["encoder.layers.0.self_attn.w_k.bias"] = torch.zeros(9)

@@ -297,7 +297,7 @@ def test_mtkit_run_scores_each_pair_of_a_multilingual_recipe(tmp_path):
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
 def test_score_reads_the_target_tag_too(multi_run, multi_data, tmp_path, capsys):
     """Forced decoding of French references: likelier with <2fr> before the source than with <2de>."""
-    from mtkit.commands.score import score
+    from mtkit.commands.score import ScoreOptions, score
 
     lines = (multi_data / "test.src.txt").read_text().splitlines()[60:80]
     refs = (multi_data / "test.tgt.txt").read_text().splitlines()[60:80]
@@ -305,7 +305,7 @@ def test_score_reads_the_target_tag_too(multi_run, multi_data, tmp_path, capsys)
     (tmp_path / "ref.fr").write_text("\n".join(refs) + "\n")
     totals = {}
     for lang in ("fr", "de"):
-        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), device="cpu", tgt_lang=lang)
+        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), ScoreOptions(device="cpu", tgt_lang=lang))
         totals[lang] = [float(line.split("\t")[0]) for line in capsys.readouterr().out.splitlines()]
     assert sum(f > d for f, d in zip(totals["fr"], totals["de"])) >= 18
     with pytest.raises(MtkitError, match="--tgt-lang: missing"):

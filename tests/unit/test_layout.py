@@ -278,3 +278,42 @@ def test_command_functions_take_few_parameters():
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                 count = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
                 assert count <= 8, f"commands/{path.name}: {node.name} takes {count} parameters"
+
+
+def test_checkpoints_are_written_and_read_in_one_module():
+    """mtkit.runtime.checkpoint alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
+    average, the importers and the exporters go through it. (The Marian importer reads a Hugging Face
+    pytorch_model.bin, not a checkpoint of ours.)"""
+    allowed = {PACKAGE / "runtime" / "checkpoint.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"}}
+    for path in files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in ("save", "load")}
+        extra = used - allowed.get(path, set())
+        assert not extra, f"{path.relative_to(PACKAGE.parent)} calls torch {sorted(extra)}: use runtime.checkpoint"
+
+
+def test_each_decode_rule_is_stated_once():
+    """The decoding settings' rules live in mtkit.config.schema (DECODE_RANGES, check_decode), which the config,
+    the flags, the server's requests and SearchOptions all go through: no other module compares nbest with
+    beam, or keeps a table of the flags' ranges."""
+    def names(node) -> set[str]:
+        found = set()
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                found.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                found.add(n.attr)
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                found.add(n.value)
+        return found
+
+    for path in files():
+        if path == PACKAGE / "config" / "schema.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "_FLAG_RANGES" not in text, path
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Compare) and {"nbest", "beam"} <= names(node):
+                raise AssertionError(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} compares nbest with beam; "
+                                     "the rule is mtkit.config.check_decode's")

@@ -339,7 +339,7 @@ def test_parameter_names_are_the_checkpoint_format():
     assert layer == {f"{m}.{w}.{p}" for m in ("self_attn", "cross_attn") for w in ("w_q", "w_k", "w_v", "w_o")
                      for p in ("weight", "bias")} | {f"feed_forward.{w}.{p}" for w in ("w_1", "w_2")
                                                      for p in ("weight", "bias")} | {
-        f"sublayer.{i}.norm.{p}" for i in range(3) for p in ("weight", "bias")}
+        f"{s}_norm.{p}" for s in ("self_attn", "cross_attn", "feed_forward") for p in ("weight", "bias")}
     others = {k for k in model.state_dict() if ".layers." not in k}
     assert others == {"encoder.embeddings.tokens.weight", "decoder.embeddings.tokens.weight", "encoder.norm.weight",
                       "encoder.norm.bias", "decoder.norm.weight", "decoder.norm.bias", "output_projection.weight"}

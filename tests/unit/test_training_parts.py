@@ -14,11 +14,11 @@ from conftest import ListStore
 from mtkit.config import TrainConfig, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.kernels.loss import label_smoothed_loss
-from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint
+from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
-from mtkit.training.checkpoint import link_atomically, save_checkpoint
 from mtkit.training.optim import learning_rate
+from mtkit.training.run_dir import link_atomically
 
 
 def random_lengths(n=500, seed=0):
