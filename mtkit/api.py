@@ -191,13 +191,17 @@ class Model:
 
 
 def load(path: str | Path, engine: str | None = None, device: str = "auto", precision: str = "fp32",
-         threads: int = 0, target: str | None = None) -> Model:
+         threads: int = 0, target: str | None = None, quantization: str | None = None) -> Model:
     """Load a model to translate with.
 
     Args:
         path: an mtkit run directory or checkpoint (the torch engine), or a folder written by ``mtkit
             export ctranslate2`` (the CTranslate2 engine).
-        engine: ``torch`` or ``ctranslate2`` (None: the one ``path`` is for).
+        engine: ``torch`` or ``ctranslate2`` (None: the one ``path`` is for); ``ctranslate2`` on a run
+            directory or checkpoint exports it on first use and keeps the export beside it
+            (:mod:`mtkit.export.cache`).
+        quantization: with ``engine="ctranslate2"`` on a run directory or checkpoint, its export's weights
+            (``int8``, ``int16``, ``float16`` …; None: float32).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA).
         threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
@@ -214,6 +218,15 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         raise MtkitError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if threads < 0:
         raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
+    if quantization is not None and engine != "ctranslate2":
+        raise MtkitError("quantization needs engine='ctranslate2' (which exports a checkpoint on first use)")
+    if engine == "ctranslate2":
+        from mtkit.export.cache import ctranslate2_model
+
+        try:
+            path = ctranslate2_model(path, quantization, logger.info)
+        except MtkitError as e:
+            raise _python_names(e) from None
     found: dict = {}
 
     def keep(loaded: list) -> None:

@@ -214,7 +214,7 @@ GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the sour
 @app.command()
 def translate(
     model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble; "
-                                     "with --engine ctranslate2, an exported model directory)."),
+                                     "with --engine ctranslate2, an exported model directory too)."),
     inputs: list[str] | None = typer.Argument(None, help="Input files; '-' or none reads stdin."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
@@ -233,7 +233,8 @@ def translate(
     output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE); default text, nbest with --nbest K > 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it)."),
+    quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: int | None = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
@@ -268,7 +269,7 @@ def translate(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
-        glossary=glossary, tgt_lang=tgt_lang,
+        glossary=glossary, tgt_lang=tgt_lang, quantization=quantization,
     ))
 
 
@@ -428,8 +429,9 @@ def run_recipe(
 @app.command()
 def serve(
     model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
-                                     "models, each its own language pair; with --engine ctranslate2, exported directories)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (a model from `mtkit export ctranslate2`)."),
+                                     "models, each its own language pair; with --engine ctranslate2, exported directories too)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it)."),
+    quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
@@ -492,6 +494,7 @@ def serve(
         max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
         header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections, cors=cors, max_phrases=max_phrases, decode_timeout=decode_timeout,
+        quantization=quantization,
     ))
 
 

@@ -170,11 +170,14 @@ class ServeOptions:
     cors: bool = True
     max_phrases: int = 64
     decode_timeout: float = 60.0
+    quantization: str | None = None
 
     def check(self) -> None:
         """One error line for the first setting out of its range."""
         if self.engine not in ENGINES:
             raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
+        if self.quantization is not None and self.engine != "ctranslate2":
+            raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
         for flag, value, low in (("--max-queue", self.max_queue, 1), ("--max-body-bytes", self.max_body_bytes, 1),
@@ -228,6 +231,11 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     for path in paths:
         if not path.exists():
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
+    names = _names(paths)
+    if o.engine == "ctranslate2":  # a checkpoint or run directory: its export, made on first use and kept
+        from mtkit.export.cache import ctranslate2_model
+
+        paths = [ctranslate2_model(p, o.quantization) for p in paths]
     policy, threads_said = serving_policy(o.engine, o.threads, o.decoding_threads)
 
     from mtkit.serve.app import create_app
@@ -236,7 +244,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     from mtkit.serve.service import Limits, Service
 
     served = []
-    for name, path in zip(_names(paths), paths):
+    for name, path in zip(names, paths):
         found: dict = {}
 
         def inspect(loaded: list, found=found) -> None:

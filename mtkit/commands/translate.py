@@ -152,6 +152,7 @@ class TranslateOptions:
     constraints: Path | None = None
     glossary: Path | None = None
     tgt_lang: str | None = None
+    quantization: str | None = None
 
 
 def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
@@ -196,6 +197,8 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.precision not in PRECISIONS:
         raise MtkitError(f"--precision {o.precision}: expected one of {', '.join(PRECISIONS)}")
+    if o.quantization is not None and o.engine != "ctranslate2":
+        raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
     buffer_size = DEFAULT_BUFFER_SIZE if o.buffer_size is None else o.buffer_size
     if buffer_size < 1:
         raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")
@@ -235,6 +238,10 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
 
     if o.engine == "ctranslate2" and o.attention_png is not None:
         raise MtkitError("--attention-png needs --engine torch")
+    if o.engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
+        from mtkit.export.cache import ctranslate2_model
+
+        paths = [ctranslate2_model(paths[0], o.quantization)]
 
     def check_attention_layer(loaded: list) -> None:
         layers = loaded[0].model.cfg.decoder_layers

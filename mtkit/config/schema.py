@@ -163,6 +163,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "transformer-iwslt": dict(d_model=512, h=4, d_ff=1024, encoder_layers=6, decoder_layers=6, dropout=0.3),
     # Wu et al. (2021), the Multi30k text-only baseline.
     "transformer-tiny": dict(d_model=128, h=4, d_ff=256, encoder_layers=4, decoder_layers=4, dropout=0.3),
+    # Students for sequence-level distillation (Kim & Rush 2016): a deep encoder and a shallow decoder
+    # (Kasai et al. 2021), whose decoder runs once per output token; Bergamot's (mozilla/translations)
+    # "base" and "tiny" student shapes, with standard self-attention where theirs has an SSRU.
+    "transformer-student-base": dict(d_model=512, h=8, d_ff=2048, encoder_layers=6, decoder_layers=2, dropout=0.1),
+    "transformer-student-tiny": dict(d_model=256, h=8, d_ff=1536, encoder_layers=6, decoder_layers=2, dropout=0.1),
 }
 
 

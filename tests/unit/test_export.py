@@ -13,7 +13,6 @@ ctranslate2 = pytest.importorskip("ctranslate2")  # before torch: see mtkit.expo
 
 import torch  # noqa: E402
 
-from mtkit import __version__  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
@@ -147,6 +146,14 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     assert f"loaded {out} (CTranslate2, exported from tiny.pt)" in done.stderr
 
 
+def save_tiny_checkpoint(loaded: SimpleNamespace, path: Path) -> Path:
+    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_checkpoint(model_payload(config_to_dict(loaded.config), loaded.model.state_dict(),
+                                         vocab_entry(loaded.vocab), loaded.vocab.src_size, loaded.vocab.tgt_size), path)
+
+
 def test_ctranslate2_engine_decodes_with_the_exported_settings(vocab, tmp_path):
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     recipe = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.5, max_len_b=2)
@@ -167,13 +174,7 @@ def test_ctranslate2_engine_decodes_with_the_exported_settings(vocab, tmp_path):
 def test_export_command_from_checkpoint(vocab, tmp_path):
     from mtkit.commands.export import export_ctranslate2
 
-    loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
-    ckpt = tmp_path / "tiny.pt"
-    torch.save({
-        "format_version": 1, "mtkit_version": __version__, "config": config_to_dict(loaded.config),
-        "model": loaded.model.state_dict(), "vocab": {"src": vocab.model_bytes()[0], "tgt": None},
-        "src_vocab_size": vocab.src_size, "tgt_vocab_size": vocab.tgt_size,
-    }, ckpt)
+    ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "tiny.pt")
     export_ctranslate2(ckpt, tmp_path / "out", None)
     assert (tmp_path / "out" / "model.bin").is_file()
 
@@ -308,3 +309,61 @@ def test_the_api_loads_an_exported_folder_with_ctranslate2(vocab, tmp_path):
         model.score(LINES[:1], ["x"])
     with pytest.raises(MtkitError, match="glossary: --engine ctranslate2 cannot force"):
         model.translate(LINES[:1], glossary={"one": "eins"})
+
+
+def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(vocab, tmp_path, monkeypatch):
+    """--engine ctranslate2 on a run directory: exported on first use beside the checkpoint, the export kept while
+    the checkpoint stays as it is, made again (in place) when training or averaging rewrites it."""
+    from mtkit.export.cache import FOLDER, cached_export, ctranslate2_model
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
+    last = save_tiny_checkpoint(loaded, tmp_path / "run" / "checkpoints" / "last.pt")
+    said: list[str] = []
+    first = ctranslate2_model(tmp_path / "run", None, said.append)
+    assert first == last.parent / FOLDER / "last.float32" and said[-1].startswith("exporting")
+    made = (first / "model.bin").stat().st_mtime_ns
+    assert cached_export(tmp_path / "run", None, said.append) == first and not said[-1].startswith("exporting")
+    assert (first / "model.bin").stat().st_mtime_ns == made
+    engine = Ctranslate2Engine(first, loaded.config.decode, intra_threads=1)
+    assert [t.best.text for t in engine.translate(LINES)] == [
+        t.best.text for t in TorchEngine(loaded, loaded.config.decode).translate(LINES)]
+    import mtkit
+
+    api = mtkit.load(tmp_path / "run", engine="ctranslate2", device="cpu", threads=1)  # the API takes the same path
+    assert api.kind == "ctranslate2" and api.path == first
+    assert [r.text for r in api.translate(LINES)] == [t.best.text for t in engine.translate(LINES)]
+
+    changed = tiny_model(vocab, **SHAPES["pre-learned-untied"])  # another model under the same name
+    save_tiny_checkpoint(changed, last)
+    assert cached_export(tmp_path / "run", None, said.append) == first and said[-1].startswith("exporting")
+    again = Ctranslate2Engine(first, loaded.config.decode, intra_threads=1)
+    assert [t.best.text for t in again.translate(LINES)] == [
+        t.best.text for t in TorchEngine(changed, loaded.config.decode).translate(LINES)]
+    assert sorted(p.name for p in first.parent.iterdir()) == ["last.float32"]  # no temporaries left
+
+    int8 = cached_export(tmp_path / "run", "int8", said.append)
+    assert int8.name == "last.int8" and (first / "model.bin").stat().st_size > (int8 / "model.bin").stat().st_size
+
+
+def test_an_export_that_cannot_go_beside_the_checkpoint_goes_to_the_users_cache(vocab, tmp_path, monkeypatch):
+    from mtkit.export.cache import FOLDER, cached_export
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "models" / "m.pt")
+    (ckpt.parent / FOLDER).write_text("not a folder")  # as a read-only model folder refuses it (root ignores modes)
+    out = cached_export(ckpt, None, lambda line: None)
+    assert out.parent.parent == tmp_path / "cache" / "mtkit" / "ctranslate2" and out.name == "m.float32"
+    assert cached_export(ckpt, None, lambda line: None) == out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--quantization", "int8"], "error: --quantization needs --engine ctranslate2 (which exports a checkpoint on "
+                                 "first use)"),
+    (["--engine", "ctranslate2", "--quantization", "int9"], "error: --quantization int9: expected one of int8, "),
+])
+def test_quantization_flag_errors(vocab, tmp_path, args, message):
+    ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "m.pt")
+    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(ckpt), *args], input="one\n",
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1, done.stderr

@@ -218,6 +218,30 @@ def test_presets_have_their_published_shapes():
     assert big.d_model == 1024 and big.dropout == 0.1  # explicit keys override the preset
 
 
+def test_the_preset_table_in_the_docs_is_the_code():
+    """docs/training.md's preset table: every preset, its shape and its parameter counts (8k and 32k shared
+    vocabularies) as the code makes them; the students' encoders deeper than their decoders."""
+    import re
+    from pathlib import Path
+
+    from mtkit.config import PRESETS
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w-]+)` \| (\d+) \| (\d+) \| (\d+) \| (\d+) / (\d+) \| ([\d.]+) \| ([\d.]+)M \| "
+                      r"([\d.]+)M \|", docs, re.MULTILINE)
+    assert [r[0] for r in rows] == list(PRESETS)
+    for name, d_model, h, d_ff, enc, dec, dropout, small, large in rows:
+        cfg = config_from_dict({"model": {"preset": name}}).model
+        assert (cfg.d_model, cfg.h, cfg.d_ff, cfg.encoder_layers, cfg.decoder_layers, cfg.dropout) == (
+            int(d_model), int(h), int(d_ff), int(enc), int(dec), float(dropout)), name
+        for vocab, millions in ((8000, small), (32000, large)):
+            with torch.device("meta"):
+                count = count_parameters(Transformer(cfg, vocab, vocab))
+            assert round(count / 1e6, 1) == float(millions), (name, vocab, count)
+        if "student" in name:
+            assert cfg.encoder_layers >= 3 * cfg.decoder_layers
+
+
 def test_bf16_autocast_stays_close_to_fp32():
     model = tiny()
     src, tgt = random_batch()

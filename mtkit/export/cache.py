@@ -1,0 +1,119 @@
+"""The CTranslate2 export of a checkpoint, made on first use and kept: what ``--engine ctranslate2`` on a
+checkpoint or run directory translates with, so that nobody manages export folders by hand.
+
+The export goes beside the checkpoint, ``RUN/checkpoints/.ctranslate2/NAME.QUANTIZATION/`` (``NAME`` the
+checkpoint file's stem: ``averaged``, ``best``, ``step_0001000``), or, where that folder cannot be written
+(a read-only model directory), under ``$XDG_CACHE_HOME/mtkit/ctranslate2/`` (``~/.cache``) in a folder
+named by a hash of the checkpoint's path. Each export holds ``source.json``: the checkpoint's path, size,
+modification time and inode, the quantization and mtkit's version. An export whose record differs from the
+checkpoint as it is now (training saved again, ``average`` rewrote it, ``last.pt`` was swapped) is made again
+and replaces the old one in one rename; a reader of the old one keeps its open files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from mtkit.errors import MtkitError
+from mtkit.runtime.engine import stderr
+
+FOLDER = ".ctranslate2"
+STAMP = "source.json"
+
+
+def _stamp(checkpoint: Path, quantization: str | None) -> dict:
+    """What identifies the export of ``checkpoint`` as the file is now."""
+    from mtkit import __version__
+
+    st = os.stat(checkpoint)
+    return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "inode": st.st_ino, "quantization": quantization or "float32", "mtkit_version": __version__}
+
+
+def _recorded(folder: Path) -> dict | None:
+    """The stamp an export holds, None when there is none (or none readable: then it is made again)."""
+    try:
+        text = (folder / STAMP).read_text(encoding="utf-8")
+        return json.loads(text) if len(text) < 1 << 16 else None
+    except (OSError, ValueError):
+        return None
+
+
+def user_cache() -> Path:
+    """``$XDG_CACHE_HOME/mtkit/ctranslate2`` (``~/.cache/mtkit/ctranslate2``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mtkit" / "ctranslate2"
+
+
+def candidates(checkpoint: Path, quantization: str | None) -> list[Path]:
+    """Where the export of ``checkpoint`` may be, in order: beside it, then in the user's cache."""
+    name = f"{checkpoint.stem}.{quantization or 'float32'}"
+    key = hashlib.sha256(str(checkpoint.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return [checkpoint.parent / FOLDER / name, user_cache() / key / name]
+
+
+def cached_export(path: str | Path, quantization: str | None = None, log: Callable[[str], None] = stderr) -> Path:
+    """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
+    of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
+    from mtkit.export.ctranslate2 import QUANTIZATIONS
+    from mtkit.runtime.checkpoint import resolve_checkpoint
+    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
+
+    import_ctranslate2()  # before torch (the export loads it): imported after, it binds to torch's OpenMP
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise MtkitError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+    checkpoint = resolve_checkpoint(path)
+    stamp = _stamp(checkpoint, quantization)
+    places = candidates(checkpoint, quantization)
+    for folder in places:
+        if _recorded(folder) == stamp:
+            log(f"CTranslate2 export of {checkpoint} ({stamp['quantization']}): {folder}")
+            return folder
+    problems = []
+    for folder in places:
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        except OSError as e:
+            problems.append(f"{folder.parent}: {e.strerror or e}")
+            continue
+        try:
+            return _export(checkpoint, quantization, stamp, folder, work, log)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    raise MtkitError(f"{checkpoint}: nowhere to keep its CTranslate2 export ({'; '.join(problems)}); export it "
+                     "with mtkit export ctranslate2 and give that folder to -m")
+
+
+def _export(checkpoint: Path, quantization: str | None, stamp: dict, folder: Path, work: Path,
+            log: Callable[[str], None]) -> Path:
+    """Export into ``work``, record the stamp, then put it at ``folder`` (replacing an outdated export)."""
+    from mtkit.export.ctranslate2 import export_model
+    from mtkit.runtime.checkpoint import load_model
+
+    log(f"exporting {checkpoint} to CTranslate2 ({stamp['quantization']}) once, into {folder}")
+    made = export_model(load_model(checkpoint, "cpu"), work / "model", quantization)
+    (made / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+    if folder.exists():
+        os.replace(folder, work / "outdated")  # a directory is not replaced by a rename onto it
+    os.replace(made, folder)
+    return folder
+
+
+def ctranslate2_model(path: str | Path, quantization: str | None = None,
+                      log: Callable[[str], None] = stderr) -> Path:
+    """What ``--engine ctranslate2 -m PATH`` translates: a CTranslate2 model folder (its ``model.bin``; mtkit's
+    exports, or another tool's) as it is, a checkpoint or run directory through its kept export
+    (:func:`cached_export`)."""
+    if Path(path).is_dir() and (Path(path) / "model.bin").exists():
+        if quantization is not None:
+            raise MtkitError(f"--quantization {quantization}: {path} is exported already, with the quantization "
+                             "it was exported with; give the checkpoint or run directory instead")
+        return Path(path)
+    return cached_export(path, quantization, log)
