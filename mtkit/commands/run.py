@@ -2,6 +2,8 @@
 
 Layout of the working directory::
 
+    WORK/distill/       with ``distill.teacher``: the teacher's translations of the training sources, the
+                        student's training pairs (mtkit.training.distill); the rest is the student's
     WORK/data/          the prepared data (reused when complete and up to date)
     WORK/run/           the training run (resumed when interrupted; skipped when finished)
     WORK/run-2/, …      the other members when ``train.ensemble`` > 1 (each resumed or skipped alike)
@@ -74,6 +76,13 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     data_dir, run_dir = work / "data", work / "run"
     started = time.perf_counter()
     stages = StageTimes()
+
+    if config.distill.teacher:  # the teacher's translations become this recipe's training data
+        from mtkit.training.distill import distill
+
+        _say(f"distill with {', '.join(config.distill.teacher)} → {work / 'distill'}")
+        config = distill(config, work / "distill", _say)
+        stages.done("distill")
 
     _say(f"prepare → {data_dir}")
     prepare(config, data_dir)

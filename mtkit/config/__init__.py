@@ -37,6 +37,7 @@ from mtkit.config.schema import (
     ConfigError,
     DataConfig,
     DecodeConfig,
+    DistillConfig,
     EvalConfig,
     ExpectedConfig,
     ModelConfig,
@@ -52,9 +53,9 @@ from mtkit.config.schema import (
 __all__ = [
     "BOS_ID", "DECODE_RANGES", "DEVICE_PATTERN", "EOS_ID", "FINITE_RULE", "LANGUAGE_CODE", "MAX_ALPHA",
     "MAX_BATCH_TOKENS", "MAX_BEAM", "MAX_LEN_A", "MAX_LENGTH", "MAX_VOCAB", "PAD_ID", "PRECISIONS", "PRESETS",
-    "SHA256_PATTERN",
-    "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config", "ConfigError", "DataConfig", "DecodeConfig",
-    "EvalConfig", "ExpectedConfig", "ModelConfig", "PairConfig", "Plain", "Precision", "SourceConfig",
-    "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_finite", "config_from_dict", "config_to_dict",
-    "load_config", "override_section", "parse_override", "read_yaml", "save_config", "validate",
+    "SHA256_PATTERN", "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config", "ConfigError", "DataConfig",
+    "DecodeConfig", "DistillConfig", "EvalConfig", "ExpectedConfig", "ModelConfig", "PairConfig", "Plain",
+    "Precision", "SourceConfig", "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_finite",
+    "config_from_dict", "config_to_dict", "load_config", "override_section", "parse_override", "read_yaml",
+    "save_config", "validate",
 ]

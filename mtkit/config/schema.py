@@ -293,6 +293,19 @@ class ExpectedConfig:
 
 
 @dataclass(frozen=True)
+class DistillConfig:
+    """Sequence-level knowledge distillation (Kim & Rush 2016; mtkit.training.distill): ``mtkit run`` translates
+    ``data.train``'s sources with the teacher and trains this recipe's model (the student) on the result, with
+    the teacher's SentencePiece model."""
+
+    teacher: tuple[str, ...] = ()  # checkpoints or run directories (several: an ensemble teacher); () = off
+    shard_lines: int = 10_000  # sources translated per shard, each written whole: a killed run redoes one
+    filter_share: float = 0.0  # drop this share of distilled pairs, those of the highest teacher cross-entropy per
+    # token (mozilla/translations' cefilter; it drops 5%)
+    mix_original: bool = False  # train the student on the original pairs too (after the distilled ones)
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -300,6 +313,7 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     expected: ExpectedConfig = field(default_factory=ExpectedConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     # Fast paths (auto: chosen by device, dtype and shape, see mtkit/kernels) or the plain formulas (reference).
     kernels: Literal["auto", "reference"] = "auto"
 
@@ -423,11 +437,34 @@ def validate(config: Config) -> None:
 
     check_decode(dataclasses.asdict(config.decode))
 
+    _validate_distill(config)
+
     e = config.eval
     _check(bool(e.metrics), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     _check(0 <= e.examples <= MAX_COUNT, "eval.examples", f"between 0 and {MAX_COUNT}", e.examples)
+
+
+def _validate_distill(config: Config) -> None:
+    """``distill``: its ranges, and a recipe it can run on (one pair; the teacher's SentencePiece model)."""
+    t = config.distill
+    _check(1 <= t.shard_lines <= MAX_COUNT, "distill.shard_lines", f"between 1 and {MAX_COUNT}", t.shard_lines)
+    _check(0 <= t.filter_share < 1, "distill.filter_share", "in [0, 1) (0: keep every pair)", t.filter_share)
+    _check(len(t.teacher) <= MAX_PROCESSES, "distill.teacher", f"at most {MAX_PROCESSES} models", len(t.teacher))
+    for path in t.teacher:
+        _check(bool(path.strip()), "distill.teacher", "a list of checkpoints or run directories", list(t.teacher))
+    if not t.teacher:
+        if t.filter_share or t.mix_original:
+            raise ConfigError("distill.filter_share" if t.filter_share else "distill.mix_original",
+                              "applies only with distill.teacher")
+        return
+    d = config.data
+    if d.pairs:
+        raise ConfigError("distill.teacher", "distills a single-pair recipe (data.train), not data.pairs")
+    if d.spm.model or d.spm.tgt_model or d.spm.vocab_from not in (None, t.teacher[0]):
+        raise ConfigError("distill.teacher", "the student takes the teacher's SentencePiece model; leave "
+                          "data.spm.model, tgt_model and vocab_from unset")
 
 
 def _check_source(source: SourceConfig, key: str) -> None:

@@ -1,0 +1,192 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher's translations of the training sources
+become a student's training targets, as mozilla/translations and the WMT efficiency task make their students.
+
+``mtkit run`` on a recipe with ``distill.teacher`` runs these stages before the usual prepare → train →
+average → evaluate of the student, each kept in ``WORK/distill/`` and skipped when done:
+
+    shards/NNNNNN.tsv    the teacher's best translation of each source of ``distill.shard_lines`` training
+                         pairs in turn, ``TARGET<TAB>LOGPROB<TAB>TOKENS`` a line (its log-probability under
+                         the teacher, its pieces with EOS); each written whole (temporary file + rename), so a
+                         killed run redoes one shard at most; ``shards/done`` when the last is written
+    train.src, train.tgt the student's training pairs: the distilled pairs the filter keeps, then (with
+                         ``distill.mix_original``) the original pairs
+    filter.json          the counts: pairs translated, dropped by the cross-entropy filter (with the threshold),
+                         kept, original pairs added
+
+The filter is mozilla/translations' ``cefilter``: the teacher's per-token cross-entropy of its own output,
+``-LOGPROB / TOKENS``; the ``distill.filter_share`` of pairs with the highest is dropped (a teacher unsure of
+its output: a noisy source, a hallucination). The student's data is then prepared with the teacher's
+SentencePiece model (``data.spm.vocab_from``), so the two share one vocabulary.
+
+Streaming throughout: sources are read from the recipe's training source as prepare reads them, each shard's
+translations go to disk, and the filter holds one float (and one bit) per pair, never the translations.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from mtkit.config import Config, SourceConfig
+from mtkit.data.sources import iter_pairs
+from mtkit.errors import MtkitError
+from mtkit.io import atomic_path, atomic_write_text
+from mtkit.runtime.engine import stderr
+
+DONE = "done"
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def shard_path(folder: Path, number: int) -> Path:
+    return folder / f"{number:06d}.tsv"
+
+
+def _field(text: str) -> str:
+    """A translation as one TSV field (a tab or a line break in a decoded piece becomes a space)."""
+    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+
+
+def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[str], folder: Path, shard_lines: int,
+                     log: Callable[[str], None]) -> int:
+    """Translate ``sources`` with ``translate`` (an engine's: lines in, Translations out), ``shard_lines`` at a
+    time, each shard written whole; shards already on disk are kept (their sources read past, not translated).
+    Returns the number of shards."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / DONE).is_file():
+        return int((folder / DONE).read_text(encoding="utf-8"))
+    count = kept = 0
+    for count, chunk in enumerate(chunks(sources, shard_lines), 1):
+        path = shard_path(folder, count - 1)
+        if path.is_file():
+            kept += 1
+            continue
+        lines = []
+        for t in translate(chunk):
+            best = t.candidates[0] if t.candidates else None
+            if best is None:  # an empty source: an empty target
+                lines.append("\t0.0\t1\n")
+            else:
+                lines.append(f"{_field(best.text)}\t{best.logprob!r}\t{len(best.ids) + 1}\n")
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(lines), encoding="utf-8")
+    if kept:
+        log(f"distill: {kept} of {count} shards were translated before; kept")
+    atomic_write_text(folder / DONE, f"{count}\n")
+    return count
+
+
+def read_shards(folder: Path, shards: int) -> Iterator[tuple[str, float, int]]:
+    """The distilled targets in order: (text, log-probability, tokens)."""
+    for number in range(shards):
+        path = shard_path(folder, number)
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                parts = line.rstrip("\n").split("\t")
+                try:
+                    text, logprob, tokens = parts[0], float(parts[1]), int(parts[2])
+                except (IndexError, ValueError):
+                    raise MtkitError(f"{path}: line {n}: not TARGET<TAB>LOGPROB<TAB>TOKENS; remove the file "
+                                     "to translate its shard again") from None
+                yield text, logprob, tokens
+
+
+def worst(cross_entropies, share: float):
+    """A boolean mask of the ``share`` of pairs with the highest cross-entropy (ties: the earlier ones dropped
+    first), over an array of one float per pair."""
+    import numpy as np
+
+    values = np.asarray(cross_entropies, dtype=np.float64)
+    drop = math.floor(share * len(values) + 1e-9)
+    mask = np.zeros(len(values), dtype=bool)
+    if drop:
+        mask[np.argsort(-values, kind="stable")[:drop]] = True
+    return mask
+
+
+def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str], None]) -> dict:
+    """``train.src`` / ``train.tgt`` from the shards (the filter's kept pairs) and, with ``distill.mix_original``,
+    the original pairs; ``filter.json`` with the counts."""
+    import numpy as np
+
+    d, settings = config.data, config.distill
+    scored = read_shards(folder / "shards", shards)
+    entropies = np.fromiter((-logprob / max(tokens, 1) for _, logprob, tokens in scored), dtype=np.float64)
+    dropped = worst(entropies, settings.filter_share)
+    counts: dict = {"translated": int(len(entropies)), "dropped": int(dropped.sum()),
+                    "filter_share": settings.filter_share,
+                    "threshold": float(entropies[dropped].min()) if dropped.any() else None}
+    with atomic_path(folder / "train.src") as src_tmp, atomic_path(folder / "train.tgt") as tgt_tmp:
+        with open(src_tmp, "w", encoding="utf-8") as src_out, open(tgt_tmp, "w", encoding="utf-8") as tgt_out:
+            distilled = zip(training_sources(config), read_shards(folder / "shards", shards))
+            kept = 0
+            for n, (source, (target, _, _)) in enumerate(distilled):
+                if not dropped[n]:
+                    src_out.write(_field(source) + "\n")
+                    tgt_out.write(target + "\n")
+                    kept += 1
+            original = 0
+            if settings.mix_original:
+                for source, target in iter_pairs(d.train, d.src_lang, d.tgt_lang, d.clean.invalid_utf8):
+                    src_out.write(_field(source) + "\n")
+                    tgt_out.write(_field(target) + "\n")
+                    original += 1
+    counts.update(kept=kept, original=original)
+    atomic_write_text(folder / "filter.json", json.dumps(counts, indent=2) + "\n")
+    threshold = f" (per-token cross-entropy above {counts['threshold']:.3f})" if counts["threshold"] is not None else ""
+    log(f"distill: {counts['translated']} pairs translated, {counts['dropped']} dropped by the filter{threshold}, "
+        f"{kept} kept" + (f", {original} original pairs added" if settings.mix_original else ""))
+    return counts
+
+
+def training_sources(config: Config) -> Iterator[str]:
+    """The sources of ``data.train``, streamed as prepare reads them."""
+    d = config.data
+    return (source for source, _ in iter_pairs(d.train, d.src_lang, d.tgt_lang, d.clean.invalid_utf8))
+
+
+def student_config(config: Config, folder: Path) -> Config:
+    """The recipe with the distilled corpus as ``data.train`` and the teacher's SentencePiece model."""
+    d = config.data
+    train = SourceConfig(kind="files", src=str(folder / "train.src"), tgt=str(folder / "train.tgt"))
+    return replace(config, data=replace(d, train=train, spm=replace(d.spm, vocab_from=config.distill.teacher[0])))
+
+
+def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, progress: bool = True) -> Config:
+    """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
+    those done, and return the student's recipe (:func:`student_config`)."""
+    from mtkit.io import sentence_progress
+    from mtkit.runtime.factory import build_translator
+
+    folder = Path(folder)
+    if (folder / "filter.json").is_file() and (folder / "train.src").is_file() and (folder / "train.tgt").is_file():
+        log(f"distill: {folder / 'train.src'} and train.tgt are written; skipped")
+        return student_config(config, folder)
+    shards = folder / "shards"
+    if not (shards / DONE).is_file():
+        teacher = [Path(p) for p in config.distill.teacher]
+        engine = build_translator(teacher, "torch", decode=replace(config.decode, nbest=1, sampling=False), log=log)
+        bar = sentence_progress(enabled=progress)
+
+        def translate(lines: list[str]) -> list:
+            done = engine.translate(lines)
+            if bar is not None:
+                bar.update(len(lines))
+            return done
+
+        try:
+            translate_shards(translate, training_sources(config), shards, config.distill.shard_lines, log)
+        finally:
+            if bar is not None:
+                bar.close()
+    write_corpus(config, folder, int((shards / DONE).read_text(encoding="utf-8")), log)
+    return student_config(config, folder)

@@ -1,0 +1,136 @@
+"""Distillation's stages on a tiny real teacher: shards written whole and kept across a kill, the
+cross-entropy filter dropping the teacher's least sure pairs, the original pairs mixed in, the recipe checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import write_reverse_corpus, write_tiny_checkpoint
+
+from mtkit.config import ConfigError, config_from_dict
+from mtkit.training.distill import DONE, distill, read_shards, shard_path, translate_shards, worst
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "teacher.pt")
+
+
+@pytest.fixture(scope="module")
+def engine(teacher):
+    from mtkit.runtime.factory import build_translator
+
+    return build_translator([teacher], "torch", "cpu", threads=1, log=lambda line: None)
+
+
+def recipe(tmp_path: Path, teacher: Path, **distill) -> dict:
+    files = write_reverse_corpus(tmp_path / "text", n_train=70, n_valid=5)
+    data = {"src_lang": "en", "tgt_lang": "de", "train": {"kind": "files", "src": str(files["train"][0]),
+                                                           "tgt": str(files["train"][1])}}
+    return {"data": data, "decode": {"beam": 2, "max_len_b": 8}, "distill": {"teacher": [str(teacher)], **distill}}
+
+
+class Killed(Exception):
+    """What a kill does to the stage: it stops between two shards."""
+
+
+def test_a_killed_translation_keeps_its_finished_shards(engine, tmp_path):
+    sources = [f"line {n} " + "alpha bravo"[: n % 11] for n in range(23)]
+    whole = tmp_path / "whole"
+    assert translate_shards(engine.translate, sources, whole, 5, print) == 5
+    assert (whole / DONE).read_text() == "5\n" and len(list(read_shards(whole, 5))) == 23
+
+    calls: list[int] = []
+
+    def dies_after_two(lines):
+        if len(calls) == 2:
+            raise Killed
+        calls.append(len(lines))
+        return engine.translate(lines)
+
+    cut = tmp_path / "cut"
+    with pytest.raises(Killed):
+        translate_shards(dies_after_two, sources, cut, 5, print)
+    assert sorted(p.name for p in cut.iterdir()) == ["000000.tsv", "000001.tsv"]  # no partial file, no marker
+    first = shard_path(cut, 0).stat().st_mtime_ns
+    said: list[str] = []
+    again: list[int] = []
+
+    def counting(lines):
+        again.append(len(lines))
+        return engine.translate(lines)
+
+    assert translate_shards(counting, sources, cut, 5, said.append) == 5
+    assert again == [5, 5, 3] and said == ["distill: 2 of 5 shards were translated before; kept"]
+    assert shard_path(cut, 0).stat().st_mtime_ns == first
+    for n in range(5):
+        assert shard_path(cut, n).read_bytes() == shard_path(whole, n).read_bytes()
+    assert translate_shards(counting, sources, cut, 5, said.append) == 5 and len(again) == 3  # done: no work
+
+
+def test_each_shard_line_is_the_teachers_best_translation_with_its_log_probability(engine, tmp_path):
+    sources = ["alpha bravo", "", "charlie delta echo"]
+    translate_shards(engine.translate, sources, tmp_path, 2, print)
+    rows = list(read_shards(tmp_path, 2))
+    best = [t.best for t in engine.translate(sources)]
+    assert [r[0] for r in rows] == [b.text for b in best]
+    assert [r[1] for r in rows] == pytest.approx([b.logprob for b in best])
+    assert [r[2] for r in rows] == [len(b.ids) + 1 for b in best]
+
+
+def test_the_filter_drops_the_share_of_highest_cross_entropy():
+    mask = worst([0.5, 2.0, 0.1, 2.0, 1.0, 3.0, 0.2, 0.3, 0.4, 0.6], 0.3)
+    assert [i for i, drop in enumerate(mask) if drop] == [1, 3, 5]  # 3.0, then the tie 2.0, 2.0
+    assert not worst([1.0, 2.0], 0.0).any() and worst([1.0, 2.0, 3.0], 0.34).tolist() == [False, False, True]
+
+
+@pytest.mark.parametrize("mix", [False, True])
+def test_the_stages_chain_into_the_students_recipe(teacher, tmp_path, mix):
+    config = config_from_dict(recipe(tmp_path, teacher, shard_lines=16, filter_share=0.2, mix_original=mix))
+    said: list[str] = []
+    student = distill(config, tmp_path / "distill", said.append, progress=False)
+    folder = tmp_path / "distill"
+    counts = json.loads((folder / "filter.json").read_text())
+    assert counts["translated"] == 70 and counts["dropped"] == 14 and counts["kept"] == 56
+    assert counts["original"] == (70 if mix else 0)
+    rows = list(read_shards(folder / "shards", 5))
+    entropy = [-logprob / tokens for _, logprob, tokens in rows]
+    kept_targets = (folder / "train.tgt").read_text().splitlines()
+    kept_sources = (folder / "train.src").read_text().splitlines()
+    sources = Path(config.data.train.src).read_text().splitlines()
+    assert len(kept_sources) == len(kept_targets) == 56 + counts["original"]
+    dropped = sorted(range(70), key=lambda i: -entropy[i])[:14]
+    assert max(entropy[i] for i in range(70) if i not in dropped) <= min(entropy[i] for i in dropped)
+    assert kept_sources[:56] == [s for i, s in enumerate(sources) if i not in dropped]
+    assert kept_targets[:56] == [rows[i][0] for i in range(70) if i not in dropped]
+    if mix:
+        assert kept_targets[56:] == Path(config.data.train.tgt).read_text().splitlines()
+    assert student.data.train.src == str(folder / "train.src") and student.data.spm.vocab_from == str(teacher)
+    assert student.model == config.model and student.distill == config.distill
+    assert any("14 dropped by the filter" in line for line in said)
+    assert distill(config, folder, said.append, progress=False) == student and said[-1].endswith("skipped")
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"distill": {"filter_share": 0.1}}, "distill.filter_share: applies only with distill.teacher"),
+    ({"distill": {"teacher": ["t"], "filter_share": 1.0}}, "distill.filter_share: must be in [0, 1)"),
+    ({"distill": {"teacher": ["t"], "shard_lines": 0}}, "distill.shard_lines: must be between 1 and"),
+    ({"distill": {"teacher": ["t"]}, "data": {"spm": {"model": "m.model"}}},
+     "distill.teacher: the student takes the teacher's SentencePiece model"),
+    ({"distill": {"teacher": ["t"]}, "data": {"pairs": [{"src_lang": "en", "tgt_lang": "de",
+                                                          "train": {"kind": "demo"}}]}},
+     "distill.teacher: distills a single-pair recipe"),
+    ({"distill": {"teacher": [" "]}}, "distill.teacher: must be a list of checkpoints or run directories"),
+])
+def test_distill_settings_are_checked(changes, message):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(changes)
+    assert str(e.value).startswith(message)
+
+
+def test_the_student_presets_are_deep_encoder_shallow_decoder():
+    for name in ("transformer-student-base", "transformer-student-tiny"):
+        model = config_from_dict({"model": {"preset": name}}).model
+        assert (model.encoder_layers, model.decoder_layers) == (6, 2)
