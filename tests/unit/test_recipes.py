@@ -62,6 +62,7 @@ def test_recipes_read_nothing_outside_the_repository(recipe):
                                         for s in ("train", "valid", "test") if getattr(holder, s)
                                         for k in ("src", "tgt", "path")]
     paths += [p.lc_tok_ref for p in config.data.pairs] + [config.data.spm.vocab_from, config.train.init_from]
+    paths += list(config.distill.teacher)
     assert not [p for p in paths if p and (Path(p).is_absolute() or ".." in Path(p).parts)]
 
 
@@ -78,3 +79,13 @@ def test_the_multilingual_recipes_list_their_directions_and_the_fine_tuning_stag
     assert [(p.src_lang, p.tgt_lang) for p in stage2.data.pairs] == [("en", "de")]  # the <2de> tag stays
     assert stage2.data.spm.vocab_from == stage2.train.init_from == "work/multi30k-bidirectional/run"
     assert both.train.max_minutes + stage2.train.max_minutes == 60
+
+
+def test_the_distillation_recipe_distils_the_single_pair_recipes_model_into_a_shallower_student():
+    folder = Path(RECIPES[0]).parent
+    student, teacher = load_config(folder / "multi30k-en-de-distill.yaml"), load_config(folder / "multi30k-en-de.yaml")
+    assert student.distill.teacher == ("work/multi30k-en-de/run",)  # where `mtkit run` leaves the teacher
+    assert student.data.train == teacher.data.train and student.data.test == teacher.data.test
+    assert student.decode == teacher.decode  # the teacher translates, and the student is scored, as it decodes
+    assert student.model.decoder_layers < teacher.model.decoder_layers <= student.model.encoder_layers
+    assert student.train.max_minutes < 60 and 0 < student.distill.filter_share < 0.2
