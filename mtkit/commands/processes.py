@@ -1,4 +1,5 @@
-"""The processes mtkit starts to train: torchrun ranks and an ensemble's members.
+"""The processes mtkit starts: torchrun ranks and an ensemble's members to train, and timed translations
+(:func:`timed_mtkit`: the engine table at the end of a distillation recipe).
 
 Both start ``python -m mtkit train RECIPE --data DATA --run-dir RUN`` (:func:`train_args`) on a
 resolved config written to a temporary YAML file, so that the training code is the same as under a
@@ -223,3 +224,34 @@ def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | 
             raise
     if failed:
         raise MtkitError(f"training the ensemble failed: {'; '.join(failed)}")
+
+
+@dataclasses.dataclass
+class Timed:
+    """A finished ``python -m mtkit`` process: its wall time, its peak resident memory, what it wrote."""
+
+    seconds: float
+    peak_bytes: int
+    stdout: str
+    stderr: str
+
+
+def timed_mtkit(args: list[str], stdin: Path | None = None, env: dict | None = None) -> Timed:
+    """Run ``python -m mtkit ARGS`` (``stdin`` read from a file, else empty) to its end, in a process of its own;
+    its wall time from start to exit and its peak resident set (``wait4``'s ``ru_maxrss``). A failure is an
+    error with the process's last stderr line."""
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="mtkit-timed.") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        with open(stdin or os.devnull, "rb") as f_in, open(out, "wb") as f_out, open(err, "wb") as f_err:
+            start = time.perf_counter()
+            process = subprocess.Popen([sys.executable, "-m", "mtkit", *args], stdin=f_in, stdout=f_out,
+                                       stderr=f_err, env=env)
+            _, status, usage = os.wait4(process.pid, 0)
+            seconds = time.perf_counter() - start
+            process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise MtkitError(f"mtkit {' '.join(args[:1])} failed (exit {process.returncode}): {_last_line(err)}")
+        peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+        return Timed(seconds, peak, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8", errors="replace"))

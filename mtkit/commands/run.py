@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from mtkit.config import Config, load_config
+from mtkit.errors import MtkitError
 
 
 def _say(message: str) -> None:
@@ -153,7 +154,116 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         print("examples:")
         for src, hyp, ref in list(zip(sources, hypotheses, read_lines(ref_path)))[: ev.examples]:
             print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
+    if config.distill.teacher and members == 1:
+        _say("engines: the teacher and the student in torch fp32, CTranslate2 fp32 and int8, each in its own process")
+        src_path = work / "test.src"
+        atomic_write_text(src_path, "".join(line + "\n" for line in sources))
+        rows = engine_table(config, work / "engines", checkpoints[0], src_path, ref_path, lowercase)
+        atomic_write_text(work / "engines.json", json.dumps(rows, indent=2) + "\n")
+        print_engine_table(rows, len(sources))
+        stages.done("engines")
     return scores
+
+
+# Each model of a distillation recipe in each engine: (engine, weights, the flags that ask for it).
+ENGINES = (("torch", "fp32", []), ("ctranslate2", "fp32", ["--engine", "ctranslate2"]),
+           ("ctranslate2", "int8", ["--engine", "ctranslate2", "--quantization", "int8"]))
+LATENCY_SENTENCES = 100  # translated one by one (--batch-tokens 1) for the batch-1 figures
+
+
+def engine_table(config: Config, folder: Path, student: Path, src_path: Path, ref_path: Path,
+                 lowercase: bool) -> list[dict]:
+    """The teacher and the student in each of :data:`ENGINES`, each run a process of its own
+    (:func:`mtkit.commands.processes.timed_mtkit`) with 1 and with 2 threads (the faster kept): BLEU (and lc-tok
+    BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, sentences and target words per
+    second batched and at batch 1 (the first :data:`LATENCY_SENTENCES`) over the time translate says it took
+    (its start and the model's loading apart), the weights' size on disk and the peak resident memory."""
+    import os
+
+    from mtkit.commands.processes import timed_mtkit
+    from mtkit.export.cache import ctranslate2_model
+    from mtkit.io import atomic_write_text, read_lines
+    from mtkit.metrics.files import score_files
+    from mtkit.runtime.checkpoint import resolve_checkpoint
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sources = list(read_lines(src_path))
+    first, latency = folder / "first.src", min(len(sources), LATENCY_SENTENCES)
+    atomic_write_text(first, "".join(line + "\n" for line in sources[:latency]))
+    d = config.decode
+    decoding = ["--beam", str(d.beam), "--alpha", repr(d.alpha), "--length-penalty", d.length_penalty,
+                "--max-len-a", repr(d.max_len_a), "--max-len-b", str(d.max_len_b)]
+    threads = sorted({1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)})
+    rows = []
+    for role, models in (("teacher", [Path(p) for p in config.distill.teacher]), ("student", [student])):
+        for engine, weights, flags in ENGINES:
+            if engine == "ctranslate2" and len(models) > 1:
+                continue  # CTranslate2 translates one model, not an ensemble
+            base = ["translate", *(a for m in models for a in ("-m", str(m))), *flags, *decoding]
+            best: dict = {}
+            for n in threads:
+                run = [*base, "--threads", str(n)]
+                batched, single = timed_mtkit(run, src_path), timed_mtkit([*run, "--batch-tokens", "1"], first)
+                for key, timed, count in (("batched", batched, len(sources)), ("batch 1", single, latency)):
+                    seconds = translation_seconds(timed.stderr)
+                    if key not in best or seconds < best[key]["seconds"]:
+                        words = sum(len(line.split()) for line in timed.stdout.splitlines())
+                        best[key] = {"seconds": seconds, "sentences_per_s": count / seconds,
+                                     "words_per_s": words / seconds, "threads": n, "peak_bytes": timed.peak_bytes,
+                                     "process_seconds": timed.seconds, "output": timed.stdout}
+            hyp = folder / f"{role}.{engine}.{weights}.hyp"
+            atomic_write_text(hyp, best["batched"].pop("output"))
+            best["batch 1"].pop("output")
+            lang = config.data.tgt_lang
+            scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"], lang=lang,
+                                                              lowercase=lowercase).scores}
+            if config.eval.lc_tok_ref:
+                lc = score_files([hyp], [Path(config.eval.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang).scores
+                scores.update({s.metric: s.score for s in lc if s.metric != "BLEU"})
+            if engine == "torch":
+                size = sum(resolve_checkpoint(m, note=False).stat().st_size for m in models)
+            else:
+                exported = ctranslate2_model(models[0], None if weights == "fp32" else weights, lambda line: None)
+                size = (exported / "model.bin").stat().st_size
+            rows.append({"model": role, "engine": engine, "weights": weights, "scores": scores, "size_bytes": size,
+                         "peak_bytes": max(best["batched"]["peak_bytes"], best["batch 1"]["peak_bytes"]),
+                         "batched": best["batched"], "batch 1": best["batch 1"], "hypotheses": str(hyp)})
+    return rows
+
+
+def translation_seconds(stderr: str) -> float:
+    """The seconds ``mtkit translate`` says it translated for (its last stderr line; loading not counted)."""
+    import re
+
+    found = re.findall(r"^translated \d+ lines in ([\d.]+) s", stderr, re.MULTILINE)
+    if not found:
+        raise MtkitError(f"mtkit translate said no time: {stderr.strip().splitlines()[-1:]}")
+    return max(float(found[-1]), 1e-3)
+
+
+def print_engine_table(rows: list[dict], sentences: int) -> None:
+    """The engine table on stdout, then the student's speed and BLEU beside the teacher's in each engine."""
+    print(f"engines ({sentences} test sentences batched, the first {min(sentences, LATENCY_SENTENCES)} one by one; "
+          "each figure the faster of 1 and 2 threads; a process's start and loading not counted):")
+    header = ("model", "engine", "weights", "BLEU", "lc-tok", "sent/s b1", "words/s b1", "sent/s", "words/s",
+              "size MB", "peak MB")
+    print("  " + "  ".join(f"{h:>10}" for h in header))
+    for r in rows:
+        cells = (r["model"], r["engine"], r["weights"], f"{r['scores'].get('BLEU', float('nan')):.2f}",
+                 f"{r['scores']['BLEU-lc-tok']:.2f}" if "BLEU-lc-tok" in r["scores"] else "-",
+                 f"{r['batch 1']['sentences_per_s']:.1f}", f"{r['batch 1']['words_per_s']:.0f}",
+                 f"{r['batched']['sentences_per_s']:.1f}", f"{r['batched']['words_per_s']:.0f}",
+                 f"{r['size_bytes'] / 1e6:.1f}", f"{r['peak_bytes'] / 1e6:.0f}")
+        print("  " + "  ".join(f"{c:>10}" for c in cells))
+    by = {(r["model"], r["engine"], r["weights"]): r for r in rows}
+    for (model, engine, weights), student in by.items():
+        teacher = by.get(("teacher", engine, weights))
+        if model != "student" or teacher is None:
+            continue
+        ratio = {k: student[k]["sentences_per_s"] / teacher[k]["sentences_per_s"] for k in ("batch 1", "batched")}
+        delta = student["scores"].get("BLEU", 0.0) - teacher["scores"].get("BLEU", 0.0)
+        print(f"  student / teacher, {engine} {weights}: {ratio['batch 1']:.2f}x sentences/s at batch 1, "
+              f"{ratio['batched']:.2f}x batched, BLEU {delta:+.2f}")
 
 
 def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list[Path], described: str,

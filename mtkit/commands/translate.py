@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,11 +264,13 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         from mtkit.runtime.constraints import constraint_source
 
         wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
-    done = 0
+    done = words = 0
+    started = time.perf_counter()
     try:
         with _output_stream(o.output) as out:
             for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size, constraints=wanted):
                 done += 1
+                words += len(t.best.text.split())
                 out.write("".join(line + "\n" for line in format_translation(t, output_format, nbest)).encode("utf-8"))
                 if buffer_size == 1:
                     out.flush()
@@ -279,6 +282,10 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
                     draw(first_model, translator.vocab, t.src_ids, t.best.ids, o.attention_png, o.attention_layer)
                     attention_done = True
             check_line_counts(per_line, "--constraints", o.constraints, done)  # stdin: known only now
+        if not interactive and done:  # as fairseq-generate ends: what was translated, how fast (loading apart)
+            seconds = max(time.perf_counter() - started, 1e-9)
+            print(f"translated {done} lines in {seconds:.3f} s: {done / seconds:.1f} lines/s, "
+                  f"{words / seconds:.0f} target words/s", file=sys.stderr, flush=True)
     except BrokenPipeError:
         if o.output is None:
             discard_stdout()  # the CLI then exits 0

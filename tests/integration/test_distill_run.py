@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -62,6 +63,22 @@ def test_a_distillation_run_killed_in_translation_resumes_and_finishes(reverse_r
     assert student["data"]["train"]["src"] == str(work / "distill" / "train.src")
     assert student["data"]["spm"]["vocab_from"] == str(reverse_run)
     assert (work / "data" / "spm.model").read_bytes() == (reverse_run / "spm.model").read_bytes()
+
+    # The engine table: the teacher and the student in torch fp32, CTranslate2 fp32 and int8.
+    rows = json.loads((work / "engines.json").read_text())
+    assert [(r["model"], r["engine"], r["weights"]) for r in rows] == [
+        (m, e, w) for m in ("teacher", "student") for e, w in (("torch", "fp32"), ("ctranslate2", "fp32"),
+                                                               ("ctranslate2", "int8"))]
+    by = {(r["model"], r["engine"], r["weights"]): r for r in rows}
+    student_torch = Path(by["student", "torch", "fp32"]["hypotheses"]).read_text()
+    assert student_torch == (work / "test.hyp").read_text()  # the same translation as the run's own
+    for r in rows:
+        assert r["batched"]["sentences_per_s"] > 0 and r["batch 1"]["sentences_per_s"] > 0 and r["peak_bytes"] > 0
+        assert "BLEU" in r["scores"] and r["batched"]["threads"] in (1, 2)
+    for model in ("teacher", "student"):
+        assert by[model, "ctranslate2", "int8"]["size_bytes"] < by[model, "ctranslate2", "fp32"]["size_bytes"]
+    assert by["student", "torch", "fp32"]["size_bytes"] < by["teacher", "torch", "fp32"]["size_bytes"]
+    assert "student / teacher, ctranslate2 int8:" in done.stdout and "sent/s b1" in done.stdout
 
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "written; skipped" in again.stderr
