@@ -4,6 +4,8 @@ become a student's training targets, as mozilla/translations and the WMT efficie
 ``mtkit run`` on a recipe with ``distill.teacher`` runs these stages before the usual prepare → train →
 average → evaluate of the student, each kept in ``WORK/distill/`` and skipped when done:
 
+    shards/settings.json what the shards are made with (the teacher, its decoding, the training source, the
+                         shard size): a run with others is refused rather than mixed in
     shards/NNNNNN.tsv    the teacher's best translation of each source of ``distill.shard_lines`` training
                          pairs in turn, ``TARGET<TAB>LOGPROB<TAB>TOKENS`` a line (its log-probability under
                          the teacher, its pieces with EOS); each written whole (temporary file + rename), so a
@@ -37,7 +39,8 @@ from mtkit.errors import MtkitError
 from mtkit.io import atomic_path, atomic_write_text
 from mtkit.runtime.engine import stderr
 
-DONE = "done"
+DONE = "done"  # in shards/: written after the last shard, with their number
+SETTINGS = "settings.json"  # in shards/: what made them (made_with)
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -123,7 +126,7 @@ def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str],
     entropies = np.fromiter((-logprob / max(tokens, 1) for _, logprob, tokens in scored), dtype=np.float64)
     dropped = worst(entropies, settings.filter_share)
     counts: dict = {"translated": int(len(entropies)), "dropped": int(dropped.sum()),
-                    "filter_share": settings.filter_share,
+                    "filter_share": settings.filter_share, "mix_original": settings.mix_original,
                     "threshold": float(entropies[dropped].min()) if dropped.any() else None}
     with atomic_path(folder / "train.src") as src_tmp, atomic_path(folder / "train.tgt") as tgt_tmp:
         with open(src_tmp, "w", encoding="utf-8") as src_out, open(tgt_tmp, "w", encoding="utf-8") as tgt_out:
@@ -161,6 +164,44 @@ def student_config(config: Config, folder: Path) -> Config:
     return replace(config, data=replace(d, train=train, spm=replace(d.spm, vocab_from=config.distill.teacher[0])))
 
 
+# made_with's keys, as the recipe names them.
+MADE_WITH = {"teacher": "distill.teacher", "decode": "decode section", "train": "data.train",
+             "languages": "data.src_lang or tgt_lang", "shard_lines": "distill.shard_lines"}
+
+
+def made_with(config: Config) -> dict:
+    """What the shards hold depends on: the teacher, how it decodes, the training sources, the shard size."""
+    from mtkit.config import config_to_dict
+
+    d = config.data
+    return {"teacher": list(config.distill.teacher), "decode": config_to_dict(teacher_decoding(config)),
+            "train": config_to_dict(d.train), "languages": [d.src_lang, d.tgt_lang],
+            "shard_lines": config.distill.shard_lines}
+
+
+def teacher_decoding(config: Config):
+    """The recipe's decoding, one hypothesis per source, searched (never sampled)."""
+    return replace(config.decode, nbest=1, sampling=False)
+
+
+def _check_made_with(config: Config, shards: Path) -> None:
+    """Refuse shards that other settings made (they would be mixed with this run's), naming the first."""
+    path = shards / SETTINGS
+    wanted = made_with(config)
+    if not path.is_file():
+        shards.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(wanted, indent=2) + "\n")
+        return
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        found = {}
+    differ = next((key for key in wanted if found.get(key) != wanted[key]), None)
+    if differ is not None:
+        raise MtkitError(f"{shards.parent}: its translations were made with another {MADE_WITH[differ]}; remove "
+                         f"{shards.parent} or use another work directory")
+
+
 def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, progress: bool = True) -> Config:
     """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
     those done, and return the student's recipe (:func:`student_config`)."""
@@ -168,13 +209,18 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
     from mtkit.runtime.factory import build_translator
 
     folder = Path(folder)
-    if (folder / "filter.json").is_file() and (folder / "train.src").is_file() and (folder / "train.tgt").is_file():
+    shards = folder / "shards"
+    _check_made_with(config, shards)
+    settings = config.distill
+    written = _read_counts(folder / "filter.json")
+    if (written is not None and (folder / "train.src").is_file() and (folder / "train.tgt").is_file()
+            and (written.get("filter_share"), written.get("mix_original")) == (settings.filter_share,
+                                                                                settings.mix_original)):
         log(f"distill: {folder / 'train.src'} and train.tgt are written; skipped")
         return student_config(config, folder)
-    shards = folder / "shards"
     if not (shards / DONE).is_file():
-        teacher = [Path(p) for p in config.distill.teacher]
-        engine = build_translator(teacher, "torch", decode=replace(config.decode, nbest=1, sampling=False), log=log)
+        teacher = [Path(p) for p in settings.teacher]
+        engine = build_translator(teacher, "torch", decode=teacher_decoding(config), log=log)
         bar = sentence_progress(enabled=progress)
 
         def translate(lines: list[str]) -> list:
@@ -184,9 +230,17 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
             return done
 
         try:
-            translate_shards(translate, training_sources(config), shards, config.distill.shard_lines, log)
+            translate_shards(translate, training_sources(config), shards, settings.shard_lines, log)
         finally:
             if bar is not None:
                 bar.close()
     write_corpus(config, folder, int((shards / DONE).read_text(encoding="utf-8")), log)
     return student_config(config, folder)
+
+
+def _read_counts(path: Path) -> dict | None:
+    try:
+        counts = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return counts if isinstance(counts, dict) else None

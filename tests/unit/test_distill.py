@@ -10,6 +10,7 @@ import pytest
 from conftest import write_reverse_corpus, write_tiny_checkpoint
 
 from mtkit.config import ConfigError, config_from_dict
+from mtkit.errors import MtkitError
 from mtkit.training.distill import DONE, distill, read_shards, shard_path, translate_shards, worst
 
 
@@ -111,6 +112,22 @@ def test_the_stages_chain_into_the_students_recipe(teacher, tmp_path, mix):
     assert student.model == config.model and student.distill == config.distill
     assert any("14 dropped by the filter" in line for line in said)
     assert distill(config, folder, said.append, progress=False) == student and said[-1].endswith("skipped")
+
+
+def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_refused(teacher, tmp_path):
+    raw = recipe(tmp_path, teacher, shard_lines=30, filter_share=0.1)
+    folder = tmp_path / "distill"
+    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    made = {p.name: p.stat().st_mtime_ns for p in (folder / "shards").glob("*.tsv")}
+    said: list[str] = []
+    distill(config_from_dict({**raw, "distill": {**raw["distill"], "filter_share": 0.5}}), folder, said.append,
+            progress=False)
+    assert json.loads((folder / "filter.json").read_text())["dropped"] == 35 and not any("skipped" in s for s in said)
+    assert {p.name: p.stat().st_mtime_ns for p in (folder / "shards").glob("*.tsv")} == made  # not translated again
+    for change, named in (({"decode": {"beam": 3, "max_len_b": 8}}, "decode section"),
+                          ({"distill": {**raw["distill"], "shard_lines": 31}}, "distill.shard_lines")):
+        with pytest.raises(MtkitError, match=f"its translations were made with another {named}; remove"):
+            distill(config_from_dict({**raw, **change}), folder, said.append, progress=False)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
