@@ -166,69 +166,79 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
 
 
 # Each model of a distillation recipe in each engine: (engine, weights, the flags that ask for it).
-ENGINES = (("torch", "fp32", []), ("ctranslate2", "fp32", ["--engine", "ctranslate2"]),
-           ("ctranslate2", "int8", ["--engine", "ctranslate2", "--quantization", "int8"]))
+TABLE_ENGINES = (("torch", "fp32", []), ("ctranslate2", "fp32", ["--engine", "ctranslate2"]),
+                 ("ctranslate2", "int8", ["--engine", "ctranslate2", "--quantization", "int8"]))
 LATENCY_SENTENCES = 100  # translated one by one (--batch-tokens 1) for the batch-1 figures
 
 
 def engine_table(config: Config, folder: Path, student: Path, src_path: Path, ref_path: Path,
                  lowercase: bool) -> list[dict]:
-    """The teacher and the student in each of :data:`ENGINES`, each run a process of its own
-    (:func:`mtkit.commands.processes.timed_mtkit`) with 1 and with 2 threads (the faster kept): BLEU (and lc-tok
-    BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, sentences and target words per
-    second batched and at batch 1 (the first :data:`LATENCY_SENTENCES`) over the time translate says it took
-    (its start and the model's loading apart), the weights' size on disk and the peak resident memory."""
-    import os
-
-    from mtkit.commands.processes import timed_mtkit
+    """The teacher and the student in each of :data:`TABLE_ENGINES`: BLEU (and lc-tok BLEU with
+    ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds of :func:`fastest`, the
+    weights' size on disk and the peak resident memory."""
     from mtkit.export.cache import ctranslate2_model
     from mtkit.io import atomic_write_text, read_lines
-    from mtkit.metrics.files import score_files
     from mtkit.runtime.checkpoint import resolve_checkpoint
 
     folder.mkdir(parents=True, exist_ok=True)
     sources = list(read_lines(src_path))
-    first, latency = folder / "first.src", min(len(sources), LATENCY_SENTENCES)
-    atomic_write_text(first, "".join(line + "\n" for line in sources[:latency]))
+    first = folder / "first.src"
+    atomic_write_text(first, "".join(line + "\n" for line in sources[:LATENCY_SENTENCES]))
     d = config.decode
     decoding = ["--beam", str(d.beam), "--alpha", repr(d.alpha), "--length-penalty", d.length_penalty,
                 "--max-len-a", repr(d.max_len_a), "--max-len-b", str(d.max_len_b)]
-    threads = sorted({1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)})
     rows = []
     for role, models in (("teacher", [Path(p) for p in config.distill.teacher]), ("student", [student])):
-        for engine, weights, flags in ENGINES:
+        for engine, weights, flags in TABLE_ENGINES:
             if engine == "ctranslate2" and len(models) > 1:
                 continue  # CTranslate2 translates one model, not an ensemble
             base = ["translate", *(a for m in models for a in ("-m", str(m))), *flags, *decoding]
-            best: dict = {}
-            for n in threads:
-                run = [*base, "--threads", str(n)]
-                batched, single = timed_mtkit(run, src_path), timed_mtkit([*run, "--batch-tokens", "1"], first)
-                for key, timed, count in (("batched", batched, len(sources)), ("batch 1", single, latency)):
-                    seconds = translation_seconds(timed.stderr)
-                    if key not in best or seconds < best[key]["seconds"]:
-                        words = sum(len(line.split()) for line in timed.stdout.splitlines())
-                        best[key] = {"seconds": seconds, "sentences_per_s": count / seconds,
-                                     "words_per_s": words / seconds, "threads": n, "peak_bytes": timed.peak_bytes,
-                                     "process_seconds": timed.seconds, "output": timed.stdout}
+            speed = {"batched": fastest(base, src_path), "batch 1": fastest([*base, "--batch-tokens", "1"], first)}
             hyp = folder / f"{role}.{engine}.{weights}.hyp"
-            atomic_write_text(hyp, best["batched"].pop("output"))
-            best["batch 1"].pop("output")
-            lang = config.data.tgt_lang
-            scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"], lang=lang,
-                                                              lowercase=lowercase).scores}
-            if config.eval.lc_tok_ref:
-                lc = score_files([hyp], [Path(config.eval.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang).scores
-                scores.update({s.metric: s.score for s in lc if s.metric != "BLEU"})
+            atomic_write_text(hyp, speed["batched"].pop("output"))
+            speed["batch 1"].pop("output")
             if engine == "torch":
                 size = sum(resolve_checkpoint(m, note=False).stat().st_size for m in models)
             else:
                 exported = ctranslate2_model(models[0], None if weights == "fp32" else weights, lambda line: None)
                 size = (exported / "model.bin").stat().st_size
-            rows.append({"model": role, "engine": engine, "weights": weights, "scores": scores, "size_bytes": size,
-                         "peak_bytes": max(best["batched"]["peak_bytes"], best["batch 1"]["peak_bytes"]),
-                         "batched": best["batched"], "batch 1": best["batch 1"], "hypotheses": str(hyp)})
+            rows.append({"model": role, "engine": engine, "weights": weights,
+                         "scores": _bleu(config, hyp, ref_path, lowercase), "size_bytes": size,
+                         "peak_bytes": max(v["peak_bytes"] for v in speed.values()), **speed,
+                         "hypotheses": str(hyp)})
     return rows
+
+
+def fastest(args: list[str], src_path: Path) -> dict:
+    """``mtkit translate ARGS < src_path`` in a process of its own (:func:`mtkit.commands.processes.timed_mtkit`)
+    with 1 thread and with 2 (where there are 2 CPUs), the faster kept: sentences and target words per second
+    over the time translate says it took (its start and the model's loading apart), its threads, its peak
+    resident memory and its output."""
+    from mtkit.commands.processes import timed_mtkit, usable_cores
+
+    best: dict = {}
+    for threads in sorted({1, min(2, usable_cores())}):
+        timed = timed_mtkit([*args, "--threads", str(threads)], src_path)
+        seconds = translation_seconds(timed.stderr)
+        if not best or seconds < best["seconds"]:
+            lines = timed.stdout.splitlines()
+            best = {"seconds": seconds, "sentences_per_s": len(lines) / seconds,
+                    "words_per_s": sum(len(line.split()) for line in lines) / seconds, "threads": threads,
+                    "peak_bytes": timed.peak_bytes, "process_seconds": timed.seconds, "output": timed.stdout}
+    return best
+
+
+def _bleu(config: Config, hyp: Path, ref_path: Path, lowercase: bool) -> dict[str, float]:
+    """sacreBLEU of ``hyp`` and, with ``eval.lc_tok_ref``, lc-tok BLEU (``BLEU-lc-tok``)."""
+    from mtkit.metrics.files import score_files
+
+    lang = config.data.tgt_lang
+    scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"], lang=lang,
+                                                      lowercase=lowercase).scores}
+    if config.eval.lc_tok_ref:
+        lc = score_files([hyp], [Path(config.eval.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang).scores
+        scores.update({s.metric: s.score for s in lc if s.metric != "BLEU"})
+    return scores
 
 
 def translation_seconds(stderr: str) -> float:

@@ -61,9 +61,8 @@ def candidates(checkpoint: Path, quantization: str | None) -> list[Path]:
 def cached_export(path: str | Path, quantization: str | None = None, log: Callable[[str], None] = stderr) -> Path:
     """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
     of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
-    from mtkit.export.ctranslate2 import QUANTIZATIONS
     from mtkit.runtime.checkpoint import resolve_checkpoint
-    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
+    from mtkit.runtime.ctranslate2_engine import QUANTIZATIONS, import_ctranslate2
 
     import_ctranslate2()  # before torch (the export loads it): imported after, it binds to torch's OpenMP
     if quantization is not None and quantization not in QUANTIZATIONS:

@@ -41,11 +41,10 @@ from mtkit.config import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError, shown
 from mtkit.io import atomic_directory, naming_output
 from mtkit.kernels.packed import pack
-from mtkit.runtime.ctranslate2_engine import MANIFEST, import_ctranslate2
+from mtkit.runtime.ctranslate2_engine import MANIFEST, QUANTIZATIONS, import_ctranslate2
 
 # model.activation -> common_spec.Activation (GELU: erf)
 ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 # ------------------------------------------------------------------------ export

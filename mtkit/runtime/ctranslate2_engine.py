@@ -57,6 +57,8 @@ from mtkit.runtime.device import resolve_device
 from mtkit.runtime.engine import Call, Engine
 
 MANIFEST = "mtkit.json"
+# The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
                        "glossaries): CTranslate2 has no constrained search; use --engine torch "
                        "(exclude works with both)")

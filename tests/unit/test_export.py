@@ -144,6 +144,13 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 3
     assert f"loaded {out} (CTranslate2, exported from tiny.pt)" in done.stderr
+    from mtkit.export.cache import cached_export
+
+    ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "run" / "last.pt")
+    cached_export(ckpt, None, lambda line: None)  # then a run on the checkpoint finds its export: no torch either
+    done = subprocess.run([sys.executable, "-c", code.replace(repr(str(out)), repr(str(ckpt)))], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, done.stderr
 
 
 def save_tiny_checkpoint(loaded: SimpleNamespace, path: Path) -> Path:
