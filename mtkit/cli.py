@@ -230,6 +230,8 @@ def translate(
     temperature: float | None = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
     top_k: int | None = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
     top_p: float | None = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
+    mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | off."),
+    mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
     output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE); default text, nbest with --nbest K > 1."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
@@ -264,6 +266,7 @@ def translate(
         "max_len_a": max_len_a, "max_len_b": max_len_b,
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+        "mbr": mbr, "mbr_candidates": mbr_candidates,
     }
     run_translate(list(model), list(inputs or ["-"]), TranslateOptions(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
@@ -332,6 +335,8 @@ def evaluate(
     beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
     alpha: float | None = typer.Option(None, "--alpha", help="Length penalty α for --model."),
     length_penalty: str | None = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
+    mbr: str | None = typer.Option(None, "--mbr", help="With --model: minimum-Bayes-risk decoding, chrf | bleu | off (see translate --help)."),
+    mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8)."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
     constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
     glossary: Path | None = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
@@ -358,7 +363,8 @@ def evaluate(
         hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset,
         langpair=langpair, hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
         chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
-        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}.items()
+        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty,
+                                            "mbr": mbr, "mbr_candidates": mbr_candidates}.items()
                           if v is not None}, device=device,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
     ))

@@ -266,6 +266,9 @@ class DecodeConfig:
     temperature: float = 1.0  # in TEMPERATURE_RANGE: far outside it the scaled logits overflow or vanish
     top_k: int = 0
     top_p: float = 1.0
+    mbr: Literal["off", "chrf", "bleu"] = "off"  # minimum-Bayes-risk decoding's utility (mtkit.runtime.mbr):
+    # the candidate of the highest expected chrF / BLEU against the others
+    mbr_candidates: int = 8  # with mbr: hypotheses searched (the beam widened to as many) or samples drawn
 
 
 @dataclass(frozen=True)
@@ -352,18 +355,23 @@ DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
                                                f"in [{_LOW_TEMPERATURE:g}, {_HIGH_TEMPERATURE:g}]")),
     "top_k": ((lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_VOCAB, f"at most {MAX_VOCAB}")),
     "top_p": ((lambda v: 0 < v <= 1, "in (0, 1]"),),
+    "mbr_candidates": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
 }
 
 
 def check_decode(values: dict[str, Any]) -> None:
     """Raise :class:`ConfigError` (``decode.KEY``) for a decode setting out of :data:`DECODE_RANGES`, or an
-    ``nbest`` above the ``beam`` (unless ``sampling``: then nbest counts samples), among the keys ``values``
-    has: a whole section's, or only the flags a command was given."""
+    ``nbest`` above the ``beam`` (unless ``sampling``: then nbest counts samples; with ``mbr``: above
+    ``mbr_candidates``, the hypotheses it chooses from), among the keys ``values`` has: a whole section's, or
+    only the flags a command was given."""
     for key, rules in DECODE_RANGES.items():
         if key in values:
             for ok, rule in rules:
                 _check(ok(values[key]), f"decode.{key}", rule, values[key])
-    if "nbest" in values and "beam" in values and not values.get("sampling"):
+    if values.get("mbr", "off") != "off" and "nbest" in values and "mbr_candidates" in values:
+        _check(values["nbest"] <= values["mbr_candidates"], "decode.nbest",
+               f"between 1 and decode.mbr_candidates ({values['mbr_candidates']})", values["nbest"])
+    elif "nbest" in values and "beam" in values and not values.get("sampling"):
         _check(values["nbest"] <= values["beam"], "decode.nbest", f"between 1 and decode.beam ({values['beam']})",
                values["nbest"])
 

@@ -38,6 +38,7 @@ from typing import Any
 from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
+from mtkit.runtime.mbr import mbr_order, search_decoding
 
 
 @dataclass
@@ -276,15 +277,17 @@ class Engine:
         wanted = [None] * len(lines) if source is None else [
             encode_constraints(source(start + i, line), call.vocab, self.pieces) for i, line in enumerate(lines)]
         results: list[list[tuple[list[int], float, float]]] = [[([], 0.0, 0.0)] for _ in lines]
+        mbr = call.decode.mbr != "off"
+        search = dataclasses.replace(call, decode=search_decoding(call.decode)) if mbr else call
         for batch in self.batches(src, call.decode.batch_tokens):
             call.check_stop()
             said = self.threads.fit() if self.threads is not None else None
             if said is not None:
                 self.log(said)
             if any(wanted[i] for i in batch):
-                found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], call)
+                found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], search)
             else:
-                found = self.search_batch([src[i] for i in batch], call)
+                found = self.search_batch([src[i] for i in batch], search)
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = hyps or [([], 0.0, 0.0)]
         vocab = call.vocab
@@ -293,6 +296,11 @@ class Engine:
                 Candidate(ids, vocab.decode_tgt(ids), vocab.tgt_pieces(ids), score, logprob)
                 for ids, score, logprob in results[i]
             ]
+            if mbr:  # by expected utility; those that hold the include phrases still first
+                ranked = mbr_order(candidates, call.decode.mbr)
+                if wanted[i] is not None:
+                    ranked.sort(key=lambda c, w=wanted[i]: bool(unmet(w, c.text)))
+                candidates = ranked[: call.decode.nbest]
             missing = unmet(wanted[i], candidates[0].text)
             if missing:
                 self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]), call.decode)
