@@ -236,22 +236,35 @@ class Timed:
     stderr: str
 
 
+# Run by timed_mtkit: forks and execs the command, then writes its peak resident set to a file. The command's
+# ``ru_maxrss`` counts the memory of the process it was forked from (Linux keeps the high-water mark across
+# exec): forked from this small launcher, not from the large process that measures, it is the command's own.
+_LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def timed_mtkit(args: list[str], stdin: Path | None = None, env: dict | None = None) -> Timed:
     """Run ``python -m mtkit ARGS`` (``stdin`` read from a file, else empty) to its end, in a process of its own;
-    its wall time from start to exit and its peak resident set (``wait4``'s ``ru_maxrss``). A failure is an
-    error with the process's last stderr line."""
+    its wall time from start to exit and its peak resident set (``wait4``'s ``ru_maxrss``, through a small
+    launcher: see :data:`_LAUNCHER`). A failure is an error with the process's last stderr line."""
     import time
 
     with tempfile.TemporaryDirectory(prefix="mtkit-timed.") as tmp:
-        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        out, err, peak = Path(tmp) / "stdout", Path(tmp) / "stderr", Path(tmp) / "peak"
+        command = [sys.executable, "-c", _LAUNCHER, str(peak), sys.executable, "-m", "mtkit", *args]
         with open(stdin or os.devnull, "rb") as f_in, open(out, "wb") as f_out, open(err, "wb") as f_err:
             start = time.perf_counter()
-            process = subprocess.Popen([sys.executable, "-m", "mtkit", *args], stdin=f_in, stdout=f_out,
-                                       stderr=f_err, env=env)
-            _, status, usage = os.wait4(process.pid, 0)
+            code = subprocess.run(command, stdin=f_in, stdout=f_out, stderr=f_err, env=env).returncode
             seconds = time.perf_counter() - start
-            process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode != 0:
-            raise MtkitError(f"mtkit {' '.join(args[:1])} failed (exit {process.returncode}): {_last_line(err)}")
-        peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
-        return Timed(seconds, peak, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8", errors="replace"))
+        if code != 0 or not peak.is_file():
+            raise MtkitError(f"mtkit {' '.join(args[:1])} failed (exit {code}): {_last_line(err)}")
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        return Timed(seconds, int(peak.read_text()) * scale, out.read_text(encoding="utf-8"),
+                     err.read_text(encoding="utf-8", errors="replace"))

@@ -151,3 +151,18 @@ def test_the_student_presets_are_deep_encoder_shallow_decoder():
     for name in ("transformer-student-base", "transformer-student-tiny"):
         model = config_from_dict({"model": {"preset": name}}).model
         assert (model.encoder_layers, model.decoder_layers) == (6, 2)
+
+
+def test_a_timed_process_reports_its_own_peak_memory_not_its_parents():
+    """The engine table's peak memory is the command's: a process forked from a large one would otherwise
+    report the large one's resident set (Linux keeps the high-water mark across exec)."""
+    from mtkit.commands.processes import timed_mtkit
+
+    ballast = bytearray(400 << 20)
+    ballast[:: 4096] = b"\x01" * len(ballast[:: 4096])  # resident in this process
+    timed = timed_mtkit(["--help"])
+    assert "Usage" in timed.stdout and timed.seconds > 0
+    assert 1 << 20 < timed.peak_bytes < 300 << 20, timed.peak_bytes
+    with pytest.raises(MtkitError, match=r"^mtkit translate failed \(exit 1\): error: "):
+        timed_mtkit(["translate", "-m", "/nonexistent/model"])
+    del ballast
