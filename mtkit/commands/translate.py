@@ -208,8 +208,8 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if o.attention_layer is not None and o.attention_png is None:
         raise MtkitError("--attention-layer needs --attention-png")
     check_decode_flags(overrides)
-    if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest"):
-        raise MtkitError(f"--nbest {overrides['nbest']} lists hypotheses with --format nbest; "
+    if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest", "json"):
+        raise MtkitError(f"--nbest {overrides['nbest']} lists hypotheses with --format nbest or json; "
                          f"--format {output_format} prints the best one only")
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     inputs = list(inputs) if inputs else ["-"]

@@ -20,10 +20,18 @@ Output formats (:func:`format_translation`), one line per input line unless note
             (as in Moses, fairseq and Marian n-best lists); an input with fewer
             distinct hypotheses repeats its last one, so every input has exactly
             ``nbest`` lines.
+    json    one JSON object per input line: ``line`` (1-based), ``text``, ``score``, ``logprob`` (log P of the
+            translation and its EOS, nats), ``confidence`` (the mean log-probability per token, EOS included:
+            the model's own quality estimate, as the server's ``confidence``), ``tokens`` (the pieces),
+            ``nbest`` (``decode.nbest`` hypotheses, best first, each with text, score, logprob, confidence and
+            tokens) and ``unmet`` (include phrases the translation lacks); a number that is not finite is null,
+            and an empty line has no hypothesis (its numbers null, as the server answers it).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -34,7 +42,7 @@ from mtkit.io import STDIN_NAME, decode_line
 from mtkit.runtime.constraints import ConstraintSource
 from mtkit.runtime.engine import Translation, stderr
 
-OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest")
+OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest", "json")
 
 # Characters that str.splitlines() (and many tools) treat as line breaks: never
 # let one into an output line, or the output would lose its alignment.
@@ -106,6 +114,16 @@ def clean_output(text: str) -> str:
     return text.translate(_LINE_BREAKS).strip()
 
 
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _hypothesis(c) -> dict:
+    """One hypothesis as the json format writes it."""
+    return {"text": clean_output(c.text), "score": _number(c.score), "logprob": _number(c.logprob),
+            "confidence": _number(c.mean_logprob), "tokens": list(c.pieces)}
+
+
 def format_translation(t: Translation, output_format: str = "text", nbest: int = 1) -> list[str]:
     """The output lines (without newline) of one translation; see the module docstring."""
     best = t.best
@@ -119,6 +137,12 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
         cands = list(t.candidates[:nbest])
         cands += [cands[-1]] * (nbest - len(cands))
         return [f"{t.index} ||| {clean_output(c.text)} ||| {c.score:.4f}" for c in cands]
+    if output_format == "json":
+        hypotheses = [_hypothesis(c) for c in t.candidates[:nbest]] if t.src_ids else []  # an empty line: none
+        best = hypotheses[0] if hypotheses else {"text": "", "score": None, "logprob": None, "confidence": None,
+                                                 "tokens": []}
+        return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet)},
+                           ensure_ascii=False)]
     raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
 
 

@@ -97,3 +97,26 @@ def test_mbr_settings_are_checked(decode, message):
 def test_the_api_names_a_bad_mbr_option(model):
     with pytest.raises(MtkitError, match=r"^mbr_candidates: must be >= 1, got 0$"):
         model.translate("india", mbr="chrf", mbr_candidates=0)
+
+
+def test_translate_json_lines_carry_each_hypothesis_and_its_confidence(model):
+    """--format json: one object per input line, its numbers the engine's (confidence = mean log-probability
+    per token, EOS included, as the server's), every n-best hypothesis; an empty line has none."""
+    import json
+
+    from mtkit.runtime.lines import format_translation
+
+    translations = list(model.engine.translate(SOURCES, options=model.options(beam=3, nbest=3)))
+    lines = [format_translation(t, "json", 3) for t in translations]
+    assert all(len(x) == 1 for x in lines)
+    for t, (line,) in zip(translations, lines):
+        got = json.loads(line)
+        assert got["line"] == t.index + 1
+        if not t.src_ids:
+            assert got == {"line": 3, "text": "", "score": None, "logprob": None, "confidence": None, "tokens": [],
+                           "nbest": [], "unmet": []}
+            continue
+        assert [h["text"] for h in got["nbest"]] == [c.text for c in t.candidates[:3]]
+        assert got["text"] == t.best.text and got["logprob"] == pytest.approx(t.best.logprob)
+        assert got["confidence"] == pytest.approx(t.best.logprob / (len(t.best.ids) + 1))
+        assert got["tokens"] == t.best.pieces
