@@ -198,6 +198,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     bpe_dropout: float = 0.0  # BPE-dropout of training sentences (Provilkov et al. 2020); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop's consistency weight α (Liang et al. 2021); 0 = off, 5 in their MT runs
+    ema_decay: float = 0.0  # an exponential moving average of the weights (mtkit.training.ema), saved as
+    # checkpoints/ema.pt; 0 = off (fairseq --ema-decay 0.9999)
+    ema_every: int = 1  # updates between two moves of the average (fairseq --ema-update-freq)
     precision: Precision = "fp32"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False
@@ -431,6 +434,8 @@ def validate(config: Config) -> None:
     _check(all(0 <= b < 1 for b in t.betas), "train.betas", "two numbers in [0, 1)", list(t.betas))
     _check(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
     _check(0 <= t.bpe_dropout < 1, "train.bpe_dropout", "in [0, 1)", t.bpe_dropout)
+    _check(0 <= t.ema_decay < 1, "train.ema_decay", "in [0, 1) (0: off)", t.ema_decay)
+    _check(1 <= t.ema_every <= MAX_COUNT, "train.ema_every", f"between 1 and {MAX_COUNT}", t.ema_every)
     _check(bool(DEVICE_PATTERN.match(t.device)), "train.device", "auto, cpu, cuda or cuda:N", t.device)
     if t.init_from is not None:
         _check(bool(t.init_from.strip()), "train.init_from", "a checkpoint or run directory", t.init_from)

@@ -16,6 +16,8 @@ that loading never executes code from the file:
     optimizer, scheduler, scaler, rng, sampler, ...   training state for exact resume (mtkit.training.state)
     data_fingerprint the prepared data's manifest fingerprint, or None (training checkpoints)
     averaged_from    the averaged files (averaged checkpoints only)
+    ema              the moving average of the weights (float32, by tensor name) of a training with
+                     train.ema_decay; ema.pt, that average as a model, also holds ema_decay
     imported_from    where an imported model came from (imported checkpoints only)
 
 :func:`model_payload` builds the fields every checkpoint has, :func:`save_checkpoint` writes one
@@ -127,6 +129,8 @@ def check_fields(ckpt: Any, path: str | Path) -> None:
                 raise MtkitError(f"{path}: its vocab.pieces.{key} has {len(table):,} pieces, its vocabulary "
                                  f"{size:,} ids")
     for key, kind, ok in (("step", "an integer", lambda v: type(v) is int),
+                          ("ema", "a mapping of tensor names", lambda v: isinstance(v, dict) and all(
+                              isinstance(k, str) for k in v)),
                           ("averaged_from", "a list of paths",
                            lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))):
         if ckpt.get(key) is not None and not ok(ckpt[key]):

@@ -31,8 +31,9 @@ class Counters:
 
 
 def checkpoint_payload(config: Config, model: torch.nn.Module, optimizer, scaler, vocab, data_fingerprint: str | None,
-                       position: SamplerState, counters: Counters) -> dict:
-    """Everything a run needs to continue exactly, and inference to translate, in one dict."""
+                       position: SamplerState, counters: Counters, ema=None) -> dict:
+    """Everything a run needs to continue exactly, and inference to translate, in one dict; ``ema``: the
+    run's :class:`mtkit.training.ema.ExponentialMovingAverage`, if it keeps one."""
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
@@ -50,6 +51,7 @@ def checkpoint_payload(config: Config, model: torch.nn.Module, optimizer, scaler
         best=counters.best,
         bad_validations=counters.bad_validations,
         length_growth=list(counters.length_growth),
+        **({"ema": ema.state_dict()} if ema is not None else {}),
     )
 
 
@@ -72,10 +74,15 @@ def check_resumable(ckpt: dict, path: Path, *, run_dir: Path, data_dir: Path, co
     check_weights_fit(model, ckpt["model"], path)
 
 
-def restore(ckpt: dict, model: torch.nn.Module, optimizer, scaler) -> tuple[SamplerState, Counters]:
-    """Load a checked ``ckpt`` into the model, optimizer, scaler and RNG; the sampler's position and
-    the counters to continue from."""
+def restore(ckpt: dict, model: torch.nn.Module, optimizer, scaler, ema=None) -> tuple[SamplerState, Counters]:
+    """Load a checked ``ckpt`` into the model, optimizer, scaler, RNG and (``ema``) the moving average, which
+    starts from the weights when the checkpoint has none; the sampler's position and the counters to
+    continue from."""
     model.load_state_dict(ckpt["model"])
+    if ema is not None and "ema" in ckpt:
+        ema.load_state_dict(ckpt["ema"])
+    elif ema is not None:  # a run that kept no average before: it starts from the weights resumed
+        ema.reset(model)
     optimizer.load_state_dict(ckpt["optimizer"])
     scaler.load_state_dict(ckpt["scaler"])
     torch.set_rng_state(ckpt["rng"]["torch"])

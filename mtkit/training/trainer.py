@@ -33,6 +33,7 @@ from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_
 from mtkit.runtime.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
+from mtkit.training.ema import ExponentialMovingAverage
 from mtkit.training.finetune import Parent, check_vocabulary, resolve_init
 from mtkit.training.loss import TranslationLoss, perplexity
 from mtkit.training.optim import build_optimizer, learning_rate, set_learning_rate
@@ -113,6 +114,8 @@ class Trainer:
         if init is not None:
             start_from(init, self.model, self.optimizer, self.cfg.init_keep_optimizer)
         self.scaler = grad_scaler(self.cfg.precision, self.device.type)
+        self.ema = (ExponentialMovingAverage(self.model, self.cfg.ema_decay, self.cfg.ema_every)
+                    if self.cfg.ema_decay > 0 else None)  # from the parent's weights when fine-tuning
         self.mixture_shares: dict[str, float] = {}
         self.sampler = TokenBatchSampler(
             self.train_store.src_lengths,
@@ -214,14 +217,14 @@ class Trainer:
     def state_dict(self, position: SamplerState) -> dict:
         counters = Counters(self.step, self.elapsed, self.best, self.bad_validations, self.length_growth)
         return checkpoint_payload(self.config, self.model, self.optimizer, self.scaler, self.vocab,
-                                  self.data_fingerprint, position, counters)
+                                  self.data_fingerprint, position, counters, self.ema)
 
     def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
         """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
         check_resumable(ckpt, path or self.ckpt_dir / "last.pt", run_dir=self.run_dir, data_dir=self.data_dir,
                         config=self.config, model=self.model, vocab=self.vocab,
                         data_fingerprint=self.data_fingerprint)
-        self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler)
+        self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler, self.ema)
         if self.bpe_dropout is not None and "length_growth" in ckpt:
             self._set_length_growth(counters.length_growth)
         self.step, self.elapsed = counters.step, counters.elapsed
@@ -272,6 +275,8 @@ class Trainer:
         elif not skipped:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model, self.step)
         return {
             "loss_sum": loss_total,
             "nll_sum": nll_total,
@@ -473,12 +478,16 @@ class Trainer:
             last_path = self._validate_and_save(position, None, final=True)
         elif self.dist.is_main and (last_path is None or last_path.name != f"step_{self.step:07d}.pt"):
             last_path = self.save(position)
+        # The moving average validated on every rank (validation is collective), saved by rank 0 below.
+        ema_record = self._validate_ema() if self.ema is not None else None
         if self.dist.is_main:
             if cfg.average_last > 1:
                 from mtkit.training.average import average_checkpoints
 
                 paths = step_checkpoints(self.run_dir)[-cfg.average_last:]
                 averaged = average_checkpoints(paths, self.ckpt_dir / "averaged.pt")
+            if self.ema is not None:
+                self._save_ema(ema_record)
             self.log.write({"step": self.step, "event": "end", "stopped": stopped, "minutes": self.elapsed / 60,
                             "busy_cpus": None if others is None else round(others, 2)})
             self.log.close()
@@ -487,6 +496,33 @@ class Trainer:
         best = self.ckpt_dir / "best.pt"
         return TrainResult(self.step, last_path, best if best.exists() else None, averaged, final_loss,
                            self.elapsed / 60, stopped)
+
+    def _validate_ema(self) -> dict | None:
+        """Validate the moving average's weights (every rank; None without validation), the trained ones
+        restored after."""
+        if not (self.cfg.valid_every and self.valid_store is not None):
+            return None
+        trained = {name: t.detach().clone() for name, t in self.model.state_dict().items()}
+        self.model.load_state_dict(self.ema.weights(self.model))
+        try:
+            return self.validate(final=True)
+        finally:
+            self.model.load_state_dict(trained)
+
+    def _save_ema(self, record: dict | None) -> Path:
+        """``checkpoints/ema.pt``: the moving average as a model checkpoint (rank 0), and its validation
+        (``event: ema`` in metrics.jsonl)."""
+        from mtkit.config import config_to_dict
+        from mtkit.runtime.checkpoint import model_payload, vocab_entry
+
+        path = save_checkpoint(model_payload(config_to_dict(self.config), self.ema.weights(self.model),
+                                             vocab_entry(self.vocab), self.vocab.src_size, self.vocab.tgt_size,
+                                             step=self.step, ema_decay=self.cfg.ema_decay), self.ckpt_dir / "ema.pt")
+        if record is not None:
+            self.log.write({"step": self.step, "event": "ema", **record})
+            print(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()),
+                  file=sys.stderr, flush=True)
+        return path
 
     def _stop_on_signal(self, signum: int, position: SamplerState) -> None:
         """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank."""

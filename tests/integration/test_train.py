@@ -72,9 +72,12 @@ def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path, seed):
     assert all(r.get("padding", 0) < 0.5 for r in records if "padding" in r)
 
 
-def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path):
+@pytest.mark.parametrize("ema", [0.0, 0.9], ids=["plain", "ema"])
+def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path, ema):
+    """Also with a moving average of the weights (train.ema_decay, every 2 updates): kept in every checkpoint,
+    it resumes exactly, and ema.pt holds it at the end."""
     data_dir, data = reverse_data
-    common = dict(max_steps=24, save_every=12, log_every=1, dropout=0.1, update_freq=2)
+    common = dict(max_steps=24, save_every=12, log_every=1, dropout=0.1, update_freq=2, ema_decay=ema, ema_every=2)
     train(make_config(data, **common), data_dir, tmp_path / "straight", progress=False)
     train(make_config(data, **{**common, "max_steps": 12}), data_dir, tmp_path / "split", progress=False)
     train(make_config(data, **common), data_dir, tmp_path / "split", resume=True, progress=False)
@@ -84,6 +87,16 @@ def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path
     assert a["step"] == b["step"] == 24
     for key, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][key]), key
+    assert ("ema" in a) == ("ema" in b) == bool(ema)
+    assert (tmp_path / "straight" / "checkpoints" / "ema.pt").is_file() == bool(ema)
+    if ema:
+        for key, tensor in a["ema"].items():
+            assert torch.equal(tensor, b["ema"][key]), key
+        averaged = load_checkpoint(tmp_path / "split" / "checkpoints" / "ema.pt")
+        assert averaged["step"] == 24 and averaged["ema_decay"] == 0.9 and "optimizer" not in averaged
+        for key, tensor in averaged["model"].items():
+            assert torch.equal(tensor, a["ema"][key].to(tensor.dtype)), key
+            assert not torch.equal(tensor, a["model"][key]) or tensor.dim() == 0, key  # an average, not the last
 
 
 @pytest.mark.slow
@@ -189,7 +202,7 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     data_dir, data = reverse_data
     # 6 updates × 4 batches stay inside the first epoch (~31 batches), where the single process and
     # the ranks (which drop an odd last batch to stay in step) read the same batches.
-    common = dict(max_steps=6, log_every=1, save_every=0)
+    common = dict(max_steps=6, log_every=1, save_every=0, ema_decay=0.5)
     single = make_config(data, update_freq=4, **common)
     train(single, data_dir, tmp_path / "single", progress=False)
 
@@ -202,14 +215,15 @@ def test_ddp_two_cpu_processes_match_single_process(reverse_data, tmp_path):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    a = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")["model"]
-    b = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")["model"]
-    for key in a:
-        if key.endswith("w_k.bias"):
-            # Softmax is shift-invariant, so the key bias has no true gradient, only rounding noise
-            # that depends on the summation order, and Adam scales noise up to full-size steps.
-            continue
-        assert torch.allclose(a[key], b[key], atol=2e-5), key
+    for part in ("model", "ema"):  # the weights, and their moving average kept by every rank alike
+        a = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")[part]
+        b = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")[part]
+        for key in a:
+            if key.endswith("w_k.bias"):
+                # Softmax is shift-invariant, so the key bias has no true gradient, only rounding noise
+                # that depends on the summation order, and Adam scales noise up to full-size steps.
+                continue
+            assert torch.allclose(a[key], b[key], atol=2e-5), (part, key)
     single_losses, ddp_losses = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert [s for s, _ in ddp_losses] == list(range(1, 7))  # one record per step: only rank 0 logs
     assert all(abs(x - y) < 1e-4 for (_, x), (_, y) in zip(single_losses, ddp_losses))
@@ -398,3 +412,22 @@ def test_a_checkpoint_of_the_previous_format_loads_and_resumes(reverse_data, tmp
     (run / "checkpoints").mkdir(parents=True)
     shutil.copyfile(tmp_path / "old.pt", run / "checkpoints" / "last.pt")
     assert train(make_config(data, max_steps=4), data_dir, run, resume=True, progress=False).step == 4
+
+
+def test_the_moving_average_is_validated_and_translates(reverse_data, tmp_path):
+    from mtkit.runtime.checkpoint import load_model
+
+    data_dir, data = reverse_data
+    config = make_config(data, max_steps=30, valid_every=15, ema_decay=0.8)
+    train(config, data_dir, tmp_path / "run", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    ema = [r for r in records if r.get("event") == "ema"]
+    assert len(ema) == 1 and ema[0]["step"] == 30 and "valid_loss" in ema[0]
+    last = [r for r in records if "valid_loss" in r and r.get("event") != "ema"][-1]
+    assert ema[0]["valid_loss"] != last["valid_loss"]  # other weights
+    loaded = load_model(tmp_path / "run" / "checkpoints" / "ema.pt")
+    assert loaded.step == 30
+    from mtkit.runtime.factory import torch_engine
+
+    engine = torch_engine([loaded], config.decode)
+    assert len(list(engine.translate(["alpha bravo", "charlie"]))) == 2

@@ -360,3 +360,27 @@ def test_dead_processes_temporaries_are_removed_and_no_others(tmp_path, capsys):
         assert live.exists()
     assert not ours_dead.exists() and other_host.exists() and unowned.exists() and other_file.exists()
     assert f"{ours_dead}: removed; left behind by process {pid}" in capsys.readouterr().err
+
+
+def test_the_moving_average_follows_its_formula_every_n_updates():
+    from mtkit.training.ema import ExponentialMovingAverage
+
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    ema = ExponentialMovingAverage(model, decay=0.75, every=2)
+    with torch.no_grad():
+        model.weight.fill_(3.0)
+    ema.update(model, step=1)  # not a multiple of 2: unchanged
+    assert torch.equal(ema.shadow["weight"], torch.ones(2, 3))
+    ema.update(model, step=2)
+    assert torch.allclose(ema.shadow["weight"], torch.full((2, 3), 0.75 * 1.0 + 0.25 * 3.0))
+    weights = ema.weights(model.to(torch.bfloat16))
+    assert weights["weight"].dtype == torch.bfloat16 and ema.shadow["weight"].dtype == torch.float32
+    with pytest.raises(MtkitError, match="does not fit this model"):
+        ema.load_state_dict({"weight": torch.zeros(2, 3)})  # no bias
+    for value, message in ((1.0, "train.ema_decay: must be in [0, 1)"), (-0.1, "train.ema_decay: must be in [0, 1)")):
+        with pytest.raises(MtkitError, match=re.escape(message)):
+            config_from_dict({"train": {"ema_decay": value}})
+    with pytest.raises(MtkitError, match="train.ema_every: must be between 1 and"):
+        config_from_dict({"train": {"ema_every": 0}})
