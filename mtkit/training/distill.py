@@ -130,13 +130,17 @@ def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str],
                     "threshold": float(entropies[dropped].min()) if dropped.any() else None}
     with atomic_path(folder / "train.src") as src_tmp, atomic_path(folder / "train.tgt") as tgt_tmp:
         with open(src_tmp, "w", encoding="utf-8") as src_out, open(tgt_tmp, "w", encoding="utf-8") as tgt_out:
-            distilled = zip(training_sources(config), read_shards(folder / "shards", shards))
+            distilled = zip(training_sources(config), read_shards(folder / "shards", shards), strict=True)
             kept = 0
-            for n, (source, (target, _, _)) in enumerate(distilled):
-                if not dropped[n]:
-                    src_out.write(_field(source) + "\n")
-                    tgt_out.write(target + "\n")
-                    kept += 1
+            try:
+                for n, (source, (target, _, _)) in enumerate(distilled):
+                    if not dropped[n]:
+                        src_out.write(_field(source) + "\n")
+                        tgt_out.write(target + "\n")
+                        kept += 1
+            except ValueError:  # zip's strict check: one ended before the other
+                raise MtkitError(f"{folder}: data.train has not as many pairs as were translated ({len(dropped)}): "
+                                 f"it changed since; remove {folder} to translate it again") from None
             original = 0
             if settings.mix_original:
                 for source, target in iter_pairs(d.train, d.src_lang, d.tgt_lang, d.clean.invalid_utf8):
@@ -145,7 +149,8 @@ def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str],
                     original += 1
     counts.update(kept=kept, original=original)
     atomic_write_text(folder / "filter.json", json.dumps(counts, indent=2) + "\n")
-    threshold = f" (per-token cross-entropy above {counts['threshold']:.3f})" if counts["threshold"] is not None else ""
+    threshold = (f" (per-token cross-entropy {counts['threshold']:.3f} and above)" if counts["threshold"] is not None
+                 else "")
     log(f"distill: {counts['translated']} pairs translated, {counts['dropped']} dropped by the filter{threshold}, "
         f"{kept} kept" + (f", {original} original pairs added" if settings.mix_original else ""))
     return counts

@@ -166,3 +166,15 @@ def test_a_timed_process_reports_its_own_peak_memory_not_its_parents():
     with pytest.raises(MtkitError, match=r"^mtkit translate failed \(exit 1\): error: "):
         timed_mtkit(["translate", "-m", "/nonexistent/model"])
     del ballast
+
+
+def test_a_training_source_that_changed_since_its_translation_is_refused(teacher, tmp_path):
+    raw = recipe(tmp_path, teacher, shard_lines=30)
+    folder = tmp_path / "distill"
+    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    (folder / "filter.json").unlink()  # the corpus is written again ...
+    src, tgt = Path(raw["data"]["train"]["src"]), Path(raw["data"]["train"]["tgt"])
+    src.write_text(src.read_text() + "alpha bravo\n")  # ... from a source with one more pair
+    tgt.write_text(tgt.read_text() + "bravo alpha\n")
+    with pytest.raises(MtkitError, match="data.train has not as many pairs as were translated .70.: it changed"):
+        distill(config_from_dict(raw), folder, lambda line: None, progress=False)
