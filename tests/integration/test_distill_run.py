@@ -75,6 +75,7 @@ def test_a_distillation_run_killed_in_translation_resumes_and_finishes(reverse_r
     for r in rows:
         assert r["batched"]["sentences_per_s"] > 0 and r["batch 1"]["sentences_per_s"] > 0 and r["peak_bytes"] > 0
         assert "BLEU" in r["scores"] and r["batched"]["threads"] in (1, 2)
+        assert r["batched"]["omp_wait_policy"] in ("default", "PASSIVE") and r["peak_bytes"] < 2 << 30
     for model in ("teacher", "student"):
         assert by[model, "ctranslate2", "int8"]["size_bytes"] < by[model, "ctranslate2", "fp32"]["size_bytes"]
     assert by["student", "torch", "fp32"]["size_bytes"] < by["teacher", "torch", "fp32"]["size_bytes"]
