@@ -2,12 +2,13 @@
 checkpoint or run directory translates with, so that nobody manages export folders by hand.
 
 The export goes beside the checkpoint, ``RUN/checkpoints/.ctranslate2/NAME.QUANTIZATION/`` (``NAME`` the
-checkpoint file's stem: ``averaged``, ``best``, ``step_0001000``), or, where that folder cannot be written
-(a read-only model directory), under ``$XDG_CACHE_HOME/mtkit/ctranslate2/`` (``~/.cache``) in a folder
-named by a hash of the checkpoint's path. Each export holds ``source.json``: the checkpoint's path, size,
-modification time and inode, the quantization and mtkit's version. An export whose record differs from the
-checkpoint as it is now (training saved again, ``average`` rewrote it, ``last.pt`` was swapped) is made again
-and replaces the old one in one rename; a reader of the old one keeps its open files.
+checkpoint file's stem: ``averaged``, ``best``, ``step_0001000``), or, where that folder may not be written
+(a read-only model directory: one whose mode grants no one writing, even when root runs mtkit), under
+``$XDG_CACHE_HOME/mtkit/ctranslate2/`` (``~/.cache``) in a folder named by a hash of the checkpoint's path.
+Each export holds ``source.json``: the checkpoint's path, size, modification time and inode, the quantization
+and mtkit's version. An export whose record differs from the checkpoint as it is now (training saved again,
+``average`` rewrote it, ``last.pt`` was swapped) is made again and replaces the old one in one rename; a reader
+of the old one keeps its open files.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def _recorded(folder: Path) -> dict | None:
         return None
 
 
+def _may_write(folder: Path) -> bool:
+    """Whether mtkit may write in ``folder`` (or create it): a folder whose mode grants no one writing (a
+    shared, read-only model folder) is left alone even by root, whom the kernel would let write."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None:
+        return False
+    return os.access(existing, os.W_OK) and bool(existing.stat().st_mode & 0o222)
+
+
 def user_cache() -> Path:
     """``$XDG_CACHE_HOME/mtkit/ctranslate2`` (``~/.cache/mtkit/ctranslate2``)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -76,6 +86,9 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
             return folder
     problems = []
     for folder in places:
+        if not _may_write(folder.parent):
+            problems.append(f"{folder.parent}: read-only")
+            continue
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
             work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
