@@ -309,7 +309,7 @@ def test_score_reads_the_target_tag_too(multi_run, multi_data, tmp_path, capsys)
         totals[lang] = [float(line.split("\t")[0]) for line in capsys.readouterr().out.splitlines()]
     assert sum(f > d for f, d in zip(totals["fr"], totals["de"])) >= 18
     with pytest.raises(MtkitError, match="--tgt-lang: missing"):
-        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), device="cpu")
+        score(multi_run, str(tmp_path / "src.en"), str(tmp_path / "ref.fr"), ScoreOptions(device="cpu"))
 
 
 @pytest.mark.slow  # trains the tiny multilingual model
