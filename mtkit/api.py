@@ -219,12 +219,11 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         raise MtkitError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if threads < 0:
         raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
-    if quantization is not None and engine != "ctranslate2":
-        raise MtkitError("quantization needs engine='ctranslate2' (which exports a checkpoint on first use)")
-    if engine == "ctranslate2":
-        from mtkit.export.cache import ctranslate2_model
+    if engine == "ctranslate2" or quantization is not None:
+        from mtkit.export.cache import check_quantization, ctranslate2_model
 
         try:
+            check_quantization(engine, quantization)
             path = ctranslate2_model(path, quantization, logger.info)
         except MtkitError as e:
             raise _python_names(e) from None

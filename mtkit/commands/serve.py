@@ -176,8 +176,10 @@ class ServeOptions:
         """One error line for the first setting out of its range."""
         if self.engine not in ENGINES:
             raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
-        if self.quantization is not None and self.engine != "ctranslate2":
-            raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
+        if self.quantization is not None:
+            from mtkit.export.cache import check_quantization
+
+            check_quantization(self.engine, self.quantization)
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
         for flag, value, low in (("--max-queue", self.max_queue, 1), ("--max-body-bytes", self.max_body_bytes, 1),

@@ -198,8 +198,10 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.precision not in PRECISIONS:
         raise MtkitError(f"--precision {o.precision}: expected one of {', '.join(PRECISIONS)}")
-    if o.quantization is not None and o.engine != "ctranslate2":
-        raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
+    if o.quantization is not None:
+        from mtkit.export.cache import check_quantization
+
+        check_quantization(o.engine, o.quantization)
     buffer_size = DEFAULT_BUFFER_SIZE if o.buffer_size is None else o.buffer_size
     if buffer_size < 1:
         raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.errors import MtkitError
+from mtkit.io import read_json_file
 from mtkit.runtime.engine import stderr
 
 FOLDER = ".ctranslate2"
@@ -40,10 +41,21 @@ def _stamp(checkpoint: Path, quantization: str | None) -> dict:
 def _recorded(folder: Path) -> dict | None:
     """The stamp an export holds, None when there is none (or none readable: then it is made again)."""
     try:
-        text = (folder / STAMP).read_text(encoding="utf-8")
-        return json.loads(text) if len(text) < 1 << 16 else None
-    except (OSError, ValueError):
+        return read_json_file(folder / STAMP, 1 << 16, "stamp")
+    except MtkitError:
         return None
+
+
+def check_quantization(engine: str, quantization: str | None) -> None:
+    """``--quantization`` is for ``--engine ctranslate2``, and one of CTranslate2's weight types."""
+    from mtkit.runtime.ctranslate2_engine import QUANTIZATIONS
+
+    if quantization is None:
+        return
+    if engine != "ctranslate2":
+        raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
+    if quantization not in QUANTIZATIONS:
+        raise MtkitError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
 
 
 def _may_write(folder: Path) -> bool:
@@ -72,11 +84,10 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
     """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
     of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
     from mtkit.runtime.checkpoint import resolve_checkpoint
-    from mtkit.runtime.ctranslate2_engine import QUANTIZATIONS, import_ctranslate2
+    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
 
+    check_quantization("ctranslate2", quantization)
     import_ctranslate2()  # before torch (the export loads it): imported after, it binds to torch's OpenMP
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise MtkitError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
     checkpoint = resolve_checkpoint(path)
     stamp = _stamp(checkpoint, quantization)
     places = candidates(checkpoint, quantization)

@@ -36,7 +36,7 @@ from pathlib import Path
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
 from mtkit.errors import MtkitError
-from mtkit.io import atomic_path, atomic_write_text
+from mtkit.io import atomic_path, atomic_write_text, read_json_file
 from mtkit.runtime.engine import stderr
 
 DONE = "done"  # in shards/: written after the last shard, with their number
@@ -65,8 +65,9 @@ def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[s
     time, each shard written whole; shards already on disk are kept (their sources read past, not translated).
     Returns the number of shards."""
     folder.mkdir(parents=True, exist_ok=True)
-    if (folder / DONE).is_file():
-        return int((folder / DONE).read_text(encoding="utf-8"))
+    done = _shards_done(folder)
+    if done is not None:
+        return done
     count = kept = 0
     for count, chunk in enumerate(chunks(sources, shard_lines), 1):
         path = shard_path(folder, count - 1)
@@ -86,6 +87,11 @@ def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[s
         log(f"distill: {kept} of {count} shards were translated before; kept")
     atomic_write_text(folder / DONE, f"{count}\n")
     return count
+
+
+def _shards_done(folder: Path) -> int | None:
+    """The number of shards when the last is written (the ``done`` marker), else None."""
+    return int((folder / DONE).read_text(encoding="utf-8")) if (folder / DONE).is_file() else None
 
 
 def read_shards(folder: Path, shards: int) -> Iterator[tuple[str, float, int]]:
@@ -197,10 +203,7 @@ def _check_made_with(config: Config, shards: Path) -> None:
         shards.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(wanted, indent=2) + "\n")
         return
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        found = {}
+    found = _read_json(path) or {}
     differ = next((key for key in wanted if found.get(key) != wanted[key]), None)
     if differ is not None:
         raise MtkitError(f"{shards.parent}: its translations were made with another {MADE_WITH[differ]}; remove "
@@ -217,13 +220,14 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
     shards = folder / "shards"
     _check_made_with(config, shards)
     settings = config.distill
-    written = _read_counts(folder / "filter.json")
+    written = _read_json(folder / "filter.json")
     if (written is not None and (folder / "train.src").is_file() and (folder / "train.tgt").is_file()
             and (written.get("filter_share"), written.get("mix_original")) == (settings.filter_share,
                                                                                 settings.mix_original)):
         log(f"distill: {folder / 'train.src'} and train.tgt are written; skipped")
         return student_config(config, folder)
-    if not (shards / DONE).is_file():
+    count = _shards_done(shards)
+    if count is None:
         teacher = [Path(p) for p in settings.teacher]
         engine = build_translator(teacher, "torch", decode=teacher_decoding(config), log=log)
         bar = sentence_progress(enabled=progress)
@@ -235,17 +239,18 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
             return done
 
         try:
-            translate_shards(translate, training_sources(config), shards, settings.shard_lines, log)
+            count = translate_shards(translate, training_sources(config), shards, settings.shard_lines, log)
         finally:
             if bar is not None:
                 bar.close()
-    write_corpus(config, folder, int((shards / DONE).read_text(encoding="utf-8")), log)
+    write_corpus(config, folder, count, log)
     return student_config(config, folder)
 
 
-def _read_counts(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict | None:
+    """A record this module wrote (settings.json, filter.json), None when missing or unreadable."""
     try:
-        counts = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = read_json_file(path, 1 << 20, "distillation record")
+    except MtkitError:
         return None
-    return counts if isinstance(counts, dict) else None
+    return found if isinstance(found, dict) else None
