@@ -325,7 +325,8 @@ def evaluate(
     testset: str | None = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
     langpair: str | None = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
     hyp_out: Path | None = typer.Option(None, "--hyp-out", help="Also write --model's hypotheses here (by default they are scored in memory and not kept)."),
-    metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter."),
+    metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter, comet (COMET needs --src and mtkit[comet]; alone, with a reference-free model such as CometKiwi, no --ref: quality estimation)."),
+    comet_model: str | None = typer.Option(None, "--comet-model", help="The COMET model: a hub name or a local folder (hparams.yaml, checkpoints/model.ckpt). Default: Unbabel/wmt22-comet-da."),
     chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
     lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),
     lowercase: bool = typer.Option(False, "--lowercase", help="Case-insensitive BLEU and chrF, as sacrebleu -lc --chrf-lowercase (on by itself for a model with data.spm.lowercase)."),
@@ -343,7 +344,7 @@ def evaluate(
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="With --model, a multilingual one: the "
                                            "language to translate into (required when it has several targets)."),
 ) -> None:
-    """Score translations with sacreBLEU (BLEU, chrF, TER), printing each metric's signature.
+    """Score translations with sacreBLEU (BLEU, chrF, TER) and COMET, printing each metric's signature.
 
     Reads: hypothesis and raw reference files, or translates a source file / named test
     set with --model first (scored in memory). Writes: the scores to stdout (table or
@@ -355,6 +356,7 @@ def evaluate(
       mtkit translate -m runs/en-de test.en | mtkit evaluate --hyp - --ref test.de
       mtkit evaluate -m runs/en-de --src test.en --ref test.de --lc-tok
       mtkit evaluate -m runs/en-de -m runs/en-de-2 --src test.en --ref test.de   # an ensemble
+      mtkit evaluate --hyp hyp.de --src test.en --ref test.de --metrics bleu,comet
     """
     from mtkit.commands.evaluate import EvaluateOptions
     from mtkit.commands.evaluate import evaluate as run_evaluate
@@ -366,7 +368,7 @@ def evaluate(
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty,
                                             "mbr": mbr, "mbr_candidates": mbr_candidates}.items()
                           if v is not None}, device=device,
-        lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang,
+        lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))
     typer.echo(text)
 

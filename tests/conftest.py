@@ -88,10 +88,11 @@ class ListStore:
         return self.pairs[i][1]
 
 
-def write_tiny_checkpoint(path: Path) -> Path:
+def write_tiny_checkpoint(path: Path, decode: dict | None = None) -> Path:
     """A tiny untrained mtkit checkpoint (one layer a side) with a real SentencePiece model of number
-    words: its outputs do not matter, only that every command loads and runs it."""
-    from mtkit.config import Config, ModelConfig, SpmConfig, config_to_dict
+    words: its outputs do not matter, only that every command loads and runs it. ``decode``: its recipe's
+    decode section (the defaults without)."""
+    from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
     from mtkit.data.synthetic import english, german
     from mtkit.data.vocab import Vocab, train_model
     from mtkit.model import Transformer
@@ -102,7 +103,8 @@ def write_tiny_checkpoint(path: Path) -> Path:
     cfg = ModelConfig(d_model=16, h=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0, max_positions=64)
     torch.manual_seed(0)
     model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
-    return save_checkpoint(model_payload(config_to_dict(Config(model=cfg)), model.state_dict(), vocab_entry(vocab),
+    config = config_to_dict(Config(model=cfg, decode=DecodeConfig(**(decode or {}))))
+    return save_checkpoint(model_payload(config, model.state_dict(), vocab_entry(vocab),
                                          vocab.src_size, vocab.tgt_size, step=1), path)
 
 

@@ -23,7 +23,8 @@ within a schema version)::
       "hyp": str,                  # path of the (first) hypothesis file ("<stdin>" for -), or
                                    # the --model that translated them in memory
       "refs": [str, ...],          # reference paths, one per reference stream (for --testset:
-                                   # "NAME:LANGPAIR" and the stream number)
+                                   # "NAME:LANGPAIR" and the stream number); [] for COMET
+                                   # quality estimation (a reference-free model, no --ref)
       "n_sentences": int,
       "scores": [                  # one entry per metric, in the order asked for
         {"metric": "BLEU", "score": float, "signature": str,
@@ -35,6 +36,9 @@ within a schema version)::
          "num_edits": int, "ref_length": float},
         # with --lc-tok / --compound-split, BLEU entries named
         # "BLEU-lc-tok" / "BLEU-tok-compound" (same keys as BLEU)
+        {"metric": "COMET", "score": float,   # with --metrics …,comet, last: the mean of "segments"
+         "signature": str,                    # model, class, encoder, mtkit, transformers and torch versions
+         "model": str, "segments": [float]}   # one score per line, in order
       ],
       "paired_test": null | {      # null unless several --hyp files were given
         "method": "paired_bs",
@@ -122,6 +126,7 @@ class EvaluateOptions:
     constraints: Path | None = None
     glossary: Path | None = None
     tgt_lang: str | None = None
+    comet_model: str | None = None  # with the metric comet (None: mtkit.metrics.comet.DEFAULT_MODEL)
 
 
 def evaluate(options: EvaluateOptions) -> str:
@@ -134,7 +139,15 @@ def evaluate(options: EvaluateOptions) -> str:
     from mtkit.metrics.files import read_named
 
     if not o.metrics:  # `--metrics ''` or `--metrics ,`
-        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter")
+        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet")
+    unknown = [m for m in o.metrics if m.lower() not in (*METRICS, "comet")]
+    if unknown:
+        raise MtkitError(f"--metrics: unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}, comet")
+    with_comet = any(m.lower() == "comet" for m in o.metrics)
+    if o.comet_model is not None and not with_comet:
+        raise MtkitError("--comet-model needs the metric comet (--metrics bleu,chrf,comet)")
+    if with_comet and o.model is None and o.testset is None and o.src is None:
+        raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
     if o.model is not None and o.hyp:
         raise MtkitError("give either --hyp or --model, not both")
     if o.model is None and o.tgt_lang is not None:
@@ -161,14 +174,21 @@ def evaluate(options: EvaluateOptions) -> str:
                 for k, stream in enumerate(references)]
         lang = lang or o.langpair.split("-")[1]
     else:
-        if o.model is not None and (o.src is None or not o.ref):
+        reference_free = with_comet and len(o.metrics) == 1  # quality estimation, if the model takes no reference
+        if o.model is not None and (o.src is None or not (o.ref or reference_free)):
             raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
-        if not o.ref:
+        if not o.ref and not reference_free:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         refs = read_named(o.ref)
+        sources = list(read_lines(o.src)) if o.src is not None else None
         if lang is None and o.model is not None:
             suffix = Path(o.ref[0]).suffix.lstrip(".")
             lang = o.tgt_lang or (suffix if len(suffix) == 2 else None)
+    comet = None
+    if with_comet:  # loaded before any translation: a model that cannot be had fails at once
+        from mtkit.metrics.comet import DEFAULT_MODEL, CometScorer
+
+        comet = CometScorer(o.comet_model or DEFAULT_MODEL, o.device)
     if o.model is None:
         if not o.hyp:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
@@ -182,7 +202,7 @@ def evaluate(options: EvaluateOptions) -> str:
         )
         from mtkit.runtime.lines import translate_lines
 
-        src_lines = sources if o.testset is not None else list(read_lines(o.src))
+        src_lines = sources
         check_decode_flags(o.decode_overrides)
         per_line, terms = read_constraint_options(o.constraints, o.glossary)
         check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
@@ -202,7 +222,7 @@ def evaluate(options: EvaluateOptions) -> str:
             print(f"hypotheses: {o.hyp_out}", file=sys.stderr)
         hyps = [(str(o.hyp_out) if o.hyp_out is not None else ", ".join(map(str, o.model)), hypotheses)]
     return evaluate_lines(hyps, refs, o.metrics, o.chrf_plus, o.lc_tok, o.as_json, compound_split=o.compound_split,
-                          lang=lang, lowercase=lowercase)
+                          lang=lang, lowercase=lowercase, sources=sources, comet=comet)
 
 
 def _to_json(
@@ -238,6 +258,11 @@ def _to_json(
     return doc
 
 
+def _digits(metric: str) -> int:
+    """Decimals a score is shown with: COMET's (around 0.8) four, sacreBLEU's (0-100) two."""
+    return 4 if metric == "COMET" else 2
+
+
 def _to_table(
     hyp_paths: list[str],
     ref_paths: list[str],
@@ -245,7 +270,7 @@ def _to_table(
     results: list[MetricScore],
     paired: list[list[BootstrapScore]] | None,
 ) -> str:
-    lines = [f"refs: {', '.join(map(str, ref_paths))}  ({n} sentences)"]
+    lines = [f"refs: {', '.join(map(str, ref_paths)) or 'none (quality estimation)'}  ({n} sentences)"]
     if paired is None:
         lines.append(f"hyp:  {hyp_paths[0]}")
         width = max(len(r.metric) for r in results)
@@ -255,7 +280,7 @@ def _to_table(
                 precisions = "/".join(f"{p:.1f}" for p in r.precisions)
                 ratio = r.sys_len / r.ref_len if r.ref_len else 0.0
                 detail = f"  {precisions} (BP {r.bp:.3f}, ratio {ratio:.3f}, hyp_len {r.sys_len}, ref_len {r.ref_len})"
-            lines.append(f"{r.metric:<{width}}  {r.score:6.2f}{detail}")
+            lines.append(f"{r.metric:<{width}}  {r.score:6.{_digits(r.metric)}f}{detail}")
         signatures = [(r.metric, r.signature) for r in results]
     else:
         metric_names = [s.metric for s in paired[0]]
@@ -265,7 +290,8 @@ def _to_table(
             cells = [str(path)]
             for s in row:
                 p = "" if s.p_value is None else f" p={s.p_value:.4f}{'*' if s.p_value < 0.05 else ''}"
-                cells.append(f"{s.score:.2f} ({s.mean:.2f} ± {s.ci95:.2f}){p}")
+                d = _digits(s.metric)
+                cells.append(f"{s.score:.{d}f} ({s.mean:.{d}f} ± {s.ci95:.{d}f}){p}")
             rows.append(cells)
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]

@@ -173,22 +173,24 @@ LATENCY_SENTENCES = 100  # translated one by one (--batch-tokens 1) for the batc
 
 def engine_table(config: Config, folder: Path, student: Path, src_path: Path, ref_path: Path,
                  lowercase: bool) -> list[dict]:
-    """The teacher and the student in each of :data:`TABLE_ENGINES`: BLEU (and lc-tok BLEU with
-    ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds of :func:`fastest`, the
-    weights' size on disk and the peak resident memory."""
+    """The teacher and the student in each of :data:`TABLE_ENGINES`, each decoding as its recipe says (the
+    teacher: :func:`~mtkit.training.distill.teacher_decoding`, as it distilled; the student: ``config.decode``):
+    BLEU (and lc-tok BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds
+    of :func:`fastest`, the weights' size on disk and the peak resident memory."""
     from mtkit.export.cache import ctranslate2_model
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.runtime.checkpoint import resolve_checkpoint
+    from mtkit.training.distill import teacher_decoding
 
     folder.mkdir(parents=True, exist_ok=True)
     sources = list(read_lines(src_path))
     first = folder / "first.src"
     atomic_write_text(first, "".join(line + "\n" for line in sources[:LATENCY_SENTENCES]))
-    d = config.decode
-    decoding = ["--beam", str(d.beam), "--alpha", repr(d.alpha), "--length-penalty", d.length_penalty,
-                "--max-len-a", repr(d.max_len_a), "--max-len-b", str(d.max_len_b)]
     rows = []
-    for role, models in (("teacher", [Path(p) for p in config.distill.teacher]), ("student", [student])):
+    for role, models, d in (("teacher", [Path(p) for p in config.distill.teacher], teacher_decoding(config)),
+                            ("student", [student], config.decode)):
+        decoding = ["--beam", str(d.beam), "--alpha", repr(d.alpha), "--length-penalty", d.length_penalty,
+                    "--max-len-a", repr(d.max_len_a), "--max-len-b", str(d.max_len_b)]
         for engine, weights, flags in TABLE_ENGINES:
             if engine == "ctranslate2" and len(models) > 1:
                 continue  # CTranslate2 translates one model, not an ensemble
@@ -202,7 +204,7 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
             else:
                 exported = ctranslate2_model(models[0], None if weights == "fp32" else weights, lambda line: None)
                 size = (exported / "model.bin").stat().st_size
-            rows.append({"model": role, "engine": engine, "weights": weights,
+            rows.append({"model": role, "engine": engine, "weights": weights, "beam": d.beam,
                          "scores": _bleu(config, hyp, ref_path, lowercase), "size_bytes": size,
                          "peak_bytes": max(v["peak_bytes"] for v in speed.values()), **speed,
                          "hypotheses": str(hyp)})
@@ -264,11 +266,11 @@ def print_engine_table(rows: list[dict], sentences: int) -> None:
     print(f"engines ({sentences} test sentences batched, the first {min(sentences, LATENCY_SENTENCES)} one by one; "
           "each figure the fastest of 1 and 2 threads, OMP_WAIT_POLICY as it is and PASSIVE; a process's start "
           "and loading not counted):")
-    header = ("model", "engine", "weights", "BLEU", "lc-tok", "sent/s b1", "words/s b1", "sent/s", "words/s",
+    header = ("model", "engine", "weights", "beam", "BLEU", "lc-tok", "sent/s b1", "words/s b1", "sent/s", "words/s",
               "size MB", "peak MB")
     print("  " + "  ".join(f"{h:>10}" for h in header))
     for r in rows:
-        cells = (r["model"], r["engine"], r["weights"], f"{r['scores'].get('BLEU', float('nan')):.2f}",
+        cells = (r["model"], r["engine"], r["weights"], r["beam"], f"{r['scores'].get('BLEU', float('nan')):.2f}",
                  f"{r['scores']['BLEU-lc-tok']:.2f}" if "BLEU-lc-tok" in r["scores"] else "-",
                  f"{r['batch 1']['sentences_per_s']:.1f}", f"{r['batch 1']['words_per_s']:.0f}",
                  f"{r['batched']['sentences_per_s']:.1f}", f"{r['batched']['words_per_s']:.0f}",

@@ -343,22 +343,9 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
 def marian_folder(source: str) -> Path:
     """``source`` itself when it is a directory; otherwise a hub name (``Helsinki-NLP/opus-mt-en-de``),
     downloaded through ``huggingface_hub`` into its cache and read from there."""
-    path = Path(source)
-    if path.is_dir():
-        return path
-    if path.exists() or source.count("/") != 1 or source.startswith((".", "/")):
-        raise MtkitError(f"{source}: no such directory (nor a hub name such as Helsinki-NLP/opus-mt-en-de)")
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise MtkitError(f"{source}: not a directory; a hub name needs huggingface_hub "
-                         "(pip install 'mtkit[import]')") from None
-    print(f"downloading {source} from the Hugging Face hub", file=sys.stderr)
-    try:
-        return Path(snapshot_download(source, allow_patterns=["*.json", "*.spm", *WEIGHTS]))
-    except Exception as e:  # noqa: BLE001 (no network, no such repository, no access: one line)
-        why = (str(e).splitlines() or [""])[0][:160]
-        raise MtkitError(f"{source}: download failed ({type(e).__name__}: {why})") from None
+    from mtkit.hub import hub_folder
+
+    return hub_folder(source, ["*.json", "*.spm", *WEIGHTS], "Helsinki-NLP/opus-mt-en-de", "import")
 
 
 def read_marian(folder: str | Path) -> Imported:

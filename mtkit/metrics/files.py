@@ -97,6 +97,8 @@ def score_lines(
     lang: str | None = None,
     n_samples: int = 1000,
     lowercase: bool = False,
+    sources: list[str] | None = None,
+    comet=None,
 ) -> Evaluation:
     """Score hypothesis lines against reference lines.
 
@@ -112,10 +114,16 @@ def score_lines(
         n_samples: bootstrap resamples for the paired test.
         lowercase: case-insensitive BLEU and chrF (as ``sacrebleu -lc``), e.g. for a model trained
             on lowercased text.
+        sources: the source lines, for COMET.
+        comet: a :class:`~mtkit.metrics.comet.CometScorer` for the metric ``comet`` (COMET after the others;
+            with a reference-free model, ``refs`` may be empty when it is the only metric).
     """
+    sacre = [m for m in metrics if m.lower() != "comet"]
+    if len(sacre) < len(metrics) and comet is None:
+        raise MtkitError("the metric comet needs a COMET model")
     if not hyps:
         raise MtkitError("no hypotheses given: pass --hyp FILE")
-    if not refs:
+    if not refs and (sacre or lc_tok or compound_split or comet.needs_references):
         raise MtkitError("no references given: pass --ref FILE")
     hyp_labels, hyp_lines = [h[0] for h in hyps], [h[1] for h in hyps]
     ref_labels, ref_lines = [r[0] for r in refs], [r[1] for r in refs]
@@ -125,8 +133,14 @@ def score_lines(
                 raise MtkitError(
                     f"line counts differ: {hyp_label} has {len(lines)} lines, {ref_label} has {len(ref)}"
                 )
-    if not ref_lines[0]:
-        raise MtkitError(f"{ref_labels[0]}: empty file, nothing to score")
+    for label, lines in (refs[:1] or hyps[:1]):
+        if not lines:
+            raise MtkitError(f"{label}: empty file, nothing to score")
+    if len(sacre) < len(metrics):
+        return _with_comet(score_lines(hyps, refs, sacre, chrf_plus, lc_tok, compound_split=compound_split,
+                                       lang=lang, n_samples=n_samples, lowercase=lowercase) if sacre else
+                           Evaluation(hyp_labels, ref_labels, len(hyp_lines[0]), [], None, n_samples),
+                           hyp_lines, ref_lines, sources, comet)
     moses_lang = None
     if (lc_tok or compound_split) and lang is None:
         # Inferred only for the Moses rules: sacreBLEU's own tokenizer changes only on an explicit --lang.
@@ -149,3 +163,26 @@ def score_lines(
     if len(hyps) > 1:
         paired = paired_bootstrap(list(zip(hyp_labels, hyp_lines)), ref_lines, n_samples=n_samples, **options)
     return Evaluation(hyp_labels, ref_labels, len(ref_lines[0]), results, paired, n_samples)
+
+
+def _with_comet(evaluation: Evaluation, hyp_lines: list[list[str]], ref_lines: list[list[str]],
+                sources: list[str] | None, comet) -> Evaluation:
+    """``evaluation`` with COMET after its scores and, with several systems, in its paired test (the
+    bootstrap on segment scores, :func:`~mtkit.metrics.scores.paired_bootstrap_segments`)."""
+    from mtkit.metrics.comet import comet_score
+    from mtkit.metrics.scores import paired_bootstrap_segments
+
+    if len(ref_lines) > 1:
+        raise MtkitError("COMET takes one reference per sentence; give one --ref")
+    reference = ref_lines[0] if ref_lines else None  # a model that takes none leaves it
+    systems = [comet_score(comet, sources, lines, reference) for lines in hyp_lines]
+    evaluation.scores.append(systems[0])
+    if len(systems) > 1:
+        rows = paired_bootstrap_segments([(label, s.segments) for label, s in zip(evaluation.hyps, systems)],
+                                         "COMET", comet.signature, evaluation.n_samples)
+        if evaluation.paired is None:
+            evaluation.paired = [[row] for row in rows]
+        else:
+            for columns, row in zip(evaluation.paired, rows):
+                columns.append(row)
+    return evaluation

@@ -339,6 +339,41 @@ def paired_bootstrap(
     return table
 
 
+def paired_bootstrap_segments(systems: Sequence[tuple[str, Sequence[float]]], metric: str, signature: str,
+                              n_samples: int = 1000) -> list[BootstrapScore]:
+    """The paired bootstrap test of :func:`paired_bootstrap` for a metric whose system score is the mean of
+    its segment scores (COMET): the same resamples (sacrebleu's seed, ``SACREBLEU_SEED`` or 12345), mean and
+    95% interval (sacrebleu's ``estimate_ci``) and p-value of the difference to the first system, the
+    baseline. One :class:`BootstrapScore` per system, baseline first."""
+    import os
+
+    import numpy as np
+    from sacrebleu.significance import estimate_ci
+
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
+    scores = [np.asarray(segments, dtype=np.float64) for _, segments in systems]
+    n = len(scores[0])
+    if n == 0 or any(len(s) != n for s in scores):
+        raise MtkitError("a paired test needs the same, non-zero number of segment scores for every system")
+    idxs = rng.choice(n, size=(n_samples, n), replace=True)
+    baseline = scores[0][idxs].mean(axis=1)
+    signature = f"{signature}|bs:{n_samples}|seed:{seed.lower()}"
+    rows = []
+    for (name, _), system in zip(systems, scores):
+        sampled = system[idxs].mean(axis=1)
+        mean, ci = estimate_ci(sampled)
+        p_value = None
+        if rows:  # sacrebleu's paired_bs: how often a resampled difference exceeds the real one, centred
+            differences = np.abs(sampled - baseline)
+            stats = differences - differences.mean()
+            real = abs(float(scores[0].mean()) - float(system.mean()))
+            p_value = (int(np.sum(stats > real)) + 1) / (len(stats) + 1)
+        rows.append(BootstrapScore(system=name, metric=metric, score=float(system.mean()), mean=float(mean),
+                                   ci95=float(ci), p_value=p_value, signature=signature))
+    return rows
+
+
 def load_pairs_refs(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
     """Split (source, target) pairs into sources and one reference stream.
 

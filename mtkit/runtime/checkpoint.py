@@ -256,18 +256,24 @@ def _payload_without_torch(path: Path) -> Any:
     return read_payload(path)
 
 
+def stored_config(path: str | Path):
+    """The Config stored in a checkpoint (file or run directory), read without torch in bounded work and
+    checked as :func:`precheck` checks it."""
+    path = resolve_checkpoint(path, note=False)
+    payload = _payload_without_torch(path)
+    check_fields(payload, path)
+    return checkpoint_config(upgrade(payload), path)
+
+
 def precheck(path: str | Path) -> None:
     """Refuse a checkpoint (file or run directory) that is not readable in bounded work, lacks a field, or
     whose config its tensors do not fit (:func:`check_config_fits_weights`) before torch is even
     imported, so that such a file fails at once. A missing one is left to the loading (whose
     error comes after the flags' checks)."""
     try:
-        path = resolve_checkpoint(path, note=False)  # the loading says it
-    except _Missing:
+        stored_config(path)
+    except _Missing:  # the loading says it
         return
-    payload = _payload_without_torch(path)
-    check_fields(payload, path)
-    checkpoint_config(upgrade(payload), path)
 
 
 def layer_count(names, side: str) -> int:

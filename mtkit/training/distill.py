@@ -4,8 +4,9 @@ become a student's training targets, as mozilla/translations and the WMT efficie
 ``mtkit run`` on a recipe with ``distill.teacher`` runs these stages before the usual prepare → train →
 average → evaluate of the student, each kept in ``WORK/distill/`` and skipped when done:
 
-    shards/settings.json what the shards are made with (the teacher, its decoding, the training source, the
-                         shard size): a run with others is refused rather than mixed in
+    shards/settings.json what the shards are made with (the teacher, its decoding: its own recipe's decode
+                         section, the training source, the shard size): a run with others is refused rather
+                         than mixed in
     shards/NNNNNN.tsv    the teacher's best translation of each source of ``distill.shard_lines`` training
                          pairs in turn, ``TARGET<TAB>LOGPROB<TAB>TOKENS`` a line (its log-probability under
                          the teacher, its pieces with EOS); each written whole (temporary file + rename), so a
@@ -176,7 +177,7 @@ def student_config(config: Config, folder: Path) -> Config:
 
 
 # made_with's keys, as the recipe names them.
-MADE_WITH = {"teacher": "distill.teacher", "decode": "decode section", "train": "data.train",
+MADE_WITH = {"teacher": "distill.teacher", "decode": "decoding (the teacher's decode section)", "train": "data.train",
              "languages": "data.src_lang or tgt_lang", "shard_lines": "distill.shard_lines"}
 
 
@@ -191,8 +192,12 @@ def made_with(config: Config) -> dict:
 
 
 def teacher_decoding(config: Config):
-    """The recipe's decoding, one hypothesis per source, searched (never sampled)."""
-    return replace(config.decode, nbest=1, sampling=False)
+    """How the teacher translates: as its own recipe decodes (the decode section stored in the first teacher;
+    the distillation recipe's own decode section is the student's), one hypothesis per source, searched
+    (never sampled), without MBR."""
+    from mtkit.runtime.checkpoint import stored_config
+
+    return replace(stored_config(config.distill.teacher[0]).decode, nbest=1, sampling=False, mbr="off")
 
 
 def _check_made_with(config: Config, shards: Path) -> None:

@@ -13,10 +13,12 @@ from mtkit.config import ConfigError, config_from_dict
 from mtkit.errors import MtkitError
 from mtkit.training.distill import DONE, distill, read_shards, shard_path, translate_shards, worst
 
+TEACHER_DECODE = {"beam": 2, "max_len_b": 8}  # how the teacher's own recipe decodes
+
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "teacher.pt")
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "teacher.pt", TEACHER_DECODE)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def recipe(tmp_path: Path, teacher: Path, **distill) -> dict:
     files = write_reverse_corpus(tmp_path / "text", n_train=70, n_valid=5)
     data = {"src_lang": "en", "tgt_lang": "de", "train": {"kind": "files", "src": str(files["train"][0]),
                                                            "tgt": str(files["train"][1])}}
-    return {"data": data, "decode": {"beam": 2, "max_len_b": 8}, "distill": {"teacher": [str(teacher)], **distill}}
+    return {"data": data, "decode": {"beam": 1}, "distill": {"teacher": [str(teacher)], **distill}}  # the student's
 
 
 class Killed(Exception):
@@ -124,10 +126,30 @@ def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_ref
             progress=False)
     assert json.loads((folder / "filter.json").read_text())["dropped"] == 35 and not any("skipped" in s for s in said)
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "shards").glob("*.tsv")} == made  # not translated again
-    for change, named in (({"decode": {"beam": 3, "max_len_b": 8}}, "decode section"),
-                          ({"distill": {**raw["distill"], "shard_lines": 31}}, "distill.shard_lines")):
-        with pytest.raises(MtkitError, match=f"its translations were made with another {named}; remove"):
-            distill(config_from_dict({**raw, **change}), folder, said.append, progress=False)
+    with pytest.raises(MtkitError, match="its translations were made with another distill.shard_lines; remove"):
+        distill(config_from_dict({**raw, "distill": {**raw["distill"], "shard_lines": 31}}), folder, said.append,
+                progress=False)
+
+
+def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tmp_path):
+    from mtkit.config import DecodeConfig, config_to_dict
+    from mtkit.runtime.factory import build_translator
+
+    teacher = write_tiny_checkpoint(tmp_path / "teacher.pt", {"beam": 3, "max_len_b": 6, "alpha": 0.0})
+    raw = recipe(tmp_path, teacher, shard_lines=30)
+    folder = tmp_path / "distill"
+    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    made = json.loads((folder / "shards" / "settings.json").read_text())["decode"]
+    assert made == config_to_dict(DecodeConfig(beam=3, max_len_b=6, alpha=0.0))
+    own = build_translator([teacher], "torch", "cpu", threads=1, log=lambda line: None)
+    sources = Path(raw["data"]["train"]["src"]).read_text().splitlines()
+    assert [row[0] for row in read_shards(folder / "shards", 3)] == [t.best.text for t in own.translate(sources)]
+    said: list[str] = []  # the student's decoding is not the teacher's: another one keeps the translations
+    distill(config_from_dict({**raw, "decode": {"beam": 4}}), folder, said.append, progress=False)
+    assert said[-1].endswith("skipped")
+    write_tiny_checkpoint(teacher, {"beam": 2, "max_len_b": 6, "alpha": 0.0})  # the teacher's recipe changed
+    with pytest.raises(MtkitError, match=r"made with another decoding \(the teacher's decode section\); remove"):
+        distill(config_from_dict(raw), folder, said.append, progress=False)
 
 
 @pytest.mark.parametrize(("changes", "message"), [

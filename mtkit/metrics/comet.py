@@ -1,0 +1,482 @@
+"""COMET (Rei et al. 2020, 2022): learned translation metrics on a multilingual encoder, computed natively on
+``transformers``' XLM-R, with the scores of the reference implementation (``unbabel-comet``) on the same
+checkpoint to 1e-4 (tests/integration/test_comet_reference.py runs both).
+
+A COMET model is a folder (a hub repository such as ``Unbabel/wmt22-comet-da``, or a local copy) with
+``hparams.yaml`` and ``checkpoints/model.ckpt``: a PyTorch Lightning checkpoint whose ``state_dict`` holds
+the encoder (``encoder.model.*``, an XLM-R whose config and tokenizer are those of ``pretrained_model``, a hub
+name or a folder), the layer mix (``layerwise_attention.*``) and the estimator (``estimator.ff.*``), and
+whose ``hyper_parameters`` (else ``hparams.yaml``) say how they are used:
+
+- ``regression_metric`` (COMET-DA, e.g. wmt22-comet-da, the default): source, translation and reference
+  encoded apart; each a sentence embedding (the layers mixed by softmax or sparsemax weights, then pooled:
+  the mean over tokens, by default); the estimator reads ``[mt; ref; mt⊙ref; |mt−ref|; mt⊙src; |mt−src|]``.
+- ``referenceless_regression_metric`` (COMET-QE, wmt20/21): ``[mt; src; mt⊙src; |mt−src|]``, no reference.
+- ``unified_metric`` (CometKiwi, wmt22-cometkiwi-da; UniTE): the translation and the source (and the
+  reference, where the model takes one) joined into one sequence, ``<s> mt </s></s> src </s>``; the
+  estimator reads the mixed layers' first token. With both source and reference, the mean of the scores of
+  mt+src, mt+ref and mt+src+ref, as unbabel-comet does.
+
+The score of a segment is the estimator's output; a system's score is their mean (COMET-DA scores are
+around 0.8 for good systems, not percentages). Loading never runs code from the checkpoint
+(``torch.load(weights_only=True)``, memory-mapped) and checks every tensor's name and shape against the
+model the config describes before the weights are allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtkit.errors import MtkitError
+from mtkit.metrics.scores import MetricScore
+
+DEFAULT_MODEL = "Unbabel/wmt22-comet-da"  # reference-based, the one papers and mozilla/translations report
+KINDS = ("regression_metric", "referenceless_regression_metric", "unified_metric")
+ENCODERS = ("XLM-RoBERTa", "XLM-RoBERTa-XL")
+ACTIVATIONS = ("Tanh", "Sigmoid", "Softplus", "Softsign", "Hardtanh", "Mish")  # nn.<activation.title()>
+MAX_HPARAMS_BYTES = 1 << 20  # hparams.yaml: a few hundred bytes
+LFS_POINTER = b"version https://git-lfs"
+IGNORED = ("encoder.model.embeddings.position_ids", "encoder.model.embeddings.token_type_ids",
+           "encoder.model.pooler.", "layerwise_attention.dropout_mask", "layerwise_attention.dropout_fill",
+           "hidden2tag.")  # buffers older transformers saved, the unused pooler, training-only parts
+
+
+@dataclass(frozen=True)
+class CometHparams:
+    """What of a COMET model's hyper-parameters scoring uses (unbabel-comet's names)."""
+
+    kind: str  # class_identifier, one of KINDS
+    encoder_model: str
+    pretrained_model: str  # the encoder's config and tokenizer: a hub name or a folder
+    pool: str  # avg | max | cls | default
+    layer: str | int  # "mix" or one layer's index
+    layer_transformation: str  # softmax | sparsemax
+    layer_norm: bool
+    hidden_sizes: tuple[int, ...]
+    activations: str
+    final_activation: str | None
+    input_segments: tuple[str, ...]  # unified_metric: what is joined into the sequence, mt first
+
+
+def _hparams(raw: Any, where: str) -> CometHparams:
+    """The hyper-parameters of ``raw`` (a mapping), each checked; an error names ``where`` and the key."""
+    if not isinstance(raw, dict):
+        raise MtkitError(f"{where}: expected a mapping of hyper-parameters")
+
+    def get(key: str, ok: Callable[[Any], bool], rule: str, default: Any = None) -> Any:
+        value = raw.get(key, default)
+        if not ok(value):
+            raise MtkitError(f"{where}: {key} must be {rule}, got {str(value)[:80]!r}")
+        return value
+
+    kind = get("class_identifier", lambda v: v in KINDS, f"one of {', '.join(KINDS)} (the others are not "
+                                                          "supported here)")
+    transformation = get("layer_transformation", lambda v: v in ("softmax", "sparsemax", "sparsemax_patch"),
+                         "softmax or sparsemax", "softmax")
+    segments = get("input_segments", lambda v: isinstance(v, list) and v[:1] == ["mt"]
+                   and set(v) <= {"mt", "src", "ref"} and 2 <= len(v) == len(set(v)),
+                   "a list of mt, then src and/or ref", ["mt", "src", "ref"])
+    return CometHparams(
+        kind=kind,
+        encoder_model=get("encoder_model", lambda v: v in ENCODERS, f"one of {', '.join(ENCODERS)}",
+                          "XLM-RoBERTa"),
+        pretrained_model=get("pretrained_model", lambda v: isinstance(v, str) and 0 < len(v) < 4096,
+                             "a hub name or a folder", "xlm-roberta-large"),
+        pool=get("pool", lambda v: v in ("avg", "max", "cls", "default"), "avg, max, cls or default", "avg"),
+        layer=get("layer", lambda v: v == "mix" or (type(v) is int and 0 <= v < 1000), "mix or a layer index",
+                  "mix"),
+        # unbabel-comet 2.2.4 and later read "sparsemax_patch" as softmax (its issue #244); so did earlier ones
+        layer_transformation="sparsemax" if transformation == "sparsemax" else "softmax",
+        layer_norm=get("layer_norm", lambda v: isinstance(v, bool), "true or false", True),
+        hidden_sizes=tuple(get("hidden_sizes", lambda v: isinstance(v, list) and 0 < len(v) <= 16 and all(
+            type(n) is int and 0 < n <= 1 << 16 for n in v), "a list of sizes", [3072, 1024])),
+        activations=get("activations", lambda v: isinstance(v, str) and v.title() in ACTIVATIONS,
+                        f"one of {', '.join(ACTIVATIONS)}", "Tanh").title(),
+        final_activation=(lambda v: v.title() if v is not None else None)(get(
+            "final_activation", lambda v: v is None or (isinstance(v, str) and v.title() in ACTIVATIONS),
+            f"null or one of {', '.join(ACTIVATIONS)}")),
+        input_segments=tuple(segments),
+    )
+
+
+def read_hparams_file(path: Path) -> dict:
+    """``hparams.yaml``: a bounded read, YAML's safe loader, one error line naming the file."""
+    import yaml
+
+    from mtkit.io import check_depth, read_bounded
+
+    try:
+        raw = yaml.safe_load(read_bounded(path, MAX_HPARAMS_BYTES, "COMET hparams.yaml").decode("utf-8"))
+        check_depth(raw, str(path))
+    except UnicodeDecodeError as e:
+        raise MtkitError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise MtkitError(f"{path}: malformed YAML ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise MtkitError(f"{path}: expected a mapping of hyper-parameters")
+    return raw
+
+
+def locate(source: str) -> tuple[Path, Path]:
+    """``hparams.yaml`` and ``checkpoints/model.ckpt`` of a COMET model given as a folder, its checkpoint
+    file, or a hub name (downloaded)."""
+    from mtkit.hub import hub_folder
+
+    path = Path(source)
+    if path.is_file():  # FOLDER/checkpoints/model.ckpt, as unbabel-comet takes it
+        folder, ckpt = path.parent.parent, path
+    else:
+        folder = hub_folder(source, ["hparams.yaml", "checkpoints/model.ckpt"], DEFAULT_MODEL, "comet")
+        ckpt = folder / "checkpoints" / "model.ckpt"
+    hparams = folder / "hparams.yaml"
+    for needed in (hparams, ckpt):
+        if not needed.is_file():
+            raise MtkitError(f"{source}: no {needed.relative_to(folder)} (a COMET model is a folder with "
+                             "hparams.yaml and checkpoints/model.ckpt)")
+    return hparams, ckpt
+
+
+def read_checkpoint(path: Path) -> dict:
+    """The Lightning checkpoint at ``path``, memory-mapped, with torch's weights-only unpickler (nothing
+    of it runs); its ``state_dict`` and ``hyper_parameters``."""
+    import pickle
+
+    import torch
+
+    with open(path, "rb") as f:
+        if f.read(len(LFS_POINTER)) == LFS_POINTER:
+            raise MtkitError(f"{path}: a Git LFS pointer, not the checkpoint (fetch it: git lfs pull)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
+        why = (str(e).strip().splitlines() or [""])[-1][:200]
+        raise MtkitError(f"{path}: not a COMET checkpoint torch can read as weights only ({why})") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        raise MtkitError(f"{path}: no state_dict (expected a PyTorch Lightning checkpoint of a COMET model)")
+    bad = next((k for k, v in ckpt["state_dict"].items() if not (isinstance(k, str)
+                                                                   and isinstance(v, torch.Tensor))), None)
+    if bad is not None:
+        raise MtkitError(f"{path}: its state_dict holds {str(bad)[:80]!r}, not a named tensor")
+    return ckpt
+
+
+def sparsemax(z):
+    """Sparsemax (Martins & Astudillo 2016) of a vector: the Euclidean projection onto the simplex, which,
+    unlike softmax, gives weights of exactly 0 (entmax's ``sparsemax``, as unbabel-comet mixes layers)."""
+    import torch
+
+    ordered, _ = torch.sort(z, descending=True)
+    k = torch.arange(1, z.numel() + 1, dtype=z.dtype, device=z.device)
+    cumulative = ordered.cumsum(0) - 1
+    support = int((k * ordered > cumulative).sum())
+    tau = cumulative[support - 1] / support
+    return torch.clamp(z - tau, min=0)
+
+
+def _network(hp: CometHparams, encoder_config, device):
+    """The COMET module, parameter names as unbabel-comet's (``encoder.model``, ``layerwise_attention``,
+    ``estimator.ff``), built on ``device`` (``meta``: shapes only)."""
+    import torch
+    from torch import nn
+
+    class LayerMix(nn.Module):
+        """unbabel-comet's LayerwiseAttention at inference: gamma · Σ_k w_k · layer_k, w = softmax or
+        sparsemax of one scalar per layer; with layer_norm, each layer normalized per sentence over its
+        tokens and features first."""
+
+        def __init__(self, layers: int):
+            super().__init__()
+            self.scalar_parameters = nn.ParameterList([nn.Parameter(torch.zeros(1)) for _ in range(layers)])
+            self.gamma = nn.Parameter(torch.ones(1))
+
+        def forward(self, tensors, mask):
+            weights = torch.cat(list(self.scalar_parameters))
+            weights = sparsemax(weights) if hp.layer_transformation == "sparsemax" else torch.softmax(weights, 0)
+            if hp.layer_norm:
+                m = mask.float().unsqueeze(-1)
+                count = mask.float().sum(1) * tensors[0].size(-1)
+                normed = []
+                for t in tensors:
+                    mean = (t * m).flatten(1).sum(1) / count
+                    var = (((t * m) - mean.view(-1, 1, 1)) * m).pow(2).flatten(1).sum(1) / count
+                    normed.append((t - mean.view(-1, 1, 1)) / torch.sqrt(var + 1e-12).view(-1, 1, 1))
+                tensors = normed
+            return self.gamma * sum(w * t for w, t in zip(weights, tensors))
+
+    class FeedForward(nn.Module):
+        def __init__(self, in_dim: int):
+            super().__init__()
+            sizes = [in_dim, *hp.hidden_sizes]
+            modules: list[nn.Module] = []
+            for a, b in zip(sizes, sizes[1:]):
+                modules += [nn.Linear(a, b), getattr(nn, hp.activations)(), nn.Dropout(0.0)]
+            modules.append(nn.Linear(sizes[-1], 1))
+            if hp.final_activation is not None:
+                modules.append(getattr(nn, hp.final_activation)())
+            self.ff = nn.Sequential(*modules)
+
+        def forward(self, x):
+            return self.ff(x)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if hp.encoder_model == "XLM-RoBERTa-XL":
+                from transformers import XLMRobertaXLModel as Model
+            else:
+                from transformers import XLMRobertaModel as Model
+            self.model = Model(encoder_config, add_pooling_layer=False)
+
+    class Comet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = Encoder()
+            if hp.layer == "mix":
+                self.layerwise_attention = LayerMix(encoder_config.num_hidden_layers + 1)
+            units = encoder_config.hidden_size
+            self.estimator = FeedForward(units * {"regression_metric": 6, "referenceless_regression_metric": 4,
+                                                  "unified_metric": 1}[hp.kind])
+
+    with torch.device(device):
+        return Comet()
+
+
+def _check_config(config, hp: CometHparams, state: dict, where: str) -> None:
+    """The encoder config's sizes against the checkpoint's tensors (before any model is built: the config
+    claims, the tensors hold): hidden and vocabulary size, positions, layers, feed-forward width."""
+    words = state.get("encoder.model.embeddings.word_embeddings.weight")
+    if words is None or words.dim() != 2:
+        raise MtkitError(f"{where}: no encoder.model.embeddings.word_embeddings.weight (not an XLM-R COMET model)")
+    positions = state.get("encoder.model.embeddings.position_embeddings.weight")
+    layers = {int(k.split(".")[4]) for k in state if k.startswith("encoder.model.encoder.layer.")
+              and k.split(".")[4].isdigit()}
+    ffn = state.get("encoder.model.encoder.layer.0.intermediate.dense.weight")
+    held = {"vocab_size": words.shape[0], "hidden_size": words.shape[1],
+            "max_position_embeddings": None if positions is None else positions.shape[0],
+            "num_hidden_layers": len(layers) if layers == set(range(len(layers))) else None,
+            "intermediate_size": None if ffn is None else ffn.shape[0]}
+    for key, value in held.items():
+        claimed = getattr(config, key, None)
+        if value is None or claimed != value:
+            raise MtkitError(f"{where}: the encoder config ({hp.pretrained_model}) says {key} {claimed}, the "
+                             f"checkpoint's tensors hold {value}")
+    heads = getattr(config, "num_attention_heads", 0)
+    if type(heads) is not int or heads <= 0 or config.hidden_size % heads:
+        raise MtkitError(f"{where}: the encoder config's num_attention_heads {heads} does not divide "
+                         f"hidden_size {config.hidden_size}")
+
+
+def _fit(network, state: dict, where: str) -> dict:
+    """The checkpoint's tensors the module takes, each name and shape checked against it (shapes from a
+    ``meta`` module: nothing allocated yet)."""
+    wanted = {k: tuple(v.shape) for k, v in network.state_dict().items()}
+    kept = {k: v for k, v in state.items() if not k.startswith(IGNORED)}
+    missing = sorted(set(wanted) - set(kept))
+    unexpected = sorted(set(kept) - set(wanted))
+    if missing or unexpected:
+        name = (missing or unexpected)[0]
+        raise MtkitError(f"{where}: {'no tensor' if missing else 'an unexpected tensor'} {name} "
+                         f"({len(missing)} missing, {len(unexpected)} unexpected)")
+    for k, shape in wanted.items():
+        if tuple(kept[k].shape) != shape:
+            raise MtkitError(f"{where}: {k} has shape {tuple(kept[k].shape)}, the model needs {shape}")
+    return kept
+
+
+class CometScorer:
+    """A loaded COMET model: :meth:`score` gives one score per segment.
+
+    Args:
+        source: a hub name (``Unbabel/wmt22-comet-da``), a model folder or its ``checkpoints/model.ckpt``.
+        device: ``auto`` (a GPU when there is one), ``cpu``, ``cuda``, ``cuda:N``.
+    """
+
+    def __init__(self, source: str = DEFAULT_MODEL, device: str = "auto"):
+        import torch
+
+        try:
+            import transformers
+            from transformers import AutoConfig, AutoTokenizer
+        except ImportError:
+            raise MtkitError("COMET needs transformers: pip install 'mtkit[comet]'") from None
+        hparams_path, ckpt_path = locate(source)
+        ckpt = read_checkpoint(ckpt_path)
+        stored = ckpt.get("hyper_parameters")  # what unbabel-comet uses; hparams.yaml names the class
+        raw = {**(stored if isinstance(stored, dict) else {}), **{
+            k: v for k, v in read_hparams_file(hparams_path).items() if k == "class_identifier"
+            or not isinstance(stored, dict)}}
+        self.hparams = hp = _hparams(raw, str(hparams_path))
+        try:
+            config = AutoConfig.from_pretrained(hp.pretrained_model)
+            self.tokenizer = AutoTokenizer.from_pretrained(hp.pretrained_model)
+        except (OSError, ValueError) as e:
+            why = (str(e).strip().splitlines() or [""])[0][:160]
+            raise MtkitError(f"{hparams_path}: its encoder {hp.pretrained_model} cannot be loaded ({why})") from None
+        state = ckpt["state_dict"]
+        _check_config(config, hp, state, str(ckpt_path))
+        if hp.layer != "mix" and hp.layer > config.num_hidden_layers:
+            raise MtkitError(f"{hparams_path}: layer {hp.layer} of an encoder of {config.num_hidden_layers} layers")
+        kept = _fit(_network(hp, config, "meta"), state, str(ckpt_path))
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+        network = _network(hp, config, "cpu")
+        network.load_state_dict(kept, strict=False)
+        self.network = network.to(self.device).eval()
+        self.name = source
+        self.max_length = config.max_position_embeddings - 2  # unbabel-comet's encoder.max_positions
+        self.signature = (f"model:{source}|class:{hp.kind}|encoder:{hp.pretrained_model}|mtkit:{_mtkit_version()}"
+                          f"|transformers:{transformers.__version__}|torch:{torch.__version__.split('+')[0]}")
+
+    @property
+    def needs_references(self) -> bool:
+        hp = self.hparams
+        return hp.kind == "regression_metric" or (hp.kind == "unified_metric" and hp.input_segments == ("mt", "ref"))
+
+    @property
+    def needs_sources(self) -> bool:
+        hp = self.hparams
+        return hp.kind != "unified_metric" or "src" in hp.input_segments
+
+    def score(self, sources: Sequence[str] | None, hypotheses: Sequence[str],
+              references: Sequence[str] | None = None, batch_size: int = 16,
+              progress: bool = True) -> list[float]:
+        """One score per hypothesis, in order. Segments are batched by length (padding does not change a
+        score); ``progress``: a bar on a terminal."""
+        import torch
+
+        from mtkit.io import sentence_progress
+
+        n = len(hypotheses)
+        if self.needs_sources and (sources is None or len(sources) != n):
+            raise MtkitError(f"COMET {self.name} needs the sources (--src), one per hypothesis"
+                             + (f" (got {len(sources)} for {n})" if sources is not None else ""))
+        if self.needs_references and (references is None or len(references) != n):
+            raise MtkitError(f"COMET {self.name} needs the references (--ref), one per hypothesis"
+                             + (f" (got {len(references)} for {n})" if references is not None else ""))
+        if batch_size < 1:
+            raise MtkitError(f"COMET batch size must be at least 1, got {batch_size}")
+        order = sorted(range(n), key=lambda i: -len(hypotheses[i]) - (len(sources[i]) if sources else 0))
+        scores = [0.0] * n
+        bar = sentence_progress(enabled=progress)
+        with torch.inference_mode():
+            for start in range(0, n, batch_size):
+                chunk = order[start:start + batch_size]
+                src, mt, ref = ([lines[i] for i in chunk] if lines is not None else None
+                                for lines in (sources, hypotheses, references))
+                for i, value in zip(chunk, self._batch(src, mt, ref)):
+                    scores[i] = value
+                if bar is not None:
+                    bar.update(len(chunk))
+        if bar is not None:
+            bar.close()
+        return scores
+
+    # ---------------------------------------------------------------- one batch
+
+    def _tokens(self, lines: list[str]) -> dict:
+        return self.tokenizer(lines, return_tensors="pt", padding=True, truncation=True,
+                              max_length=self.max_length - 2)
+
+    def _embed(self, ids, mask):
+        """Sentence embeddings: the mixed (or chosen) layer pooled as ``hparams.pool`` says."""
+        hp, net = self.hparams, self.network
+        out = net.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        layers = out.hidden_states
+        words = net.layerwise_attention(layers, mask) if hp.layer == "mix" else layers[hp.layer]
+        if hp.pool == "default":
+            return out.last_hidden_state[:, 0, :]
+        if hp.pool == "cls":
+            return words[:, 0, :]
+        padding = ids.eq(self.tokenizer.pad_token_id).unsqueeze(-1)
+        if hp.pool == "max":
+            return words.float().masked_fill(padding, float("-inf")).type_as(words).max(dim=1)[0]
+        total = words.float().masked_fill(padding, 0.0).type_as(words).sum(1)
+        return total / mask.unsqueeze(-1).expand(words.size()).float().sum(1)
+
+    def _batch(self, sources, hypotheses, references) -> list[float]:
+        import torch
+
+        hp, net, device = self.hparams, self.network, self.device
+        if hp.kind != "unified_metric":
+            embed = {}
+            for side, lines in (("src", sources), ("mt", hypotheses), ("ref", references)):
+                if lines is not None and (side != "ref" or hp.kind == "regression_metric"):
+                    t = self._tokens(lines)
+                    embed[side] = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
+            mt, src = embed["mt"], embed["src"]
+            if hp.kind == "regression_metric":
+                ref = embed["ref"]
+                features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
+            else:
+                features = (mt, src, mt * src, torch.abs(mt - src))
+            return net.estimator(torch.cat(features, dim=1)).view(-1).float().tolist()
+        given = {"mt": hypotheses, "src": sources, "ref": references}
+        segments = [s for s in hp.input_segments if given[s] is not None]
+        encoded = {s: self._tokens(given[s])["input_ids"] for s in segments}
+        if segments == ["mt", "src", "ref"]:  # unbabel-comet: the mean of mt+src, mt+ref and all three
+            groups = [["mt", "src"], ["mt", "ref"], ["mt", "src", "ref"]]
+        else:
+            groups = [segments]
+        scores = None
+        for group in groups:
+            ids, mask = self._joined([encoded[s] for s in group])
+            value = net.estimator(self._first_token(ids.to(device), mask.long().to(device))).view(-1).float()
+            scores = value if scores is None else scores + value
+        return (scores / len(groups)).tolist()
+
+    def _first_token(self, ids, mask):
+        """unified_metric's sentence embedding: the first token of the mixed (or chosen) layer."""
+        hp, net = self.hparams, self.network
+        layers = net.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        words = net.layerwise_attention(layers, mask) if hp.layer == "mix" else layers[hp.layer]
+        return words[:, 0, :]
+
+    def _joined(self, parts: list) -> tuple:
+        """Each row's segments joined as unbabel-comet's ``concat_sequences`` joins them (``<s> a </s></s> b
+        </s>``), cut to the encoder's positions where they do not fit, padded; ids and attention mask."""
+        import torch
+
+        pad, cls, sep = (self.tokenizer.pad_token_id, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
+        rows = []
+        for i in range(parts[0].size(0)):
+            pieces = [p[i][p[i].ne(pad)].tolist() for p in parts]
+            joined = pieces[0]
+            for other in pieces[1:]:  # XLM-R's pair of sequences (build_inputs_with_special_tokens)
+                joined = [cls, *joined[1:-1], sep, sep, *other[1:-1], sep]
+            if sum(len(p) - 2 for p in pieces) > self.max_length - (1 + 2 * len(pieces)):
+                joined = joined[:self.max_length]
+            rows.append(joined)
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        lengths = torch.tensor([len(r) for r in rows])
+        return ids, torch.arange(width)[None, :] < lengths[:, None]
+
+
+@dataclass(frozen=True)
+class CometScore(MetricScore):
+    """A system's COMET: the mean of its segment scores (``segments``, in line order); ``signature`` names
+    the model, its class and encoder, and the versions that computed it."""
+
+    model: str
+    segments: list[float]
+
+
+def comet_score(scorer: CometScorer, sources: Sequence[str] | None, hypotheses: Sequence[str],
+                references: Sequence[str] | None, progress: bool = True) -> CometScore:
+    segments = scorer.score(sources, hypotheses, references, progress=progress)
+    return CometScore(metric="COMET", score=system_score(segments), signature=scorer.signature,
+                      model=scorer.name, segments=segments)
+
+
+def _mtkit_version() -> str:
+    import mtkit
+
+    return mtkit.__version__
+
+
+def system_score(scores: Sequence[float]) -> float:
+    """A system's COMET: the mean of its segment scores (NaN for none)."""
+    return sum(scores) / len(scores) if scores else math.nan
