@@ -233,6 +233,8 @@ def translate(
     mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | off."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
     output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet); default text, nbest with --nbest K > 1."),
+    qe: bool = typer.Option(False, "--qe", help="Each translation's quality estimate, without a reference: a tab-separated column of --format text, a key qe of json. The model's confidence (mean log-probability per token), or COMET-QE's score with --qe-model."),
+    qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it)."),
@@ -272,7 +274,7 @@ def translate(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
-        glossary=glossary, tgt_lang=tgt_lang, quantization=quantization,
+        glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
     ))
 
 

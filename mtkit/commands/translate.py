@@ -154,6 +154,8 @@ class TranslateOptions:
     glossary: Path | None = None
     tgt_lang: str | None = None
     quantization: str | None = None
+    qe: bool = False  # each translation's quality estimate (mtkit.runtime.quality): a column, or a json key
+    qe_model: str | None = None  # a reference-free COMET model for it (implies qe); None: the model's confidence
 
 
 def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
@@ -210,6 +212,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if o.attention_layer is not None and o.attention_png is None:
         raise MtkitError("--attention-layer needs --attention-png")
     check_decode_flags(overrides)
+    qe = o.qe or o.qe_model is not None
+    if qe and output_format not in (None, "text", "json"):
+        raise MtkitError(f"--qe adds a column to --format text or a key to json, not to --format {output_format}")
     if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest", "json"):
         raise MtkitError(f"--nbest {overrides['nbest']} lists hypotheses with --format nbest or json; "
                          f"--format {output_format} prints the best one only")
@@ -252,6 +257,11 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             raise MtkitError(f"--attention-layer {o.attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
 
+    scorer = None
+    if o.qe_model is not None:  # loaded first: a model that cannot be had fails before any translation
+        from mtkit.runtime.quality import load_qe_model
+
+        scorer = load_qe_model(o.qe_model, o.device)
     translator = build_translator(paths, o.engine, o.device, o.precision, o.threads, overrides, o.decode,
                                   check_attention_layer, tgt_lang=o.tgt_lang)
     first_model = translator.models[0] if o.engine == "torch" else None
@@ -259,6 +269,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     nbest = translator.decode.nbest
     if output_format is None:
         output_format = "nbest" if nbest > 1 else "text"
+    if qe and output_format == "nbest":
+        raise MtkitError(f"--qe adds a column to --format text or a key to json; --nbest {nbest} lists hypotheses "
+                         "with --format nbest: add --format json")
     attention_done = o.attention_png is None
     progress = sentence_progress(enabled=not interactive)
     wanted = None
@@ -270,10 +283,19 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     started = time.perf_counter()
     try:
         with _output_stream(o.output) as out:
-            for t in translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size, constraints=wanted):
+            translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,
+                                                constraints=wanted)
+            if qe:  # COMET-QE scores in groups, one at a time where stdin is read as it comes
+                from mtkit.runtime.quality import with_quality
+
+                rated = with_quality(translations, scorer, group=1 if "-" in inputs or buffer_size == 1 else 16)
+            else:
+                rated = ((t, None) for t in translations)
+            for t, quality in rated:
                 done += 1
                 words += len(t.best.text.split())
-                out.write("".join(line + "\n" for line in format_translation(t, output_format, nbest)).encode("utf-8"))
+                lines = format_translation(t, output_format, nbest, qe, quality)
+                out.write("".join(line + "\n" for line in lines).encode("utf-8"))
                 if buffer_size == 1:
                     out.flush()
                 if progress is not None:

@@ -26,6 +26,9 @@ Output formats (:func:`format_translation`), one line per input line unless note
             ``nbest`` (``decode.nbest`` hypotheses, best first, each with text, score, logprob, confidence and
             tokens) and ``unmet`` (include phrases the translation lacks); a number that is not finite is null,
             and an empty line has no hypothesis (its numbers null, as the server answers it).
+
+With ``--qe`` (:mod:`mtkit.runtime.quality`), each translation's quality estimate: ``text<TAB>QE`` (4 decimals,
+empty for an empty line) in ``text``, a key ``qe`` in ``json``.
 """
 
 from __future__ import annotations
@@ -124,10 +127,14 @@ def _hypothesis(c) -> dict:
             "confidence": _number(c.mean_logprob), "tokens": list(c.pieces)}
 
 
-def format_translation(t: Translation, output_format: str = "text", nbest: int = 1) -> list[str]:
-    """The output lines (without newline) of one translation; see the module docstring."""
+def format_translation(t: Translation, output_format: str = "text", nbest: int = 1, qe: bool = False,
+                       quality: float | None = None) -> list[str]:
+    """The output lines (without newline) of one translation; see the module docstring. ``qe``: with its
+    quality estimate ``quality`` (:mod:`mtkit.runtime.quality`), a column of ``text``, a key of ``json``."""
     best = t.best
     if output_format == "text":
+        if qe:
+            return [f"{clean_output(best.text)}\t{'' if quality is None else f'{quality:.4f}'}"]
         return [clean_output(best.text)]
     if output_format == "tokens":
         return [clean_output(" ".join(best.pieces))]
@@ -141,7 +148,8 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
         hypotheses = [_hypothesis(c) for c in t.candidates[:nbest]] if t.src_ids else []  # an empty line: none
         best = hypotheses[0] if hypotheses else {"text": "", "score": None, "logprob": None, "confidence": None,
                                                  "tokens": []}
-        return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet)},
+        extra = {"qe": None if quality is None else _number(quality)} if qe else {}
+        return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet), **extra},
                            ensure_ascii=False)]
     raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
 

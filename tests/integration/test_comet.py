@@ -220,3 +220,34 @@ def test_several_references_are_refused_for_comet(comet):
     scorer = CometScorer(str(comet), device="cpu")
     with pytest.raises(MtkitError, match="COMET takes one reference per sentence; give one --ref"):
         score_lines([("h", HYPS)], [("r1", REFS), ("r2", REFS)], ["comet"], sources=SOURCES, comet=scorer)
+
+
+def test_translate_gives_each_line_its_quality_estimate(kiwi, comet, tmp_path):
+    model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
+    src = tmp_path / "src.en"
+    src.write_text("one two\n\nthree four five\nsix\n")
+    as_json = mtkit("translate", "-m", str(model), str(src), "--format", "json", "--qe")
+    assert as_json.returncode == 0, as_json.stderr
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [r["qe"] for r in rows] == [r["confidence"] for r in rows] and rows[1]["qe"] is None
+    column = mtkit("translate", "-m", str(model), str(src), "--qe")
+    assert column.stdout.splitlines() == [
+        f"{r['text']}\t{'' if r['qe'] is None else format(r['qe'], '.4f')}" for r in rows]
+
+    kiwied = mtkit("translate", "-m", str(model), str(src), "--format", "json", "--qe-model", str(kiwi))
+    assert kiwied.returncode == 0, kiwied.stderr
+    rows = [json.loads(line) for line in kiwied.stdout.splitlines()]
+    sources = ["one two", "three four five", "six"]
+    expected = CometScorer(str(kiwi), device="cpu").score(sources, [rows[i]["text"] for i in (0, 2, 3)], None,
+                                                          progress=False)
+    assert [rows[i]["qe"] for i in (0, 2, 3)] == pytest.approx(expected, abs=1e-5) and rows[1]["qe"] is None
+    streamed = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(model), "--qe-model", str(kiwi)],
+                              input=src.read_text(), capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert [line.split("\t")[1] for line in streamed.stdout.splitlines()] == [
+        format(expected[0], ".4f"), "", format(expected[1], ".4f"), format(expected[2], ".4f")]
+
+    for args, message in ((["--qe", "--format", "scores"], "--qe adds a column to --format text or a key to json"),
+                          (["--qe-model", str(comet)], f"--qe-model {comet}: a reference-based COMET model")):
+        refused = mtkit("translate", "-m", str(model), str(src), *args)
+        assert refused.returncode == 1 and refused.stderr.startswith(f"error: {message}"), refused.stderr
