@@ -230,8 +230,9 @@ def translate(
     temperature: float | None = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
     top_k: int | None = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
     top_p: float | None = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
-    mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | off."),
+    mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | comet | off."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
+    mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: a reference-based COMET model, hub name or folder (default Unbabel/wmt22-comet-da; needs mtkit[comet])."),
     output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet); default text, nbest with --nbest K > 1."),
     qe: bool = typer.Option(False, "--qe", help="Each translation's quality estimate, without a reference: a tab-separated column of --format text, a key qe of json. The model's confidence (mean log-probability per token), or COMET-QE's score with --qe-model."),
     qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
@@ -268,7 +269,7 @@ def translate(
         "max_len_a": max_len_a, "max_len_b": max_len_b,
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-        "mbr": mbr, "mbr_candidates": mbr_candidates,
+        "mbr": mbr, "mbr_candidates": mbr_candidates, "mbr_comet_model": mbr_comet_model,
     }
     run_translate(list(model), list(inputs or ["-"]), TranslateOptions(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
@@ -338,8 +339,9 @@ def evaluate(
     beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size for --model."),
     alpha: float | None = typer.Option(None, "--alpha", help="Length penalty α for --model."),
     length_penalty: str | None = typer.Option(None, "--length-penalty", help="gnmt | power, for --model (see translate --help)."),
-    mbr: str | None = typer.Option(None, "--mbr", help="With --model: minimum-Bayes-risk decoding, chrf | bleu | off (see translate --help)."),
+    mbr: str | None = typer.Option(None, "--mbr", help="With --model: minimum-Bayes-risk decoding, chrf | bleu | comet | off (see translate --help)."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8)."),
+    mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: the COMET model of its utility (default Unbabel/wmt22-comet-da)."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
     constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
     glossary: Path | None = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
@@ -368,7 +370,8 @@ def evaluate(
         langpair=langpair, hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
         chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty,
-                                            "mbr": mbr, "mbr_candidates": mbr_candidates}.items()
+                                            "mbr": mbr, "mbr_candidates": mbr_candidates,
+                                            "mbr_comet_model": mbr_comet_model}.items()
                           if v is not None}, device=device,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))

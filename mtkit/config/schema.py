@@ -269,9 +269,11 @@ class DecodeConfig:
     temperature: float = 1.0  # in TEMPERATURE_RANGE: far outside it the scaled logits overflow or vanish
     top_k: int = 0
     top_p: float = 1.0
-    mbr: Literal["off", "chrf", "bleu"] = "off"  # minimum-Bayes-risk decoding's utility (mtkit.runtime.mbr):
-    # the candidate of the highest expected chrF / BLEU against the others
+    mbr: Literal["off", "chrf", "bleu", "comet"] = "off"  # minimum-Bayes-risk decoding's utility
+    # (mtkit.runtime.mbr): the candidate of the highest expected chrF / BLEU / COMET against the others
     mbr_candidates: int = 8  # with mbr: hypotheses searched (the beam widened to as many) or samples drawn
+    mbr_comet_model: str = "Unbabel/wmt22-comet-da"  # with mbr comet: a reference-based COMET model (hub name
+    # or folder; mtkit.metrics.comet)
 
 
 @dataclass(frozen=True)

@@ -374,6 +374,28 @@ class CometScorer:
             bar.close()
         return scores
 
+    def pairwise(self, source: str, texts: Sequence[str]) -> list[list[float]]:
+        """``[i][j]``: the score of ``texts[i]`` as the translation of ``source`` with ``texts[j]`` as its
+        reference (a regression_metric model): each sentence encoded once, the estimator run N² times."""
+        import torch
+
+        if self.hparams.kind != "regression_metric":
+            raise MtkitError(f"COMET {self.name}: scoring against each other needs a reference-based model")
+        device = self.device
+        with torch.inference_mode():
+            t = self._tokens([source])
+            src = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
+            t = self._tokens(list(texts))
+            hyps = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
+            n = hyps.size(0)
+            src = src.expand(n, -1)
+            rows = []
+            for i in range(n):
+                mt, ref = hyps[i:i + 1].expand(n, -1), hyps
+                features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
+                rows.append(self.network.estimator(torch.cat(features, dim=1)).view(-1).float().tolist())
+        return rows
+
     # ---------------------------------------------------------------- one batch
 
     def _tokens(self, lines: list[str]) -> dict:

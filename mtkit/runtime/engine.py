@@ -297,7 +297,7 @@ class Engine:
                 for ids, score, logprob in results[i]
             ]
             if mbr:  # by expected utility; those that hold the include phrases still first
-                ranked = mbr_order(candidates, call.decode.mbr)
+                ranked = mbr_order(candidates, call.decode.mbr, line, call.decode.mbr_comet_model)
                 if wanted[i] is not None:
                     ranked.sort(key=lambda c, w=wanted[i]: bool(unmet(w, c.text)))
                 candidates = ranked[: call.decode.nbest]

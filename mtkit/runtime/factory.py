@@ -62,6 +62,8 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
     sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
     if sampling_only and not decode.sampling:
         raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
+    if "mbr_comet_model" in overrides and decode.mbr != "comet":
+        raise MtkitError(f"{flag_name('mbr_comet_model')} needs --mbr comet (the model of its utility)")
     return decode
 
 

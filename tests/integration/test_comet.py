@@ -52,7 +52,7 @@ def files(tmp_path) -> dict[str, Path]:
     return paths
 
 
-def mtkit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def mtkit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
 
@@ -83,7 +83,7 @@ def test_sparsemax_is_the_projection_onto_the_simplex():
 def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     args = ["evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--ref", str(files["ref.de"]),
             "--metrics", "bleu,comet", "--comet-model", str(comet)]
-    done = mtkit(*args, "--json")
+    done = mtkit_cli(*args, "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert [s["metric"] for s in doc["scores"]] == ["BLEU", "COMET"]
@@ -93,13 +93,13 @@ def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     assert entry["score"] == pytest.approx(sum(expected) / len(expected), abs=1e-6)
     assert entry["model"] == str(comet)
     assert entry["signature"].startswith(f"model:{comet}|class:regression_metric|encoder:{comet / 'encoder'}|mtkit:")
-    table = mtkit(*args)
+    table = mtkit_cli(*args)
     assert table.returncode == 0, table.stderr
     assert f"COMET  {entry['score']:6.4f}" in table.stdout and f"  COMET: {entry['signature']}" in table.stdout
 
 
 def test_the_paired_bootstrap_covers_comet(comet, files):
-    done = mtkit("evaluate", "--hyp", str(files["base.de"]), "--hyp", str(files["hyp.de"]), "--src",
+    done = mtkit_cli("evaluate", "--hyp", str(files["base.de"]), "--hyp", str(files["hyp.de"]), "--src",
                  str(files["src.en"]), "--ref", str(files["ref.de"]), "--metrics", "chrf,comet", "--comet-model",
                  str(comet), "--json")
     assert done.returncode == 0, done.stderr
@@ -124,14 +124,14 @@ def test_the_segment_bootstrap_tells_a_real_difference_from_none():
 
 
 def test_quality_estimation_needs_no_reference_with_a_reference_free_model(kiwi, comet, files):
-    done = mtkit("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
+    done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
                  "--comet-model", str(kiwi), "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["refs"] == [] and doc["n_sentences"] == len(HYPS)
     assert doc["scores"][0]["segments"] == pytest.approx(
         CometScorer(str(kiwi), device="cpu").score(SOURCES, HYPS, None, progress=False), abs=1e-5)
-    needs = mtkit("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
+    needs = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
                   "--comet-model", str(comet))
     assert needs.returncode == 1 and needs.stderr.strip() == "error: no references given: pass --ref FILE"
 
@@ -141,7 +141,7 @@ def test_evaluate_a_model_with_comet(comet, tmp_path):
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
     src.write_text("one two\nthree\n")
     ref.write_text("eins zwei\ndrei\n")
-    done = mtkit("evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--metrics", "comet",
+    done = mtkit_cli("evaluate", "-m", str(model), "--src", str(src), "--ref", str(ref), "--metrics", "comet",
                  "--comet-model", str(comet), "--hyp-out", str(tmp_path / "hyp.de"), "--json")
     assert done.returncode == 0, done.stderr
     hyps = (tmp_path / "hyp.de").read_text().splitlines()
@@ -199,7 +199,7 @@ def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, b
         args, expected = ["--ref", str(files["ref.de"])], "the metric comet needs the sources: give --src"
     if "--metrics" not in args:
         args += ["--metrics", "bleu,comet"]
-    done = mtkit("evaluate", "--hyp", str(files["hyp.de"]), *args, "--comet-model", str(model))
+    done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), *args, "--comet-model", str(model))
     assert done.returncode == 1, (done.stdout, done.stderr)
     said = done.stderr.splitlines()  # a hub name is said to be downloading first
     assert said[-1].startswith(f"error: {expected}") and len(said) == 1 + (breakage == "hub"), done.stderr
@@ -226,15 +226,15 @@ def test_translate_gives_each_line_its_quality_estimate(kiwi, comet, tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src = tmp_path / "src.en"
     src.write_text("one two\n\nthree four five\nsix\n")
-    as_json = mtkit("translate", "-m", str(model), str(src), "--format", "json", "--qe")
+    as_json = mtkit_cli("translate", "-m", str(model), str(src), "--format", "json", "--qe")
     assert as_json.returncode == 0, as_json.stderr
     rows = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [r["qe"] for r in rows] == [r["confidence"] for r in rows] and rows[1]["qe"] is None
-    column = mtkit("translate", "-m", str(model), str(src), "--qe")
+    column = mtkit_cli("translate", "-m", str(model), str(src), "--qe")
     assert column.stdout.splitlines() == [
         f"{r['text']}\t{'' if r['qe'] is None else format(r['qe'], '.4f')}" for r in rows]
 
-    kiwied = mtkit("translate", "-m", str(model), str(src), "--format", "json", "--qe-model", str(kiwi))
+    kiwied = mtkit_cli("translate", "-m", str(model), str(src), "--format", "json", "--qe-model", str(kiwi))
     assert kiwied.returncode == 0, kiwied.stderr
     rows = [json.loads(line) for line in kiwied.stdout.splitlines()]
     sources = ["one two", "three four five", "six"]
@@ -249,5 +249,30 @@ def test_translate_gives_each_line_its_quality_estimate(kiwi, comet, tmp_path):
 
     for args, message in ((["--qe", "--format", "scores"], "--qe adds a column to --format text or a key to json"),
                           (["--qe-model", str(comet)], f"--qe-model {comet}: a reference-based COMET model")):
-        refused = mtkit("translate", "-m", str(model), str(src), *args)
+        refused = mtkit_cli("translate", "-m", str(model), str(src), *args)
         assert refused.returncode == 1 and refused.stderr.startswith(f"error: {message}"), refused.stderr
+
+
+def test_mbr_with_comet_picks_the_candidate_comet_expects_best(comet, kiwi, tmp_path):
+    import mtkit
+
+    fixture = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoint_format1" / "format1.pt"
+    model = mtkit.load(fixture, threads=1)
+    sources = ["india echo lima juliet", "delta kilo bravo", "", "alpha golf lima india foxtrot", "kilo india"]
+    plain = model.translate(sources, beam=5, nbest=5)
+    chosen = model.translate(sources, mbr="comet", mbr_candidates=5, nbest=5, mbr_comet_model=str(comet))
+    scorer = CometScorer(str(comet), device="cpu")
+    assert [r.source for r in chosen] == sources
+    for source, p, c in zip(sources, plain, chosen):
+        texts = [h.text for h in p.hypotheses]
+        assert sorted(h.text for h in c.hypotheses) == sorted(texts)
+        if len(set(texts)) > 1:  # judged here: each candidate's COMET against every other as its reference
+            expected = [sum(scorer.score([source], [h], [r], progress=False)[0] for j, r in enumerate(texts) if j != i)
+                        / (len(texts) - 1) for i, h in enumerate(texts)]
+            ranked = [texts[i] for i in sorted(range(len(texts)), key=lambda i: -expected[i])]
+            assert [h.text for h in c.hypotheses][0] == ranked[0]
+    with pytest.raises(MtkitError, match="MBR's COMET utility scores candidates against each other"):
+        model.translate(sources[:1], mbr="comet", mbr_candidates=3, mbr_comet_model=str(kiwi))
+    refused = mtkit_cli("translate", "-m", str(fixture), "--mbr-comet-model", str(comet))
+    assert refused.returncode == 1
+    assert refused.stderr == "error: --mbr-comet-model needs --mbr comet (the model of its utility)\n"

@@ -87,7 +87,7 @@ def test_mbr_picks_from_ctranslate2s_n_best_list(tmp_path, monkeypatch):
     ({"mbr": "chrf", "mbr_candidates": 0}, "decode.mbr_candidates: must be >= 1"),
     ({"mbr": "chrf", "mbr_candidates": 2, "nbest": 3, "beam": 4}, "decode.nbest: must be between 1 and "
                                                                   "decode.mbr_candidates (2)"),
-    ({"mbr": "comet"}, "decode.mbr: "),
+    ({"mbr": "mbrs"}, "decode.mbr: "),
 ])
 def test_mbr_settings_are_checked(decode, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
