@@ -209,6 +209,9 @@ class TrainConfig:
     valid_every: int = 1000  # validation loss; 0 = never
     bleu_every: int = 0  # validation BLEU (greedy or beam); 0 = never
     bleu_beam: int = 1
+    valid_metrics: tuple[str, ...] = ("bleu",)  # what bleu_every translates the validation set for: bleu, and
+    # optionally chrf and comet (COMET of valid_comet_model, mtkit.metrics.comet; slow on a CPU; mtkit[comet])
+    valid_comet_model: str = "Unbabel/wmt22-comet-da"  # with comet in valid_metrics: a hub name or a folder
     save_every: int = 1000  # steps; 0 = only at the end
     save_every_minutes: float = 0.0
     keep_last: int = 5
@@ -436,6 +439,11 @@ def validate(config: Config) -> None:
     _check(all(0 <= b < 1 for b in t.betas), "train.betas", "two numbers in [0, 1)", list(t.betas))
     _check(0 <= t.label_smoothing < 1, "train.label_smoothing", "in [0, 1)", t.label_smoothing)
     _check(0 <= t.bpe_dropout < 1, "train.bpe_dropout", "in [0, 1)", t.bpe_dropout)
+    _check("bleu" in t.valid_metrics and set(t.valid_metrics) <= {"bleu", "chrf", "comet"}
+           and len(set(t.valid_metrics)) == len(t.valid_metrics), "train.valid_metrics",
+           "a list of bleu and optionally chrf and comet, each once", list(t.valid_metrics))
+    _check(bool(t.valid_comet_model.strip()), "train.valid_comet_model", "a COMET model (hub name or folder)",
+           t.valid_comet_model)
     _check(0 <= t.ema_decay < 1, "train.ema_decay", "in [0, 1) (0: off)", t.ema_decay)
     _check(1 <= t.ema_every <= MAX_COUNT, "train.ema_every", f"between 1 and {MAX_COUNT}", t.ema_every)
     _check(bool(DEVICE_PATTERN.match(t.device)), "train.device", "auto, cpu, cuda or cuda:N", t.device)

@@ -94,6 +94,11 @@ class Trainer:
 
         manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
+        self.comet = None  # with comet in train.valid_metrics: loaded now, so that a model not to be had fails first
+        if "comet" in self.cfg.valid_metrics and self.cfg.bleu_every:
+            from mtkit.metrics.comet import CometScorer
+
+            self.comet = CometScorer(self.cfg.valid_comet_model, str(self.device))
         self.pairs = self._check_pairs(manifest)  # a multilingual store's pairs; empty for one pair
         # data.tag_side "target": the stored targets start with their tag, the decoder's first input
         self.tagged_targets = bool(self.pairs) and config.data.tag_side == "target"
@@ -301,7 +306,7 @@ class Trainer:
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
             record.update(validation_bleus(self.model, self.vocab, self.data_dir, self.config.decode,
                                            self.cfg.bleu_beam, self.device, pairs, self.config.data.tag_side,
-                                           rank, world))
+                                           rank, world, self.cfg.valid_metrics, self.comet))
         return record
 
     def is_better(self, record: dict) -> bool | None:

@@ -1,5 +1,6 @@
-"""Validation: the loss, NLL and perplexity on the validation store, and BLEU of the model's
-translations of the validation sources against the raw references; per pair for a multilingual run."""
+"""Validation: the loss, NLL and perplexity on the validation store, and BLEU (and chrF, COMET with
+``train.valid_metrics``) of the model's translations of the validation sources against the raw references;
+per pair for a multilingual run."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ from mtkit.io import read_lines
 
 def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device,
                     rank: int = 0, world_size: int = 1, lines: tuple[int, int] | None = None) -> float:
-    """Detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (``valid.{src,tgt}.txt``): cased,
-    or case-insensitive when the target vocabulary lowercases (``data.spm.lowercase``).
+    """Detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (:func:`validation_scores`)."""
+    return validation_scores(model, vocab, data_dir, decode, beam, device, rank, world_size, lines)["bleu"]
 
-    With several ranks each translates every ``world_size``-th sentence from ``rank`` on, and the
-    translations are gathered so that every rank scores the whole set (and gets the same BLEU).
+
+def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device,
+                      rank: int = 0, world_size: int = 1, lines: tuple[int, int] | None = None,
+                      metrics: tuple[str, ...] = ("bleu",), comet=None) -> dict[str, float]:
+    """The ``metrics`` (``bleu``, ``chrf``: detokenized sacreBLEU, cased, or case-insensitive when the
+    target vocabulary lowercases, ``data.spm.lowercase``; ``comet``: the mean COMET of ``comet``, a
+    :class:`~mtkit.metrics.comet.CometScorer`) of ``model``'s translations of ``data_dir``'s valid split
+    (``valid.{src,tgt}.txt``), by name.
+
+    With several ranks each translates (and COMET-scores) every ``world_size``-th sentence from ``rank`` on,
+    and what they found is gathered so that every rank scores the whole set (and gets the same figures).
     ``lines``: (start, end) of one pair's segment of a multilingual set (``vocab`` then leads each source
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
     import sacrebleu
@@ -31,10 +41,19 @@ def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: in
         sources, references = sources[lines[0] : lines[1]], references[lines[0] : lines[1]]
     translator = torch_engine([SimpleNamespace(model=model, vocab=vocab)], replace(decode, beam=beam, nbest=1),
                               str(device), log=lambda message: None)
-    shards = all_gather_objects(translator.translate_text(sources[rank::world_size]))  # shard r: sentences r::world
-    hypotheses = [shards[i % world_size][i // world_size] for i in range(len(sources))]
+    mine = translator.translate_text(sources[rank::world_size])
+    segments = (comet.score(sources[rank::world_size], mine, references[rank::world_size], progress=False)
+                if "comet" in metrics else [])
+    shards = all_gather_objects((mine, segments))  # shard r: sentences r::world
+    hypotheses = [shards[i % world_size][0][i // world_size] for i in range(len(sources))]
     lowercase = vocab.lowercases("tgt")
-    return float(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score)
+    scores = {"bleu": float(sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score)}
+    if "chrf" in metrics:
+        scores["chrf"] = float(sacrebleu.metrics.CHRF(lowercase=lowercase).corpus_score(hypotheses, [references]).score)
+    if "comet" in metrics:
+        gathered = [value for _, shard in shards for value in shard]
+        scores["comet"] = sum(gathered) / len(gathered) if gathered else float("nan")
+    return scores
 
 
 def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_targets: bool, precision: str,
@@ -87,18 +106,22 @@ def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_
 
 
 def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device, pairs: list,
-                     tag_side: str, rank: int = 0, world_size: int = 1) -> dict:
-    """``valid_bleu`` (:func:`validation_bleu`); for a multilingual run (``pairs``: those with a
-    validation segment) per pair (``valid_bleu/en-de`` …), its sources led by the pair's tag, and their
-    mean as ``valid_bleu``."""
+                     tag_side: str, rank: int = 0, world_size: int = 1, metrics: tuple[str, ...] = ("bleu",),
+                     comet=None) -> dict:
+    """``valid_bleu`` (and ``valid_chrf``, ``valid_comet`` when ``metrics`` has them: :func:`validation_scores`);
+    for a multilingual run (``pairs``: those with a validation segment) per pair (``valid_bleu/en-de`` …), its
+    sources led by the pair's tag, and their mean as ``valid_bleu``."""
     if not pairs:
-        return {"valid_bleu": validation_bleu(model, vocab, data_dir, decode, beam, device, rank, world_size)}
+        found = validation_scores(model, vocab, data_dir, decode, beam, device, rank, world_size, None, metrics, comet)
+        return {f"valid_{name}": value for name, value in found.items()}
     from mtkit.data.languages import TaggedVocab
 
-    record = {}
+    record: dict = {}
     for pair in pairs:
         start, count = pair.segment("valid")
-        record[f"valid_bleu/{pair.pair.name}"] = validation_bleu(
-            model, TaggedVocab(vocab, pair.pair.tgt_lang, tag_side), data_dir, decode, beam, device, rank,
-            world_size, lines=(start, start + count))
-    return {"valid_bleu": sum(record.values()) / len(record), **record}
+        found = validation_scores(model, TaggedVocab(vocab, pair.pair.tgt_lang, tag_side), data_dir, decode, beam,
+                                  device, rank, world_size, (start, start + count), metrics, comet)
+        record.update({f"valid_{name}/{pair.pair.name}": value for name, value in found.items()})
+    means = {f"valid_{name}": sum(v for k, v in record.items() if k.startswith(f"valid_{name}/")) / len(pairs)
+             for name in metrics}
+    return {**means, **record}

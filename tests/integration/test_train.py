@@ -260,11 +260,16 @@ def test_train_processes_launches_ranks_that_stop_together(reverse_data, tmp_pat
 def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
     """The validation BLEU that two ranks compute on their shards and gather equals a one-process
     evaluation of the same weights (a fixed number of updates, enough to learn the task)."""
+    from tiny_comet import write_tiny_comet
+
+    from mtkit.metrics.comet import CometScorer
     from mtkit.runtime.checkpoint import load_model
-    from mtkit.training.validation import validation_bleu
+    from mtkit.training.validation import validation_bleu, validation_scores
 
     data_dir, data = reverse_data
-    config = make_config(data, processes=2, max_steps=150, valid_every=150, bleu_every=150, clip_norm=1.0)
+    comet = write_tiny_comet(tmp_path / "comet")
+    config = make_config(data, processes=2, max_steps=150, valid_every=150, bleu_every=150, clip_norm=1.0,
+                         valid_metrics=["bleu", "chrf", "comet"], valid_comet_model=str(comet))
     recipe = write_recipe(tmp_path / "recipe.yaml", config)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cmd = [sys.executable, "-m", "mtkit", "train", str(recipe), "--data", str(data_dir), "--run-dir",
@@ -279,6 +284,39 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
     loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
     one_process = validation_bleu(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu")
     assert abs(one_process - final["valid_bleu"]) < 0.5  # shards batched differently: rounding may flip a token
+    scores = validation_scores(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu",
+                               metrics=("bleu", "chrf", "comet"), comet=CometScorer(str(comet), "cpu"))
+    assert abs(scores["chrf"] - final["valid_chrf"]) < 0.5 and abs(scores["comet"] - final["valid_comet"]) < 0.02
+
+
+def test_validation_reports_chrf_and_comet_when_asked(reverse_data, tmp_path):
+    """``train.valid_metrics``: chrF and COMET (a tiny local model) beside BLEU, equal to the same model's
+    scores computed apart; without them, BLEU alone, as before."""
+    from tiny_comet import write_tiny_comet
+
+    from mtkit.metrics.comet import CometScorer
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.training.validation import validation_scores
+
+    data_dir, data = reverse_data
+    comet = write_tiny_comet(tmp_path / "comet")
+    config = make_config(data, max_steps=20, valid_every=20, bleu_every=20, save_every=20,
+                         valid_metrics=["bleu", "chrf", "comet"], valid_comet_model=str(comet))
+    train(config, data_dir, tmp_path / "run", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    final = [r for r in records if "valid_comet" in r][-1]
+    loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
+    scores = validation_scores(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu",
+                               metrics=("bleu", "chrf", "comet"), comet=CometScorer(str(comet), "cpu"))
+    assert final["valid_bleu"] == pytest.approx(scores["bleu"]) and final["valid_chrf"] == pytest.approx(scores["chrf"])
+    assert final["valid_comet"] == pytest.approx(scores["comet"], abs=1e-5)
+    plain = make_config(data, max_steps=20, valid_every=20, bleu_every=20)
+    train(plain, data_dir, tmp_path / "plain", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    assert any("valid_bleu" in r for r in records) and not any("valid_chrf" in r or "valid_comet" in r
+                                                                 for r in records)
+    with pytest.raises(Exception, match="train.valid_metrics: must be a list of bleu and optionally chrf and comet"):
+        make_config(data, valid_metrics=["chrf"])
 
 
 def test_launched_ranks_share_the_cores(reverse_data, monkeypatch):
