@@ -328,7 +328,7 @@ def evaluate(
     testset: str | None = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
     langpair: str | None = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
     hyp_out: Path | None = typer.Option(None, "--hyp-out", help="Also write --model's hypotheses here (by default they are scored in memory and not kept)."),
-    metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter, comet (COMET needs --src and mtkit[comet]; alone, with a reference-free model such as CometKiwi, no --ref: quality estimation)."),
+    metrics: str = typer.Option("bleu,chrf,ter", "--metrics", help="Comma-separated: bleu, chrf, ter, comet (COMET needs --src and mtkit[comet]), confidence (--model's mean token log-probability). Without --ref: confidence, or comet with a reference-free model such as CometKiwi (quality estimation)."),
     comet_model: str | None = typer.Option(None, "--comet-model", help="The COMET model: a hub name or a local folder (hparams.yaml, checkpoints/model.ckpt). Default: Unbabel/wmt22-comet-da."),
     chrf_plus: bool = typer.Option(False, "--chrf-plus", help="chrF++ (word bigrams too) instead of chrF."),
     lc_tok: bool = typer.Option(False, "--lc-tok", help="Also the literature's lowercased, Moses-tokenized BLEU (Multi30k, IWSLT)."),

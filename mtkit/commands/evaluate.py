@@ -36,9 +36,12 @@ within a schema version)::
          "num_edits": int, "ref_length": float},
         # with --lc-tok / --compound-split, BLEU entries named
         # "BLEU-lc-tok" / "BLEU-tok-compound" (same keys as BLEU)
-        {"metric": "COMET", "score": float,   # with --metrics …,comet, last: the mean of "segments"
+        {"metric": "COMET", "score": float,   # with --metrics …,comet, after the above: the mean of "segments"
          "signature": str,                    # model, class, encoder, mtkit, transformers and torch versions
-         "model": str, "segments": [float]}   # one score per line, in order
+         "model": str, "segments": [float]},  # one score per line, in order
+        {"metric": "confidence", "score": float, "signature": str,  # with --model and --metrics …,confidence,
+         "model": str, "segments": [float | null]}  # last: the model's mean token log-probability per line
+                                                    # (null for an empty line, left out of the mean)
       ],
       "paired_test": null | {      # null unless several --hyp files were given
         "method": "paired_bs",
@@ -71,9 +74,10 @@ import mtkit
 from mtkit.errors import MtkitError
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
-from mtkit.metrics.scores import METRICS
+from mtkit.metrics.scores import METRICS, mean_score
 
 SCHEMA_VERSION = 1
+CONFIDENCE = "confidence:mean log-probability per token of the best hypothesis, EOS included (nats)"
 
 
 def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], chrf_plus: bool, lc_tok: bool,
@@ -139,11 +143,16 @@ def evaluate(options: EvaluateOptions) -> str:
     from mtkit.metrics.files import read_named
 
     if not o.metrics:  # `--metrics ''` or `--metrics ,`
-        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet")
-    unknown = [m for m in o.metrics if m.lower() not in (*METRICS, "comet")]
+        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet, "
+                         "confidence")
+    unknown = [m for m in o.metrics if m.lower() not in (*METRICS, "comet", "confidence")]
     if unknown:
-        raise MtkitError(f"--metrics: unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}, comet")
+        raise MtkitError(f"--metrics: unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}, comet, "
+                         "confidence")
     with_comet = any(m.lower() == "comet" for m in o.metrics)
+    with_confidence = any(m.lower() == "confidence" for m in o.metrics)
+    if with_confidence and o.model is None:
+        raise MtkitError("the metric confidence is the translating model's own: it needs --model")
     if o.comet_model is not None and not with_comet:
         raise MtkitError("--comet-model needs the metric comet (--metrics bleu,chrf,comet)")
     if with_comet and o.model is None and o.testset is None and o.src is None:
@@ -174,14 +183,15 @@ def evaluate(options: EvaluateOptions) -> str:
                 for k, stream in enumerate(references)]
         lang = lang or o.langpair.split("-")[1]
     else:
-        reference_free = with_comet and len(o.metrics) == 1  # quality estimation, if the model takes no reference
+        # quality estimation: the model's confidence, or COMET with a model that takes no reference
+        reference_free = all(m.lower() in ("comet", "confidence") for m in o.metrics)
         if o.model is not None and (o.src is None or not (o.ref or reference_free)):
             raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
         if not o.ref and not reference_free:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         refs = read_named(o.ref)
         sources = list(read_lines(o.src)) if o.src is not None else None
-        if lang is None and o.model is not None:
+        if lang is None and o.model is not None and o.ref:
             suffix = Path(o.ref[0]).suffix.lstrip(".")
             lang = o.tgt_lang or (suffix if len(suffix) == 2 else None)
     comet = None
@@ -200,7 +210,7 @@ def evaluate(options: EvaluateOptions) -> str:
             check_line_counts,
             read_constraint_options,
         )
-        from mtkit.runtime.lines import translate_lines
+        from mtkit.runtime.lines import translations_of
 
         src_lines = sources
         check_decode_flags(o.decode_overrides)
@@ -212,8 +222,10 @@ def evaluate(options: EvaluateOptions) -> str:
 
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
         with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)
-        hypotheses, folds_case = translate_lines(o.model, src_lines, with_flags, o.device, constraints=wanted,
-                                                 tgt_lang=o.tgt_lang)
+        translations, folds_case = translations_of(o.model, src_lines, with_flags, o.device, constraints=wanted,
+                                                   tgt_lang=o.tgt_lang)
+        hypotheses = [t.best.text for t in translations]
+        confidences = [t.best.mean_logprob if t.src_ids else None for t in translations]
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
             lowercase = True
@@ -221,8 +233,16 @@ def evaluate(options: EvaluateOptions) -> str:
             atomic_write_text(o.hyp_out, "".join(line + "\n" for line in hypotheses))
             print(f"hypotheses: {o.hyp_out}", file=sys.stderr)
         hyps = [(str(o.hyp_out) if o.hyp_out is not None else ", ".join(map(str, o.model)), hypotheses)]
-    return evaluate_lines(hyps, refs, o.metrics, o.chrf_plus, o.lc_tok, o.as_json, compound_split=o.compound_split,
-                          lang=lang, lowercase=lowercase, sources=sources, comet=comet)
+    metrics = [m for m in o.metrics if m.lower() != "confidence"]
+    if metrics:
+        evaluation = score_lines(hyps, refs, metrics, o.chrf_plus, o.lc_tok, compound_split=o.compound_split,
+                                 lang=lang, lowercase=lowercase, sources=sources, comet=comet)
+    else:
+        evaluation = Evaluation([label for label, _ in hyps], [label for label, _ in refs], len(hyps[0][1]), [])
+    if with_confidence:
+        evaluation.scores.append(mean_score("confidence", confidences, f"{CONFIDENCE}|mtkit:{mtkit.__version__}",
+                                            hyps[0][0]))
+    return render(evaluation, o.as_json)
 
 
 def _to_json(
@@ -259,8 +279,8 @@ def _to_json(
 
 
 def _digits(metric: str) -> int:
-    """Decimals a score is shown with: COMET's (around 0.8) four, sacreBLEU's (0-100) two."""
-    return 4 if metric == "COMET" else 2
+    """Decimals a score is shown with: COMET's (around 0.8) and the confidence's four, sacreBLEU's (0-100) two."""
+    return 4 if metric in ("COMET", "confidence") else 2
 
 
 def _to_table(

@@ -25,14 +25,12 @@ model the config describes before the weights are allocated.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mtkit.errors import MtkitError
-from mtkit.metrics.scores import MetricScore
 
 DEFAULT_MODEL = "Unbabel/wmt22-comet-da"  # reference-based, the one papers and mozilla/translations report
 KINDS = ("regression_metric", "referenceless_regression_metric", "unified_metric")
@@ -477,28 +475,7 @@ class CometScorer:
         return ids, torch.arange(width)[None, :] < lengths[:, None]
 
 
-@dataclass(frozen=True)
-class CometScore(MetricScore):
-    """A system's COMET: the mean of its segment scores (``segments``, in line order); ``signature`` names
-    the model, its class and encoder, and the versions that computed it."""
-
-    model: str
-    segments: list[float]
-
-
-def comet_score(scorer: CometScorer, sources: Sequence[str] | None, hypotheses: Sequence[str],
-                references: Sequence[str] | None, progress: bool = True) -> CometScore:
-    segments = scorer.score(sources, hypotheses, references, progress=progress)
-    return CometScore(metric="COMET", score=system_score(segments), signature=scorer.signature,
-                      model=scorer.name, segments=segments)
-
-
 def _mtkit_version() -> str:
     import mtkit
 
     return mtkit.__version__
-
-
-def system_score(scores: Sequence[float]) -> float:
-    """A system's COMET: the mean of its segment scores (NaN for none)."""
-    return sum(scores) / len(scores) if scores else math.nan

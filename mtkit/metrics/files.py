@@ -169,13 +169,13 @@ def _with_comet(evaluation: Evaluation, hyp_lines: list[list[str]], ref_lines: l
                 sources: list[str] | None, comet) -> Evaluation:
     """``evaluation`` with COMET after its scores and, with several systems, in its paired test (the
     bootstrap on segment scores, :func:`~mtkit.metrics.scores.paired_bootstrap_segments`)."""
-    from mtkit.metrics.comet import comet_score
-    from mtkit.metrics.scores import paired_bootstrap_segments
+    from mtkit.metrics.scores import mean_score, paired_bootstrap_segments
 
     if len(ref_lines) > 1:
         raise MtkitError("COMET takes one reference per sentence; give one --ref")
     reference = ref_lines[0] if ref_lines else None  # a model that takes none leaves it
-    systems = [comet_score(comet, sources, lines, reference) for lines in hyp_lines]
+    systems = [mean_score("COMET", comet.score(sources, lines, reference), comet.signature, comet.name)
+               for lines in hyp_lines]
     evaluation.scores.append(systems[0])
     if len(systems) > 1:
         rows = paired_bootstrap_segments([(label, s.segments) for label, s in zip(evaluation.hyps, systems)],

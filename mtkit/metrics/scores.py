@@ -99,6 +99,22 @@ class TerScore(MetricScore):
 
 
 @dataclass(frozen=True)
+class MeanScore(MetricScore):
+    """A system score that is the mean of its segment scores (``segments``, in line order; None for a line
+    that has none, left out of the mean): COMET (``signature`` naming the model and the versions), or the
+    translating model's confidence. ``model``: what scored the segments."""
+
+    model: str
+    segments: list[float | None]
+
+
+def mean_score(metric: str, segments: list[float | None], signature: str, model: str) -> MeanScore:
+    values = [v for v in segments if v is not None]
+    return MeanScore(metric=metric, score=sum(values) / len(values) if values else float("nan"),
+                     signature=signature, model=model, segments=segments)
+
+
+@dataclass(frozen=True)
 class BootstrapScore:
     """A system's score under paired bootstrap resampling against the baseline.
 

@@ -170,8 +170,17 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
         tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
             target, see :func:`mtkit.data.languages.for_config`).
     """
+    translations, lowercases = translations_of(model_path, lines, decode, device, log, constraints, tgt_lang)
+    return [t.best.text for t in translations], lowercases
+
+
+def translations_of(model_path: Path | list[Path], lines: list[str],
+                    decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
+                    log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
+                    tgt_lang: str | None = None) -> tuple[list[Translation], bool]:
+    """:func:`translate_lines`'s :class:`~mtkit.runtime.engine.Translation` objects (scores, confidence)."""
     from mtkit.runtime.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     translator = build_translator(paths, "torch", device, decode=decode, tgt_lang=tgt_lang, log=log)
-    return translator.translate_text(lines, constraints), translator.vocab.lowercases("tgt")
+    return list(translator.translate(lines, constraints=constraints)), translator.vocab.lowercases("tgt")

@@ -276,3 +276,22 @@ def test_mbr_with_comet_picks_the_candidate_comet_expects_best(comet, kiwi, tmp_
     refused = mtkit_cli("translate", "-m", str(fixture), "--mbr-comet-model", str(comet))
     assert refused.returncode == 1
     assert refused.stderr == "error: --mbr-comet-model needs --mbr comet (the model of its utility)\n"
+
+
+def test_evaluate_without_references_reports_the_models_confidence(tmp_path):
+    model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
+    src = tmp_path / "src.en"
+    src.write_text("one two\n\nthree four five\n")
+    done = mtkit_cli("evaluate", "-m", str(model), "--src", str(src), "--metrics", "confidence", "--json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    translated = mtkit_cli("translate", "-m", str(model), str(src), "--format", "json")
+    confidences = [json.loads(line)["confidence"] for line in translated.stdout.splitlines()]
+    entry = doc["scores"][0]
+    assert doc["refs"] == [] and entry["metric"] == "confidence" and entry["segments"] == pytest.approx(confidences)
+    assert entry["segments"][1] is None and entry["score"] == pytest.approx((confidences[0] + confidences[2]) / 2)
+    table = mtkit_cli("evaluate", "-m", str(model), "--src", str(src), "--metrics", "confidence")
+    assert f"confidence  {entry['score']:6.4f}" in table.stdout and "refs: none (quality estimation)" in table.stdout
+    refused = mtkit_cli("evaluate", "--hyp", str(src), "--ref", str(src), "--metrics", "bleu,confidence")
+    assert refused.returncode == 1
+    assert refused.stderr == "error: the metric confidence is the translating model's own: it needs --model\n"

@@ -185,7 +185,8 @@ def test_an_empty_metrics_list_is_a_one_line_error(files, metrics):
                              str(files["ref"]), "--metrics", metrics], capture_output=True, text=True,
                             env={**os.environ, "MTKIT_DEBUG": ""}, check=False)
     assert result.returncode == 1, result.stderr
-    expected = "error: --metrics: no metric given; expected a comma-separated list of bleu, chrf, ter"
+    expected = ("error: --metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet, "
+                "confidence")
     assert result.stderr.splitlines() == [expected]
 
 
