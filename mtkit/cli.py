@@ -477,13 +477,15 @@ def serve(
     cors: bool = typer.Option(True, "--cors/--no-cors", help="Answer browsers of any origin on LibreTranslate's endpoints (CORS, as LibreTranslate does)."),
     glossary: Path | None = typer.Option(None, "--glossary", help="A server-wide glossary for every request: " + GLOSSARY_HELP),
     max_phrases: int = typer.Option(64, "--max-phrases", help="Constraint phrases per request, include and exclude, its glossary's matches too (400 beyond)."),
+    qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da; mtkit[comet]) for each translation's qe; without it qe is the model's confidence."),
     decode_timeout: float = typer.Option(60.0, "--decode-timeout", help="Seconds a request may take, queued and decoded; then 504, and its decoding stops. /health answers 503 when a queue is not moving for twice as long."),
 ) -> None:
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
     Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
     POST /detect, GET /health, GET /frontend/settings, GET /spec (LibreTranslate's); POST /v1/translate
-    (beam, n-best, scores, confidence, constraints, glossary), GET /v1/models, GET /v1/health (models,
+    (beam, n-best, scores, confidence, a quality estimate qe, constraints, glossary; LibreTranslate's
+    /translate adds qe when asked with qe=true), GET /v1/models, GET /v1/health (models,
     queues; 503 when a queue is stuck),
     GET /metrics (Prometheus), GET /docs (OpenAPI). SIGTERM or Ctrl-C: stop accepting, finish the
     requests in flight, exit 0.
@@ -507,7 +509,7 @@ def serve(
         max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
         header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections, cors=cors, max_phrases=max_phrases, decode_timeout=decode_timeout,
-        quantization=quantization,
+        quantization=quantization, qe_model=qe_model,
     ))
 
 

@@ -171,6 +171,7 @@ class ServeOptions:
     max_phrases: int = 64
     decode_timeout: float = 60.0
     quantization: str | None = None
+    qe_model: str | None = None
 
     def check(self) -> None:
         """One error line for the first setting out of its range."""
@@ -233,6 +234,12 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     for path in paths:
         if not path.exists():
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
+    qe = None
+    if o.qe_model is not None:
+        from mtkit.runtime.quality import load_qe_model
+
+        qe = load_qe_model(o.qe_model, o.device)
+        print(f"quality estimation: {o.qe_model}", file=sys.stderr, flush=True)
     names = _names(paths)
     if o.engine == "ctranslate2":  # a checkpoint or run directory: its export, made on first use and kept
         from mtkit.export.cache import ctranslate2_model
@@ -276,7 +283,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
                     max_beam=o.max_beam, max_queue=o.max_queue, max_wait_ms=o.max_wait_ms,
                     batch_tokens=o.batch_tokens, decoding_threads=o.decoding_threads, max_phrases=o.max_phrases,
                     decode_timeout=o.decode_timeout)
-    service = Service(served, limits, keys, terms)
+    service = Service(served, limits, keys, terms, qe)
     if terms is not None:
         print(f"glossary: {len(terms)} terms from {o.glossary}", file=sys.stderr, flush=True)
     if keys is not None:

@@ -137,7 +137,8 @@ def libretranslate_router(service: Service):
         return fields
 
     @router.post("/translate", summary="Translate (LibreTranslate's API)", tags=tags,
-              openapi_extra=_form_docs("q, source, target, format (text), alternatives, api_key"))
+              openapi_extra=_form_docs("q, source, target, format (text), alternatives, api_key, "
+                                       "qe (mtkit's: true for each text's quality estimate)"))
     async def translate(request: Request):
         fields = await fields_of(request)
         q = fields.get("q")
@@ -184,6 +185,13 @@ def libretranslate_router(service: Service):
                 assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text) for t in got])
                 for k in range(1, nbest)]))
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
+        if lt.flag(fields, "qe"):  # mtkit's, asked for: each text's quality estimate, the mean of its lines'
+            quality, estimates, at = await service.quality(results), [], 0
+            for lines, _ in parsed:
+                found = [v for v in quality[at : at + len(lines)] if v is not None]
+                at += len(lines)
+                estimates.append(sum(found) / len(found) if found else None)
+            answer["qe"] = estimates if isinstance(q, list) else estimates[0]
         if source == "auto":
             detected = {"confidence": 100.0, "language": model.src_lang}
             answer["detectedLanguage"] = [detected] * len(items) if isinstance(q, list) else detected
@@ -289,17 +297,18 @@ def mtkit_router(service: Service):
         constraints = service.constraints_for(model, items, request_constraints(req, len(items)),
                                               request_glossary(req))
         results = await service.translate(model, items, decode, constraints)
+        quality = await service.quality(results)
         sentences = []
-        for t in results:
+        for t, qe in zip(results, quality):
             if not t.src_ids:
-                sentences.append(Sentence(text="", confidence=None, nbest=[]))
+                sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[]))
                 continue
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
                                confidence=c.mean_logprob, tokens=len(c.ids) + 1)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
-            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, nbest=hyps, unmet=t.unmet,
-                                      unmet_reasons=t.unwritable))
+            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, qe=qe, nbest=hyps,
+                                      unmet=t.unmet, unmet_reasons=t.unwritable))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])

@@ -110,6 +110,19 @@ def alternatives(fields: dict, limit: int) -> int:
     return value
 
 
+def flag(fields: dict, name: str) -> bool:
+    """An opt-in field of mtkit's own (``qe``): true for JSON true or the form values true, 1, yes (any case);
+    absent, false, 0, no or empty: false; anything else: 400."""
+    value = fields.get(name)
+    if value is None or value is False or value == "":
+        return False
+    if value is True:
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "false", "0", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    raise ApiError(400, f"Invalid request: {name} must be true or false")
+
+
 def over_limit(size: int, limit: int) -> ApiError:
     """LibreTranslate's message for a batch over --batch-limit and a text over --char-limit."""
     return ApiError(400, f"Invalid request: request ({size}) exceeds text limit ({limit})")
@@ -204,6 +217,7 @@ def spec(version: str) -> dict:
                     _param("format", "string", False, "text, or html (the text between tags is translated)",
                            enum=["text", "html"], default="text"),
                     _param("alternatives", "integer", False, "How many alternative translations", default=0),
+                    _param("qe", "boolean", False, "mtkit's: also each text's quality estimate (qe)", default=False),
                     _KEY],
                 "responses": {"200": {"description": "Translation", "schema": {"$ref": "#/definitions/translate"}},
                               "400": _ERROR, "403": _ERROR, "413": _ERROR, "500": _ERROR, "503": _ERROR}}},
@@ -237,7 +251,11 @@ def spec(version: str) -> dict:
             "translate": {"type": "object", "required": ["translatedText"], "properties": {
                 "translatedText": {"description": "Translated text(s)"},
                 "detectedLanguage": {"description": "With source auto"},
-                "alternatives": {"description": "With alternatives > 0"}}},
+                "alternatives": {"description": "With alternatives > 0"},
+                "qe": {"description": "mtkit's, with qe true: each text's quality estimate without a reference "
+                                      "(the mean over its lines of COMET-QE's score with mtkit serve --qe-model, "
+                                      "else of the model's confidence, the mean token log-probability); null for "
+                                      "an empty text"}}},
             "languages": {"type": "array", "items": {"type": "object", "properties": {
                 "code": {"type": "string"}, "name": {"type": "string"},
                 "targets": {"type": "array", "items": {"type": "string"}}}}},

@@ -86,6 +86,12 @@ class Sentence(BaseModel):
     text: str
     confidence: float | None = Field(description="The best hypothesis's mean token log-probability (nats); "
                                                  "null for an empty input.")
+    qe: float | None = Field(None, description="Quality estimate of the translation, without a reference: "
+                                              "COMET-QE's score of the source and the translation when the server "
+                                              "runs with --qe-model (CometKiwi: about 0.8 for a good translation, "
+                                              "comparable across systems), else the confidence (the model's "
+                                              "certainty, comparable only between its own outputs); null for an "
+                                              "empty input.")
     nbest: list[Hypothesis] = Field(description="Hypotheses, best first (empty for an empty input).")
     unmet: list[str] = Field(default_factory=list, description="Include phrases (constraints, glossary terms) "
                                                               "the translation lacks: they did not fit in its "

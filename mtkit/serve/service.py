@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +54,11 @@ class Service:
     (``glossary``: applied to every request, on both APIs)."""
 
     def __init__(self, models: list[ServedModel], limits: Limits, api_keys: frozenset[str] | None = None,
-                 glossary: Glossary | None = None) -> None:
+                 glossary: Glossary | None = None, qe=None) -> None:
         if not models:
             raise MtkitError("no model to serve")
+        self.qe = qe  # a reference-free CometScorer (mtkit serve --qe-model), or None: the confidence
+        self._qe_lock = threading.Lock()  # one COMET-QE batch at a time: its threads are the decoders' too
         self.models = models
         self.by_name = {m.name: m for m in models}
         self.limits = limits
@@ -214,6 +217,31 @@ class Service:
             if pieces > self.limits.max_constraint_pieces:
                 raise ApiError(400, f"too many constraint pieces: the phrases make {pieces} pieces (the limit is "
                                     f"{self.limits.max_constraint_pieces} per request)")
+
+    async def quality(self, translations: list[Translation]) -> list[float | None]:
+        """Each translation's quality estimate (mtkit.runtime.quality): COMET-QE's score of its source and
+        text with ``--qe-model``, else the model's confidence; None for an empty line or a number that is not
+        finite. COMET-QE runs in a worker thread, within ``decode_timeout`` (else a 504)."""
+        import math
+
+        if self.qe is None:
+            found = [t.best.mean_logprob if t.src_ids else None for t in translations]
+        else:
+            scored = [t for t in translations if t.src_ids]
+
+            def score() -> list[float]:
+                with self._qe_lock:
+                    return self.qe.score([t.source for t in scored], [t.best.text for t in scored], None,
+                                         progress=False)
+
+            try:
+                values = iter(await asyncio.wait_for(asyncio.to_thread(score), self.limits.decode_timeout)
+                              if scored else [])
+            except (TimeoutError, asyncio.TimeoutError):
+                raise ApiError(504, "the quality estimate did not finish within "
+                                    f"{self.limits.decode_timeout:g} s (--decode-timeout)") from None
+            found = [next(values) if t.src_ids else None for t in translations]
+        return [v if v is not None and math.isfinite(v) else None for v in found]
 
     async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
                         constraints: list[Constraints | None] | None = None) -> list[Translation]:

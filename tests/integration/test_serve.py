@@ -214,7 +214,8 @@ def test_native_api_nbest_scores_and_confidence(server, expected, reverse_run):
         assert h["logprob"] == pytest.approx(engine[h["text"]], abs=1e-5)
     assert (answer["model"], answer["source"], answer["target"]) == ("run", "en", "de")
     first, empty = answer["translations"]
-    assert empty == {"text": "", "confidence": None, "nbest": [], "unmet": [], "unmet_reasons": {}}
+    assert empty == {"text": "", "confidence": None, "qe": None, "nbest": [], "unmet": [], "unmet_reasons": {}}
+    assert first["qe"] == first["confidence"]  # without --qe-model, the quality estimate is the confidence
     assert 1 <= len(first["nbest"]) <= 3 and first["text"] == first["nbest"][0]["text"]
     scores = [h["score"] for h in first["nbest"]]
     assert scores == sorted(scores, reverse=True)
@@ -230,6 +231,52 @@ def test_native_api_nbest_scores_and_confidence(server, expected, reverse_run):
     hyp = answer["translations"][0]["nbest"][0]
     lp = ((5 + hyp["tokens"]) / 6) ** 0.6
     assert hyp["logprob"] == pytest.approx(hyp["score"] * lp, rel=1e-6)
+
+
+def test_libretranslate_answers_a_quality_estimate_only_when_asked(server, expected):
+    lines = list(expected)[:3]
+    plain = {"q": [lines[0], f"{lines[1]}\n{lines[2]}", ""], "source": "en", "target": "de"}
+    status, answer = server.post_json("/translate", plain)
+    assert status == 200 and "qe" not in answer  # LibreTranslate's answer, word for word
+    status, native = server.post_json("/v1/translate", {"text": lines})
+    confidence = [s["confidence"] for s in native["translations"]]
+    for asked in ({**plain, "qe": True}, {**plain, "qe": "true"}):
+        status, answer = server.post_json("/translate", asked)
+        assert status == 200, answer
+        assert answer["qe"][0] == pytest.approx(confidence[0]) and answer["qe"][2] is None
+        assert answer["qe"][1] == pytest.approx((confidence[1] + confidence[2]) / 2)  # a text's: its lines' mean
+    status, form = server.post_form("/translate", {"q": lines[0], "source": "en", "target": "de", "qe": "1"})
+    assert status == 200 and form["qe"] == pytest.approx(confidence[0])
+    status, bad = server.post_json("/translate", {**plain, "qe": "maybe"})
+    assert status == 400 and bad == {"error": "Invalid request: qe must be true or false"}
+
+
+def test_a_qe_model_scores_each_translation_in_both_apis(reverse_run, tmp_path, expected):
+    from tiny_comet import write_tiny_comet
+
+    from mtkit.metrics.comet import CometScorer
+
+    kiwi = write_tiny_comet(tmp_path / "kiwi", "unified_metric")
+    import torch
+
+    ckpt = torch.load(kiwi / "checkpoints" / "model.ckpt", weights_only=True)
+    ckpt["hyper_parameters"]["input_segments"] = ["mt", "src"]
+    torch.save(ckpt, kiwi / "checkpoints" / "model.ckpt")
+    s = Server(tmp_path, "-m", reverse_run, "--qe-model", kiwi)
+    try:
+        lines = list(expected)[:3]
+        status, native = s.post_json("/v1/translate", {"text": [*lines, ""]})
+        assert status == 200, native
+        texts = [t["text"] for t in native["translations"][:3]]
+        wanted = CometScorer(str(kiwi), "cpu").score(lines, texts, None, progress=False)
+        assert [t["qe"] for t in native["translations"][:3]] == pytest.approx(wanted, abs=1e-5)
+        assert native["translations"][3]["qe"] is None
+        status, answer = s.post_json("/translate", {"q": lines[:2], "source": "en", "target": "de", "qe": True})
+        assert status == 200 and answer["qe"] == pytest.approx(wanted[:2], abs=1e-5)
+        status, _, body = s.get("/openapi.json")
+        assert "COMET-QE" in body.decode()  # the field, documented in the native API's schema
+    finally:
+        assert s.stop() == 0, s.log.read_text()
 
 
 def test_languages_detect_health_metrics_docs_page(server):

@@ -160,7 +160,7 @@ def test_get_endpoints_answer_200_in_libretranslates_shapes_and_other_methods_40
     assert set(spec["paths"]) >= {"/translate", "/languages", "/detect", "/health", "/frontend/settings"}
     assert "post" in spec["paths"]["/translate"] and "get" in spec["paths"]["/languages"]
     assert {p["name"] for p in spec["paths"]["/translate"]["post"]["parameters"]} == {
-        "q", "source", "target", "format", "alternatives", "api_key"}
+        "q", "source", "target", "format", "alternatives", "api_key", "qe"}  # qe: mtkit's own, opt-in
     for method, path in [("POST", "/health"), ("POST", "/spec"), ("POST", "/frontend/settings"),
                          ("POST", "/languages"), ("GET", "/detect"), ("GET", "/translate"), ("PUT", "/translate"),
                          ("DELETE", "/languages"), ("GET", "/suggest"), ("GET", "/translate_file")]:
