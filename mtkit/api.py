@@ -33,7 +33,7 @@ logger = logging.getLogger("mtkit")
 
 # The decoding options a call may set (DecodeConfig's keys; the checks and messages are the CLI's).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
-                  "sampling", "temperature", "top_k", "top_p", "no_repeat_ngram_size", "batch_tokens", "mbr",
+                  "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
                   "mbr_candidates", "mbr_comet_model")
 
 

@@ -230,6 +230,7 @@ def translate(
     temperature: float | None = typer.Option(None, "--temperature", help="With --sampling: divide the logits by this (> 0; default 1, below 1 is more conservative)."),
     top_k: int | None = typer.Option(None, "--top-k", help="With --sampling: sample among the K most probable tokens only (0 = all)."),
     top_p: float | None = typer.Option(None, "--top-p", help="With --sampling: sample from the smallest set of tokens holding this probability (in (0, 1]; nucleus sampling)."),
+    epsilon: float | None = typer.Option(None, "--epsilon", help="With --sampling: drop tokens below this probability (epsilon sampling; 0.02 for MBR's candidates, Freitag et al. 2023; torch engine)."),
     mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | comet | off."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: a reference-based COMET model, hub name or folder (default Unbabel/wmt22-comet-da; needs mtkit[comet])."),
@@ -268,7 +269,7 @@ def translate(
         "beam": 1 if greedy else beam, "alpha": alpha, "length_penalty": length_penalty, "nbest": nbest,
         "max_len_a": max_len_a, "max_len_b": max_len_b,
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
-        "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+        "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p, "epsilon": epsilon,
         "mbr": mbr, "mbr_candidates": mbr_candidates, "mbr_comet_model": mbr_comet_model,
     }
     run_translate(list(model), list(inputs or ["-"]), TranslateOptions(

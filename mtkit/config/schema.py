@@ -272,6 +272,8 @@ class DecodeConfig:
     temperature: float = 1.0  # in TEMPERATURE_RANGE: far outside it the scaled logits overflow or vanish
     top_k: int = 0
     top_p: float = 1.0
+    epsilon: float = 0.0  # with sampling: tokens below this probability dropped (epsilon sampling, Hewitt et al.
+    # 2022; Freitag et al. 2023 draw MBR's candidates with 0.02); 0: off
     mbr: Literal["off", "chrf", "bleu", "comet"] = "off"  # minimum-Bayes-risk decoding's utility
     # (mtkit.runtime.mbr): the candidate of the highest expected chrF / BLEU / COMET against the others
     mbr_candidates: int = 8  # with mbr: hypotheses searched (the beam widened to as many) or samples drawn
@@ -363,6 +365,7 @@ DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
                                                f"in [{_LOW_TEMPERATURE:g}, {_HIGH_TEMPERATURE:g}]")),
     "top_k": ((lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_VOCAB, f"at most {MAX_VOCAB}")),
     "top_p": ((lambda v: 0 < v <= 1, "in (0, 1]"),),
+    "epsilon": ((lambda v: 0 <= v < 1, "in [0, 1) (0: off)"),),
     "mbr_candidates": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
 }
 

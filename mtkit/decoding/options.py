@@ -43,7 +43,7 @@ class SearchOptions:
     * ``should_stop``: asked before every step (None: never); when it answers True the search raises
       :class:`SearchStopped` (a caller's deadline, or a caller that no longer wants the result).
 
-    ``beam`` and ``nbest`` are for beam search, ``temperature``, ``top_k`` and ``top_p`` for sampling;
+    ``beam`` and ``nbest`` are for beam search, ``temperature``, ``top_k``, ``top_p`` and ``epsilon`` for sampling;
     greedy search reads neither (``alpha`` and ``length_penalty`` only score its output).
     """
 
@@ -62,6 +62,7 @@ class SearchOptions:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    epsilon: float = 0.0
     should_stop: Callable[[], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -152,14 +152,15 @@ def greedy_search(model: SearchModel, src: Tensor, options: SearchOptions = Sear
 @torch.inference_mode()
 def sample(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptions(),
            generator: torch.Generator | None = None) -> list[list[Hypothesis]]:
-    """Ancestral sampling from the model, optionally restricted to the ``options.top_k`` tokens and/or
-    the nucleus of probability ``options.top_p`` (Holtzman et al., 2020), at ``options.temperature``;
-    the other options as :func:`greedy_search` reads them.
+    """Ancestral sampling from the model, optionally restricted to the ``options.top_k`` tokens, the
+    nucleus of probability ``options.top_p`` (Holtzman et al., 2020) and/or the tokens of probability at
+    least ``options.epsilon`` (epsilon sampling, Hewitt et al., 2022; the likeliest token always stays), at
+    ``options.temperature``; the other options as :func:`greedy_search` reads them.
 
     The reported ``logprob`` is the model's own (temperature 1, unrestricted). The same
     ``generator`` seed gives the same samples for the same batch.
     """
-    temperature, top_k, top_p = options.temperature, options.top_k, options.top_p
+    temperature, top_k, top_p, epsilon = options.temperature, options.top_k, options.top_p, options.epsilon
     if temperature <= 0:
         raise ValueError("temperature must be positive")
 
@@ -175,6 +176,10 @@ def sample(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptio
             drop_sorted = (cumulative - sorted_scores.softmax(dim=1)) >= top_p
             drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
             scores = scores.masked_fill(drop, -math.inf)
+        if epsilon > 0:
+            probs = scores.softmax(dim=1)
+            keep = (probs >= epsilon) | (scores == scores.max(dim=1, keepdim=True).values)
+            scores = scores.masked_fill(~keep, -math.inf)
         probs = scores.softmax(dim=1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 

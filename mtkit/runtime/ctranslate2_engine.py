@@ -351,6 +351,9 @@ class Ctranslate2Engine(Engine):
             options["suppress_sequences"] = suppress
         start = self._start_piece(call.vocab)
         if d.sampling:
+            if d.epsilon > 0:
+                raise MtkitError("epsilon sampling (--epsilon) needs the torch engine: CTranslate2 samples from "
+                                 "the top k or the nucleus only")
             n = d.nbest
             if start:
                 options["target_prefix"] = [start] * (len(source) * n)

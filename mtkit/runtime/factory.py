@@ -19,7 +19,7 @@ from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads
 
 ENGINES = ("torch", "ctranslate2")
 
-_SAMPLING_ONLY = ("temperature", "top_k", "top_p")
+_SAMPLING_ONLY = ("temperature", "top_k", "top_p", "epsilon")
 
 
 def flag_name(key: str) -> str:

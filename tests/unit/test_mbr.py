@@ -120,3 +120,16 @@ def test_translate_json_lines_carry_each_hypothesis_and_its_confidence(model):
         assert got["text"] == t.best.text and got["logprob"] == pytest.approx(t.best.logprob)
         assert got["confidence"] == pytest.approx(t.best.logprob / (len(t.best.ids) + 1))
         assert got["tokens"] == t.best.pieces
+
+
+def test_epsilon_sampling_keeps_only_likely_tokens(model):
+    greedy = [r.text for r in model.translate(SOURCES, beam=1)]
+    # epsilon near 1: only the likeliest token passes at every step, so every sample is the greedy output
+    narrow = model.translate(SOURCES, sampling=True, epsilon=0.999, nbest=4)
+    assert all({h.text for h in r.hypotheses} == {g} for r, g in zip(narrow, greedy))
+    free = model.translate(SOURCES, sampling=True, nbest=4)
+    assert any({h.text for h in r.hypotheses} != {g} for r, g in zip(free, greedy))  # plain sampling strays
+    with pytest.raises(MtkitError, match=r"epsilon: must be in \[0, 1\)"):
+        model.translate("india", sampling=True, epsilon=1.0)
+    with pytest.raises(MtkitError, match="epsilon needs sampling|needs --sampling"):
+        model.translate("india", epsilon=0.1)
