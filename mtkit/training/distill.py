@@ -200,6 +200,26 @@ def teacher_decoding(config: Config):
     return replace(stored_config(config.distill.teacher[0]).decode, nbest=1, sampling=False, mbr="off")
 
 
+def _normalized(found: dict) -> dict:
+    """``settings.json`` as this version writes it: a decode or source section written before a key was added
+    gets the key's default (a new setting, at its default, changes no translation)."""
+    from mtkit.config import config_from_dict, config_to_dict
+
+    found = dict(found)
+    for key, section in (("decode", "decode"), ("train", None)):
+        value = found.get(key)
+        if not isinstance(value, dict):
+            continue
+        try:
+            if section == "decode":
+                found[key] = config_to_dict(config_from_dict({"decode": value}).decode)
+            else:
+                found[key] = config_to_dict(SourceConfig(**value))
+        except (MtkitError, TypeError, ValueError):
+            pass  # left as it is: it then differs, and the run is refused with the key named
+    return found
+
+
 def _check_made_with(config: Config, shards: Path) -> None:
     """Refuse shards that other settings made (they would be mixed with this run's), naming the first."""
     path = shards / SETTINGS
@@ -208,7 +228,7 @@ def _check_made_with(config: Config, shards: Path) -> None:
         shards.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(wanted, indent=2) + "\n")
         return
-    found = _read_json(path) or {}
+    found = _normalized(_read_json(path) or {})
     differ = next((key for key in wanted if found.get(key) != wanted[key]), None)
     if differ is not None:
         raise MtkitError(f"{shards.parent}: its translations were made with another {MADE_WITH[differ]}; remove "

@@ -147,6 +147,12 @@ def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tm
     said: list[str] = []  # the student's decoding is not the teacher's: another one keeps the translations
     distill(config_from_dict({**raw, "decode": {"beam": 4}}), folder, said.append, progress=False)
     assert said[-1].endswith("skipped")
+    settings = folder / "shards" / "settings.json"  # as an mtkit before decode.epsilon wrote it: still the same
+    older = json.loads(settings.read_text())
+    del older["decode"]["epsilon"], older["train"]["seed"]
+    settings.write_text(json.dumps(older))
+    distill(config_from_dict(raw), folder, said.append, progress=False)
+    assert said[-1].endswith("skipped")
     write_tiny_checkpoint(teacher, {"beam": 2, "max_len_b": 6, "alpha": 0.0})  # the teacher's recipe changed
     with pytest.raises(MtkitError, match=r"made with another decoding \(the teacher's decode section\); remove"):
         distill(config_from_dict(raw), folder, said.append, progress=False)
