@@ -211,6 +211,7 @@ def evaluate(options: EvaluateOptions) -> str:
             read_constraint_options,
         )
         from mtkit.runtime.lines import translations_of
+        from mtkit.runtime.quality import confidence
 
         src_lines = sources
         check_decode_flags(o.decode_overrides)
@@ -225,7 +226,7 @@ def evaluate(options: EvaluateOptions) -> str:
         translations, folds_case = translations_of(o.model, src_lines, with_flags, o.device, constraints=wanted,
                                                    tgt_lang=o.tgt_lang)
         hypotheses = [t.best.text for t in translations]
-        confidences = [t.best.mean_logprob if t.src_ids else None for t in translations]
+        confidences = [confidence(t) for t in translations]
         if folds_case and not lowercase:
             print("the model's vocabulary lowercases its output: BLEU and chrF are case-insensitive", file=sys.stderr)
             lowercase = True

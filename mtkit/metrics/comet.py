@@ -379,20 +379,11 @@ class CometScorer:
 
         if self.hparams.kind != "regression_metric":
             raise MtkitError(f"COMET {self.name}: scoring against each other needs a reference-based model")
-        device = self.device
         with torch.inference_mode():
-            t = self._tokens([source])
-            src = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
-            t = self._tokens(list(texts))
-            hyps = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
+            hyps = self._sentences(list(texts))
             n = hyps.size(0)
-            src = src.expand(n, -1)
-            rows = []
-            for i in range(n):
-                mt, ref = hyps[i:i + 1].expand(n, -1), hyps
-                features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
-                rows.append(self.network.estimator(torch.cat(features, dim=1)).view(-1).float().tolist())
-        return rows
+            src = self._sentences([source]).expand(n, -1)
+            return [self._estimate(hyps[i:i + 1].expand(n, -1), src, hyps) for i in range(n)]
 
     # ---------------------------------------------------------------- one batch
 
@@ -400,14 +391,34 @@ class CometScorer:
         return self.tokenizer(lines, return_tensors="pt", padding=True, truncation=True,
                               max_length=self.max_length - 2)
 
-    def _embed(self, ids, mask):
-        """Sentence embeddings: the mixed (or chosen) layer pooled as ``hparams.pool`` says."""
+    def _layer(self, ids, mask):
+        """The encoder's mixed (or chosen) layer, and its last hidden state."""
         hp, net = self.hparams, self.network
         out = net.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         layers = out.hidden_states
-        words = net.layerwise_attention(layers, mask) if hp.layer == "mix" else layers[hp.layer]
+        return (net.layerwise_attention(layers, mask) if hp.layer == "mix" else layers[hp.layer]), out.last_hidden_state
+
+    def _sentences(self, lines: list[str]):
+        """Sentence embeddings of ``lines``, each encoded alone (regression models)."""
+        t = self._tokens(lines)
+        return self._embed(t["input_ids"].to(self.device), t["attention_mask"].long().to(self.device))
+
+    def _estimate(self, mt, src, ref=None) -> list[float]:
+        """The estimator on a regression model's features: ``[mt; ref; mt⊙ref; |mt−ref|; mt⊙src; |mt−src|]``,
+        or without a reference ``[mt; src; mt⊙src; |mt−src|]``."""
+        import torch
+
+        features = (mt, src, mt * src, torch.abs(mt - src))
+        if ref is not None:
+            features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
+        return self.network.estimator(torch.cat(features, dim=1)).view(-1).float().tolist()
+
+    def _embed(self, ids, mask):
+        """Sentence embeddings: the mixed (or chosen) layer pooled as ``hparams.pool`` says."""
+        hp = self.hparams
+        words, last = self._layer(ids, mask)
         if hp.pool == "default":
-            return out.last_hidden_state[:, 0, :]
+            return last[:, 0, :]
         if hp.pool == "cls":
             return words[:, 0, :]
         padding = ids.eq(self.tokenizer.pad_token_id).unsqueeze(-1)
@@ -417,22 +428,11 @@ class CometScorer:
         return total / mask.unsqueeze(-1).expand(words.size()).float().sum(1)
 
     def _batch(self, sources, hypotheses, references) -> list[float]:
-        import torch
 
         hp, net, device = self.hparams, self.network, self.device
         if hp.kind != "unified_metric":
-            embed = {}
-            for side, lines in (("src", sources), ("mt", hypotheses), ("ref", references)):
-                if lines is not None and (side != "ref" or hp.kind == "regression_metric"):
-                    t = self._tokens(lines)
-                    embed[side] = self._embed(t["input_ids"].to(device), t["attention_mask"].long().to(device))
-            mt, src = embed["mt"], embed["src"]
-            if hp.kind == "regression_metric":
-                ref = embed["ref"]
-                features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
-            else:
-                features = (mt, src, mt * src, torch.abs(mt - src))
-            return net.estimator(torch.cat(features, dim=1)).view(-1).float().tolist()
+            ref = self._sentences(references) if hp.kind == "regression_metric" else None
+            return self._estimate(self._sentences(hypotheses), self._sentences(sources), ref)
         given = {"mt": hypotheses, "src": sources, "ref": references}
         segments = [s for s in hp.input_segments if given[s] is not None]
         encoded = {s: self._tokens(given[s])["input_ids"] for s in segments}
@@ -443,16 +443,10 @@ class CometScorer:
         scores = None
         for group in groups:
             ids, mask = self._joined([encoded[s] for s in group])
-            value = net.estimator(self._first_token(ids.to(device), mask.long().to(device))).view(-1).float()
+            first = self._layer(ids.to(device), mask.long().to(device))[0][:, 0, :]  # the first token
+            value = net.estimator(first).view(-1).float()
             scores = value if scores is None else scores + value
         return (scores / len(groups)).tolist()
-
-    def _first_token(self, ids, mask):
-        """unified_metric's sentence embedding: the first token of the mixed (or chosen) layer."""
-        hp, net = self.hparams, self.network
-        layers = net.encoder.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
-        words = net.layerwise_attention(layers, mask) if hp.layer == "mix" else layers[hp.layer]
-        return words[:, 0, :]
 
     def _joined(self, parts: list) -> tuple:
         """Each row's segments joined as unbabel-comet's ``concat_sequences`` joins them (``<s> a </s></s> b

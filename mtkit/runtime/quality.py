@@ -15,6 +15,11 @@ from mtkit.errors import MtkitError
 from mtkit.runtime.engine import Translation
 
 
+def confidence(t: Translation) -> float | None:
+    """The model's own estimate: its best hypothesis's mean token log-probability (None for an empty line)."""
+    return t.best.mean_logprob if t.src_ids else None
+
+
 def load_qe_model(name: str, device: str = "auto"):
     """A reference-free COMET model (a hub name or a folder); one that needs references is refused."""
     from mtkit.metrics.comet import CometScorer
@@ -32,7 +37,7 @@ def with_quality(translations: Iterable[Translation], scorer=None, group: int = 
     ``group`` at a time (1: each as soon as it comes, for a stream read as it arrives)."""
     if scorer is None:
         for t in translations:
-            yield t, (t.best.mean_logprob if t.src_ids else None)
+            yield t, confidence(t)
         return
     pending: list[Translation] = []
     for t in translations:

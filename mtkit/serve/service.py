@@ -224,8 +224,10 @@ class Service:
         finite. COMET-QE runs in a worker thread, within ``decode_timeout`` (else a 504)."""
         import math
 
+        from mtkit.runtime.quality import confidence
+
         if self.qe is None:
-            found = [t.best.mean_logprob if t.src_ids else None for t in translations]
+            found = [confidence(t) for t in translations]
         else:
             scored = [t for t in translations if t.src_ids]
 
