@@ -299,6 +299,30 @@ def export_ctranslate2(
     run_export(checkpoint, out_dir, quantization)
 
 
+@export_app.command("hf")
+def export_hf(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint or run directory."),
+    out_dir: Path = typer.Argument(..., help="Output folder for the Hugging Face model."),
+    beam: int | None = typer.Option(None, "--beam", help="generation_config.json's num_beams (default: the recipe's)."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Its length_penalty: score / length^α (default: the recipe's α)."),
+    length_penalty: str | None = typer.Option(None, "--length-penalty", help="power (Hugging Face's only); a recipe's gnmt with a beam is refused."),
+) -> None:
+    """Write a Hugging Face model folder: transformers' AutoModelForSeq2SeqLM and AutoTokenizer load it.
+
+    Post-norm models become MarianMT, pre-norm ones Pegasus; the folder holds config.json,
+    model.safetensors, generation_config.json (the recipe's decoding), the tokenizer and a model card.
+    Needs transformers: pip install 'mtkit[hf]'.
+
+    \b
+    Example:
+      mtkit export hf runs/en-de hf-en-de
+    """
+    from mtkit.commands.export import export_hf as run_export
+
+    overrides = {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}
+    run_export(checkpoint, out_dir, {k: v for k, v in overrides.items() if v is not None})
+
+
 @import_app.command("marian")
 def import_marian(
     source: str = typer.Argument(..., help="A folder saved by MarianMTModel/MarianTokenizer.save_pretrained, "

@@ -1,4 +1,5 @@
-"""``mtkit export ctranslate2``: write a checkpoint as a CTranslate2 model directory.
+"""``mtkit export ctranslate2`` and ``mtkit export hf``: write a checkpoint as a CTranslate2 model directory or a
+Hugging Face model folder.
 
 No torch or ctranslate2 at import time: this module is loaded when the CLI starts.
 """
@@ -30,3 +31,24 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     say_loaded([loaded])
     out = export_model(loaded, out_dir, quantization)
     print(f"exported {loaded.path} to {out} (CTranslate2, {quantization or 'float32'})", file=sys.stderr)
+
+
+def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = None) -> None:
+    """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as a Hugging Face model folder
+    (:mod:`mtkit.export.huggingface`); ``decode_overrides`` (beam, alpha, length_penalty, ...) replace the
+    recipe's decode settings that ``generation_config.json`` carries."""
+    import sys
+    from dataclasses import replace
+
+    from mtkit.config import override_section
+    from mtkit.export.huggingface import architecture, export_model
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.factory import say_loaded
+
+    loaded = load_model(checkpoint, "cpu")
+    if decode_overrides:
+        decode = override_section(loaded.config.decode, "decode", decode_overrides)
+        loaded = replace(loaded, config=replace(loaded.config, decode=decode))
+    say_loaded([loaded])
+    out = export_model(loaded, out_dir)
+    print(f"exported {loaded.path} to {out} (Hugging Face, {architecture(loaded.config)})", file=sys.stderr)

@@ -208,6 +208,12 @@ class Vocab:
         enough to rebuild the Vocab."""
         return self._models
 
+    def text_models(self) -> tuple[bytes, bytes | None]:
+        """The serialized model(s) that text is encoded with (user-defined pieces unused: typed text never
+        yields a tag), ``(joint, None)`` or ``(source, target)``: what an exported tokenizer segments with."""
+        src = self._src_text.serialized_model_proto()
+        return src, None if self.joint else self._tgt_text.serialized_model_proto()
+
     def pieces(self) -> dict | None:
         """An imported vocabulary's piece table(s), ``{"src": list, "tgt": list | None}``; None for a
         SentencePiece model's own ids."""

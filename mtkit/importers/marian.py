@@ -5,7 +5,9 @@ layout of the OPUS-MT models on the hub): ``config.json`` (and ``generation_conf
 ``model.safetensors`` or ``pytorch_model.bin``, ``source.spm``, ``target.spm``, ``vocab.json`` (and
 ``target_vocab.json`` with ``separate_vocabs``), ``tokenizer_config.json``.
 
-The architecture is the paper's post-norm Transformer with four of mtkit's named deviations:
+The architecture is the paper's post-norm Transformer (``model_type: marian``; or, ``pegasus``, the pre-norm one
+with a final LayerNorm after each stack, as ``mtkit export hf`` writes pre-norm models) with four of mtkit's
+named deviations:
 ``activation`` (OPUS-MT: swish), ``output_bias`` (``final_logits_bias``), ``scale_embedding``
 (√d_model or none) and ``sinusoid_layout: concatenated`` (Hugging Face's
 MarianSinusoidalPositionalEmbedding puts the sines before the cosines).
@@ -13,10 +15,11 @@ MarianSinusoidalPositionalEmbedding puts the sines before the cosines).
 Special ids. Marian has eos=0, unk=1, pad=V-1, no BOS, and starts decoding from the pad id; mtkit
 fixes pad=0, unk=1, bos=2, eos=3 everywhere (search, vocabularies, training, exporters). So the
 vocabulary is permuted instead (mtkit id <- Marian id): 0 <- pad, 1 <- unk, 2 <- pad, 3 <- eos, then
-every other id in Marian's order: one id more than Marian's. The BOS slot carries Marian's decoder
-start (its pad row: embedding, projection and bias), so the decoder starts exactly as Marian's. The
-PAD slot is the extra one: its logit is held at :data:`LOGIT_FLOOR`, far below any real logit, so
-that it takes no probability and the softmax is Marian's. With ``renormalize_logits`` (the OPUS-MT
+every other id in Marian's order: one id more than Marian's. (A folder whose decoder starts from an id of
+its own, as ``mtkit export hf`` writes them, keeps its ids: pad, unk, start, eos, then the rest.) The BOS
+slot carries Marian's decoder start (its pad row: embedding, projection and bias), so the decoder starts
+exactly as Marian's. The PAD slot is the extra one: its logit is held at :data:`LOGIT_FLOOR`, far below
+any real logit, so that it takes no probability and the softmax is Marian's. With ``renormalize_logits`` (the OPUS-MT
 generation configs set it) the BOS slot's logit is floored too: Hugging Face then bans the pad id
 before normalizing, so the pad takes no probability either. mtkit never generates PAD or BOS, as
 Marian's ``bad_words_ids=[[pad]]`` never does. The piece table(s) are permuted alike and stored in the
@@ -62,6 +65,8 @@ LOGIT_FLOOR = -1e4  # the extra slot's logit: exp() of it is 0 in fp32, and fp16
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 REQUIRED = ("config.json", "source.spm", "target.spm", "vocab.json")
+MANIFEST = "mtkit.json"  # what mtkit export hf keeps beside the Hugging Face files (mtkit.export.huggingface)
+MODEL_TYPES = {"marian": "post", "pegasus": "pre"}  # Hugging Face's model_type -> mtkit's model.norm
 
 
 @dataclass
@@ -241,8 +246,11 @@ def _read_weights(folder: Path) -> dict:
     return {k.removeprefix("model."): v.float() for k, v in state.items()}
 
 
-def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Path) -> tuple[list[int], list[str]]:
-    """mtkit id -> Marian id (pad, unk, pad, eos, then the rest in order), and mtkit's piece table."""
+def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Path,
+                 start: int | None = None) -> tuple[list[int], list[str]]:
+    """mtkit id -> Marian id (pad, unk, pad, eos, then the rest in order), and mtkit's piece table. With a
+    decoder ``start`` id other than the pad (a folder ``mtkit export hf`` wrote), that id is the BOS slot
+    and no slot is extra: (pad, unk, start, eos, then the rest)."""
     if "<unk>" not in table:
         raise MtkitError(f"{path}: no '<unk>' piece")
     unk = table["<unk>"]
@@ -255,6 +263,11 @@ def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Pat
                          + (f" (found {shown(bad[0])})" if bad else ""))
     if len({pad, eos, unk}) != 3:
         raise MtkitError(f"{path}: pad, eos and unk must be three different ids (got {pad}, {eos}, {unk})")
+    if start is not None and start != pad:
+        if start in (unk, eos) or not 0 <= start < size:
+            raise MtkitError(f"{path}: the decoder's start id {start} must be an id of its own below {size}")
+        order = [pad, unk, start, eos] + [i for i in range(size) if i not in (pad, unk, start, eos)]
+        return order, [pieces.get(i, f"<marian:{i}>") for i in order]
     order = [pad, unk, pad, eos] + [i for i in range(size) if i not in (pad, unk, eos)]
     names = [pieces.get(i, f"<marian:{i}>") for i in order]
     names[PAD_ID], names[BOS_ID] = pieces.get(pad, "<pad>"), "<s>"
@@ -264,8 +277,10 @@ def _permutation(table: dict[str, int], size: int, pad: int, eos: int, path: Pat
 
 
 def _model_config(hf: Fields, path: Path) -> ModelConfig:
-    if hf.get("model_type", "a string", "marian") != "marian":
-        raise MtkitError(f"{path}: model_type is {shown(hf.get('model_type', 'a string'))}, not 'marian'")
+    kind = hf.get("model_type", "a string", "marian")
+    if kind not in MODEL_TYPES:
+        raise MtkitError(f"{path}: model_type is {shown(kind)}, not 'marian' (or 'pegasus', as mtkit export hf "
+                         "writes pre-norm models)")
     act = hf.get("activation_function", "a string", "gelu")
     if act not in ACTIVATIONS:
         raise MtkitError(f"{path}: activation_function {shown(act)} is not supported (relu, swish, silu, gelu)")
@@ -288,7 +303,7 @@ def _model_config(hf: Fields, path: Path) -> ModelConfig:
         "dropout": hf.get("dropout", "a number", 0.1),
         "attention_dropout": hf.get("attention_dropout", "a number", 0.0),
         "activation_dropout": hf.get("activation_dropout", "a number", 0.0),
-        "norm": "post", "positions": "sinusoidal",
+        "norm": MODEL_TYPES[kind], "positions": "sinusoidal",
         "max_positions": hf.need("max_position_embeddings", "an integer", 1024, **positive),
         "activation": ACTIVATIONS[act], "output_bias": True,
         "scale_embedding": hf.get("scale_embedding", "true or false", False),
@@ -340,6 +355,17 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
         raise MtkitError(f"{gen.where(key)}: {key}: {e.problem} (as mtkit's {e.key})") from None
 
 
+def _exported_decode(manifest: dict, path: Path) -> DecodeConfig:
+    """The decode section that ``mtkit export hf`` kept in ``mtkit.json``, through the recipe's checks."""
+    raw = manifest.get("decode")
+    if not isinstance(raw, dict):
+        raise MtkitError(f"{path}: no 'decode' object")
+    try:
+        return config_from_dict({"decode": raw}).decode
+    except MtkitError as e:
+        raise MtkitError(f"{path}: {e}") from None
+
+
 def marian_folder(source: str) -> Path:
     """``source`` itself when it is a directory; otherwise a hub name (``Helsinki-NLP/opus-mt-en-de``),
     downloaded through ``huggingface_hub`` into its cache and read from there."""
@@ -368,6 +394,9 @@ def read_marian(folder: str | Path) -> Imported:
     tok = Fields((_read_json(tok_path) if tok_path.exists() else {}, tok_path))
     model_cfg = _model_config(hf, config_path)
     decode = _decode_config(gen, model_cfg)  # every field typed before any work
+    manifest = folder / MANIFEST
+    if manifest.exists():  # mtkit export hf's: the recipe's decode settings whole (a·source + b, the penalty)
+        decode = _exported_decode(_read_json(manifest, what="mtkit export manifest"), manifest)
 
     pad = hf.get("pad_token_id", "an integer", 58100)
     eos = hf.get("eos_token_id", "an integer", 0)
@@ -376,9 +405,6 @@ def read_marian(folder: str | Path) -> Imported:
         if gen.get(key, "an integer", value) != value:  # generate() would take generation_config.json's
             raise MtkitError(f"{gen.where(key)}: {key} is {gen.get(key, 'an integer')}, "
                              f"but config.json's is {value}")
-    if start != pad:
-        raise MtkitError(f"{config_path}: decoder_start_token_id {start} is not the pad id {pad}; "
-                         "only Marian's start from the pad embedding is supported")
     forced = gen.get("forced_eos_token_id", "an integer")
     if forced is not None and forced != eos:
         raise MtkitError(f"{gen.where('forced_eos_token_id')}: forced_eos_token_id {forced} is not the eos id {eos}")
@@ -405,9 +431,9 @@ def read_marian(folder: str | Path) -> Imported:
     if separate and not (folder / "target_vocab.json").exists():
         raise MtkitError(f"{folder}: no target_vocab.json (tokenizer_config.json sets separate_vocabs)")
     tgt_table = _read_json(folder / "target_vocab.json", MAX_VOCAB_BYTES, "vocabulary") if separate else src_table
-    src_order, src_pieces = _permutation(src_table, src_size, pad, eos, folder / "vocab.json")
+    src_order, src_pieces = _permutation(src_table, src_size, pad, eos, folder / "vocab.json", start)
     tgt_order, tgt_pieces = _permutation(tgt_table, tgt_size, pad, eos,
-                                         folder / ("target_vocab.json" if separate else "vocab.json"))
+                                         folder / ("target_vocab.json" if separate else "vocab.json"), start)
     src_bytes = read_bounded(folder / "source.spm", MAX_VOCAB_BYTES, "SentencePiece model")
     tgt_bytes = read_bounded(folder / "target.spm", MAX_VOCAB_BYTES, "SentencePiece model")
 
@@ -441,9 +467,10 @@ def read_marian(folder: str | Path) -> Imported:
     model = Transformer(model_cfg, V_src, V_tgt, pad_id=PAD_ID, kernels="reference")
     src_idx, tgt_idx = torch.tensor(src_order), torch.tensor(tgt_order)
     bias = out_b[tgt_idx].clone()
-    bias[PAD_ID] = LOGIT_FLOOR
-    if renormalize:
-        bias[BOS_ID] = LOGIT_FLOOR
+    if start == pad:  # the extra PAD slot (and, renormalized, the start's) takes no probability
+        bias[PAD_ID] = LOGIT_FLOOR
+        if renormalize:
+            bias[BOS_ID] = LOGIT_FLOOR
     new = {
         "encoder.embeddings.tokens.weight": src_emb[src_idx],
         "decoder.embeddings.tokens.weight": tgt_emb[tgt_idx],
@@ -466,6 +493,9 @@ def read_marian(folder: str | Path) -> Imported:
                 new[f"{mt_l}.feed_forward.w_1.{t}"] = get(f"{hf_l}.fc1.{t}")
                 new[f"{mt_l}.feed_forward.w_2.{t}"] = get(f"{hf_l}.fc2.{t}")
                 new[f"{mt_l}.feed_forward_norm.{t}"] = get(f"{hf_l}.final_layer_norm.{t}")
+        if model_cfg.norm == "pre":  # Pegasus: the stack's last LayerNorm
+            for t in ("weight", "bias"):
+                new[f"{side}.norm.{t}"] = get(f"{side}.layer_norm.{t}")
     own = model.state_dict()
     for key, value in new.items():
         if key in own and own[key].shape != value.shape:
