@@ -34,7 +34,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import MtkitError
@@ -74,6 +76,51 @@ def refusals(cfg) -> list[str]:
     return out
 
 
+# -------------------------------------------------------------------------- ids
+
+
+@dataclass(frozen=True)
+class Ids:
+    """The exported model's ids: mtkit's own, or (an imported Marian model) Marian's again."""
+
+    src_rows: Any  # exported id -> mtkit id, a LongTensor; None: the same ids
+    tgt_rows: Any
+    pad: int
+    eos: int
+    start: int  # the decoder's first token
+    banned: tuple[int, ...]  # never generated (mtkit bans PAD and BOS)
+    renormalize: bool  # Hugging Face renormalizes after the ban (an OPUS-MT generation config's setting)
+
+    def mtkit_ids(self, ids, side: str):
+        """Exported ids (B, L) as mtkit's, the pad positions as PAD."""
+        rows = self.src_rows if side == "src" else self.tgt_rows
+        return ids if rows is None else rows[ids].masked_fill(ids == self.pad, PAD_ID)
+
+
+def exported_ids(loaded) -> Ids:
+    """mtkit's ids (PAD and BOS suppressed), unless the model is an imported Marian one: its extra PAD slot
+    (logit held at the importer's floor) is dropped and Marian's layout comes back, eos 0, unk 1, the pieces in
+    their order, the decoder's start (mtkit's BOS slot) as the pad id after them, as OPUS-MT folders have it
+    (:mod:`mtkit.importers.marian` describes the import this inverts)."""
+    import torch
+
+    from mtkit.importers.marian import LOGIT_FLOOR
+
+    bias = loaded.model.output_projection.bias
+    bias = None if bias is None else bias.detach()
+    if loaded.vocab.pieces() is None or bias is None or float(bias[PAD_ID]) > LOGIT_FLOOR / 2:
+        return Ids(None, None, PAD_ID, EOS_ID, BOS_ID, (PAD_ID, BOS_ID), False)
+    sizes = loaded.vocab.src_size - 1, loaded.vocab.tgt_size - 1
+    pad = min(sizes) - 1  # Hugging Face's Marian has one pad id: a larger vocabulary has pieces after it
+
+    def rows(size: int):
+        rest = iter(range(BOS_ID + 2, size + 1))  # mtkit's ids after EOS, in order
+        return torch.tensor([EOS_ID if j == 0 else UNK_ID if j == 1 else BOS_ID if j == pad else next(rest)
+                             for j in range(size)])
+
+    return Ids(rows(sizes[0]), rows(sizes[1]), pad, 0, pad, (pad,), float(bias[BOS_ID]) <= LOGIT_FLOOR / 2)
+
+
 # ---------------------------------------------------------------------- weights
 
 
@@ -88,7 +135,7 @@ def residual_order(cfg):
     return torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
 
 
-def hf_state(model) -> dict:
+def hf_state(model, ids: Ids) -> dict:
     """mtkit's weights under Hugging Face's names (``model.`` prefixed, as the ConditionalGeneration classes
     name them), the residual stream permuted (:func:`residual_order`); read through the one weight map."""
     import torch
@@ -143,30 +190,33 @@ def hf_state(model) -> dict:
     if w.encoder_norm is not None:
         norm("model.encoder.layer_norm", w.encoder_norm)
         norm("model.decoder.layer_norm", w.decoder_norm)
-    share = model.cfg.share_embeddings
-    state["model.encoder.embed_tokens.weight"] = w.source.tokens[:, p].detach().clone()
-    state["model.decoder.embed_tokens.weight"] = w.target.tokens[:, p].detach().clone()
-    if share == "all":
+    src_rows = slice(None) if ids.src_rows is None else ids.src_rows  # the exported ids' rows
+    tgt_rows = slice(None) if ids.tgt_rows is None else ids.tgt_rows
+    state["model.encoder.embed_tokens.weight"] = w.source.tokens[src_rows][:, p].detach().clone()
+    state["model.decoder.embed_tokens.weight"] = w.target.tokens[tgt_rows][:, p].detach().clone()
+    if model.cfg.share_embeddings == "all":
         state["model.shared.weight"] = state["model.encoder.embed_tokens.weight"]
-    state["lm_head.weight"] = w.output.weight[:, p].detach().clone()
+    state["lm_head.weight"] = w.output.weight[tgt_rows][:, p].detach().clone()
     bias = w.output.bias if w.output.bias is not None else torch.zeros(w.output.weight.size(0))
-    state["final_logits_bias"] = bias.detach().clone().reshape(1, -1)
+    state["final_logits_bias"] = bias[tgt_rows].detach().clone().reshape(1, -1)
     return state
 
 
 # ----------------------------------------------------------------- the folder
 
 
-def hf_config(cfg, src_size: int, tgt_size: int):
-    """The transformers config (MarianConfig or PegasusConfig) of mtkit's ``cfg``."""
+def hf_config(cfg, ids: Ids, src_size: int, tgt_size: int):
+    """The transformers config (MarianConfig or PegasusConfig) of mtkit's ``cfg``, with the exported ids
+    (``src_size``, ``tgt_size``: the exported vocabularies')."""
     m = cfg.model
     common = dict(
         d_model=m.d_model, encoder_layers=m.encoder_layers, decoder_layers=m.decoder_layers,
         encoder_attention_heads=m.h, decoder_attention_heads=m.h, encoder_ffn_dim=m.d_ff, decoder_ffn_dim=m.d_ff,
         max_position_embeddings=m.max_positions, activation_function=ACTIVATIONS[m.activation],
         scale_embedding=m.scale_embedding, dropout=m.dropout, attention_dropout=m.attention_dropout,
-        activation_dropout=m.activation_dropout, pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=EOS_ID, is_encoder_decoder=True,
+        activation_dropout=m.activation_dropout, pad_token_id=ids.pad, eos_token_id=ids.eos,
+        bos_token_id=ids.start if ids.start != ids.pad else None, decoder_start_token_id=ids.start,
+        forced_eos_token_id=ids.eos, is_encoder_decoder=True,
         tie_word_embeddings=m.share_embeddings != "none",
     )
     if architecture(cfg) == "pegasus":
@@ -179,7 +229,7 @@ def hf_config(cfg, src_size: int, tgt_size: int):
                         share_encoder_decoder_embeddings=m.share_embeddings == "all", **common)
 
 
-def generation_settings(cfg) -> dict:
+def generation_settings(cfg, ids: Ids) -> dict:
     """``generation_config.json``'s settings from the recipe's decode section: beam, length penalty (α of
     score / length^α), the maximum length, n-gram blocking, sampling; PAD and BOS suppressed as mtkit bans them.
 
@@ -188,9 +238,14 @@ def generation_settings(cfg) -> dict:
     otherwise the model's positions bound it and the model card says how to pass the bound.
     """
     d = cfg.decode
-    out = {"decoder_start_token_id": BOS_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
-           "forced_eos_token_id": EOS_ID, "suppress_tokens": [PAD_ID, BOS_ID], "num_beams": d.beam,
-           "length_penalty": float(d.alpha) if d.length_penalty == "power" else 1.0, "early_stopping": True}
+    out = {"decoder_start_token_id": ids.start, "eos_token_id": ids.eos, "pad_token_id": ids.pad,
+           "forced_eos_token_id": ids.eos, "num_beams": d.beam}
+    if d.beam > 1:  # mtkit's beam search ends a sentence once it holds `beam` finished hypotheses
+        out.update(length_penalty=float(d.alpha), early_stopping=True)
+    if ids.src_rows is None:
+        out.update(bos_token_id=ids.start, suppress_tokens=list(ids.banned))
+    else:  # as OPUS-MT's generation configs ban the pad
+        out.update(bad_words_ids=[[i] for i in ids.banned], renormalize_logits=ids.renormalize)
     # max_new_tokens: the tokens and the EOS; the decoder's start takes position 0 of max_positions.
     out["max_new_tokens"] = d.max_len_b + 1 if d.max_len_a == 0 else cfg.model.max_positions - 1
     if d.no_repeat_ngram_size:
@@ -203,20 +258,27 @@ def generation_settings(cfg) -> dict:
     return out
 
 
-def piece_table(vocab, side: str, size: int, tags: dict[str, str]) -> dict[str, int]:
-    """``vocab.json``: piece -> id for every id of ``side`` (``src`` or ``tgt``), the special ids under
-    MarianTokenizer's names and the language tags in OPUS-MT's form (``tags``: ``<2de>`` -> ``>>de<<``)."""
+def piece_table(vocab, side: str, ids: Ids, tags: dict[str, str]) -> dict[str, int]:
+    """``vocab.json``: piece -> exported id for every id of ``side`` (``src`` or ``tgt``), the special ids under
+    MarianTokenizer's names (or an imported table's own) and the language tags in OPUS-MT's form (``tags``:
+    ``<2de>`` -> ``>>de<<``)."""
+    size = vocab.src_size if side == "src" else vocab.tgt_size
     names = vocab.src_pieces(range(size)) if side == "src" else vocab.tgt_pieces(range(size))
+    rows = ids.src_rows if side == "src" else ids.tgt_rows
     table: dict[str, int] = {}
+    if rows is not None:  # Marian's layout again: its pad (mtkit's BOS slot) keeps the table's pad name
+        for j, i in enumerate(rows.tolist()):
+            table[names[PAD_ID] if j == ids.pad else names[i]] = j
+        return table
     for i, name in enumerate(names):
         name = SPECIAL_NAMES.get(i, tags.get(name, name))
-        if name in table:  # a piece whose name another id has (an imported table's own "<s>"): unique
+        if name in table:  # a piece whose name another id has: unique
             name = f"<mtkit:{i}>"
         table[name] = i
     return table
 
 
-def write_tokenizer(loaded, folder: Path) -> None:
+def write_tokenizer(loaded, ids: Ids, folder: Path) -> None:
     """MarianTokenizer's files: ``source.spm``, ``target.spm`` (the models text is encoded with: tags unused,
     so typed text never yields one), ``vocab.json`` (and ``target_vocab.json`` for separate vocabularies),
     ``tokenizer_config.json``."""
@@ -230,10 +292,10 @@ def write_tokenizer(loaded, folder: Path) -> None:
     (folder / "source.spm").write_bytes(src_text)
     (folder / "target.spm").write_bytes(tgt_text if tgt_text is not None else src_text)
     separate = not vocab.joint or vocab.pieces() is not None and vocab.pieces().get("tgt") is not None
-    (folder / "vocab.json").write_text(json.dumps(piece_table(vocab, "src", vocab.src_size, tags),
-                                                  ensure_ascii=False), encoding="utf-8")
+    (folder / "vocab.json").write_text(json.dumps(piece_table(vocab, "src", ids, tags), ensure_ascii=False),
+                                       encoding="utf-8")
     if separate:
-        (folder / "target_vocab.json").write_text(json.dumps(piece_table(vocab, "tgt", vocab.tgt_size, tags),
+        (folder / "target_vocab.json").write_text(json.dumps(piece_table(vocab, "tgt", ids, tags),
                                                              ensure_ascii=False), encoding="utf-8")
     src_lang, tgt_lang = data.src_lang, data.tgt_lang
     tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"),
@@ -243,22 +305,28 @@ def write_tokenizer(loaded, folder: Path) -> None:
     tokenizer.save_pretrained(str(folder))
 
 
-def probe_logits_difference(model, hf_model, vocab_sizes: tuple[int, int]) -> float:
+def probe_logits_difference(model, hf_model, ids: Ids) -> float:
     """The largest |logit| difference between mtkit's model and the Hugging Face one, teacher-forced on a
     fixed probe batch of two sentences of random ids (one padded)."""
     import torch
 
+    config = hf_model.config
+    sizes = config.vocab_size, getattr(config, "decoder_vocab_size", None) or config.vocab_size
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(4, vocab_sizes[0], (2, 9), generator=g)
-    src[:, -1] = EOS_ID
-    src[1, 5:] = PAD_ID
-    src[1, 4] = EOS_ID
-    tgt = torch.randint(4, vocab_sizes[1], (2, 7), generator=g)
-    tgt[:, 0] = BOS_ID
+    src = torch.randint(0, sizes[0], (2, 9), generator=g)
+    tgt = torch.randint(0, sizes[1], (2, 7), generator=g)
+    for t in (src, tgt):  # no special id in the text
+        t[(t == ids.pad) | (t == ids.eos) | (t == ids.start) | (t == UNK_ID)] = 4 if ids.src_rows is None else 2
+    src[:, -1] = ids.eos
+    src[1, 5:] = ids.pad
+    src[1, 4] = ids.eos
+    tgt[:, 0] = ids.start
     with torch.no_grad():
-        ours = model(src, tgt).float()
-        theirs = hf_model(input_ids=src, attention_mask=(src != PAD_ID).long(), decoder_input_ids=tgt).logits.float()
-    return float((ours - theirs).abs().max())
+        ours = model(ids.mtkit_ids(src, "src"), ids.mtkit_ids(tgt, "tgt")).float()
+        if ids.tgt_rows is not None:
+            ours = ours[..., ids.tgt_rows]
+        theirs = hf_model(input_ids=src, attention_mask=(src != ids.pad).long(), decoder_input_ids=tgt).logits
+    return float((ours - theirs.float()).abs().max())
 
 
 def model_card(loaded, arch: str) -> str:
@@ -343,9 +411,12 @@ def export_model(loaded, out_dir: str | Path) -> Path:
 
     model = loaded.model.float().eval()
     arch = architecture(loaded.config)
-    config = hf_config(loaded.config, loaded.vocab.src_size, loaded.vocab.tgt_size)
+    ids = exported_ids(loaded)
+    sizes = [len(r) if r is not None else n for r, n in ((ids.src_rows, loaded.vocab.src_size),
+                                                         (ids.tgt_rows, loaded.vocab.tgt_size))]
+    config = hf_config(loaded.config, ids, *sizes)
     hf_model = AutoModelForSeq2SeqLM.from_config(config).eval()
-    state = hf_state(model)
+    state = hf_state(model, ids)
     own = hf_model.state_dict()
     missing = [k for k in own if k not in state and "embed_positions" not in k]
     extra = [k for k in state if k not in own]
@@ -358,8 +429,14 @@ def export_model(loaded, out_dir: str | Path) -> Path:
                 raise MtkitError(f"{name}: {tuple(t.shape)} where {type(hf_model).__name__} has "
                                  f"{tuple(own[name].shape)}")
             own[name].copy_(t)
-    hf_model.generation_config = GenerationConfig(**generation_settings(loaded.config))
-    diff = probe_logits_difference(model, hf_model, (loaded.vocab.src_size, loaded.vocab.tgt_size))
+    generation = GenerationConfig(**generation_settings(loaded.config, ids))
+    try:
+        generation.validate(strict=True)
+    except ValueError as e:
+        said = " ".join(line.strip("- ") for line in str(e).splitlines()[1:2])
+        raise MtkitError(f"transformers {transformers.__version__} refuses the generation settings: {said}") from None
+    hf_model.generation_config = generation
+    diff = probe_logits_difference(model, hf_model, ids)
     if not diff <= TOLERANCE:
         raise MtkitError(f"the exported {type(hf_model).__name__}'s logits differ from mtkit's by {diff:.3g} "
                          f"(transformers {transformers.__version__}); nothing written")
@@ -369,7 +446,7 @@ def export_model(loaded, out_dir: str | Path) -> Path:
     hf_logging.disable_progress_bar()  # its shard-writing bar: mtkit says what it wrote, once
     with atomic_directory(out_dir) as tmp:
         hf_model.save_pretrained(str(tmp))
-        write_tokenizer(loaded, tmp)
+        write_tokenizer(loaded, ids, tmp)
         (tmp / "README.md").write_text(model_card(loaded, arch), encoding="utf-8")
         (tmp / MANIFEST).write_text(json.dumps(manifest(loaded, arch), indent=2) + "\n", encoding="utf-8")
         umask = os.umask(0)

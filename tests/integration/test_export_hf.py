@@ -240,3 +240,40 @@ def test_the_multi30k_model_translates_test2016_in_transformers_as_in_mtkit(tmp_
     for beam in (1, 5):
         ours, theirs = translate(model, lines, beam), generate(tmp_path / "hf", lines, beam)
         assert same(theirs, ours) >= 0.995 * len(lines)
+
+
+@pytest.mark.parametrize("case", ["swish-shared", "gelu-separate"])
+def test_an_imported_opus_mt_model_exports_back_to_the_original(tmp_path, case):
+    """import marian, then export hf: Marian's ids, config, generation settings, tables and weights again."""
+    from safetensors.torch import load_file
+    from test_import_marian import CASES, make_marian
+
+    from mtkit.importers import write_run
+    from mtkit.importers.marian import read_marian
+
+    original = make_marian(tmp_path / "opus", **CASES[case])
+    export_model(load_model(write_run(read_marian(original), tmp_path / "run")), tmp_path / "back")
+    back = tmp_path / "back"
+    for name in ("vocab.json", "target_vocab.json"):
+        if (original / name).exists():
+            assert json.loads((back / name).read_text()) == json.loads((original / name).read_text())
+    ours, theirs = (json.loads((f / "config.json").read_text()) for f in (back, original))
+    for key in ("vocab_size", "decoder_vocab_size", "share_encoder_decoder_embeddings", "d_model", "encoder_layers",
+                "decoder_layers", "activation_function", "scale_embedding", "max_position_embeddings",
+                "pad_token_id", "eos_token_id", "decoder_start_token_id", "model_type"):
+        assert ours.get(key) == theirs.get(key), key
+    ours, theirs = (json.loads((f / "generation_config.json").read_text()) for f in (back, original))
+    for key in ("num_beams", "bad_words_ids", "renormalize_logits", "pad_token_id", "eos_token_id",
+                "decoder_start_token_id", "forced_eos_token_id", "length_penalty"):
+        assert ours.get(key) == theirs.get(key), key
+    assert ours["max_new_tokens"] == theirs["max_length"] - 1  # the same bound: max_length counts the start
+    ours, theirs = (load_file(str(f / "model.safetensors")) for f in (back, original))
+    assert set(ours) == set(theirs)
+    pad = json.loads((original / "config.json").read_text())["pad_token_id"]
+    for name, t in theirs.items():
+        if name == "final_logits_bias" and CASES[case]["renormalize"]:
+            # the pad's bias: the import holds it at its floor (renormalized, Hugging Face bans it first)
+            keep = torch.arange(t.size(1)) != pad
+            assert torch.equal(ours[name][:, keep], t[:, keep])
+        else:
+            assert torch.equal(ours[name], t), name

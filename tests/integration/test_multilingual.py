@@ -224,6 +224,43 @@ def test_ctranslate2_export_carries_the_tags_and_translates_the_same(multi_run, 
         assert len(torch_out) == 60 and sum(a == b for a, b in zip(torch_out, ct2_out)) >= 58, lang
 
 
+def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_same(multi_run, multi_data,
+                                                                                     tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from mtkit.config import EOS_ID
+    from mtkit.data.languages import TaggedVocab
+    from mtkit.runtime.checkpoint import load_model
+
+    lines = (multi_data / "test.src.txt").read_text().splitlines()[:40]
+    src = tmp_path / "test.en"
+    src.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([sys.executable, "-m", "mtkit", "export", "hf", str(multi_run), str(tmp_path / "hf"),
+                           "--beam", "1"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert done.returncode == 0, done.stderr
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
+    loaded = load_model(multi_run)
+    for lang in ("de", "fr"):
+        batch = tok([f">>{lang}<< {line}" for line in lines], return_tensors="pt", padding=True)
+        tagged = TaggedVocab(loaded.vocab, lang, "source")
+        assert [[i for i in row if i != 0] for row in batch["input_ids"].tolist()] == \
+            [tagged.encode_src(line) + [EOS_ID] for line in lines]
+        theirs = []
+        for line in lines:  # one at a time: each bounded as mtkit bounds it, source length + 50 (the model card)
+            one = tok([f">>{lang}<< {line}"], return_tensors="pt")
+            with torch.no_grad():
+                out = model.generate(**one, max_new_tokens=one["input_ids"].size(1) + 51)
+            theirs += tok.batch_decode(out, skip_special_tokens=True)
+        ours = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(multi_run), "--beam", "1",
+                               "--tgt-lang", lang, str(src)], capture_output=True, text=True, env=ENV, timeout=600)
+        pairs = list(zip(theirs, ours.stdout.splitlines(), strict=True))
+        assert sum(a == b for a, b in pairs) >= 39, [p for p in pairs if p[0] != p[1]]
+    # a tag typed anywhere else is text, as in mtkit
+    assert tok(["a >>fr<< b"])["input_ids"][0] == loaded.vocab.encode_src("a >>fr<< b") + [EOS_ID]
+
+
 @pytest.mark.slow
 def test_a_multilingual_model_fine_tunes_on_one_pair_and_keeps_its_tag(multi_run, tmp_path):
     """Stage 2 of the multilingual recipe in miniature: en-de alone, prepared with the model's
