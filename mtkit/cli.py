@@ -325,8 +325,9 @@ def export_hf(
 
 @import_app.command("marian")
 def import_marian(
-    source: str = typer.Argument(..., help="A folder saved by MarianMTModel/MarianTokenizer.save_pretrained, "
-                                           "or a hub name such as Helsinki-NLP/opus-mt-en-de."),
+    source: str = typer.Argument(..., help="A folder saved by MarianMTModel/MarianTokenizer.save_pretrained "
+                                           "(or written by mtkit export hf), or a hub name such as "
+                                           "Helsinki-NLP/opus-mt-en-de."),
     out_dir: Path = typer.Option(..., "--output", "-o", help="The run directory to write (new or empty)."),
 ) -> None:
     """Import a Marian / OPUS-MT model (Hugging Face layout) as a run directory.
