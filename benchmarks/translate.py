@@ -100,7 +100,7 @@ DEFAULT_DATA = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared/data/
 POLICIES = {"default": None, "passive": "PASSIVE"}  # name -> OMP_WAIT_POLICY (None: unset)
 NAMES = {"mtkit": "mtkit (PyTorch)", "hf": "HF generate", "ct2-fp32": "CTranslate2 fp32",
          "ct2-int8": "CTranslate2 int8", "text-mtkit": "mtkit --engine ctranslate2",
-         "text-direct": "CTranslate2 direct"}
+         "text-direct": "CTranslate2 direct", "onnx": "ONNX Runtime"}
 
 
 def policy_env(policy: str, threads: int) -> dict:
@@ -320,6 +320,10 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
 
         for quant in ("fp32", "int8"):
             plan["ct2"][quant] = str(export_model(loaded, work / f"ct2-{quant}", None if quant == "fp32" else "int8"))
+    if "onnx" in engines:
+        from mtkit.export.onnx import export_model as export_onnx
+
+        plan["onnx"] = str(export_onnx(loaded, work / "onnx"))
     src = [ids + [EOS_ID] for ids in vocab.encode_src_batch(lines)]
     order = sorted(range(len(src)), key=lambda i: -len(src[i]))
     plan["batched"] = [[src[i] for i in order[k : k + batch_size]] for k in range(0, len(order), batch_size)]
@@ -336,6 +340,10 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
         import transformers
 
         versions += f", transformers {transformers.__version__}"
+    if "onnx" in engines:
+        import onnxruntime
+
+        versions += f", onnxruntime {onnxruntime.__version__}"
     detail = ""
     if "marian" in shape:
         filler = sum(p.startswith("<fill_") for p in table)
@@ -557,9 +565,9 @@ def parse_args() -> argparse.Namespace:
                         help="sentences translated one by one (tiny and small 100, opus 10; 0: none)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--skip", nargs="*", default=[], choices=["hf", "ct2", "text", "whole"],
+    parser.add_argument("--skip", nargs="*", default=[], choices=["hf", "ct2", "onnx", "text", "whole"],
                         help="leave out HF generate, the CTranslate2 engines (and with them the text in, text "
-                             "out comparison), that comparison alone, or the whole-process runs")
+                             "out comparison), ONNX Runtime, that comparison alone, or the whole-process runs")
     parser.add_argument("--policies", default="default,passive",
                         help="OMP_WAIT_POLICY settings to measure, comma-separated: default (unset), passive")
     parser.add_argument("--worker", choices=[*NAMES], help="(started by the parent) run one engine and print JSON")
@@ -603,6 +611,11 @@ def main() -> None:
         print("note: ctranslate2 is not installed: the CTranslate2 rows and comparisons are left out")
     if have_ct2:
         engines += ["ct2-fp32", "ct2-int8"]
+    if "onnx" not in args.skip:
+        if any(find_spec(m) is None for m in ("onnxruntime", "onnx", "onnxscript")):
+            print("note: onnxruntime, onnx or onnxscript is not installed: the ONNX Runtime rows are left out")
+        else:
+            engines.append("onnx")
     print(f"# each engine in its own process; OMP_WAIT_POLICY measured: "
           f"{', '.join(policy_label(p) for p in args.policies)}; OMP_NUM_THREADS={args.threads}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)

@@ -12,7 +12,9 @@ Engines (ids in, ids out, timed after one warm-up sentence):
   ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy (the opus shape: on the
                 OPUS-MT folder the mtkit checkpoint was imported from, in Marian's ids, which
                 ``plan['marian']`` maps to and from mtkit's);
-  ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models.
+  ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models;
+  ``onnx``      mtkit's search (the same loops) over ONNX Runtime running ``mtkit export onnx``'s graphs
+                (:class:`mtkit.runtime.onnx_engine.OnnxModel`).
 Text in, text out (SentencePiece encode to decode, all sentences, the second of two rounds):
   ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Engine``);
   ``text-direct`` CTranslate2 called directly, with the exported SentencePiece model.
@@ -33,7 +35,7 @@ from pathlib import Path
 from mtkit.config import EOS_ID, PAD_ID, DecodeConfig
 from mtkit.host_memory import keep_freed_memory
 
-ENGINES = ("mtkit", "hf", "ct2-fp32", "ct2-int8")
+ENGINES = ("mtkit", "hf", "ct2-fp32", "ct2-int8", "onnx")
 POSITIONS = "mtkit_positions.pt"  # beside the HF model: mtkit's sinusoid tables, which save_pretrained leaves out
 TEXT_SIDES = ("text-mtkit", "text-direct")
 
@@ -102,6 +104,30 @@ class Ct2Engine:
         return [[self.piece_id[p] for p in r.hypotheses[0]] for r in results]
 
 
+class OnnxEngine:
+    """mtkit's greedy and beam search over the ONNX graphs, lengths forced as the mtkit worker's."""
+
+    def __init__(self, model, beam: int, n: int) -> None:
+        from mtkit.decoding.options import SearchOptions
+
+        self.model, self.beam = model, beam
+        self.options = SearchOptions(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6, min_len=n)
+
+    def __call__(self, batch: list[list[int]]) -> list[list[int]]:
+        import torch
+
+        from mtkit.decoding import search
+
+        width = max(map(len, batch))
+        src = torch.tensor([x + [PAD_ID] * (width - len(x)) for x in batch])
+        with torch.inference_mode():
+            if self.beam == 1:
+                hyps = search.greedy_search(self.model, src, self.options)
+            else:
+                hyps = search.beam_search(self.model, src, self.options)
+        return [h[0].tokens for h in hyps]
+
+
 def engine_factory(name: str, plan: dict, threads: int):
     """A function beam -> engine for ``name``, with the engine's model loaded once."""
     n = plan["forced_len"]
@@ -122,6 +148,11 @@ def engine_factory(name: str, plan: dict, threads: int):
                 for side, table in tables.items():
                     getattr(model.model, side).embed_positions.weight.copy_(table)
         return lambda beam: HfEngine(model, beam, n, plan.get("marian"))
+    if name == "onnx":
+        from mtkit.runtime.onnx_engine import OnnxModel
+
+        model = OnnxModel(plan["onnx"], threads)
+        return lambda beam: OnnxEngine(model, beam, n)
     from mtkit.data.vocab import Vocab
 
     quant = name.removeprefix("ct2-")
@@ -177,7 +208,7 @@ def text_side(name: str, plan: dict, threads: int) -> dict:
 def work(name: str, workdir: Path, threads: int) -> None:
     """Run worker ``name`` on ``workdir/plan.json`` and print its JSON line on stdout."""
     plan = json.loads((Path(workdir) / "plan.json").read_text(encoding="utf-8"))
-    if name in ("mtkit", "hf"):
+    if name in ("mtkit", "hf", "onnx"):
         import torch
 
         torch.set_num_threads(threads)
@@ -196,7 +227,7 @@ def work(name: str, workdir: Path, threads: int) -> None:
                 results.append({"run": label, "what": what, **time_engine(engine, plan[what])})
     else:
         sys.exit(f"error: unknown worker {name!r}; expected one of {', '.join(ENGINES + TEXT_SIDES)}")
-    for module in ("torch", "ctranslate2", "transformers"):
+    for module in ("torch", "ctranslate2", "transformers", "onnxruntime"):
         if module in sys.modules:
             versions[module] = getattr(sys.modules[module], "__version__", "?")
     print(json.dumps({"engine": name, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -323,6 +323,25 @@ def export_hf(
     run_export(checkpoint, out_dir, {k: v for k, v in overrides.items() if v is not None})
 
 
+@export_app.command("onnx")
+def export_onnx(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint or run directory."),
+    out_dir: Path = typer.Argument(..., help="Output folder for the ONNX graphs."),
+) -> None:
+    """Write ONNX graphs: the encoder, and one decoding step with its key/value cache in and out.
+
+    Traced by torch.onnx from mtkit's own modules (no optimum); the folder also holds the SentencePiece
+    model(s) and mtkit.json. Needs pip install 'mtkit[onnx]'.
+
+    \b
+    Example:
+      mtkit export onnx runs/en-de onnx-en-de
+    """
+    from mtkit.commands.export import export_onnx as run_export
+
+    run_export(checkpoint, out_dir)
+
+
 @import_app.command("marian")
 def import_marian(
     source: str = typer.Argument(..., help="A folder saved by MarianMTModel/MarianTokenizer.save_pretrained "

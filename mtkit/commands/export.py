@@ -1,5 +1,5 @@
-"""``mtkit export ctranslate2`` and ``mtkit export hf``: write a checkpoint as a CTranslate2 model directory or a
-Hugging Face model folder.
+"""``mtkit export ctranslate2``, ``hf`` and ``onnx``: write a checkpoint as a CTranslate2 model directory, a
+Hugging Face model folder or two ONNX graphs.
 
 No torch or ctranslate2 at import time: this module is loaded when the CLI starts.
 """
@@ -52,3 +52,17 @@ def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = N
     say_loaded([loaded])
     out = export_model(loaded, out_dir)
     print(f"exported {loaded.path} to {out} (Hugging Face, {architecture(loaded.config)})", file=sys.stderr)
+
+
+def export_onnx(checkpoint: Path, out_dir: Path) -> None:
+    """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as ONNX graphs (:mod:`mtkit.export.onnx`)."""
+    import sys
+
+    from mtkit.export.onnx import export_model
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.runtime.factory import say_loaded
+
+    loaded = load_model(checkpoint, "cpu")
+    say_loaded([loaded])
+    out = export_model(loaded, out_dir)
+    print(f"exported {loaded.path} to {out} (ONNX: encoder.onnx, decoder_step.onnx)", file=sys.stderr)
