@@ -88,7 +88,7 @@ class Model:
                  device: str = "cpu", precision: str = "fp32") -> None:
         self.engine = engine
         self.path = path
-        self.kind = kind  # "torch" or "ctranslate2"
+        self.kind = kind  # "torch", "ctranslate2" or "onnx"
         self._loaded = loaded  # the torch engine's LoadedModels (forced decoding needs them)
         self._device = device
         self._precision = precision
@@ -197,8 +197,8 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
 
     Args:
         path: an mtkit run directory or checkpoint (the torch engine), or a folder written by ``mtkit
-            export ctranslate2`` (the CTranslate2 engine).
-        engine: ``torch`` or ``ctranslate2`` (None: the one ``path`` is for); ``ctranslate2`` on a run
+            export ctranslate2`` (the CTranslate2 engine) or ``mtkit export onnx`` (ONNX Runtime).
+        engine: ``torch``, ``ctranslate2`` or ``onnx`` (None: the one ``path`` is for); ``ctranslate2`` on a run
             directory or checkpoint exports it on first use and keeps the export beside it
             (:mod:`mtkit.export.cache`).
         quantization: with ``engine="ctranslate2"`` on a run directory or checkpoint, its export's weights
@@ -208,13 +208,13 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
         target: the target language calls translate into by default (a multilingual model's).
     """
-    from mtkit.runtime.factory import ENGINES, build_translator, is_exported_model
+    from mtkit.runtime.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
 
     path = Path(path)
     if not path.exists():
         raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
     if engine is None:
-        engine = "ctranslate2" if is_exported_model(path) else "torch"
+        engine = "ctranslate2" if is_exported_model(path) else "onnx" if is_onnx_export(path) else "torch"
     if engine not in ENGINES:
         raise MtkitError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if threads < 0:

@@ -239,7 +239,7 @@ def translate(
     qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it) | onnx (a folder mtkit export onnx wrote)."),
     quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
@@ -488,7 +488,7 @@ def run_recipe(
 def serve(
     model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
                                      "models, each its own language pair; with --engine ctranslate2, exported directories too)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it)."),
+    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it) | onnx (a folder mtkit export onnx wrote)."),
     quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),

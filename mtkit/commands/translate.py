@@ -244,7 +244,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if interactive:
         buffer_size = 1
 
-    if o.engine == "ctranslate2" and o.attention_png is not None:
+    if o.engine != "torch" and o.attention_png is not None:
         raise MtkitError("--attention-png needs --engine torch")
     if o.engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
         from mtkit.export.cache import ctranslate2_model

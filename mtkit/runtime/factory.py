@@ -17,7 +17,7 @@ from mtkit.errors import MtkitError
 from mtkit.runtime.engine import stderr
 from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 
-ENGINES = ("torch", "ctranslate2")
+ENGINES = ("torch", "ctranslate2", "onnx")
 
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p", "epsilon")
 
@@ -114,6 +114,12 @@ def is_exported_model(path: Path) -> bool:
     return path.is_dir() and (path / "model.bin").is_file() and (path / "mtkit.json").is_file()
 
 
+def is_onnx_export(path: Path) -> bool:
+    """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json)."""
+    path = Path(path)
+    return path.is_dir() and (path / "decoder_step.onnx").is_file() and (path / "mtkit.json").is_file()
+
+
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
                      threads: int = 0, overrides: dict | None = None,
                      decode: DecodeConfig | Callable[[DecodeConfig], DecodeConfig] | None = None,
@@ -165,6 +171,24 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         if translator.threads_said is not None:
             log(translator.threads_said)
         return translator
+    if engine == "onnx":
+        from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+
+        if len(paths) != 1 or not is_onnx_export(paths[0]):
+            raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
+        if device not in ("auto", "cpu"):
+            raise MtkitError(f"--device {device}: the ONNX engine runs on the CPU")
+        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
+        if thread_policy is not None:
+            threads = thread_policy.current or 0
+        # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work leaves free.
+        threads, why = choose_threads(usable_cpus(), since_start().others(), user_threads(threads))
+        translator = OnnxEngine(paths[0], decode, threads=threads, target=tgt_lang)
+        if not any_target:
+            translator.vocab_for(tgt_lang)
+        log(f"loaded {translator.description}")
+        log(f"threads: {threads} ({why})")
+        return translator
     from mtkit.runtime.checkpoint import precheck
     from mtkit.runtime.device import resolve_device
 
@@ -172,6 +196,9 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         if is_exported_model(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an exported CTranslate2 "
                              "model: add --engine ctranslate2)")
+        if is_onnx_export(path):
+            raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an ONNX export: add "
+                             "--engine onnx)")
         precheck(path)  # a config its weights do not fit fails here, before torch loads
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):

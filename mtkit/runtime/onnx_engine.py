@@ -1,4 +1,5 @@
-"""ONNX Runtime behind mtkit's search: the two graphs of :mod:`mtkit.export.onnx` as a search model.
+"""ONNX Runtime behind mtkit's search: the two graphs of :mod:`mtkit.export.onnx` as a search model, and the
+engine ``--engine onnx`` runs (:class:`OnnxEngine`).
 
 :class:`OnnxModel` follows the protocol of :mod:`mtkit.decoding.options` (``encode``, ``init_cache``,
 ``decode_step``, and the cache's ``reorder`` and ``select_sentences``), so greedy search, sampling and beam
@@ -15,8 +16,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mtkit.config import PAD_ID
+from mtkit.config import PAD_ID, DecodeConfig
 from mtkit.errors import MtkitError
+from mtkit.runtime.engine import Call, Engine
 
 MANIFEST = "mtkit.json"
 
@@ -94,3 +96,62 @@ class OnnxModel:
         for i in range(self.layers):
             tensors[4 * i], tensors[4 * i + 1] = torch.from_numpy(new[2 * i]), torch.from_numpy(new[2 * i + 1])
         return torch.from_numpy(logits), replace(cache, tensors=tensors)
+
+
+def exported_decode(folder: Path) -> DecodeConfig:
+    """The recipe's decode settings an ONNX export keeps in its mtkit.json, through the recipe's checks."""
+    from mtkit.config import config_from_dict
+    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+
+    path = Path(folder) / MANIFEST
+    manifest = read_json_file(path, MAX_CONFIG_BYTES, "ONNX export manifest")
+    raw = manifest.get("decode") if isinstance(manifest, dict) else None
+    if not isinstance(raw, dict):
+        raise MtkitError(f"{path}: no 'decode' object")
+    try:
+        return config_from_dict({"decode": raw}).decode
+    except MtkitError as e:
+        raise MtkitError(f"{path}: {e}") from None
+
+
+class OnnxEngine(Engine):
+    """Translate with an ``mtkit export onnx`` folder: mtkit's line pipeline and search, the network in ONNX
+    Runtime (``threads`` per session; 0: one per CPU, ONNX Runtime's own count)."""
+
+    def __init__(self, folder: str | Path, decode: DecodeConfig, threads: int = 0, target: str | None = None,
+                 seed: int = 1) -> None:
+        from mtkit.data.languages import pairs_from_list
+        from mtkit.data.vocab import Vocab
+
+        folder = Path(folder)
+        self.model = OnnxModel(folder, threads)
+        manifest = self.model.manifest
+        super().__init__(Vocab.load(folder), decode, manifest["model"].get("max_positions"),
+                         languages=(pairs_from_list(manifest.get("pairs")), None),
+                         tag_side=manifest.get("tag_side") or "source", target=target)
+        self.seed = seed
+        source = manifest.get("checkpoint")
+        if source and manifest.get("step") is not None:
+            source += f" (step {manifest['step']})"
+        self.description = f"{folder} (ONNX Runtime" + (f", exported from {source})" if source else ")")
+
+    def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
+        """As the pipeline's, with a generator of its own seeded with ``seed`` when it samples."""
+        import dataclasses
+
+        found = super().call(options, target)
+        if not found.decode.sampling:
+            return found
+        return dataclasses.replace(found, generator=torch.Generator().manual_seed(self.seed))
+
+    def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
+        from mtkit.data.languages import decoder_start
+        from mtkit.decoding.options import SearchOptions
+        from mtkit.runtime.torch_engine import run_search
+
+        src = torch.full((len(batch), max(map(len, batch))), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(batch):
+            src[row, : len(ids)] = torch.tensor(ids)
+        options = SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,
+                                            start=decoder_start(call.vocab), should_stop=call.should_stop)
+        return run_search(self.model, src, options, call.generator)

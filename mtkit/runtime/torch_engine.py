@@ -25,6 +25,27 @@ def stoppable() -> Iterator[None]:
         raise Stopped(str(e)) from None
 
 
+def run_search(model, src, options, generator=None, kernels="auto") -> list[list[tuple[list[int], float, float]]]:
+    """mtkit's search on ``model`` (the protocol of :mod:`mtkit.decoding.options`) for ``src`` (B, S):
+    sampling (``nbest`` samples a sentence), greedy search, or beam search, as ``options`` say; per sentence
+    its (target ids, score, log-probability) triples, best first. The torch and ONNX engines' one search."""
+    import torch
+
+    from mtkit.decoding import search
+
+    with stoppable(), torch.inference_mode():
+        if options.sampling:
+            n = options.nbest
+            found = search.sample(model, src.repeat_interleave(n, dim=0), options, generator)
+            hyps = [sorted((h for s in found[i * n : (i + 1) * n] for h in s), key=lambda h: -h.score)
+                    for i in range(src.size(0))]
+        elif options.beam == 1:
+            hyps = search.greedy_search(model, src, options)
+        else:
+            hyps = search.beam_search(model, src, options, kernels=kernels)
+    return [[(h.tokens, h.score, h.logprob) for h in sentence] for sentence in hyps]
+
+
 class TorchEngine(Engine):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
 
@@ -115,21 +136,8 @@ class TorchEngine(Engine):
                                          start=decoder_start(call.vocab), should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
-        import torch
-
-        from mtkit.decoding import search
         from mtkit.runtime.precision import autocast
 
-        options = self.search_options(call)
-        src = self.source_tensor(batch)
-        with stoppable(), torch.inference_mode(), autocast(self.precision, self.device.type):
-            if options.sampling:
-                n = options.nbest
-                found = search.sample(self.model, src.repeat_interleave(n, dim=0), options, call.generator)
-                hyps = [sorted((h for s in found[i * n : (i + 1) * n] for h in s), key=lambda h: -h.score)
-                        for i in range(len(batch))]
-            elif options.beam == 1:
-                hyps = search.greedy_search(self.model, src, options)
-            else:
-                hyps = search.beam_search(self.model, src, options, kernels=self.models[0].kernels)
-        return [[(h.tokens, h.score, h.logprob) for h in sentence] for sentence in hyps]
+        with autocast(self.precision, self.device.type):
+            return run_search(self.model, self.source_tensor(batch), self.search_options(call), call.generator,
+                              self.models[0].kernels)

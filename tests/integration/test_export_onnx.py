@@ -92,6 +92,29 @@ def test_the_exported_run_translates_as_mtkit(reverse_run, reverse_data, tmp_pat
             got = [h[0].tokens for h in find(onnx, padded(batch), options)]
         assert sum(a == b for a, b in zip(got, want, strict=True)) >= len(lines) - 1
         assert len({tuple(w) for w in want}) > len(lines) // 2  # outputs that vary
+    # the engine: `mtkit translate --engine onnx` and mtkit.load, on the folder
+    text = "".join(line + "\n" for line in lines)
+    for beam in ("1", "4"):
+        ours = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(reverse_run), "--beam", beam],
+                              input=text, capture_output=True, text=True, timeout=600)
+        theirs = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m",
+                                 str(tmp_path / "onnx"), "--beam", beam], input=text, capture_output=True, text=True,
+                                timeout=600)
+        assert theirs.returncode == 0 and "(ONNX Runtime, exported from" in theirs.stderr, theirs.stderr
+        pairs = list(zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True))
+        assert sum(a == b for a, b in pairs) >= len(lines) - 1
+    import mtkit
+
+    model = mtkit.load(tmp_path / "onnx")
+    assert model.kind == "onnx" and model.translate(lines[:5]) == ours.stdout.splitlines()[:5]
+
+
+def test_the_onnx_engine_takes_an_onnx_export_only(tmp_path):
+    ckpt = tiny_checkpoint(tmp_path / "m.pt")
+    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(ckpt)],
+                          input="one two\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "error: --engine onnx takes one folder written by mtkit export onnx\n"
 
 
 @pytest.mark.parametrize("problem", ["not empty", "no onnxscript"])
