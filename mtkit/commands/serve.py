@@ -268,6 +268,10 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
             from mtkit.runtime.ctranslate2_engine import read_manifest
 
             found["step"] = read_manifest(path).get("step")
+        elif o.engine == "onnx":
+            manifest = translator.model.manifest
+            data = manifest.get("data") or {}
+            found["src"], found["tgt"], found["step"] = data.get("src_lang"), data.get("tgt_lang"), manifest.get("step")
         if translator.languages[0]:  # a multilingual model: one served entry per pair, sharing the weights
             served += _served_pairs(name, path, translator, o.engine, found.get("step"), o.src_lang,
                                     o.tgt_lang)

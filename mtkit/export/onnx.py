@@ -161,6 +161,9 @@ def _write(loaded, model, tmp: Path) -> float:
                 "model": config_to_dict(cfg), "decode": config_to_dict(loaded.config.decode),
                 "src_vocab_size": loaded.vocab.src_size, "tgt_vocab_size": loaded.vocab.tgt_size,
                 "graphs": {"encoder": {"file": ENCODER, **io["encoder"]}, "step": {"file": STEP, **io["step"]}}}
+    data = loaded.config.data
+    if data.src_lang and data.tgt_lang:
+        manifest["data"] = {"src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
     pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
     if pairs:
         manifest["pairs"], manifest["tag_side"] = pairs, loaded.config.data.tag_side

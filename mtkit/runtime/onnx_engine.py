@@ -126,8 +126,10 @@ class OnnxEngine(Engine):
         folder = Path(folder)
         self.model = OnnxModel(folder, threads)
         manifest = self.model.manifest
+        data = manifest.get("data") or {}
+        single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
         super().__init__(Vocab.load(folder), decode, manifest["model"].get("max_positions"),
-                         languages=(pairs_from_list(manifest.get("pairs")), None),
+                         languages=(pairs_from_list(manifest.get("pairs")), single),
                          tag_side=manifest.get("tag_side") or "source", target=target)
         self.seed = seed
         source = manifest.get("checkpoint")
