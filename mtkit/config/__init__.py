@@ -13,6 +13,7 @@ from mtkit.config.loader import (
     parse_override,
     read_yaml,
     save_config,
+    saved_decode,
 )
 from mtkit.config.schema import (
     BOS_ID,
@@ -57,5 +58,5 @@ __all__ = [
     "DecodeConfig", "DistillConfig", "EvalConfig", "ExpectedConfig", "ModelConfig", "PairConfig", "Plain",
     "Precision", "SourceConfig", "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_finite",
     "config_from_dict", "config_to_dict", "load_config", "override_section", "parse_override", "read_yaml",
-    "save_config", "validate",
+    "save_config", "saved_decode", "validate",
 ]

@@ -320,3 +320,16 @@ def override_section(value: Any, section: str, changes: dict) -> Any:
     if not changes:
         return value
     return getattr(config_from_dict({section: {**config_to_dict(value), **changes}}), section)
+
+
+def saved_decode(raw: Any, where: str | Path) -> Any:
+    """A decode section kept in a file (an export's ``mtkit.json``) as a DecodeConfig, through the recipe's
+    checks: the defaults where there is none, a one-line error naming ``where`` for one that fails them."""
+    if raw is None:
+        return config_from_dict({}).decode
+    if not isinstance(raw, dict):
+        raise MtkitError(f"{where}: 'decode' must be an object, got {shown(raw)}")
+    try:
+        return config_from_dict({"decode": raw}).decode
+    except MtkitError as e:
+        raise MtkitError(f"{where}: {e}") from None

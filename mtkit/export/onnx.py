@@ -25,10 +25,8 @@ from pathlib import Path
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory
+from mtkit.runtime.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 
-MANIFEST = "mtkit.json"
-ENCODER = "encoder.onnx"
-STEP = "decoder_step.onnx"
 TOLERANCE = 1e-4
 OPSET = 18
 
@@ -69,16 +67,6 @@ def _modules():
             return tuple(out)
 
     return torch, EncoderGraph, StepGraph
-
-
-def names(layers: int) -> dict:
-    """The graphs' input and output names."""
-    cross = [n for i in range(layers) for n in (f"cross_k.{i}", f"cross_v.{i}")]
-    cache = [n for i in range(layers) for n in (f"self_k.{i}", f"self_v.{i}", f"cross_k.{i}", f"cross_v.{i}")]
-    return {"encoder": {"inputs": ["src"], "outputs": cross},
-            "step": {"inputs": ["tokens", "src_mask", *cache],
-                     "outputs": ["logits", *[n for i in range(layers) for n in (f"new_self_k.{i}",
-                                                                                   f"new_self_v.{i}")]]}}
 
 
 def refusals(cfg) -> list[str]:
@@ -135,7 +123,7 @@ def _write(loaded, model, tmp: Path) -> float:
 
     cfg = loaded.config.model
     layers, h, d_k = cfg.decoder_layers, cfg.h, cfg.d_model // cfg.h
-    io = names(layers)
+    io = graph_names(layers)
     src = torch.tensor([[5, 6, 7, EOS_ID], [8, EOS_ID, PAD_ID, PAD_ID]]).clamp(max=loaded.vocab.src_size - 1)
     N, S, t = 3, 4, 2
     tokens = torch.full((N, 1), BOS_ID)

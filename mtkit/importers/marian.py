@@ -57,6 +57,7 @@ from mtkit.config import (
     ModelConfig,
     config_from_dict,
     config_to_dict,
+    saved_decode,
 )
 from mtkit.errors import MtkitError, shown
 from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, parse_json, read_bounded, read_json_file
@@ -355,17 +356,6 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
         raise MtkitError(f"{gen.where(key)}: {key}: {e.problem} (as mtkit's {e.key})") from None
 
 
-def _exported_decode(manifest: dict, path: Path) -> DecodeConfig:
-    """The decode section that ``mtkit export hf`` kept in ``mtkit.json``, through the recipe's checks."""
-    raw = manifest.get("decode")
-    if not isinstance(raw, dict):
-        raise MtkitError(f"{path}: no 'decode' object")
-    try:
-        return config_from_dict({"decode": raw}).decode
-    except MtkitError as e:
-        raise MtkitError(f"{path}: {e}") from None
-
-
 def marian_folder(source: str) -> Path:
     """``source`` itself when it is a directory; otherwise a hub name (``Helsinki-NLP/opus-mt-en-de``),
     downloaded through ``huggingface_hub`` into its cache and read from there."""
@@ -396,7 +386,7 @@ def read_marian(folder: str | Path) -> Imported:
     decode = _decode_config(gen, model_cfg)  # every field typed before any work
     manifest = folder / MANIFEST
     if manifest.exists():  # mtkit export hf's: the recipe's decode settings whole (a·source + b, the penalty)
-        decode = _exported_decode(_read_json(manifest, what="mtkit export manifest"), manifest)
+        decode = saved_decode(_read_json(manifest, what="mtkit export manifest").get("decode"), manifest)
 
     pad = hf.get("pad_token_id", "an integer", 58100)
     eos = hf.get("eos_token_id", "an integer", 0)

@@ -211,10 +211,9 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
 
 def exported_decode(model_dir: Path) -> DecodeConfig:
     """The decode settings saved with the exported checkpoint (the defaults when there are none)."""
-    from mtkit.config import config_from_dict
+    from mtkit.config import saved_decode
 
-    saved = read_manifest(model_dir).get("decode")
-    return config_from_dict({"decode": saved}).decode if saved else DecodeConfig()
+    return saved_decode(read_manifest(model_dir).get("decode") or None, Path(model_dir) / MANIFEST)
 
 
 class Ctranslate2Engine(Engine):

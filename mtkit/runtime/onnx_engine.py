@@ -9,7 +9,6 @@ cross as numpy arrays without copies (``torch.from_numpy``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,6 +20,38 @@ from mtkit.errors import MtkitError
 from mtkit.runtime.engine import Call, Engine
 
 MANIFEST = "mtkit.json"
+ENCODER = "encoder.onnx"
+STEP = "decoder_step.onnx"
+
+
+def graph_names(layers: int) -> dict:
+    """The two graphs' input and output names, for a model of ``layers`` decoder layers."""
+    cross = [n for i in range(layers) for n in (f"cross_k.{i}", f"cross_v.{i}")]
+    cache = [n for i in range(layers) for n in (f"self_k.{i}", f"self_v.{i}", f"cross_k.{i}", f"cross_v.{i}")]
+    new = [n for i in range(layers) for n in (f"new_self_k.{i}", f"new_self_v.{i}")]
+    return {"encoder": {"inputs": ["src"], "outputs": cross},
+            "step": {"inputs": ["tokens", "src_mask", *cache], "outputs": ["logits", *new]}}
+
+
+def read_manifest(folder: Path) -> dict:
+    """An ONNX export's ``mtkit.json``, read in bounded work, with the fields the engine uses type-checked."""
+    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+
+    path = Path(folder) / MANIFEST
+    if not (Path(folder) / STEP).is_file() or not path.is_file():
+        raise MtkitError(f"{folder}: not an mtkit ONNX export (no {STEP} or {MANIFEST}); make one with "
+                         "'mtkit export onnx'")
+    manifest = read_json_file(path, MAX_CONFIG_BYTES, "ONNX export manifest")
+    model = manifest.get("model") if isinstance(manifest, dict) else None
+    if not isinstance(model, dict):
+        raise MtkitError(f"{path}: no 'model' object")
+    for key in ("h", "d_model", "decoder_layers", "max_positions"):
+        value = model.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= 1 << 20:
+            raise MtkitError(f"{path}: model.{key} must be a positive integer, got {value!r}")
+    if model["d_model"] % model["h"]:
+        raise MtkitError(f"{path}: model.h ({model['h']}) must divide model.d_model ({model['d_model']})")
+    return manifest
 
 
 @dataclass
@@ -52,23 +83,30 @@ class OnnxModel:
         except ImportError:
             raise MtkitError("the ONNX engine needs onnxruntime (pip install 'mtkit[onnx]')") from None
         folder = Path(folder)
-        try:
-            self.manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-            graphs = self.manifest["graphs"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise MtkitError(f"{folder}: not an mtkit ONNX export ({type(e).__name__}: {e})") from None
+        self.manifest = read_manifest(folder)
+        model = self.manifest["model"]
+        self.heads, self.d_k, self.layers = model["h"], model["d_model"] // model["h"], model["decoder_layers"]
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        providers = ["CPUExecutionProvider"]
-        self.encoder = ort.InferenceSession(str(folder / graphs["encoder"]["file"]), options, providers=providers)
-        self.step = ort.InferenceSession(str(folder / graphs["step"]["file"]), options, providers=providers)
-        self.step_inputs = graphs["step"]["inputs"]
-        self.layers = len(graphs["encoder"]["outputs"]) // 2
-        model = self.manifest["model"]
-        self.heads, self.d_k = model["h"], model["d_model"] // model["h"]
+        sessions = []
+        for name, key in ((ENCODER, "encoder"), (STEP, "step")):
+            try:
+                session = ort.InferenceSession(str(folder / name), options, providers=["CPUExecutionProvider"])
+            except Exception as e:  # noqa: BLE001 (ONNX Runtime's own errors on a broken or foreign file: one line)
+                why = (str(e).strip().splitlines() or [""])[0][:200]
+                raise MtkitError(f"{folder / name}: ONNX Runtime could not load it ({why})") from None
+            want = graph_names(self.layers)[key]
+            found = {"inputs": [i.name for i in session.get_inputs()],
+                     "outputs": [o.name for o in session.get_outputs()]}
+            if found != want:
+                raise MtkitError(f"{folder / name}: its inputs and outputs are not those of a model of "
+                                 f"{self.layers} decoder layers ({MANIFEST}'s model)")
+            sessions.append(session)
+        self.encoder, self.step = sessions
+        self.step_inputs = graph_names(self.layers)["step"]["inputs"]
 
     def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
         """src (B, S) -> the cross keys and values of every layer (B, h, S, d_k) and the mask (B, S)."""
