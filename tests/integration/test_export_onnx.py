@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,3 +136,36 @@ def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, proble
     assert "Traceback" not in done.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"] if problem == "not empty" else not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == (["m.pt", "onnx"] if problem == "not empty" else ["m.pt"])
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tmp_path_factory):
+    """A tiny random model's ONNX export, made once (each test changes a copy)."""
+    root = tmp_path_factory.mktemp("onnx-export")
+    return export_model(load_model(tiny_checkpoint(root / "m.pt")), root / "onnx")
+
+
+@pytest.mark.parametrize("breakage", ["truncated graph", "bad manifest",
+                                      pytest.param("graph of another model", marks=pytest.mark.slow)])
+def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
+    import json
+    import shutil
+
+    folder = Path(shutil.copytree(tiny_export, tmp_path / "onnx"))
+    if breakage == "truncated graph":
+        data = (folder / "decoder_step.onnx").read_bytes()
+        (folder / "decoder_step.onnx").write_bytes(data[: len(data) // 3])
+        expected = f"error: {folder / 'decoder_step.onnx'}: ONNX Runtime could not load it ("
+    elif breakage == "bad manifest":
+        manifest = json.loads((folder / "mtkit.json").read_text())
+        manifest["model"]["h"] = "4"
+        (folder / "mtkit.json").write_text(json.dumps(manifest))
+        expected = f"error: {folder / 'mtkit.json'}: model.h must be a positive integer, got '4'"
+    else:  # the step graph of a model with one decoder layer less
+        other = export_model(load_model(tiny_checkpoint(tmp_path / "o.pt", decoder_layers=1)), tmp_path / "other")
+        shutil.copy(other / "decoder_step.onnx", folder / "decoder_step.onnx")
+        expected = f"error: {folder / 'decoder_step.onnx'}: its inputs and outputs are not those of a model of 2"
+    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(folder)],
+                          input="one two\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(expected), done.stderr
