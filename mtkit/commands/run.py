@@ -7,8 +7,8 @@ Layout of the working directory::
     WORK/data/          the prepared data (reused when complete and up to date)
     WORK/run/           the training run (resumed when interrupted; skipped when finished)
     WORK/run-2/, …      the other members when ``train.ensemble`` > 1 (each resumed or skipped alike)
-    WORK/test.hyp       translations of the test split by the averaged (else last) checkpoint,
-                        or by the ensemble of the members' averaged (else last) checkpoints
+    WORK/test.hyp       translations of the test split by the run's checkpoint (averaged, else the moving
+                        average ema.pt, else best or last), or by the ensemble of the members' checkpoints
     WORK/scores.json    the scores printed at the end
     WORK/test.PAIR.hyp  a multilingual recipe's translations, per pair (PAIR: en-de …), and its
     WORK/test.PAIR.ref  references (scores.json then holds {"pairs": {PAIR: scores}})
@@ -57,7 +57,8 @@ def training_finished(run_dir: Path) -> bool:
 
 
 def final_checkpoint(run_dir: Path) -> Path:
-    """The run's averaged checkpoint (unless training went on past it), else its best or last."""
+    """The run's averaged checkpoint, else its moving average (each unless training went on past it), else its
+    best or last."""
     from mtkit.runtime.checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(run_dir)

@@ -398,29 +398,37 @@ def step_of(path: Path) -> int:
     return int(m.group(1))
 
 
-def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
-    """A checkpoint file, or a run directory (its averaged, else best, else last checkpoint).
+AVERAGED_FILE = "averaged.pt"  # a run's average of its last checkpoints (train.average_last, mtkit average)
+EMA_FILE = "ema.pt"  # a run's moving average of its weights (train.ema_decay), written at the end of training
 
-    A run's ``averaged.pt`` that averages only checkpoints older than the run's newest
-    (training went on after ``mtkit average``) is passed over, with a note on stderr (``note``).
+
+def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
+    """A checkpoint file, or a run directory: its averaged checkpoint (``average_last``), else the moving
+    average of its weights (``ema.pt``, ``train.ema_decay``), else its best, else its last checkpoint.
+
+    An ``averaged.pt`` or ``ema.pt`` older than the run's newest checkpoint (training went on after it) is
+    passed over, with a note on stderr (``note``).
     """
     path = Path(path)
     if path.is_dir():
         ckpt_dir = path / "checkpoints"
         steps = step_checkpoints(path)
         fallback = next((c for c in (ckpt_dir / "best.pt", ckpt_dir / "last.pt", *steps[-1:]) if c.is_file()), None)
-        averaged = ckpt_dir / "averaged.pt"
-        if averaged.is_file():
-            newest = step_of(steps[-1]) if steps else None
-            upto = stored_step(averaged) if newest is not None else None
+        newest = step_of(steps[-1]) if steps else None
+        pick, stale = fallback, []
+        for made, what, refresh in ((ckpt_dir / AVERAGED_FILE, "averages up to", "run mtkit average to refresh"),
+                                    (ckpt_dir / EMA_FILE, "is the moving average at", "training writes it at its end")):
+            if not made.is_file():
+                continue
+            upto = stored_step(made) if newest is not None else None
             if fallback is None or newest is None or upto is None or upto >= newest:
-                return averaged
-            if note:
-                print(f"note: {averaged} averages up to step {upto}, older than step {newest}; using "
-                      f"{fallback.name} (run mtkit average to refresh)", file=sys.stderr)
-            return fallback
-        if fallback is not None:
-            return fallback
+                pick = made
+                break
+            stale.append(f"{made} {what} step {upto}, older than step {newest}; using {{}} ({refresh})")
+        if pick is not None:
+            for said in stale if note else []:
+                print("note: " + said.format(pick.name), file=sys.stderr)
+            return pick
         raise _Missing(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
     try:
         mode = os.stat(path).st_mode  # symlinks followed

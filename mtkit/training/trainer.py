@@ -27,7 +27,7 @@ import torch
 from mtkit.config import PAD_ID, Config, save_config
 from mtkit.errors import Interrupted, MtkitError
 from mtkit.model import Transformer, count_parameters
-from mtkit.runtime.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
+from mtkit.runtime.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
 from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.runtime.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
@@ -522,7 +522,7 @@ class Trainer:
 
         path = save_checkpoint(model_payload(config_to_dict(self.config), self.ema.weights(self.model),
                                              vocab_entry(self.vocab), self.vocab.src_size, self.vocab.tgt_size,
-                                             step=self.step, ema_decay=self.cfg.ema_decay), self.ckpt_dir / "ema.pt")
+                                             step=self.step, ema_decay=self.cfg.ema_decay), self.ckpt_dir / EMA_FILE)
         if record is not None:
             self.log.write({"step": self.step, "event": "ema", **record})
             print(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()),

@@ -276,6 +276,30 @@ def test_a_run_directory_passes_over_an_averaged_checkpoint_older_than_its_newes
     assert resolve_checkpoint(tmp_path) == ckpt_dir / "averaged.pt"
 
 
+def test_a_run_directory_takes_its_moving_average_after_its_averaged_checkpoint(tmp_path, capsys):
+    ckpt_dir = tmp_path / "checkpoints"
+    paths = [save_checkpoint(_payload(s), ckpt_dir / f"step_{s:07d}.pt") for s in (2, 4)]
+    link_atomically(paths[1], ckpt_dir / "last.pt")
+    save_checkpoint(_payload(4), ckpt_dir / "ema.pt")  # a run with train.ema_decay and no averaging
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "ema.pt"
+    average_run(tmp_path, 2)  # averaging, when the run has it, comes first
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "averaged.pt"
+    assert capsys.readouterr().err == ""
+
+    save_checkpoint(_payload(6), ckpt_dir / "step_0000006.pt")  # training went on: both are older
+    link_atomically(ckpt_dir / "step_0000006.pt", ckpt_dir / "last.pt")
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "last.pt"
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: {ckpt_dir / 'averaged.pt'} averages up to step 4, older than step 6; using last.pt "
+        "(run mtkit average to refresh)",
+        f"note: {ckpt_dir / 'ema.pt'} is the moving average at step 4, older than step 6; using last.pt "
+        "(training writes it at its end)"]
+    save_checkpoint(_payload(6), ckpt_dir / "ema.pt")  # written at the end of the training that went on
+    assert resolve_checkpoint(tmp_path) == ckpt_dir / "ema.pt"
+    assert capsys.readouterr().err == (f"note: {ckpt_dir / 'averaged.pt'} averages up to step 4, older than step 6; "
+                                       "using ema.pt (run mtkit average to refresh)\n")
+
+
 def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys):
     from mtkit.training.curves import read_metrics
     from mtkit.training.trainer import MetricsLog
