@@ -363,7 +363,10 @@ def model_card(loaded, arch: str) -> str:
                   + ", ".join(f"`>>{p.tgt_lang}<<`" for p in cfg.data.pairs) + ".", ""]
     lines += [f"Decoding (`generation_config.json`, the recipe's): beam {d.beam}"
               + (f", length penalty score / length^{d.alpha:g}" if d.beam > 1 else "")
-              + ("" if not d.sampling else ", sampling") + ".", ""]
+              + ("" if not d.sampling else ", sampling") + "."
+              + (" At the length bound mtkit scores the forced EOS with its log-probability, `generate()` with 0:"
+                 " a beam whose hypotheses reach the bound may end otherwise." if d.forced_eos == "logprob" else ""),
+              ""]
     scores = run_dir.parent / "scores.json"
     if scores.is_file():
         try:
