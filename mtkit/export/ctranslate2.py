@@ -67,7 +67,9 @@ def build_spec(model, vocab, start_from_prefix: bool = False):
     w = pack(model, reorder=False)  # the one weight map (mtkit.kernels.packed), as the fused passes read it
 
     def arr(t):
-        return t.detach().float().cpu().numpy()
+        # A copy: CTranslate2 optimizes the spec's arrays in place (quantization, the embeddings' scale), and a
+        # view would change the model's own weights (a second export from the same model read changed ones).
+        return t.detach().float().cpu().numpy().copy()
 
     def set_linear(ls, *linears):
         """One CTranslate2 linear from one or more (stacked along the output) packed linears."""

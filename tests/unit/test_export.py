@@ -129,6 +129,17 @@ def test_int8_export_and_existing_directory(vocab, tmp_path):
         export_model(loaded, out)
 
 
+def test_exporting_leaves_the_models_weights_as_they_were(vocab, tmp_path):
+    """CTranslate2 optimizes the spec's arrays in place (int8, the embeddings' scale): the export hands it copies,
+    so that the model, and a second export of it, keep the weights they had."""
+    loaded = _train(vocab, **SHAPES["post-sinusoidal-tied"])
+    before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
+    export_model(loaded, tmp_path / "int8", quantization="int8")
+    export_model(loaded, tmp_path / "fp32")
+    after = loaded.model.state_dict()
+    assert [k for k in before if not torch.equal(before[k], after[k])] == []
+
+
 def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     (tmp_path / "in.txt").write_text("five\n\nsix\n", encoding="utf-8")
