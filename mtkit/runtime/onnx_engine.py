@@ -138,18 +138,9 @@ class OnnxModel:
 
 def exported_decode(folder: Path) -> DecodeConfig:
     """The recipe's decode settings an ONNX export keeps in its mtkit.json, through the recipe's checks."""
-    from mtkit.config import config_from_dict
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+    from mtkit.config import saved_decode
 
-    path = Path(folder) / MANIFEST
-    manifest = read_json_file(path, MAX_CONFIG_BYTES, "ONNX export manifest")
-    raw = manifest.get("decode") if isinstance(manifest, dict) else None
-    if not isinstance(raw, dict):
-        raise MtkitError(f"{path}: no 'decode' object")
-    try:
-        return config_from_dict({"decode": raw}).decode
-    except MtkitError as e:
-        raise MtkitError(f"{path}: {e}") from None
+    return saved_decode(read_manifest(folder).get("decode"), Path(folder) / MANIFEST)
 
 
 class OnnxEngine(Engine):
