@@ -108,8 +108,10 @@ def test_load_says_what_it_loaded_to_the_mtkit_logger(tmp_path, caplog):
     assert m.kind == "torch" and repr(m) == f"mtkit.Model({str(path)!r}, engine='torch')"
     with pytest.raises(MtkitError, match="no such checkpoint"):
         mtkit.load(tmp_path / "missing")
-    with pytest.raises(MtkitError, match="engine 'onnx'"):
-        mtkit.load(path, engine="onnx")
+    with pytest.raises(MtkitError, match="^engine 'tensorrt': expected one of torch, ctranslate2, onnx$"):
+        mtkit.load(path, engine="tensorrt")
+    with pytest.raises(MtkitError, match="^engine onnx takes one folder written by mtkit export onnx$"):
+        mtkit.load(path, engine="onnx")  # a checkpoint: the ONNX engine takes an export
 
 
 def test_evaluate_takes_one_reference_list_or_several_streams():
