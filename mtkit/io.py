@@ -115,6 +115,13 @@ def remove_dead_temporaries(path: str | Path) -> list[Path]:
     return removed
 
 
+def refuse_non_empty(path: str | Path) -> None:
+    """The one-line error for an output folder that already holds something (exports, imports write new ones)."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise MtkitError(f"{path}: already exists and is not empty; remove it or choose another directory")
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside ``path`` (which must not exist, or be empty); on success

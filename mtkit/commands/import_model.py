@@ -11,12 +11,11 @@ from pathlib import Path
 
 def import_marian(source: str, out_dir: Path) -> None:
     """Convert the Marian model in ``source`` (a folder or a hub name) into the run directory ``out_dir``."""
-    from mtkit.errors import MtkitError
     from mtkit.importers import write_run
     from mtkit.importers.marian import marian_folder, read_marian
+    from mtkit.io import refuse_non_empty
 
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):  # before any download
-        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    refuse_non_empty(out_dir)  # before any download
     imported = read_marian(marian_folder(source))
     out = write_run(imported, out_dir)
     m, d = imported.config.model, imported.config.decode

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, UNK_ID
 from mtkit.errors import MtkitError, shown
-from mtkit.io import atomic_directory, naming_output
+from mtkit.io import atomic_directory, naming_output, refuse_non_empty
 from mtkit.kernels.packed import pack
 from mtkit.runtime.ctranslate2_engine import MANIFEST, QUANTIZATIONS, import_ctranslate2
 
@@ -141,8 +141,7 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
     out_dir = Path(out_dir)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise MtkitError(f"unknown quantization {shown(quantization)}; expected one of {', '.join(QUANTIZATIONS)}")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    refuse_non_empty(out_dir)
     data = loaded.config.data
     spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

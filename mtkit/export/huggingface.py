@@ -40,7 +40,7 @@ from typing import Any
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.errors import MtkitError
-from mtkit.io import atomic_directory
+from mtkit.io import atomic_directory, refuse_non_empty
 
 MANIFEST = "mtkit.json"  # the export's record and the recipe's decode settings (read back by mtkit import marian)
 TOLERANCE = 1e-4  # the largest logit difference the export accepts between the two models
@@ -403,8 +403,7 @@ def export_model(loaded, out_dir: str | Path) -> Path:
     problems = refusals(loaded.config)
     if problems:
         raise MtkitError("cannot export to Hugging Face: " + "; ".join(problems))
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    refuse_non_empty(out_dir)
     try:
         import transformers  # noqa: F401
         from transformers import AutoModelForSeq2SeqLM, GenerationConfig

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
-from mtkit.io import atomic_directory
+from mtkit.io import atomic_directory, refuse_non_empty
 from mtkit.runtime.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 
 TOLERANCE = 1e-4
@@ -83,8 +83,7 @@ def export_model(loaded, out_dir: str | Path) -> Path:
     problems = refusals(loaded.config)
     if problems:
         raise MtkitError("cannot export to ONNX: " + "; ".join(problems))
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    refuse_non_empty(out_dir)
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401  (torch.onnx's exporter)

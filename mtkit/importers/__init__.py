@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtkit.errors import MtkitError
-from mtkit.io import atomic_directory
+from mtkit.io import atomic_directory, refuse_non_empty
 
 CHECKPOINT = "averaged.pt"  # the name a run directory gives a model without training state
 
@@ -27,8 +26,7 @@ def write_run(imported, out_dir: str | Path) -> Path:
     from mtkit.runtime.checkpoint import model_payload, save_checkpoint
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise MtkitError(f"{out_dir}: already exists and is not empty; remove it or choose another directory")
+    refuse_non_empty(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     payload = model_payload(config_to_dict(imported.config), imported.state, imported.vocab,
                             imported.src_vocab_size, imported.tgt_vocab_size, imported_from=imported.source)
