@@ -287,7 +287,7 @@ def write_tokenizer(loaded, ids: Ids, folder: Path) -> None:
     from mtkit.data.languages import tag_piece
 
     vocab, data = loaded.vocab, loaded.config.data
-    tags = {tag_piece(lang): f">>{lang}<<" for p in data.pairs for lang in (p.tgt_lang,)}
+    tags = {tag_piece(p.tgt_lang): f">>{p.tgt_lang}<<" for p in data.pairs}
     src_text, tgt_text = vocab.text_models()
     (folder / "source.spm").write_bytes(src_text)
     (folder / "target.spm").write_bytes(tgt_text if tgt_text is not None else src_text)

@@ -178,11 +178,9 @@ class OnnxEngine(Engine):
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         from mtkit.data.languages import decoder_start
         from mtkit.decoding.options import SearchOptions
-        from mtkit.runtime.torch_engine import run_search
+        from mtkit.runtime.torch_engine import padded_sources, run_search
 
-        src = torch.full((len(batch), max(map(len, batch))), PAD_ID, dtype=torch.long)
-        for row, ids in enumerate(batch):
-            src[row, : len(ids)] = torch.tensor(ids)
+        src = padded_sources(batch)
         options = SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,
                                             start=decoder_start(call.vocab), should_stop=call.should_stop)
         return run_search(self.model, src, options, call.generator)

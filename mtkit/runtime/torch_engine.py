@@ -25,6 +25,18 @@ def stoppable() -> Iterator[None]:
         raise Stopped(str(e)) from None
 
 
+def padded_sources(batch: list[list[int]]):
+    """Source ids (each ending in EOS) as one (B, S) CPU tensor, padded with PAD."""
+    import torch
+
+    from mtkit.config import PAD_ID
+
+    src = torch.full((len(batch), max(len(ids) for ids in batch)), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(batch):
+        src[row, : len(ids)] = torch.tensor(ids)
+    return src
+
+
 def run_search(model, src, options, generator=None, kernels="auto") -> list[list[tuple[list[int], float, float]]]:
     """mtkit's search on ``model`` (the protocol of :mod:`mtkit.decoding.options`) for ``src`` (B, S):
     sampling (``nbest`` samples a sentence), greedy search, or beam search, as ``options`` say; per sentence
@@ -117,14 +129,7 @@ class TorchEngine(Engine):
 
     def source_tensor(self, batch: list[list[int]]):
         """Source ids (each ending in EOS) as one (B, S) tensor on the engine's device, padded with PAD."""
-        import torch
-
-        from mtkit.config import PAD_ID
-
-        src = torch.full((len(batch), max(len(ids) for ids in batch)), PAD_ID, dtype=torch.long)
-        for row, ids in enumerate(batch):
-            src[row, : len(ids)] = torch.tensor(ids)
-        return src.to(self.device)
+        return padded_sources(batch).to(self.device)
 
     def search_options(self, call: Call):
         """The :class:`~mtkit.decoding.options.SearchOptions` of a call: its decode settings, capped by the
