@@ -62,7 +62,9 @@ class Job:
     lines: list[str]
     decode: DecodeConfig
     future: JobFuture = field(default_factory=JobFuture)
-    arrived: float = field(default_factory=time.monotonic)
+    arrived: float = field(default_factory=time.monotonic)  # the batcher's clock's time (its deadline's)
+    # time.monotonic() at arrival: the batching window waits in real time, whatever the batcher's clock
+    received: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # the clock's time after which nobody waits for it (None: none)
     tokens: int | None = None  # source tokens, counted by the decoding thread
     constraints: list[Constraints | None] | None = None  # per line (None: no line has any)
@@ -224,7 +226,7 @@ class Batcher:
             self.on_queue(len(self._pending))
         # Alone and with no wait, the first job is never counted: a one-line request skips an encoding.
         tokens = self._first_tokens(first, taken) if self.max_wait > 0 else None
-        deadline = first.arrived + self.max_wait
+        deadline = first.received + self.max_wait
         while tokens is None or tokens < self.batch_tokens:
             with self._cond:
                 job = self._next_compatible(first.decode)
