@@ -242,6 +242,10 @@ def translate(
     engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it) | onnx (a folder mtkit export onnx wrote)."),
     quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
+    alignments: bool = typer.Option(False, "--alignments", help="Word alignments of each output, in the Pharaoh format (0-0 1-2: source word - target word, 0-based, whitespace words): 'text ||| 0-0 1-2' (text), a last '||| ...' field (nbest), a key alignment (json). Hard: each target word to its most attended source word."),
+    alignment_threshold: float | None = typer.Option(None, "--alignment-threshold", help="Soft alignments (implies --alignments): every word pair of at least this attention weight, in (0, 1]."),
+    alignment_layer: int | None = typer.Option(None, "--alignment-layer", help="Align with this decoder layer's mean cross-attention (0-based, negative from the end; default: the guided-alignment head of a model trained with one, else the penultimate layer)."),
+    alignments_out: Path | None = typer.Option(None, "--alignments-out", help="Write the best translation's alignment here, a line per input line (implies --alignments; the translations then unchanged)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: int | None = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
     threads: int = typer.Option(0, "--threads", help="CPU threads (0: one per CPU other work leaves free, or OMP_NUM_THREADS)."),
@@ -271,12 +275,15 @@ def translate(
         "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
         "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p, "epsilon": epsilon,
         "mbr": mbr, "mbr_candidates": mbr_candidates, "mbr_comet_model": mbr_comet_model,
+        "alignments": "soft" if alignment_threshold is not None else "hard" if alignments else None,
+        "alignment_threshold": alignment_threshold, "alignment_layer": alignment_layer,
     }
     run_translate(list(model), list(inputs or ["-"]), TranslateOptions(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
         glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
+        alignments_out=alignments_out,
     ))
 
 

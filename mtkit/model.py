@@ -165,6 +165,14 @@ class MultiHeadAttention(nn.Module):
         k, v = self.project_kv(memory)  # (B, h, S, d_k)
         return self.attend(q, k, v, mask, causal)
 
+    def forward_with_weights(self, query: Tensor, memory: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """As :meth:`forward` (not causal), through the reference formula, with the weights (B, h, T, S) that
+        the output is made of (before dropout): what guided-alignment training supervises."""
+        q = self.split_heads(self.w_q(query))
+        k, v = self.project_kv(memory)
+        out, weights = reference_attention(q, k, v, mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.w_o(self.merge_heads(out)), weights
+
     def weights(self, query: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
         """The attention weights (B, h, T, S), through the reference formula (for visualization)."""
         q = self.split_heads(self.w_q(query))
@@ -264,6 +272,19 @@ class DecoderLayer(nn.Module):
         y = self.residual(y, self.cross_attn_norm, lambda x: self.cross_attn(x, memory, src_mask))
         return self.residual(y, self.feed_forward_norm, self.feed_forward)
 
+    def forward_with_weights(self, y: Tensor, memory: Tensor, src_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """As :meth:`forward`, with the cross-attention weights (B, h, T, S) it used (the reference formula)."""
+        y = self.residual(y, self.self_attn_norm, lambda x: self.self_attn(x, x, None, causal=True))
+        found = []
+
+        def cross_attention(x: Tensor) -> Tensor:
+            out, weights = self.cross_attn.forward_with_weights(x, memory, src_mask)
+            found.append(weights)
+            return out
+
+        y = self.residual(y, self.cross_attn_norm, cross_attention)
+        return self.residual(y, self.feed_forward_norm, self.feed_forward), found[0]
+
     def step(self, y: Tensor, cache: LayerCache, src_mask: Tensor, beam: int) -> tuple[Tensor, LayerCache]:
         """One decoding step: y (N, 1, d_model) for N = B × beam rows -> (N, 1, d_model) and the new cache."""
 
@@ -325,6 +346,21 @@ class Decoder(nn.Module):
         for layer in self.layers:
             y = layer(y, memory, src_mask)
         return self.norm(y)
+
+    def forward_with_attention(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, layer: int, head: int
+                               ) -> tuple[Tensor, Tensor]:
+        """As :meth:`forward`, with the cross-attention weights (B, T, S) of ``head`` of ``layer`` (0-based):
+        what guided alignment trains (Garg et al. 2019)."""
+        y = self.embeddings(tgt)
+        weights = None
+        for i, decoder_layer in enumerate(self.layers):
+            if i == layer:
+                y, all_heads = decoder_layer.forward_with_weights(y, memory, src_mask)
+                weights = all_heads[:, head]
+            else:
+                y = decoder_layer(y, memory, src_mask)
+        assert weights is not None, f"no decoder layer {layer}"
+        return self.norm(y), weights
 
     def step(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
         """tokens (N, 1), the last token of each row -> hidden state (N, 1, d_model) and the new cache."""
@@ -434,19 +470,22 @@ class Transformer(nn.Module):
         return self.logits(hidden.squeeze(1)), cache
 
     @torch.no_grad()
-    def cross_attention(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Cross-attention weights of every decoder layer and head, (L, B, h, T, S), for visualization.
+    def cross_attention(self, src: Tensor, tgt: Tensor, layers: int | None = None) -> Tensor:
+        """Cross-attention weights of every decoder layer and head, (L, B, h, T, S), for visualization and
+        word alignments; ``layers``: of the first ones only (the decoder runs no further).
 
         A separate pass through the reference formula, so that the normal path stays fast.
         """
         memory, src_mask = self.encode(src)
         y = self.decoder.embeddings(tgt)
         maps = []
-        for layer in self.decoder.layers:
+        for layer in self.decoder.layers[:layers]:
             y_self = layer.residual(y, layer.self_attn_norm,
                                     lambda x, layer=layer: layer.self_attn(x, x, None, causal=True))
             norm = layer.residual.input_norm(layer.cross_attn_norm)
             maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
+            if len(maps) == layers:
+                break
             y = layer(y, memory, src_mask)
         return torch.stack(maps)
 

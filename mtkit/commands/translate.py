@@ -134,6 +134,19 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
+@contextlib.contextmanager
+def _alignments_stream(path: Path | None) -> Iterator[IO[bytes] | None]:
+    """``--alignments-out``, written atomically (None: not asked)."""
+    if path is None:
+        yield None
+        return
+    from mtkit.io import atomic_path, remove_dead_temporaries
+
+    remove_dead_temporaries(path)
+    with atomic_path(path, owned=True) as tmp, open(tmp, "wb") as f:
+        yield f
+
+
 @dataclass(frozen=True)
 class TranslateOptions:
     """Everything ``mtkit translate`` takes besides its models and inputs (the CLI's flags, one field
@@ -156,6 +169,7 @@ class TranslateOptions:
     quantization: str | None = None
     qe: bool = False  # each translation's quality estimate (mtkit.runtime.quality): a column, or a json key
     qe_model: str | None = None  # a reference-free COMET model for it (implies qe); None: the model's confidence
+    alignments_out: Path | None = None  # the best translations' word alignments go here, a line per input line
 
 
 def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
@@ -211,7 +225,18 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {o.threads}")
     if o.attention_layer is not None and o.attention_png is None:
         raise MtkitError("--attention-layer needs --attention-png")
+    if o.alignments_out is not None and overrides.get("alignments", "off") == "off":
+        overrides["alignments"] = "hard"
     check_decode_flags(overrides)
+    aligning = overrides.get("alignments", "off") != "off"
+    if "alignment_layer" in overrides and not aligning:
+        raise MtkitError("--alignment-layer needs --alignments (or --alignment-threshold, --alignments-out)")
+    if aligning and output_format in ("tokens", "scores"):
+        raise MtkitError(f"--alignments: word alignments go with --format text, nbest or json (or to "
+                         f"--alignments-out), not with --format {output_format}")
+    if aligning and o.engine == "onnx":
+        raise MtkitError("--alignments needs --engine torch or ctranslate2 (the ONNX export's graphs give no "
+                         "attention)")
     qe = o.qe or o.qe_model is not None
     if qe and output_format not in (None, "text", "json"):
         raise MtkitError(f"--qe adds a column to --format text or a key to json, not to --format {output_format}")
@@ -228,6 +253,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         check_line_counts(per_line, "--constraints", o.constraints, _count_lines(inputs))
     _check_writable(o.output, "--output")
     _check_writable(o.attention_png, "--attention-png")
+    _check_writable(o.alignments_out, "--alignments-out")
+    if o.alignments_out is not None and o.output is not None and o.alignments_out.resolve() == o.output.resolve():
+        raise MtkitError(f"--alignments-out {o.alignments_out}: the same file as --output")
     if o.output is not None:
         from mtkit.io import remove_dead_temporaries
 
@@ -282,7 +310,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     done = words = 0
     started = time.perf_counter()
     try:
-        with _output_stream(o.output) as out:
+        with _output_stream(o.output) as out, _alignments_stream(o.alignments_out) as aligned:
             translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,
                                                 constraints=wanted)
             if qe:  # COMET-QE scores in groups, one at a time where stdin is read as it comes
@@ -294,10 +322,16 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             for t, quality in rated:
                 done += 1
                 words += len(t.best.text.split())
-                lines = format_translation(t, output_format, nbest, qe, quality)
+                lines = format_translation(t, output_format, nbest, qe, quality, alignments=aligned is None)
                 out.write("".join(line + "\n" for line in lines).encode("utf-8"))
+                if aligned is not None:
+                    from mtkit.data.word_alignment import pharaoh
+
+                    aligned.write((pharaoh(t.best.alignment or []) + "\n").encode("utf-8"))
                 if buffer_size == 1:
                     out.flush()
+                    if aligned is not None:
+                        aligned.flush()
                 if progress is not None:
                     progress.update(1)
                 if not attention_done and t.src_ids:

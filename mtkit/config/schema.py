@@ -123,6 +123,10 @@ class DataConfig:
     # Where the tag goes: "source", the source's first token (Johnson et al. 2017); "target", the
     # decoder's first token in place of BOS (fairseq's --decoder-langtok). Only with data.pairs.
     tag_side: str = "source"
+    # Word alignments of the training pairs, stored beside them for train.guided_alignment: "eflomal" computes
+    # them (mtkit.data.alignments; pip install 'mtkit[align]'), a path reads them (Pharaoh, a line per pair of
+    # data.train); None: none. A single pair's recipe only.
+    alignments: str | None = None
 
 
 # -------------------------------------------------------------------------- model
@@ -179,6 +183,16 @@ PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 
 
 @dataclass(frozen=True)
+class GuidedAlignmentConfig:
+    """Guided-alignment training (Garg et al. 2019): the cross-entropy between one cross-attention head and the
+    training pairs' word alignments (``data.alignments``), times ``weight``, added to the loss."""
+
+    weight: float = 0.0  # λ; 0 = off (Garg et al.: 0.05)
+    layer: int = -2  # the decoder layer (negative: from the end; Garg et al.: the penultimate)
+    head: int = 0  # the head of that layer trained to align
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (the larger of source and target)
     update_freq: int = 1  # batches accumulated per update
@@ -198,6 +212,7 @@ class TrainConfig:
     label_smoothing: float = 0.1
     bpe_dropout: float = 0.0  # BPE-dropout of training sentences (Provilkov et al. 2020); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop's consistency weight α (Liang et al. 2021); 0 = off, 5 in their MT runs
+    guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
     ema_decay: float = 0.0  # an exponential moving average of the weights (mtkit.training.ema), saved as
     # checkpoints/ema.pt; 0 = off (fairseq --ema-decay 0.9999)
     ema_every: int = 1  # updates between two moves of the average (fairseq --ema-update-freq)
@@ -279,6 +294,11 @@ class DecodeConfig:
     mbr_candidates: int = 8  # with mbr: hypotheses searched (the beam widened to as many) or samples drawn
     mbr_comet_model: str = "Unbabel/wmt22-comet-da"  # with mbr comet: a reference-based COMET model (hub name
     # or folder; mtkit.metrics.comet)
+    alignments: Literal["off", "hard", "soft"] = "off"  # word alignments of each output (mtkit.data.word_alignment):
+    # hard, one source word per target word; soft, every pair of weight >= alignment_threshold
+    alignment_layer: int | None = None  # the decoder layer whose mean cross-attention aligns (negative: from the
+    # end); None: the guided-alignment head of a model trained with one, else the penultimate layer
+    alignment_threshold: float = 0.5  # with soft alignments: the least weight of a pair, in (0, 1]
 
 
 @dataclass(frozen=True)
@@ -367,6 +387,8 @@ DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
     "top_p": ((lambda v: 0 < v <= 1, "in (0, 1]"),),
     "epsilon": ((lambda v: 0 <= v < 1, "in [0, 1) (0: off)"),),
     "mbr_candidates": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
+    "alignment_layer": ((lambda v: v is None or -MAX_COUNT <= v < MAX_COUNT, f"in [-{MAX_COUNT}, {MAX_COUNT})"),),
+    "alignment_threshold": ((lambda v: 0 < v <= 1, "in (0, 1]"),),
 }
 
 
@@ -461,6 +483,8 @@ def validate(config: Config) -> None:
         raise ConfigError("train.max_steps", f"train.lr_schedule=linear decays to 0 at train.max_steps "
                           f"({t.max_steps}), which must exceed train.warmup ({t.warmup})")
 
+    _validate_guided_alignment(config)
+
     check_decode(dataclasses.asdict(config.decode))
 
     _validate_distill(config)
@@ -470,6 +494,29 @@ def validate(config: Config) -> None:
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     _check(0 <= e.examples <= MAX_COUNT, "eval.examples", f"between 0 and {MAX_COUNT}", e.examples)
+
+
+def _validate_guided_alignment(config: Config) -> None:
+    """``data.alignments`` and ``train.guided_alignment``: a single pair's recipe, a head that exists, and a
+    training path that keeps the stored pieces (no BPE-dropout, no R-Drop)."""
+    d, g, t, m = config.data, config.train.guided_alignment, config.train, config.model
+    if d.alignments is not None:
+        _check(bool(d.alignments.strip()), "data.alignments", "eflomal or a Pharaoh file", d.alignments)
+        if d.pairs:
+            raise ConfigError("data.alignments", "takes a single pair's recipe (data.train), not data.pairs")
+    _check(0 <= g.weight <= MAX_ALPHA, "train.guided_alignment.weight", f"in [0, {MAX_ALPHA:g}] (0: off)", g.weight)
+    if not g.weight:
+        return
+    layers = m.decoder_layers
+    _check(-layers <= g.layer < layers, "train.guided_alignment.layer",
+           f"a decoder layer, 0 to {layers - 1} (or -{layers} to -1 from the end)", g.layer)
+    _check(0 <= g.head < m.h, "train.guided_alignment.head", f"a head of the layer, 0 to {m.h - 1}", g.head)
+    if d.pairs:
+        raise ConfigError("train.guided_alignment", "takes a single pair's recipe (data.train), not data.pairs")
+    for key, value in (("bpe_dropout", t.bpe_dropout), ("rdrop_alpha", t.rdrop_alpha)):
+        if value:
+            raise ConfigError("train.guided_alignment", f"cannot go with train.{key} (it trains on the stored "
+                              "pieces that the alignments name)")
 
 
 def _validate_distill(config: Config) -> None:

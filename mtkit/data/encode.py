@@ -50,19 +50,23 @@ def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=total)
 
 
-def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
-    """Normalize, encode and length-filter one chunk of training pairs (runs in a worker)."""
+def _encode_chunk(pairs: list[tuple[str, str]], alignments: list[str] | None = None, first: int = 0,
+                  where: str = "data.alignments") -> dict:
+    """Normalize, encode and length-filter one chunk of training pairs (runs in a worker); with ``alignments``
+    (a Pharaoh line per pair; pair ``k`` is line ``first + k + 1`` of ``where``), each kept pair's piece links."""
     assert _STATE is not None
     vocab, normalize, clean, dtype, tag, tag_side = _STATE
-    srcs, tgts = [], []
+    srcs, tgts, aligned = [], [], []
     empty = 0
-    for s, t in pairs:
+    for k, (s, t) in enumerate(pairs):
         s, t = normalize(s), normalize(t)
         if clean.drop_empty and (not s or not t):
             empty += 1
             continue
         srcs.append(s)
         tgts.append(t)
+        if alignments is not None:
+            aligned.append((alignments[k], first + k + 1))
     src_ids, tgt_ids = vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)
     src_lens = np.fromiter(map(len, src_ids), dtype=np.int32, count=len(src_ids))
     tgt_lens = np.fromiter(map(len, tgt_ids), dtype=np.int32, count=len(tgt_ids))
@@ -72,10 +76,12 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
         tgt_ids = list(itertools.compress(tgt_ids, keep))
         srcs = list(itertools.compress(srcs, keep))
         tgts = list(itertools.compress(tgts, keep))
+        aligned = list(itertools.compress(aligned, keep)) if alignments is not None else aligned
         src_lens, tgt_lens = src_lens[keep], tgt_lens[keep]
     hashes = None
     if clean.dedup:
         hashes = np.fromiter(map(pair_hash, srcs, tgts), dtype=np.uint64, count=len(srcs))
+    links = _piece_links(vocab, srcs, tgts, aligned, where) if alignments is not None else None
     # A multilingual store: the target-language tag leads every source, or every target with
     # data.tag_side "target" (not counted by max_len either way).
     if tag is not None and tag_side == "source":
@@ -87,8 +93,24 @@ def _encode_chunk(pairs: list[tuple[str, str]]) -> dict:
     return {
         "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
         "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
-        "hashes": hashes, "dropped": {"empty": empty, "too_long": too_long, "ratio": ratio},
+        "hashes": hashes, "dropped": {"empty": empty, "too_long": too_long, "ratio": ratio}, "links": links,
     }
+
+
+def _piece_links(vocab: Vocab, srcs: list[str], tgts: list[str], aligned: list[tuple[str, int]], where: str
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The (source piece, target piece) links of each pair's Pharaoh line: (K, 2) links and (B,) counts."""
+    from mtkit.data.alignments import LINK_DTYPE, piece_links
+    from mtkit.data.word_alignment import parse_pharaoh
+
+    flat: list[tuple[int, int]] = []
+    counts = np.zeros(len(srcs), dtype=np.int64)
+    for k, (s, t, (line, number)) in enumerate(zip(srcs, tgts, aligned, strict=True)):
+        words = parse_pharaoh(line, len(s.split()), len(t.split()), f"{where}: line {number}")
+        found = piece_links(words, vocab.src_words(s), vocab.tgt_text_words(t))
+        counts[k] = len(found)
+        flat.extend(found)
+    return np.asarray(flat, dtype=LINK_DTYPE).reshape(-1, 2), counts
 
 
 def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
@@ -178,41 +200,55 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
     first = len(writer)
     dedup = Deduplicator() if clean.dedup else None
     read = 0
+    aligner = None
+    if data.alignments is not None and own_writer:
+        from mtkit.data.alignments import AlignmentWriter
+
+        aligner = AlignmentWriter(out_dir, "train")
 
     def take(result: dict) -> None:
         for rule, n in result["dropped"].items():
             dropped[rule] += n
         src_ids, src_lens = result["src_ids"], result["src_lens"]
         tgt_ids, tgt_lens = result["tgt_ids"], result["tgt_lens"]
+        links = result["links"]
         if dedup is not None:
             keep = dedup.keep(result["hashes"])
             if not keep.all():
                 dropped["duplicate"] += int((~keep).sum())
                 src_ids, src_lens = _select(src_ids, src_lens, keep)
                 tgt_ids, tgt_lens = _select(tgt_ids, tgt_lens, keep)
+                if links is not None:
+                    links = _select(*links, keep)
         writer.add_batch(src_ids, src_lens, tgt_ids, tgt_lens)
+        if aligner is not None:
+            aligner.add_batch(*links)
 
-    def counted(chunks: Iterator[list]) -> Iterator[list]:
+    def counted(chunks: Iterator[list]) -> Iterator[tuple[int, list]]:
         nonlocal read
         for chunk in chunks:
+            yield read, chunk
             read += len(chunk)
-            yield chunk
 
     pairs = part.pairs("train", clean.invalid_utf8, skipped)
+    where = "data.alignments"
+    if aligner is not None:
+        pairs, where = _with_alignments(pairs, data)
     chunks = counted(_chunks(pairs, CHUNK_PAIRS))
     models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
     init_args = (models, clean, dtype.name, part.tag, part.tag_side)
     with _progress(progress, "train: encode") as bar:
         if workers <= 1:
             _init_worker(*init_args)
-            for chunk in chunks:
-                take(_encode_chunk(chunk))
+            for at, chunk in chunks:
+                take(_encode_chunk(*_task(chunk, aligner is not None, at, where)))
                 bar.update(len(chunk))
         else:
             with _pool_context().Pool(workers, _init_worker, (*init_args, os.getpid())) as pool:
                 pending: collections.deque = collections.deque()
-                for chunk in chunks:
-                    pending.append((len(chunk), pool.apply_async(_encode_chunk, (chunk,))))
+                for at, chunk in chunks:
+                    pending.append((len(chunk), pool.apply_async(_encode_chunk,
+                                                                 _task(chunk, aligner is not None, at, where))))
                     if len(pending) >= 2 * workers:  # bounded: the reader never runs far ahead
                         n, result = pending.popleft()
                         take(result.get())
@@ -223,8 +259,34 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
                     bar.update(n)
     dropped["invalid_utf8"] = skipped["invalid_utf8"]
     stats = writer.close() if own_writer else {"start": first, "pairs": len(writer) - first}
+    if aligner is not None:
+        stats["alignments"] = {"source": data.alignments, **aligner.close()}
     stats["read"] = read + skipped["invalid_utf8"]
     return {"stats": stats, "dropped": dropped}
+
+
+def _task(chunk: list, aligned: bool, first: int, where: str) -> tuple:
+    """The arguments of :func:`_encode_chunk` for a chunk of pairs (or of (pair, Pharaoh line) items)."""
+    if not aligned:
+        return (chunk,)
+    return [pair for pair, _ in chunk], [line for _, line in chunk], first, where
+
+
+def _with_alignments(pairs: Iterator[tuple[str, str]], data: DataConfig):
+    """The training pairs, each with its Pharaoh line (``data.alignments``: eflomal's, on the normalized pairs,
+    or a file's), and what errors call the lines' source."""
+    from mtkit.data.alignments import EFLOMAL, eflomal_blocks, file_alignments
+
+    if data.alignments == EFLOMAL:
+        normalize = make_normalizer(data.clean)
+        return eflomal_blocks((normalize(s), normalize(t)) for s, t in pairs), "eflomal's alignments"
+    if data.clean.invalid_utf8 != "error":
+        raise MtkitError("data.alignments: a Pharaoh file needs data.clean.invalid_utf8: error (a skipped pair "
+                         "would shift every line after it)")
+    path = Path(data.alignments).expanduser()
+    if not path.is_file():
+        raise MtkitError(f"data.alignments {path}: no such file (eflomal, or a Pharaoh file: a line per pair)")
+    return file_alignments(pairs, path), f"data.alignments {path}"
 
 
 def _encode_eval(data: DataConfig, split: str, vocab: Vocab, out_dir: Path) -> dict:

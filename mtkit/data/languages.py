@@ -99,6 +99,11 @@ class TaggedVocab:
         ids = self.base.encode_src(text)
         return [self.tag, *ids] if ids and self.side == "source" else ids
 
+    def src_words(self, text: str) -> list[int]:
+        """The word of each id of :meth:`encode_src` (the tag: none, -1)."""
+        words = self.base.src_words(text)
+        return [-1, *words] if words and self.side == "source" else words
+
     def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
         found = self.base.encode_src_batch(texts)
         return [[self.tag, *ids] if ids else [] for ids in found] if self.side == "source" else found

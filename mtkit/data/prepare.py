@@ -72,6 +72,8 @@ def resolve_data(data: DataConfig) -> DataConfig:
                                                            if getattr(p, s) is not None}) for p in data.pairs)
     spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model", "vocab_from")
                    if (v := getattr(data.spm, k))}
+    if data.alignments is not None and data.alignments != "eflomal":
+        changes["alignments"] = str(Path(data.alignments).expanduser().resolve())
     return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
 
 
@@ -85,6 +87,8 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
             if source is not None:
                 files.extend(source_files(source))
     files.extend(Path(p) for p in (data.spm.model, data.spm.tgt_model) if p)
+    if data.alignments is not None and data.alignments != "eflomal":
+        files.append(Path(data.alignments))
     stamps = []
     for path in files:
         with contextlib.suppress(OSError):  # a missing file is reported by the reader
@@ -93,6 +97,8 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
     settings = config_to_dict(dataclasses.replace(data, workers=0))
     if not data.pairs:
         del settings["pairs"]  # a single-pair recipe keeps the fingerprint it had before data.pairs existed
+    if data.alignments is None:
+        del settings["alignments"]  # and a recipe without alignments the one it had before they existed
     for pair in settings.get("pairs", []):  # training and evaluation settings: no output of prepare changes
         del pair["weight"], pair["lc_tok_ref"]
     vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None

@@ -308,6 +308,44 @@ class Vocab:
             return self._tables[1].decode(self._tgt, ids)
         return self._tgt.decode(_strip_special(ids)).strip()
 
+    def src_words(self, text: str) -> list[int]:
+        """The word of ``text`` (an index into ``text.split()``, -1 for none) of each id of :meth:`encode_src`,
+        from SentencePiece's offsets (:func:`mtkit.data.word_alignment.piece_words`)."""
+        return self._text_words(self._src_text, self._tables[0] if self._tables else None, text)
+
+    def tgt_text_words(self, text: str) -> list[int]:
+        """As :meth:`src_words`, for each id of :meth:`encode_tgt`."""
+        return self._text_words(self._tgt_text, self._tables[1] if self._tables else None, text)
+
+    @staticmethod
+    def _text_words(sp: spm.SentencePieceProcessor, table: PieceTable | None, text: str) -> list[int]:
+        from mtkit.data.word_alignment import piece_words
+
+        code = b""
+        if table is not None and text.startswith(">>") and (end := text.find("<<")) != -1:  # PieceTable.encode's
+            code = text[: end + 2].encode("utf-8")
+        rest = text[len(code.decode("utf-8")):]
+        proto = sp.encode(rest, out_type="proto") if rest else None
+        spans = [(len(code) + p.begin, len(code) + p.end) for p in proto.pieces] if proto is not None else []
+        return piece_words(text, ([(0, len(code))] if code else []) + spans)
+
+    def tgt_words(self, ids: Sequence[int]) -> list[int]:
+        """The word of :meth:`decode_tgt`'s text (an index into its ``split()``, -1 for none) of each of ``ids``
+        (-1 for PAD, BOS and EOS)."""
+        from mtkit.data.word_alignment import piece_words
+
+        real = [k for k, i in enumerate(ids) if i not in (PAD_ID, BOS_ID, EOS_ID)]
+        if self._tables:
+            sp_ids = [self._tgt.piece_to_id(p) for p in self.tgt_pieces(ids[k] for k in real)]
+        else:
+            sp_ids = [int(ids[k]) for k in real]
+        proto = self._tgt.decode(sp_ids, out_type="proto")
+        words = piece_words(proto.text, [(p.begin, p.end) for p in proto.pieces])
+        found = [-1] * len(ids)
+        for k, w in zip(real, words, strict=True):
+            found[k] = w
+        return found
+
     def src_pieces(self, ids: Iterable[int]) -> list[str]:
         if self._tables:
             return [self._tables[0].pieces[int(i)] for i in ids]

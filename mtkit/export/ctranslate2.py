@@ -50,18 +50,55 @@ ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 # ------------------------------------------------------------------------ export
 
 
-def build_spec(model, vocab, start_from_prefix: bool = False):
-    """The CTranslate2 ``TransformerSpec`` of an mtkit Transformer (weights set, not yet validated)."""
+def alignment_of(config) -> tuple[int, int | None]:
+    """The (layer, head) whose cross-attention an export gives as CTranslate2's ``return_attention`` (head
+    None: the mean of the layer's heads): the guided-alignment head of a model trained with one, else the
+    penultimate layer's mean (:mod:`mtkit.data.word_alignment`)."""
+    from mtkit.data.word_alignment import default_layer
+    from mtkit.runtime.torch_engine import guided_head
+
+    return guided_head(config) or (default_layer(config.model.decoder_layers), None)
+
+
+def _head_first(attention, head: int, h: int) -> None:
+    """Swap head ``head`` of a CTranslate2 cross-attention spec with head 0 (CTranslate2 aligns with its first
+    ``alignment_heads`` heads); the heads' order changes nothing else."""
+    import numpy as np
+
+    def swap(a, axis: int, blocks: int) -> None:
+        d_k = a.shape[axis] // (blocks * h)
+        order = np.arange(a.shape[axis]).reshape(blocks, h, d_k)
+        order[:, [0, head]] = order[:, [head, 0]]
+        a[...] = np.take(a, order.reshape(-1), axis=axis)
+
+    query, key_value, out = attention.linear
+    swap(query.weight, 0, 1)
+    swap(key_value.weight, 0, 2)
+    for linear, blocks in ((query, 1), (key_value, 2)):
+        if isinstance(getattr(linear, "bias", None), np.ndarray):
+            swap(linear.bias, 0, blocks)
+    swap(out.weight, 1, 1)
+
+
+def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[int, int | None] | None = None):
+    """The CTranslate2 ``TransformerSpec`` of an mtkit Transformer (weights set, not yet validated);
+    ``alignment``: the (layer, head) its ``return_attention`` gives (:func:`alignment_of`; None: the penultimate
+    layer's mean)."""
     import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
+    from mtkit.data.word_alignment import default_layer
+
     cfg = model.cfg
     pre_norm = cfg.norm == "pre"
+    layer, head = alignment or (default_layer(cfg.decoder_layers), None)
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.h,
         pre_norm=pre_norm,
         activation=common_spec.Activation[ACTIVATIONS[cfg.activation]],
+        alignment_layer=layer,
+        alignment_heads=cfg.h if head is None else 1,
     )
 
     w = pack(model, reorder=False)  # the one weight map (mtkit.kernels.packed), as the fused passes read it
@@ -111,6 +148,8 @@ def build_spec(model, vocab, start_from_prefix: bool = False):
         set_linear(ls.attention.linear[2], lw.cross_out)
         set_norm(ls.attention.layer_norm, lw.norms[1])
         set_ffn(ls.ffn, lw, lw.norms[2])
+    if head:
+        _head_first(dec.layer[layer].attention, head, cfg.h)
     if w.decoder_norm is not None:
         set_norm(dec.layer_norm, w.decoder_norm)
     dec.projection.weight = arr(w.output.weight)  # §3.4's tied projection: no bias
@@ -143,7 +182,8 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
         raise MtkitError(f"unknown quantization {shown(quantization)}; expected one of {', '.join(QUANTIZATIONS)}")
     refuse_non_empty(out_dir)
     data = loaded.config.data
-    spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target")
+    spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target",
+                      alignment=alignment_of(loaded.config))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         side_dir = tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent)
@@ -179,6 +219,7 @@ def _write_side_files(loaded, side: Path, quantization: str | None, spec) -> Non
         "quantization": quantization,
         "model": config_to_dict(loaded.config.model),
         "decode": config_to_dict(loaded.config.decode),
+        "alignment": dict(zip(("layer", "head"), alignment_of(loaded.config), strict=True)),
     }
     pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
     if pairs:  # a multilingual model: its sources (or its decoder) start with a tag (mtkit.data.languages)

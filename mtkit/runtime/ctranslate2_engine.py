@@ -117,6 +117,12 @@ def _check_manifest_types(manifest: dict, path: Path) -> None:
         bad("pairs", "a list of [source, target] language pairs")
     if manifest.get("tag_side") is not None and manifest["tag_side"] not in ("source", "target"):
         bad("tag_side", "'source' or 'target'")
+    alignment = manifest.get("alignment")
+    if alignment is not None and not (
+            isinstance(alignment, dict) and set(alignment) == {"layer", "head"}
+            and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 16)
+                    for v in alignment.values()) and alignment["layer"] is not None):
+        bad("alignment", "{layer: N, head: N or null}")
     for section in ("model", "decode"):
         value = manifest.get(section)
         if value is None:
@@ -276,6 +282,11 @@ class Ctranslate2Engine(Engine):
             source += f" (step {manifest['step']})"
         self.description = f"{model_dir} (CTranslate2" + (f", exported from {source})" if source else ")")
         self._tgt_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
+        self.decoder_layers = (manifest.get("model") or {}).get("decoder_layers")
+        alignment = manifest.get("alignment")  # what return_attention gives (mtkit.export.ctranslate2.alignment_of)
+        self.exported_alignment = None if alignment is None else (alignment["layer"], alignment["head"])
+        if self.exported_alignment is not None and self.exported_alignment[1] is not None:
+            self.guided = self.exported_alignment
         self._eos = vocab.tgt_pieces([EOS_ID])[0]
 
     def search_batch(self, batch: list[list[int]], call: Call,
@@ -310,6 +321,34 @@ class Ctranslate2Engine(Engine):
             scored.sort(key=lambda h: -h[1])
             out.append(scored[: d.nbest])
         return out
+
+    def attention_batch(self, sources: list[list[int]], outputs: list[list[int]], call: Call, layer: int,
+                        head: int | None) -> list:
+        """As the pipeline's: the output forced as a target prefix, with ``return_attention``, which gives the
+        (layer, head) the export declared (:func:`mtkit.export.ctranslate2.alignment_of`); another is an error."""
+        import numpy as np
+
+        if self.exported_alignment is None:
+            raise MtkitError("this CTranslate2 export declares no alignment layer (an older mtkit wrote it): export "
+                             "the model again for alignments")
+        if (layer, head) != self.exported_alignment:
+            kept, kept_head = self.exported_alignment
+            which = f"layer {kept}" + (f", head {kept_head}" if kept_head is not None else "'s mean of heads")
+            raise MtkitError(f"--alignment-layer {layer}: this CTranslate2 export aligns with {which}, "
+                             "fixed at export (CTranslate2's alignment_layer); drop the flag or use --engine torch")
+        start = self._start_piece(call.vocab)
+        prefixes = [start + call.vocab.tgt_pieces(ids) for ids in outputs]
+        results = self.translator.translate_batch(
+            [call.vocab.src_pieces(ids[:-1]) for ids in sources], target_prefix=prefixes, beam_size=1,
+            max_decoding_length=max(len(p) for p in prefixes) + 1, return_attention=True, max_input_length=0,
+            max_batch_size=0)
+        found = []
+        for src, ids, result in zip(sources, outputs, results, strict=True):
+            # (steps, S - 1): a row per decoded token, a column per source piece (CTranslate2 leaves out the EOS
+            # it appends); EOS's column 0, as word_alignment leaves it out
+            rows = np.asarray(result.attention[0], dtype=np.float32)[len(start) : len(start) + len(ids)]
+            found.append(np.pad(rows[:, : len(src) - 1], ((0, 0), (0, 1))))
+        return found
 
     def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
                                  call: Call) -> list[list[tuple[list[int], float, float]]]:

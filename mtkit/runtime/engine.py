@@ -52,6 +52,7 @@ class Candidate:
     pieces: list[str]
     score: float
     logprob: float
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, with decode.alignments
 
     @property
     def mean_logprob(self) -> float:
@@ -147,6 +148,8 @@ class Engine:
         self.max_out_len = None if max_positions is None else max_positions - 1
         self._pieces: PieceIndex | None = None  # the target pieces' index, built on the first exclude phrase
         self._pieces_lock = threading.Lock()
+        self.decoder_layers: int | None = None  # for alignments; None: this engine gives none
+        self.guided: tuple[int, int] | None = None  # the guided-alignment (layer, head) of a model trained with one
 
     def pieces(self) -> PieceIndex:
         """The :class:`mtkit.runtime.constraints.PieceIndex` of the target pieces (the same for every
@@ -187,6 +190,66 @@ class Engine:
                                  call: Call) -> list[list[tuple[list[int], float, float]]]:
         """As :meth:`search_batch`, each sentence with its constraints (None: none)."""
         raise MtkitError(f"{type(self).__name__} cannot translate with constraints")
+
+    def attention_batch(self, sources: list[list[int]], outputs: list[list[int]], call: Call, layer: int,
+                        head: int | None) -> list:
+        """The cross-attention of decoder ``layer`` (0-based), ``head`` or the mean of its heads (None), of each
+        source (ids ending in EOS) over its output (ids without BOS/EOS): per pair a (len(output), len(source))
+        array, row ``t`` the decoder position that predicted output piece ``t``."""
+        raise MtkitError(f"{type(self).__name__} gives no alignments")
+
+    def alignment_source(self, d: DecodeConfig) -> tuple[int, int | None]:
+        """The (layer, head) whose attention aligns (head None: the mean of the layer's heads): the layer
+        ``d.alignment_layer`` asks for, else the guided-alignment head, else the penultimate layer."""
+        from mtkit.data.word_alignment import check_layer, default_layer
+
+        if self.decoder_layers is None:
+            raise MtkitError(f"{type(self).__name__} gives no alignments")
+        if d.alignment_layer is not None:
+            return check_layer(d.alignment_layer, self.decoder_layers), None
+        if self.guided is not None:
+            return self.guided
+        return default_layer(self.decoder_layers), None
+
+    def align(self, lines: Sequence[str], targets: Sequence[str], options: DecodeConfig | None = None,
+              target: str | None = None) -> list[list[tuple[int, int]]]:
+        """The word alignment of each line with a translation of it given in ``targets`` (a reference, or another
+        system's output), as ``options`` (default: the engine's; hard unless they say soft) align an output;
+        target words are those of the translation as the model's SentencePiece writes it back."""
+        if len(lines) != len(targets):
+            raise MtkitError(f"{len(lines)} lines but {len(targets)} translations to align them with")
+        call = self.call(options, target)
+        if call.decode.alignments == "off":
+            call = dataclasses.replace(call, decode=dataclasses.replace(call.decode, alignments="hard"))
+        lines, targets = list(lines), list(targets)
+        src = self._encode(lines, 0, call, _Warnings())
+        outputs = [call.vocab.encode_tgt(t)[: self.max_out_len] for t in targets]  # beyond the positions: unaligned
+        candidates = [[Candidate(ids, text, [], 0.0, 0.0)] for ids, text in zip(outputs, targets, strict=True)]
+        self._align(lines, src, candidates, call)
+        return [c[0].alignment or [] for c in candidates]
+
+    def _align(self, lines: list[str], src: list[list[int]], candidates: list[list[Candidate]], call: Call) -> None:
+        """Set each candidate's word ``alignment`` (:mod:`mtkit.data.word_alignment`), batched as search is."""
+        from mtkit.data.word_alignment import word_alignment
+
+        d = call.decode
+        layer, head = self.alignment_source(d)
+        pairs = [(i, c) for i, cands in enumerate(candidates) if src[i] for c in cands]
+        for c in (c for cands in candidates for c in cands):
+            c.alignment = []
+        if not pairs:
+            return
+        src_words = {i: call.vocab.src_words(lines[i])[: len(src[i]) - 1] + [-1] for i in {i for i, _ in pairs}}
+        rows = [src[i] for i, _ in pairs]
+        for batch in self.batches(rows, d.batch_tokens):
+            call.check_stop()
+            todo = [pairs[k] for k in batch if pairs[k][1].ids]
+            if not todo:
+                continue
+            found = self.attention_batch([src[i] for i, _ in todo], [c.ids for _, c in todo], call, layer, head)
+            for (i, c), attention in zip(todo, found, strict=True):
+                c.alignment = word_alignment(attention, src_words[i], call.vocab.tgt_words(c.ids), d.alignments,
+                                             d.alignment_threshold)
 
     # ---------------------------------------------------------------- pipeline
 
@@ -291,6 +354,7 @@ class Engine:
             for i, hyps in zip(batch, found, strict=True):
                 results[i] = hyps or [([], 0.0, 0.0)]
         vocab = call.vocab
+        chosen = []
         for i, line in enumerate(lines):
             candidates = [
                 Candidate(ids, vocab.decode_tgt(ids), vocab.tgt_pieces(ids), score, logprob)
@@ -301,6 +365,10 @@ class Engine:
                 if wanted[i] is not None:
                     ranked.sort(key=lambda c, w=wanted[i]: bool(unmet(w, c.text)))
                 candidates = ranked[: call.decode.nbest]
+            chosen.append(candidates)
+        if call.decode.alignments != "off":
+            self._align(lines, src, chosen, call)
+        for i, (line, candidates) in enumerate(zip(lines, chosen, strict=True)):
             missing = unmet(wanted[i], candidates[0].text)
             if missing:
                 self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]), call.decode)

@@ -27,6 +27,12 @@ Output formats (:func:`format_translation`), one line per input line unless note
             tokens) and ``unmet`` (include phrases the translation lacks); a number that is not finite is null,
             and an empty line has no hypothesis (its numbers null, as the server answers it).
 
+With ``--alignments`` (:mod:`mtkit.data.word_alignment`), each hypothesis's word alignment in the Pharaoh
+format (``0-0 1-2``: 0-based source word - target word, words the whitespace tokens of the input line and of
+the output), as Marian prints it: ``text ||| 0-0 1-2`` in ``text``, a last field ``||| 0-0 1-2`` of each
+``nbest`` line, a key ``alignment`` (a list of [source, target] pairs) of each ``json`` hypothesis;
+``--alignments-out FILE`` writes the best one's there instead, a line per input line.
+
 With ``--qe`` (:mod:`mtkit.runtime.quality`), each translation's quality estimate: ``text<TAB>QE`` (4 decimals,
 empty for an empty line) in ``text``, a key ``qe`` in ``json``.
 """
@@ -121,21 +127,35 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _hypothesis(c) -> dict:
+def _hypothesis(c, alignments: bool) -> dict:
     """One hypothesis as the json format writes it."""
-    return {"text": clean_output(c.text), "score": _number(c.score), "logprob": _number(c.logprob),
-            "confidence": _number(c.mean_logprob), "tokens": list(c.pieces)}
+    found = {"text": clean_output(c.text), "score": _number(c.score), "logprob": _number(c.logprob),
+             "confidence": _number(c.mean_logprob), "tokens": list(c.pieces)}
+    if alignments and c.alignment is not None:
+        found["alignment"] = [list(pair) for pair in c.alignment]
+    return found
+
+
+def _aligned(text: str, c, alignments: bool) -> str:
+    """``text``, and `` ||| `` with the Pharaoh alignment of ``c`` when it has one (and ``alignments``)."""
+    if not alignments or c.alignment is None:
+        return text
+    from mtkit.data.word_alignment import pharaoh
+
+    return f"{text} ||| {pharaoh(c.alignment)}".rstrip()
 
 
 def format_translation(t: Translation, output_format: str = "text", nbest: int = 1, qe: bool = False,
-                       quality: float | None = None) -> list[str]:
+                       quality: float | None = None, alignments: bool = True) -> list[str]:
     """The output lines (without newline) of one translation; see the module docstring. ``qe``: with its
-    quality estimate ``quality`` (:mod:`mtkit.runtime.quality`), a column of ``text``, a key of ``json``."""
+    quality estimate ``quality`` (:mod:`mtkit.runtime.quality`), a column of ``text``, a key of ``json``.
+    ``alignments``: with the candidates' word alignments, where they have them (False: written elsewhere)."""
     best = t.best
     if output_format == "text":
         if qe:
-            return [f"{clean_output(best.text)}\t{'' if quality is None else f'{quality:.4f}'}"]
-        return [clean_output(best.text)]
+            return [f"{_aligned(clean_output(best.text), best, alignments)}\t"
+                    f"{'' if quality is None else f'{quality:.4f}'}"]
+        return [_aligned(clean_output(best.text), best, alignments)]
     if output_format == "tokens":
         return [clean_output(" ".join(best.pieces))]
     if output_format == "scores":
@@ -143,11 +163,14 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
     if output_format == "nbest":
         cands = list(t.candidates[:nbest])
         cands += [cands[-1]] * (nbest - len(cands))
-        return [f"{t.index} ||| {clean_output(c.text)} ||| {c.score:.4f}" for c in cands]
+        return [_aligned(f"{t.index} ||| {clean_output(c.text)} ||| {c.score:.4f}", c, alignments) for c in cands]
     if output_format == "json":
-        hypotheses = [_hypothesis(c) for c in t.candidates[:nbest]] if t.src_ids else []  # an empty line: none
+        # an empty line: no hypothesis
+        hypotheses = [_hypothesis(c, alignments) for c in t.candidates[:nbest]] if t.src_ids else []
         best = hypotheses[0] if hypotheses else {"text": "", "score": None, "logprob": None, "confidence": None,
                                                  "tokens": []}
+        if not hypotheses and alignments and t.best.alignment is not None:
+            best["alignment"] = []
         extra = {"qe": None if quality is None else _number(quality)} if qe else {}
         return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet), **extra},
                            ensure_ascii=False)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from mtkit.config import DecodeConfig
+from mtkit.config import BOS_ID, DecodeConfig
 from mtkit.errors import MtkitError
 from mtkit.runtime.engine import Call, Engine, Stopped, stderr
 
@@ -58,6 +58,16 @@ def run_search(model, src, options, generator=None, kernels="auto") -> list[list
     return [[(h.tokens, h.score, h.logprob) for h in sentence] for sentence in hyps]
 
 
+def guided_head(config) -> tuple[int, int] | None:
+    """The (layer, head) a model was trained to align with (``train.guided_alignment``), 0-based; None for one
+    trained without."""
+    guided = getattr(getattr(config, "train", None), "guided_alignment", None)
+    if guided is None or not guided.weight:
+        return None
+    layers = config.model.decoder_layers
+    return guided.layer % layers, guided.head
+
+
 class TorchEngine(Engine):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
 
@@ -98,6 +108,8 @@ class TorchEngine(Engine):
         self.min_len = min_len
         self.models = [m.model.to(self.device).eval() for m in loaded]
         self.seed = seed
+        self.decoder_layers = self.models[0].cfg.decoder_layers
+        self.guided = guided_head(getattr(first, "config", None))
         from mtkit.runtime.inference import InferenceModel
 
         # What search decodes with: each model's weights packed once, here, and owned by this engine.
@@ -146,3 +158,19 @@ class TorchEngine(Engine):
         with autocast(self.precision, self.device.type):
             return run_search(self.model, self.source_tensor(batch), self.search_options(call), call.generator,
                               self.models[0].kernels)
+
+    def attention_batch(self, sources: list[list[int]], outputs: list[list[int]], call: Call, layer: int,
+                        head: int | None) -> list:
+        """As the pipeline's: one teacher-forced pass of the (first) model through the reference attention,
+        up to ``layer``."""
+        import torch
+
+        from mtkit.data.languages import decoder_start
+        from mtkit.runtime.precision import autocast
+
+        start = decoder_start(call.vocab)
+        tgt = padded_sources([[BOS_ID if start is None else start, *ids] for ids in outputs]).to(self.device)
+        with torch.inference_mode(), autocast(self.precision, self.device.type):
+            maps = self.models[0].cross_attention(self.source_tensor(sources), tgt, layer + 1)[layer]  # (B, h, T, S)
+        maps = (maps.mean(dim=1) if head is None else maps[:, head]).float().cpu().numpy()
+        return [maps[b, : len(ids), : len(src)] for b, (src, ids) in enumerate(zip(sources, outputs, strict=True))]

@@ -174,6 +174,9 @@ class Batch:
     tgt_out: torch.Tensor
     epoch: int = 0
     position: int = 0  # the sampler position after this batch
+    # guided alignment: (B, T, S) float32, row t the distribution over source pieces that target piece t
+    # aligns with (uniform over its links), a zero row for a piece without links (and EOS, and padding)
+    align: torch.Tensor | None = None
 
     @property
     def n_tgt_tokens(self) -> int:
@@ -188,18 +191,19 @@ class Batch:
     def to(self, device: torch.device | str) -> Batch:
         nb = dict(non_blocking=True)
         return Batch(self.src.to(device, **nb), self.tgt_in.to(device, **nb), self.tgt_out.to(device, **nb),
-                     self.epoch, self.position)
+                     self.epoch, self.position, None if self.align is None else self.align.to(device, **nb))
 
 
 Resegment = Callable[[list, list], tuple[list, list]]
 REPACK_POOL = 32  # batches whose re-segmented sentences are dealt out again together (BPE-dropout)
 
 
-def pad_batch(srcs: Sequence, tgts: Sequence, tagged_targets: bool = False) -> Batch:
+def pad_batch(srcs: Sequence, tgts: Sequence, tagged_targets: bool = False, links: Sequence | None = None) -> Batch:
     """Padded tensors of source and target id sequences (EOS after the source, BOS/EOS around the target).
 
     ``tagged_targets``: each target starts with its target-language tag (``data.tag_side: target``),
     which takes BOS's place as the decoder's first input and is never an output to predict.
+    ``links``: each pair's (source piece, target piece) links, (k, 2), for guided alignment (:attr:`Batch.align`).
     """
     B = len(srcs)
     S = max(len(s) for s in srcs) + 1
@@ -219,12 +223,23 @@ def pad_batch(srcs: Sequence, tgts: Sequence, tagged_targets: bool = False) -> B
             tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
+    align = None
+    if links is not None:
+        grid = np.zeros((B, T, S), dtype=np.float32)
+        for row, pairs in enumerate(links):
+            if len(pairs):
+                grid[row, pairs[:, 1], pairs[:, 0]] = 1.0
+        rows = grid.sum(axis=2, keepdims=True)
+        align = torch.from_numpy(np.divide(grid, rows, out=np.zeros_like(grid), where=rows > 0))
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), align=align)
 
 
-def collate(store: Store, indices: Sequence[int], tagged_targets: bool = False) -> Batch:
-    """Assemble padded tensors for the examples ``indices`` of ``store`` (see :func:`pad_batch`)."""
-    return pad_batch([store.src(int(i)) for i in indices], [store.tgt(int(i)) for i in indices], tagged_targets)
+def collate(store: Store, indices: Sequence[int], tagged_targets: bool = False, alignments=None) -> Batch:
+    """Assemble padded tensors for the examples ``indices`` of ``store`` (see :func:`pad_batch`), with their
+    links from ``alignments`` (a :class:`mtkit.data.alignments.AlignmentStore`) when given."""
+    links = [alignments.links(int(i)) for i in indices] if alignments is not None else None
+    return pad_batch([store.src(int(i)) for i in indices], [store.tgt(int(i)) for i in indices], tagged_targets,
+                     links)
 
 
 def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Resegment,
@@ -252,14 +267,14 @@ def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Res
 
 
 def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | None,
-             tagged_targets: bool = False) -> Iterator[Batch]:
+             tagged_targets: bool = False, alignments=None) -> Iterator[Batch]:
     """The sampler's batches, assembled; each carries the sampler position after it."""
     pool: list[tuple[np.ndarray, int, int]] = []
     for _epoch, indices in sampler:
         # Read right after the yield: the state is the position after this batch.
         epoch, position = sampler.state.epoch, sampler.state.position
         if resegment is None:
-            batch = collate(store, indices, tagged_targets)
+            batch = collate(store, indices, tagged_targets, alignments)
             batch.epoch, batch.position = epoch, position
             yield batch
             continue
@@ -273,20 +288,20 @@ def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | No
 
 
 def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment: Resegment | None = None,
-             tagged_targets: bool = False) -> Iterator[Batch]:
+             tagged_targets: bool = False, alignments=None) -> Iterator[Batch]:
     """Assemble batches in a background thread, ``depth`` ahead, so the step never waits for data.
 
     Each Batch carries the sampler position after it, which is what a checkpoint must
     record (the thread runs ahead of the training step). With ``resegment`` (BPE-dropout,
     mtkit.training.bpe_dropout) the sentences of every REPACK_POOL batches are re-segmented
-    and dealt out again by length (:func:`repack`).
+    and dealt out again by length (:func:`repack`). ``alignments``: the store's links, for guided alignment.
     """
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def work() -> None:
         try:
-            for batch in _batches(store, sampler, resegment, tagged_targets):
+            for batch in _batches(store, sampler, resegment, tagged_targets, alignments):
                 while not stop.is_set():
                     try:
                         q.put(batch, timeout=0.1)

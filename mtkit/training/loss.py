@@ -13,6 +13,14 @@ from torch import Tensor, nn
 from mtkit.kernels import Kernels, KernelsName, select
 
 
+def guided_alignment_loss(attention: Tensor, align: Tensor) -> Tensor:
+    """-Σ align · log attention over every target piece and source piece (float32): the cross-entropy of
+    guided alignment, summed over the target pieces with links (the others' rows of ``align`` are zero).
+    attention, align: (B, T, S)."""
+    log_attention = attention.float().clamp_min(1e-9).log()
+    return -(align.float() * log_attention).sum()
+
+
 def perplexity(nll_per_token: float) -> float:
     return float(torch.tensor(nll_per_token).clamp(max=50).exp())
 
@@ -32,10 +40,18 @@ class TranslationLoss(nn.Module):
     dropout masks), and loss = ½(CE₁ + CE₂) + (α/4)·(KL(P₁‖P₂) + KL(P₂‖P₁)), summed over the
     tokens; NLL is ½(NLL₁ + NLL₂) and the token count that of one copy, so that the loss per
     token stays comparable with plain training. This path always makes the logits whole.
+
+    With ``guided`` = (layer, head, λ) and a batch's alignment ``align`` (B, T, S) (target piece t's
+    distribution over the source pieces its word links name; :attr:`mtkit.training.batching.Batch.align`), the
+    loss adds λ times the cross-entropy between that distribution and the attention of ``head`` of decoder
+    ``layer``, summed over the target pieces that have links (Garg et al. 2019, eq. 4). In that layer's
+    cross-attention, the term's gradient reaches only that head's queries and keys (no value, no output
+    projection, no other head; the layers above it none).
     """
 
     def __init__(self, model: nn.Module, epsilon: float, pad_id: int, fuse_projection: bool | None = None,
-                 rdrop_alpha: float = 0.0, kernels: KernelsName | Kernels = "auto") -> None:
+                 rdrop_alpha: float = 0.0, kernels: KernelsName | Kernels = "auto",
+                 guided: tuple[int, int, float] | None = None) -> None:
         super().__init__()
         self.kernels = select(kernels)
         self.model = model
@@ -43,13 +59,26 @@ class TranslationLoss(nn.Module):
         self.pad_id = pad_id
         self.fuse_projection = fuse_projection
         self.rdrop_alpha = rdrop_alpha
+        self.guided = guided
 
-    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
-        """src (B, S), tgt_in (B, T) (BOS first), tgt_out (B, T) (EOS last) -> (loss_sum, nll_sum, n_tokens)."""
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, align: Tensor | None = None
+                ) -> tuple[Tensor, Tensor, int]:
+        """src (B, S), tgt_in (B, T) (BOS first), tgt_out (B, T) (EOS last) -> (loss_sum, nll_sum, n_tokens);
+        ``align`` (B, T, S): guided alignment's target (with ``guided``)."""
         if self.rdrop_alpha > 0 and self.model.training:
             return self._rdrop(src, tgt_in, tgt_out)
         memory, src_mask = self.model.encode(src)
-        hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
+        alignment_loss = None
+        if self.guided is not None and align is not None:
+            layer, head, weight = self.guided
+            hidden, attention = self.model.decoder.forward_with_attention(tgt_in, memory, src_mask, layer, head)
+            alignment_loss = weight * guided_alignment_loss(attention, align)
+        else:
+            hidden = self.model.decode(tgt_in, memory, src_mask)  # (B, T, d_model)
+        loss_sum, nll_sum, n = self._translation_loss(hidden, tgt_out)
+        return (loss_sum if alignment_loss is None else loss_sum + alignment_loss), nll_sum, n
+
+    def _translation_loss(self, hidden: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor, int]:
         fuse = self.fuse_projection
         if fuse is None:  # the fused loss knows no output bias (model.output_bias)
             fuse = self.kernels.fuse_projection(hidden.device.type) and self.model.output_projection.bias is None

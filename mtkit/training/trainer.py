@@ -153,8 +153,16 @@ class Trainer:
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.log = MetricsLog(self.run_dir / "metrics.jsonl", self.dist.is_main, self.cfg.tensorboard)
 
+        guided = self.cfg.guided_alignment
+        self.alignments = None  # the training pairs' links (mtkit.data.alignments), for guided alignment
+        if guided.weight > 0:
+            from mtkit.data.alignments import AlignmentStore
+
+            self.alignments = AlignmentStore.open(self.data_dir, "train", self.train_store)
         self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID, rdrop_alpha=self.cfg.rdrop_alpha,
-                                         kernels=config.kernels)
+                                         kernels=config.kernels,
+                                         guided=(guided.layer % config.model.decoder_layers, guided.head, guided.weight)
+                                         if guided.weight > 0 else None)
         self.train_model = self.criterion  # model + loss: (src, tgt_in, tgt_out) -> (loss_sum, nll_sum, n)
         self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:
@@ -259,7 +267,7 @@ class Trainer:
             sync = contextlib.nullcontext() if (last or self.ddp is None) else self.ddp.no_sync()
             with sync:
                 with autocast(self.cfg.precision, self.device.type):
-                    loss_sum, nll_sum, _ = self.train_model(batch.src, batch.tgt_in, batch.tgt_out)
+                    loss_sum, nll_sum, _ = self.train_model(batch.src, batch.tgt_in, batch.tgt_out, batch.align)
                 # DDP averages gradients over ranks; scaling by world size makes it a global token mean.
                 self.scaler.scale(loss_sum * (world / n_tokens)).backward()
             loss_total += float(loss_sum.detach())
@@ -395,7 +403,7 @@ class Trainer:
     def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg
         batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout,
-                           tagged_targets=self.tagged_targets)
+                           tagged_targets=self.tagged_targets, alignments=self.alignments)
         bar = None
         if self.progress:
             from tqdm import tqdm
