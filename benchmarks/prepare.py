@@ -17,6 +17,7 @@ Usage::
 
   .venv/bin/python benchmarks/prepare.py --pairs 1000000
   .venv/bin/python benchmarks/prepare.py            # 4.5M pairs
+  .venv/bin/python benchmarks/prepare.py --alignments eflomal   # with word alignments (guided alignment)
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ def main() -> None:
     parser.add_argument("--sample-size", type=int, default=1_000_000, help="SentencePiece training sentences")
     parser.add_argument("--multi30k", type=Path, default=Path(os.environ.get("MTKIT_MULTI30K", DEFAULT_MULTI30K)))
     parser.add_argument("--tmp", type=Path, default=None, help="where to write the corpus (default: system temp)")
+    parser.add_argument("--alignments", choices=["eflomal"], default=None,
+                        help="also align the pairs with eflomal (data.alignments), stored for guided alignment")
     args = parser.parse_args()
     if not (args.multi30k / "train.en").is_file():
         sys.exit(f"error: Multi30k not found at {args.multi30k} (set --multi30k or MTKIT_MULTI30K)")
@@ -157,6 +160,7 @@ def main() -> None:
             "train": {"src": str(src), "tgt": str(tgt)},
             "spm": {"vocab_size": args.vocab_size, "sample_size": args.sample_size},
             "workers": workers,
+            "alignments": args.alignments,
         }})
         sampler = PeakSampler()
         sampler.start()
@@ -170,6 +174,8 @@ def main() -> None:
         print(f"prepare: {wall:.1f} s wall, {args.pairs / wall:,.0f} pairs/s, workers {workers}")
         print("phases: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
         print(f"kept {manifest['splits']['train']['pairs']} pairs; dropped {manifest['dropped']['train']}")
+        if args.alignments:
+            print(f"alignments: {manifest['splits']['train']['alignments']}")
         print(f"peak memory of the process tree (sampled every 0.25 s): RSS sum {peak_rss:.0f} MiB, "
               f"PSS sum {peak_pss:.0f} MiB")
         print(f"rusage max RSS: main {self_max:.0f} MiB, largest child {children_max:.0f} MiB")

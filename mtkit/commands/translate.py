@@ -134,6 +134,52 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
+def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str], markup: str, out: IO[bytes],
+                      buffer_size: int, progress) -> int:
+    """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
+    (:mod:`mtkit.runtime.markup`), ``buffer_size`` lines at a time; returns the lines done."""
+    from mtkit.runtime.lines import clean_output
+    from mtkit.runtime.markup import MarkupError, translate_markup
+
+    def translate(sentences: list[str]) -> list[tuple[str, list]]:
+        return [(clean_output(t.best.text), t.best.alignment or []) for t in translator.translate(sentences)]
+
+    from mtkit.io import STDIN_NAME
+
+    name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
+    done = 0
+    chunk: list[str] = []
+
+    def flush() -> None:
+        nonlocal done
+        try:
+            parsed = translate_markup(chunk, markup, translate)
+        except MarkupError as e:
+            for k, line in enumerate(chunk):  # which line: each parsed alone, to name it
+                try:
+                    from mtkit.runtime.markup import parse
+
+                    parse(line, markup)
+                except MarkupError as bad:
+                    raise MtkitError(f"{name}: line {done + k + 1}: {bad} (--format {markup})") from None
+            raise MtkitError(f"{name}: {e}") from None
+        out.write("".join(line + "\n" for line in parsed).encode("utf-8"))
+        out.flush()
+        done += len(chunk)
+        if progress is not None:
+            progress.update(len(chunk))
+        chunk.clear()
+
+    for line in lines:
+        if line is not None:
+            chunk.append(line)
+        if chunk and (line is None or len(chunk) >= buffer_size):
+            flush()
+    if chunk:
+        flush()
+    return done
+
+
 @contextlib.contextmanager
 def _alignments_stream(path: Path | None) -> Iterator[IO[bytes] | None]:
     """``--alignments-out``, written atomically (None: not asked)."""
@@ -208,8 +254,19 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
 
     overrides = dict(o.decode_overrides)
     output_format = o.output_format
-    if output_format is not None and output_format not in OUTPUT_FORMATS:
-        raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS)}")
+    from mtkit.runtime.markup import MARKUPS
+
+    if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
+        raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
+    markup = output_format if output_format in MARKUPS else None
+    if markup is not None:
+        for flag, given in (("--alignments-out", o.alignments_out is not None), ("--qe", o.qe or o.qe_model),
+                            ("--attention-png", o.attention_png is not None),
+                            ("--nbest", overrides.get("nbest", 1) > 1)):
+            if given:
+                raise MtkitError(f"--format {markup} translates markup, a line of it per input line: drop {flag}")
+        if overrides.get("alignments", "off") == "off":
+            overrides["alignments"] = "hard"  # the tags are put back by the alignment
     if o.engine not in ENGINES:
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.precision not in PRECISIONS:
@@ -231,7 +288,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     aligning = overrides.get("alignments", "off") != "off"
     if "alignment_layer" in overrides and not aligning:
         raise MtkitError("--alignment-layer needs --alignments (or --alignment-threshold, --alignments-out)")
-    if aligning and output_format in ("tokens", "scores"):
+    if aligning and output_format in ("tokens", "scores") and markup is None:
         raise MtkitError(f"--alignments: word alignments go with --format text, nbest or json (or to "
                          f"--alignments-out), not with --format {output_format}")
     if aligning and o.engine == "onnx":
@@ -309,6 +366,19 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
     done = words = 0
     started = time.perf_counter()
+    if markup is not None:
+        try:
+            with _output_stream(o.output) as out:
+                done = _translate_markup(translator, _input_lines(inputs, out.flush), inputs, markup, out,
+                                         buffer_size, progress)
+        except BrokenPipeError:
+            if o.output is None:
+                discard_stdout()
+            raise
+        finally:
+            if progress is not None:
+                progress.close()
+        return
     try:
         with _output_stream(o.output) as out, _alignments_stream(o.alignments_out) as aligned:
             translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,

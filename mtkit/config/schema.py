@@ -505,6 +505,9 @@ def _validate_guided_alignment(config: Config) -> None:
         if d.pairs:
             raise ConfigError("data.alignments", "takes a single pair's recipe (data.train), not data.pairs")
     _check(0 <= g.weight <= MAX_ALPHA, "train.guided_alignment.weight", f"in [0, {MAX_ALPHA:g}] (0: off)", g.weight)
+    _check(-MAX_COUNT <= g.layer <= MAX_COUNT, "train.guided_alignment.layer", f"between -{MAX_COUNT} and {MAX_COUNT}",
+           g.layer)
+    _check(0 <= g.head <= MAX_COUNT, "train.guided_alignment.head", f"between 0 and {MAX_COUNT}", g.head)
     if not g.weight:
         return
     layers = m.decoder_layers

@@ -4,8 +4,10 @@ LibreTranslate's, as LibreTranslate 1.9 answers them, so that its clients and it
 unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
 
 * ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``),
-  ``target``, ``format`` (``text``, or ``html``: the text between tags is translated and the markup
-  kept, :mod:`mtkit.serve.markup`), ``alternatives`` (how many more hypotheses to return),
+  ``target``, ``format`` (``text``, or ``html``: each sentence's inline tags are taken out, the plain
+  sentence translated and the tags put back around the words aligned to those they wrapped; block tags
+  cut sentences, script, style and comments are untouched, :mod:`mtkit.runtime.markup`),
+  ``alternatives`` (how many more hypotheses to return),
   ``api_key``; as JSON, a form (urlencoded or multipart) or the query string. Answers
   ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and
   ``detectedLanguage`` for ``source=auto``. A ``q`` holding several lines is translated line by
@@ -20,8 +22,9 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
   API key), 405 (another method), 413 (a body over ``--max-body-bytes``), 503 with ``Retry-After``
   (the queue is full), 500 (a bug).
 
-mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores,
-per-sentence confidence, the model to use, per-sentence constraints and a glossary), ``GET /v1/models``
+mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores, word
+alignments, html or xml markup, per-sentence confidence, the model to use, per-sentence constraints and a
+glossary), ``GET /v1/models``
 (each model's name, languages, engine and training step), ``GET /v1/health`` (the models, their steps and
 queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /metrics`` (Prometheus),
 ``GET /docs`` (OpenAPI), ``GET /`` (a page to try a model). A server-wide glossary (``mtkit serve
@@ -43,8 +46,8 @@ from fastapi import Request  # at module level: the routes' annotations are reso
 from pydantic import ValidationError
 
 from mtkit.runtime.lines import clean_output
+from mtkit.runtime.markup import MarkupError, split_markup
 from mtkit.serve import libretranslate as lt
-from mtkit.serve.markup import split_markup
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (
     ApiError,
@@ -119,6 +122,12 @@ def create_app(service: Service):
     return app
 
 
+def aligns(model, kind: str = "html") -> bool:
+    """Whether ``model``'s engine gives word alignments (torch, CTranslate2): markup of ``kind`` then keeps its
+    inline tags (:mod:`mtkit.runtime.markup`); plain text needs none."""
+    return kind != "text" and model.translator.decoder_layers is not None
+
+
 def libretranslate_router(service: Service):
     """LibreTranslate's endpoints, as LibreTranslate 1.9 answers them (:mod:`mtkit.serve.libretranslate`)."""
     from fastapi import APIRouter
@@ -166,23 +175,24 @@ def libretranslate_router(service: Service):
         text_format = fields.get("format") or "text"
         if text_format not in ("text", "html"):
             raise lt.unsupported_format(text_format)
-        parsed = ([split_markup(item) for item in items] if text_format == "html"
-                  else [(split_lines(item), "\n".join) for item in items])
+        model = pick(source, target)
+        parsed = markup_items(items, text_format, model) if text_format == "html" else \
+            [(split_lines(item), lambda found: "\n".join(text for text, _ in found)) for item in items]
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
-        model = pick(source, target)
         nbest = alternatives + 1 if alternatives and text_format == "text" else 1  # LibreTranslate: none for html
-        decode = service.decode_for(model, {"nbest": nbest} if nbest > 1 else {})
+        decode = service.decode_for(model, {"nbest": nbest if nbest > 1 else None,
+                                            "alignments": "hard" if aligns(model, text_format) else None})
         all_lines = [line for lines in per_item for line in lines]
         results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
         texts, alts, at = [], [], 0
         for lines, assemble in parsed:
             got = results[at : at + len(lines)]
             at += len(lines)
-            texts.append(assemble([clean_output(t.best.text) for t in got]))
+            texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
             # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
             alts.append(lt.alternatives_of(texts[-1], [
-                assemble([clean_output(t.candidates[min(k, len(t.candidates) - 1)].text) for t in got])
+                assemble([(clean_output(t.candidates[min(k, len(t.candidates) - 1)].text), []) for t in got])
                 for k in range(1, nbest)]))
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
         if lt.flag(fields, "qe"):  # mtkit's, asked for: each text's quality estimate, the mean of its lines'
@@ -198,6 +208,19 @@ def libretranslate_router(service: Service):
         if alternatives:
             answer["alternatives"] = alts if isinstance(q, list) else alts[0]
         return answer
+
+    def markup_items(items: list[str], kind: str, model) -> list:
+        """Each markup item's sentences and its rebuilding function (inline tags carried by alignment when the
+        model's engine gives alignments; else the text between tags alone is translated); a 400 for markup that
+        is not well-formed."""
+        found = []
+        for i, item in enumerate(items):
+            try:
+                found.append(split_markup(item, kind, inline=aligns(model, kind)))
+            except MarkupError as e:
+                where = "q" if len(items) == 1 else f"q[{i}]"
+                raise ApiError(400, f"{where}: {e}") from None
+        return found
 
     def pick(source: str, target: str):
         """The model for a pair both of whose codes this server knows (LibreTranslate's message when none)."""
@@ -286,14 +309,19 @@ def mtkit_router(service: Service):
         except ValidationError as e:
             raise ApiError(400, validation_message(e.errors())) from None
         items = [req.text] if isinstance(req.text, str) else req.text
+        model = service.pick(req.source, req.target, req.model)
+        if req.format != "text":
+            return await translate_markup_v1(req, items, model)
         for i, item in enumerate(items):
             if len(split_lines(item)) > 1:
                 where = "text" if isinstance(req.text, str) else f"text[{i}]"
                 raise ApiError(400, f"{where} holds a line break: send one sentence per item")
         service.check_size([[item] for item in items])
-        model = service.pick(req.source, req.target, req.model)
+        if req.alignments and model.translator.decoder_layers is None:
+            raise ApiError(400, f"model {model.name}: its engine ({model.engine}) gives no alignments")
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha,
-                                            "length_penalty": req.length_penalty, "nbest": req.nbest})
+                                            "length_penalty": req.length_penalty, "nbest": req.nbest,
+                                            "alignments": "hard" if req.alignments else None})
         constraints = service.constraints_for(model, items, request_constraints(req, len(items)),
                                               request_glossary(req))
         results = await service.translate(model, items, decode, constraints)
@@ -304,11 +332,38 @@ def mtkit_router(service: Service):
                 sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[]))
                 continue
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
-                               confidence=c.mean_logprob, tokens=len(c.ids) + 1)
+                               confidence=c.mean_logprob, tokens=len(c.ids) + 1,
+                               alignment=[list(p) for p in c.alignment] if req.alignments else None)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, qe=qe, nbest=hyps,
-                                      unmet=t.unmet, unmet_reasons=t.unwritable))
+                                      unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment))
+        return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
+
+    async def translate_markup_v1(req: NativeRequest, items: list[str], model) -> NativeResponse:
+        """``format`` html or xml: each item a fragment, its markup carried by the alignments; one hypothesis."""
+        if (req.nbest or 1) > 1 or req.alignments or req.constraints is not None or req.glossary is not None:
+            raise ApiError(400, f"format {req.format} translates markup: nbest, alignments, constraints and a "
+                                "glossary go with format text")
+        parsed = []
+        for i, item in enumerate(items):
+            try:
+                parsed.append(split_markup(item, req.format, inline=aligns(model, req.format)))
+            except MarkupError as e:
+                raise ApiError(400, f"{'text' if isinstance(req.text, str) else f'text[{i}]'}: {e}") from None
+        service.check_size([lines for lines, _ in parsed])
+        decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
+                                            "alignments": "hard" if aligns(model, req.format) else None})
+        lines = [line for found, _ in parsed for line in found]
+        results = await service.translate(model, lines, decode, None) if lines else []
+        sentences, at = [], 0
+        for found, rebuild in parsed:
+            got = results[at : at + len(found)]
+            at += len(found)
+            text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
+            confidences = [t.best.mean_logprob for t in got if t.src_ids]
+            confidence = sum(confidences) / len(confidences) if confidences else None
+            sentences.append(Sentence(text=text, confidence=confidence, qe=None, nbest=[]))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])

@@ -214,7 +214,7 @@ def spec(version: str) -> dict:
                     _param("q", "string", True, "Text to translate, or a list of texts (JSON)"),
                     _param("source", "string", True, "Source language code, or auto"),
                     _param("target", "string", True, "Target language code"),
-                    _param("format", "string", False, "text, or html (the text between tags is translated)",
+                    _param("format", "string", False, "text, or html (inline tags put back around the aligned words)",
                            enum=["text", "html"], default="text"),
                     _param("alternatives", "integer", False, "How many alternative translations", default=0),
                     _param("qe", "boolean", False, "mtkit's: also each text's quality estimate (qe)", default=False),

@@ -72,6 +72,12 @@ class NativeRequest(BaseModel):
         None, description="Source term -> target term (an object, or a list of {source, target}): where a "
                           "sentence holds the source term (any case, whole words), its translation holds the "
                           "target term; on top of the server's --glossary. Torch engine only.")
+    format: Literal["text", "html", "xml"] = Field(
+        "text", description="text: a sentence per item; html or xml: each item a fragment, whose inline tags are "
+                            "put back around the words aligned to those they wrapped (block tags cut sentences; "
+                            "script, style and comments untouched); one hypothesis, no constraints.")
+    alignments: bool = Field(False, description="With format text: each hypothesis's word alignment, [source word, "
+                                                "target word] pairs, 0-based, words split at whitespace.")
 
 
 class Hypothesis(BaseModel):
@@ -80,6 +86,8 @@ class Hypothesis(BaseModel):
     logprob: float = Field(description="Log-probability of the hypothesis and its EOS (nats).")
     confidence: float = Field(description="Mean log-probability per token, EOS included (nats, <= 0).")
     tokens: int = Field(description="Target tokens, EOS included.")
+    alignment: list[list[int]] | None = Field(None, description="[source word, target word] pairs (0-based, "
+                                                                "whitespace words), when asked (alignments).")
 
 
 class Sentence(BaseModel):
@@ -100,6 +108,7 @@ class Sentence(BaseModel):
     unmet_reasons: dict[str, str] = Field(default_factory=dict, description="Unmet phrases the model cannot write "
                                                                            "(a character outside its vocabulary), "
                                                                            "so never forced -> why.")
+    alignment: list[list[int]] | None = Field(None, description="The best hypothesis's alignment, when asked.")
 
 
 class NativeResponse(BaseModel):

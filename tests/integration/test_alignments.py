@@ -142,3 +142,28 @@ def test_ctranslate2_aligns_as_torch_on_a_trained_model(reverse_run, reverse_dat
     wrong = mtkit("translate", "-m", tmp_path / "ct2", "--engine", "ctranslate2", "--alignments",
                   "--alignment-layer", "1", stdin="alpha bravo\n")
     assert wrong.returncode != 0 and "fixed at export" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+def test_format_html_and_xml_carry_the_markup_of_each_line(tiny, tmp_path):
+    from mtkit.runtime.markup import _tokens
+
+    lines = ['two <b>hundred</b> <a href="/x">five</a>', "<p>seven</p><p>one <i>hundred</i></p>", "", "plain nine",
+             "<script>no <b> tags</script> forty"]
+    (tmp_path / "in.html").write_text("\n".join(lines) + "\n")
+    done = mtkit("translate", "-m", tiny, "--format", "html", tmp_path / "in.html")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")
+    assert len(out) == len(lines) + 1 and out[-1] == "" and out[2] == ""
+    for line, result in zip(lines, out, strict=False):
+        tags = [t.text for t in _tokens(result, "html") if t.kind != "text"]  # well-formed, or _tokens raises
+        assert sorted(tags) == sorted(t.text for t in _tokens(line, "html") if t.kind != "text")
+    assert out[4].startswith("<script>no <b> tags</script> ")  # raw text untouched
+    xml = mtkit("translate", "-m", tiny, "--format", "xml", stdin='two <g id="1">hundred</g> <x id="2"/>\n')
+    assert xml.returncode == 0 and '<g id="1">' in xml.stdout and '<x id="2"/>' in xml.stdout, xml.stderr
+    (tmp_path / "bad.html").write_text("fine\nstill <b>fine</b>\nbroken </i> here\n")
+    bad = mtkit("translate", "-m", tiny, "--format", "html", "-o", tmp_path / "out.html", tmp_path / "bad.html")
+    assert bad.returncode != 0 and not (tmp_path / "out.html").exists()
+    assert f"{tmp_path / 'bad.html'}: line 3: </i> closes no open tag (--format html)" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert "drop --nbest" in mtkit("translate", "-m", tiny, "--format", "html", "--nbest", "2",
+                                   stdin="x\n").stderr

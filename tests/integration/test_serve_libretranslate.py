@@ -427,3 +427,79 @@ def test_cors_on_libretranslates_routes(one):
     for path in ("/health", "/frontend/settings", "/languages"):
         status, headers, _ = one.request("GET", path, headers={"Origin": "https://page.example"})
         assert status == 200 and headers.get("access-control-allow-origin") == "*", path
+
+
+class AligningVocab(WordVocab):
+    """One piece per word, so each id's word is its position."""
+
+    def src_words(self, text):
+        return list(range(len(text.split())))
+
+    def tgt_words(self, ids):
+        return list(range(len(ids)))
+
+
+class AligningReverse(Reverse):
+    """The reversing stand-in with the attention a perfect aligner of its reversal has: target word t on
+    source word n - 1 - t (a one-layer model's, so that the engine gives alignments)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vocab = AligningVocab()
+        self.decoder_layers = 1
+
+    def attention_batch(self, sources, outputs, call, layer, head):
+        import numpy as np
+
+        found = []
+        for src, out in zip(sources, outputs):
+            grid = np.zeros((len(out), len(src)))
+            for t in range(len(out)):
+                grid[t, len(src) - 2 - t] = 1.0  # the last column is EOS
+            found.append(grid)
+        return found
+
+
+@pytest.fixture(scope="module")
+def aligned():
+    s = Running([ServedModel("en-de", AligningReverse(), "en", "de")])
+    yield s
+    s.stop()
+
+
+def test_html_puts_inline_tags_back_around_the_aligned_words(aligned, one):
+    q = '<p class="c">one <b>two</b> <a href="/x?a=1&amp;b=2">three</a> &amp;</p>\n<ul><li>four <i>five</i></li></ul>'
+    expected = ('<p class="c">&amp; <a href="/x?a=1&amp;b=2">three</a> <b>two</b> one</p>\n'
+                '<ul><li><i>five</i> four</li></ul>')
+    assert aligned.post_json("/translate", {**OK, "q": q, "format": "html"}) == (200, {"translatedText": expected})
+    # a list, and a form
+    assert aligned.post_form("/translate", {**OK, "q": "a <x>b</x> c", "format": "html"}) == (
+        200, {"translatedText": "c <x>b</x> a"})
+    # broken markup: a clear 400 naming the text
+    assert aligned.post_json("/translate", {**OK, "q": ["fine", "a </b> b"], "format": "html"}) == (
+        400, {"error": "q[1]: </b> closes no open tag"})
+    # an engine without alignments: the text between tags, as LibreTranslate's own html mode
+    assert one.post_json("/translate", {**OK, "q": "one <b>two three</b> four", "format": "html"}) == (
+        200, {"translatedText": "one <b>three two</b> four"})
+
+
+def test_v1_gives_alignments_and_translates_markup(aligned, one):
+    status, answer = aligned.post_json("/v1/translate", {"text": ["one two three", ""], "alignments": True})
+    assert status == 200, answer
+    first, empty = answer["translations"]
+    assert first["text"] == "three two one" and first["alignment"] == [[0, 2], [1, 1], [2, 0]]
+    assert first["nbest"][0]["alignment"] == [[0, 2], [1, 1], [2, 0]] and empty["nbest"] == []
+    status, answer = aligned.post_json("/v1/translate", {"text": "one two"})
+    assert status == 200 and answer["translations"][0]["alignment"] is None
+    status, answer = aligned.post_json("/v1/translate", {"text": ['a <g id="1">b</g> <x id="2"/> c'],
+                                                         "format": "xml"})
+    # the void tag goes before the target word of the source word after it ("c"), a space after it as before
+    assert status == 200 and answer["translations"][0]["text"] == '<x id="2"/> c <g id="1">b</g> a'
+    status, answer = aligned.post_json("/v1/translate", {"text": "<p>one</p>\n<p>two <b>three</b></p>",
+                                                         "format": "html"})
+    assert status == 200 and answer["translations"][0]["text"] == "<p>one</p>\n<p><b>three</b> two</p>"
+    assert aligned.post_json("/v1/translate", {"text": "<b>x", "format": "html"}) == (
+        400, {"error": "text: <b> is never closed"})
+    assert aligned.post_json("/v1/translate", {"text": "x", "format": "html", "nbest": 2})[0] == 400
+    assert one.post_json("/v1/translate", {"text": "x", "alignments": True}) == (
+        400, {"error": "model en-de: its engine (torch) gives no alignments"})

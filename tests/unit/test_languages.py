@@ -152,7 +152,7 @@ def test_a_saved_multilingual_config_loads_back_as_itself(tmp_path):
 
 def test_a_single_pair_recipe_keeps_the_data_fingerprint_it_had(tmp_path):
     """A prepared single-pair directory is reused as before: its fingerprint is computed from the same
-    settings as before data.pairs existed (the formula of mtkit.data.prepare.fingerprint then)."""
+    settings as before data.pairs and data.alignments existed (the formula of mtkit.data.prepare.fingerprint then)."""
     import dataclasses
     import hashlib
     import json
@@ -164,6 +164,7 @@ def test_a_single_pair_recipe_keeps_the_data_fingerprint_it_had(tmp_path):
     data = resolve_data(config_from_dict({"data": {"train": {"kind": "demo"}, "spm": {"vocab_size": 400}}}).data)
     settings = config_to_dict(dataclasses.replace(data, workers=0))
     settings.pop("pairs")
+    settings.pop("alignments")  # nor data.alignments (None)
     before = {"version": mtkit.__version__, "data": settings, "files": [], "vocab": None}
     assert fingerprint(data) == hashlib.sha256(json.dumps(before, sort_keys=True).encode("utf-8")).hexdigest()
     weighted = config().data, config_from_dict({"data": {"pairs": [{**p, "weight": 2.0} for p in PAIRS]}}).data

@@ -1,0 +1,127 @@
+"""Word alignments of mtkit models against eflomal's, on Multi30k test_2016_flickr, and what they cost.
+
+For each model given (a run directory or checkpoint; ``name=path``), the test pairs (the English source and
+the German reference) are aligned by the model (``Engine.align``: its guided head if it has one, else the
+penultimate decoder layer's mean cross-attention; hard, one source word per target word), and scored
+against eflomal's grow-diag-final-and alignments of the same pairs, computed on train + test together (the
+reference a user would otherwise run; no human gold alignments here): precision, recall, F1 and AER
+(= 1 - F1, every reference link taken as sure). For a model without a guided head, every decoder layer is
+scored too, and the penultimate layer read one step later ("shift", Chen et al. 2020: the attention of
+the step whose input is the target word, not the step that predicts it).
+
+Then each model translates the test set (its recipe's decoding): sacreBLEU, and lines/s without and with
+``--alignments`` (best of ``--repeats`` runs, in this process, one engine per model).
+
+Usage::
+
+  .venv/bin/python benchmarks/alignments.py attention=../shared/models/multi30k-en-de guided=work/guided
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MULTI30K = REPO.parent / "shared/data/multi30k"
+
+
+def eflomal_reference(multi30k: Path, test: str, src: str, tgt: str) -> list[list[tuple[int, int]]]:
+    """eflomal's symmetrized alignments of the test pairs, aligned together with the training pairs."""
+    from mtkit.data.alignments import eflomal_align
+    from mtkit.data.word_alignment import parse_pharaoh
+
+    train_src = (multi30k / f"train.{src}").read_text(encoding="utf-8").splitlines()
+    train_tgt = (multi30k / f"train.{tgt}").read_text(encoding="utf-8").splitlines()
+    test_src = (multi30k / f"{test}.{src}").read_text(encoding="utf-8").splitlines()
+    test_tgt = (multi30k / f"{test}.{tgt}").read_text(encoding="utf-8").splitlines()
+    found = eflomal_align(train_src + test_src, train_tgt + test_tgt)[len(train_src):]
+    return [parse_pharaoh(line, len(s.split()), len(t.split()), f"eflomal, test line {k + 1}")
+            for k, (line, s, t) in enumerate(zip(found, test_src, test_tgt, strict=True))]
+
+
+def shifted(engine, lines: list[str], refs: list[str], layer: int) -> list[list[tuple[int, int]]]:
+    """Hard alignments from ``layer``'s mean attention one step later (Shift-Att): target piece t's row is the
+    step whose input is t (the reference forced, its EOS appended, the first row dropped)."""
+    from mtkit.config import EOS_ID
+    from mtkit.data.word_alignment import word_alignment
+
+    call = engine.call()
+    found = []
+    for start in range(0, len(lines), 64):
+        chunk, targets = lines[start : start + 64], refs[start : start + 64]
+        src = [call.vocab.encode_src(line)[: engine.max_src_len(call.decode) - 1] + [EOS_ID] for line in chunk]
+        out = [call.vocab.encode_tgt(t) for t in targets]
+        maps = engine.attention_batch(src, [ids + [EOS_ID] for ids in out], call, layer, None)
+        for line, ids, s, attention in zip(chunk, out, src, maps, strict=True):
+            words = call.vocab.src_words(line)[: len(s) - 1] + [-1]
+            found.append(word_alignment(attention[1:], words, call.vocab.tgt_words(ids)))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="name=path: a run directory or checkpoint each")
+    parser.add_argument("--multi30k", type=Path, default=Path(os.environ.get("MTKIT_MULTI30K", DEFAULT_MULTI30K)))
+    parser.add_argument("--test", default="test_2016_flickr")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    if not (args.multi30k / "train.en").is_file():
+        sys.exit(f"error: Multi30k not found at {args.multi30k} (set --multi30k or MTKIT_MULTI30K)")
+
+    import sacrebleu
+
+    from mtkit.data.word_alignment import default_layer, scores
+    from mtkit.runtime.factory import build_translator
+
+    t = time.perf_counter()
+    reference = eflomal_reference(args.multi30k, args.test, "en", "de")
+    print(f"eflomal reference: {sum(map(len, reference))} links on {len(reference)} test pairs "
+          f"({time.perf_counter() - t:.0f} s, train + test aligned together)", flush=True)
+    lines = (args.multi30k / f"{args.test}.en").read_text(encoding="utf-8").splitlines()
+    refs = (args.multi30k / f"{args.test}.de").read_text(encoding="utf-8").splitlines()
+
+    def row(name: str, found) -> None:
+        s = scores(found, reference)
+        print(f"| {name} | {s['precision'] * 100:.1f} | {s['recall'] * 100:.1f} | {s['f1'] * 100:.1f} "
+              f"| {s['aer'] * 100:.1f} |", flush=True)
+
+    print("\n| alignments | precision | recall | F1 | AER (vs eflomal) |\n|---|---|---|---|---|")
+    engines = {}
+    for spec in args.models:
+        name, _, path = spec.partition("=")
+        engine = build_translator([Path(path)], "torch", "cpu", log=lambda _: None)
+        engines[name] = engine
+        how = f"guided head (layer {engine.guided[0]}, head {engine.guided[1]})" if engine.guided else \
+            f"layer {default_layer(engine.decoder_layers)} mean"
+        row(f"{name}: {how}", engine.align(lines, refs))
+        if engine.guided is None:
+            for layer in range(engine.decoder_layers):
+                options = dataclasses.replace(engine.decode, alignment_layer=layer)
+                row(f"{name}: layer {layer} mean", engine.align(lines, refs, options))
+            layer = default_layer(engine.decoder_layers)
+            row(f"{name}: layer {layer} mean, shifted", shifted(engine, lines, refs, layer))
+
+    print("\n| model | sacreBLEU | lines/s | lines/s with --alignments | cost |\n|---|---|---|---|---|")
+    for name, engine in engines.items():
+        timings = {}
+        for aligning in ("off", "hard"):
+            options = dataclasses.replace(engine.decode, alignments=aligning)
+            best = float("inf")
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                outputs = [tr.best.text for tr in engine.translate(lines, options=options)]
+                best = min(best, time.perf_counter() - t)
+            timings[aligning] = best
+        bleu = sacrebleu.corpus_bleu(outputs, [refs]).score
+        off, on = len(lines) / timings["off"], len(lines) / timings["hard"]
+        print(f"| {name} | {bleu:.2f} | {off:.1f} | {on:.1f} | {timings['hard'] / timings['off'] - 1:+.1%} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
