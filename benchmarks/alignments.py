@@ -9,6 +9,11 @@ reference a user would otherwise run; no human gold alignments here): precision,
 scored too, and the penultimate layer read one step later ("shift", Chen et al. 2020: the attention of
 the step whose input is the target word, not the step that predicts it).
 
+The markup test: each test sentence with ``<b>`` around one content word (4 letters or more) whose most
+frequent translation in the training pairs (by eflomal) the model writes exactly once in its plain output,
+translated as ``--format html`` does: how many tags wrap that translation, and how many outputs are
+well-formed.
+
 Then each model translates the test set (its recipe's decoding): sacreBLEU, and lines/s without and with
 ``--alignments`` (best of ``--repeats`` runs, in this process, one engine per model).
 
@@ -24,14 +29,17 @@ import dataclasses
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MULTI30K = REPO.parent / "shared/data/multi30k"
 
 
-def eflomal_reference(multi30k: Path, test: str, src: str, tgt: str) -> list[list[tuple[int, int]]]:
-    """eflomal's symmetrized alignments of the test pairs, aligned together with the training pairs."""
+def eflomal_reference(multi30k: Path, test: str, src: str, tgt: str
+                      ) -> tuple[list[list[tuple[int, int]]], dict[str, str]]:
+    """eflomal's symmetrized alignments of the test pairs, aligned together with the training pairs, and the
+    training pairs' most frequent translation of each source word (lowercased, punctuation stripped)."""
     from mtkit.data.alignments import eflomal_align
     from mtkit.data.word_alignment import parse_pharaoh
 
@@ -39,9 +47,56 @@ def eflomal_reference(multi30k: Path, test: str, src: str, tgt: str) -> list[lis
     train_tgt = (multi30k / f"train.{tgt}").read_text(encoding="utf-8").splitlines()
     test_src = (multi30k / f"{test}.{src}").read_text(encoding="utf-8").splitlines()
     test_tgt = (multi30k / f"{test}.{tgt}").read_text(encoding="utf-8").splitlines()
-    found = eflomal_align(train_src + test_src, train_tgt + test_tgt)[len(train_src):]
+    everything = eflomal_align(train_src + test_src, train_tgt + test_tgt)
+    counts: dict[str, Counter] = {}
+    for line, s, t in zip(everything, train_src, train_tgt):
+        sw, tw = s.split(), t.split()
+        for a, b in parse_pharaoh(line, len(sw), len(tw), "eflomal"):
+            counts.setdefault(bare(sw[a]), Counter())[bare(tw[b])] += 1
+    lexicon = {w: c.most_common(1)[0][0] for w, c in counts.items() if sum(c.values()) >= 5}
+    found = everything[len(train_src):]
     return [parse_pharaoh(line, len(s.split()), len(t.split()), f"eflomal, test line {k + 1}")
-            for k, (line, s, t) in enumerate(zip(found, test_src, test_tgt, strict=True))]
+            for k, (line, s, t) in enumerate(zip(found, test_src, test_tgt, strict=True))], lexicon
+
+
+def bare(word: str) -> str:
+    return word.strip(".,;:!?\"'()").lower()
+
+
+def markup_test(engine, lines: list[str], lexicon: dict[str, str]) -> tuple[int, int, int, int]:
+    """Each test sentence with <b> around a content word (4 letters or more) whose training translation the
+    model writes once in its plain output: (tags placed on that translation, tags tested, well-formed
+    outputs, outputs)."""
+    import re
+
+    from mtkit.runtime.markup import MarkupError, _tokens, translate_markup
+
+    plain = [t.best.text for t in engine.translate(lines)]
+    cases = []
+    for line, output in zip(lines, plain, strict=True):
+        words = line.split()
+        out = [bare(w) for w in output.split()]
+        for k, w in enumerate(words):
+            want = lexicon.get(bare(w))
+            if len(bare(w)) >= 4 and want and out.count(want) == 1:
+                cases.append((" ".join(words[:k] + [f"<b>{w}</b>"] + words[k + 1 :]), want))
+                break
+
+    def translate(sentences):
+        return [(t.best.text, t.best.alignment or []) for t in
+                engine.translate(sentences, options=dataclasses.replace(engine.decode, alignments="hard"))]
+
+    results = translate_markup([m for m, _ in cases], "html", translate)
+    right = formed = 0
+    for (_, want), result in zip(cases, results, strict=True):
+        try:
+            tags = [t.text for t in _tokens(result, "html") if t.kind != "text"]
+            formed += tags == ["<b>", "</b>"]
+        except MarkupError:
+            continue
+        inside = re.search(r"<b>(.*?)</b>", result)
+        right += inside is not None and want in [bare(w) for w in inside.group(1).split()]
+    return right, len(cases), formed, len(results)
 
 
 def shifted(engine, lines: list[str], refs: list[str], layer: int) -> list[list[tuple[int, int]]]:
@@ -79,7 +134,7 @@ def main() -> None:
     from mtkit.runtime.factory import build_translator
 
     t = time.perf_counter()
-    reference = eflomal_reference(args.multi30k, args.test, "en", "de")
+    reference, lexicon = eflomal_reference(args.multi30k, args.test, "en", "de")
     print(f"eflomal reference: {sum(map(len, reference))} links on {len(reference)} test pairs "
           f"({time.perf_counter() - t:.0f} s, train + test aligned together)", flush=True)
     lines = (args.multi30k / f"{args.test}.en").read_text(encoding="utf-8").splitlines()
@@ -105,6 +160,12 @@ def main() -> None:
                 row(f"{name}: layer {layer} mean", engine.align(lines, refs, options))
             layer = default_layer(engine.decoder_layers)
             row(f"{name}: layer {layer} mean, shifted", shifted(engine, lines, refs, layer))
+
+    print("\n| markup test (<b> around a word the model translates) | tags on its translation | well-formed |\n"
+          "|---|---|---|")
+    for name, engine in engines.items():
+        right, cases, formed, outputs = markup_test(engine, lines, lexicon)
+        print(f"| {name} | {right}/{cases} ({right / max(cases, 1):.1%}) | {formed}/{outputs} |", flush=True)
 
     print("\n| model | sacreBLEU | lines/s | lines/s with --alignments | cost |\n|---|---|---|---|---|")
     for name, engine in engines.items():

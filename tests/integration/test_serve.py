@@ -174,6 +174,33 @@ def test_html_keeps_its_markup_and_translates_its_text(server, expected):
     assert (status, answer) == (200, {"translatedText": "<b></b>"})
 
 
+def test_inline_tags_follow_the_alignment_in_both_apis(server, expected):
+    """A real model's alignments put inline tags back: the markup stays well-formed, the words are the
+    plain sentence's translation, and /v1/translate's alignments name words of both sentences."""
+    import html
+    import re
+
+    from mtkit.runtime.markup import _tokens
+
+    line = list(expected)[0]
+    words = line.split()
+    markup = f'{words[0]} <b class="k">{" ".join(words[1:-1])}</b> <x-y/>{words[-1]}'
+    status, answer = server.post_json("/translate", {"q": markup, "source": "en", "target": "de", "format": "html"})
+    assert status == 200, answer
+    result = answer["translatedText"]
+    assert [t.text for t in _tokens(result, "html") if t.kind != "text"] in (
+        ['<b class="k">', "</b>", "<x-y/>"], ["<x-y/>", '<b class="k">', "</b>"])
+    assert html.unescape(re.sub(r"<[^>]*>", "", result)).split() == expected[line].split()
+    status, answer = server.post_json("/v1/translate", {"text": [line, ""], "alignments": True})
+    assert status == 200, answer
+    found = answer["translations"][0]
+    assert found["alignment"] and all(0 <= s < len(words) and 0 <= t < len(found["text"].split())
+                                      for s, t in found["alignment"])
+    assert sorted(t for _, t in found["alignment"]) == list(range(len(found["text"].split())))  # hard
+    status, answer = server.post_json("/v1/translate", {"text": markup, "format": "html"})
+    assert status == 200 and answer["translations"][0]["text"] == result
+
+
 def test_alternatives(server, expected):
     line = list(expected)[0]
     status, answer = server.post_json("/translate", {"q": line, "source": "en", "target": "de", "alternatives": 1})

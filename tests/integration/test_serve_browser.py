@@ -1,6 +1,7 @@
 """The page at ``/`` of ``mtkit serve``, in a real headless browser (Debian's chromium and
 chromium-driver through Selenium, both installed by .ci/run; no driver is downloaded at run time):
-typing a sentence and pressing Translate shows ``mtkit translate``'s translation and a confidence;
+typing a sentence and pressing Translate shows ``mtkit translate``'s translation and a confidence, and
+hovering a word lights up the words aligned with it;
 the OpenAPI docs at ``/docs`` render. The browser resolves no host name but the server's address,
 so a page that needed a CDN would fail here.
 """
@@ -57,6 +58,22 @@ def test_the_page_translates_what_is_typed(reverse_run, tmp_path, browser):
         wait.until(ready.text_to_be_present_in_element((By.ID, "scores"), "confidence"))
         assert browser.find_element(By.ID, "output").text == expected
         assert "error" not in browser.find_element(By.ID, "status").get_attribute("class")
+        # hovering a word of the translation lights up the source words its alignment names, and back
+        status, answer = server.post_json("/v1/translate", {"text": line, "alignments": True})
+        alignment = answer["translations"][0]["alignment"]
+        assert status == 200 and alignment and browser.find_element(By.ID, "source").text == line
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        for side, other, word in (("tgt", "src", alignment[0][1]), ("src", "tgt", alignment[0][0])):
+            span = browser.find_element(By.CSS_SELECTOR, f'.w[data-side="{side}"][data-word="{word}"]')
+            ActionChains(browser).move_to_element(span).perform()
+            lit = sorted(int(e.get_attribute("data-word")) for e in
+                         browser.find_elements(By.CSS_SELECTOR, f'.w.hl[data-side="{other}"]'))
+            pick = (lambda p: p[0]) if other == "src" else (lambda p: p[1])
+            mine = (lambda p: p[1]) if other == "src" else (lambda p: p[0])
+            assert lit == sorted(pick(p) for p in alignment if mine(p) == word), (side, word, alignment)
+            ActionChains(browser).move_to_element(browser.find_element(By.TAG_NAME, "h1")).perform()
+            assert not browser.find_elements(By.CSS_SELECTOR, ".w.hl")
     finally:
         assert server.stop() == 0, server.log.read_text()
 

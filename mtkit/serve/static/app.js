@@ -23,6 +23,8 @@ async function load() {
 async function translate() {
   const lines = $("input").value.split(/\r?\n/);
   const body = { text: lines, model: $("pair").value };
+  const model = models.find((m) => m.name === body.model);
+  if (model && model.engine !== "onnx") body.alignments = true;  // the ONNX engine gives none
   const beam = parseInt($("beam").value, 10);
   if (beam > 0) body.beam = beam;
   const key = $("key").value.trim();
@@ -36,7 +38,7 @@ async function translate() {
     });
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
-    $("output").textContent = answer.translations.map((t) => t.text).join("\n");
+    showAligned(lines, answer.translations);
     const rows = answer.translations.map((t, i) => {
       if (t.confidence === null) return "";
       const row = document.createElement("tr");
@@ -53,6 +55,50 @@ async function translate() {
   } catch (e) {
     $("status").textContent = String(e.message || e);
     $("status").className = "error";
+  }
+}
+
+// Each line's words as spans, source above, translation below: hovering a word lights up the words
+// its alignment (/v1/translate's "alignment": [source word, target word] pairs) joins it with.
+function words(line, side, index) {
+  const div = document.createElement("div");
+  line.split(/(\s+)/).forEach((part, k) => {
+    if (k % 2) { div.appendChild(document.createTextNode(part)); return; }
+    if (!part) return;
+    const span = document.createElement("span");
+    span.textContent = part;
+    span.className = "w";
+    span.dataset.side = side;
+    span.dataset.line = index;
+    span.dataset.word = Math.floor(k / 2) - (line.match(/^\s+/) ? 1 : 0);
+    div.appendChild(span);
+  });
+  if (!div.childNodes.length) div.appendChild(document.createElement("br"));
+  return div;
+}
+
+function showAligned(lines, translations) {
+  const source = lines.map((line, i) => words(line, "src", i));
+  const target = translations.map((t, i) => words(t.text, "tgt", i));
+  $("source").replaceChildren(...source);
+  $("output").replaceChildren(...target);
+  $("source-box").hidden = !translations.some((t) => t.alignment && t.alignment.length);
+  for (const [i, t] of translations.entries()) {
+    for (const span of [...source[i].querySelectorAll(".w"), ...target[i].querySelectorAll(".w")]) {
+      span.addEventListener("mouseenter", () => light(i, span, t.alignment || [], true));
+      span.addEventListener("mouseleave", () => light(i, span, t.alignment || [], false));
+    }
+  }
+}
+
+function light(line, span, alignment, on) {
+  const word = Number(span.dataset.word), fromSource = span.dataset.side === "src";
+  span.classList.toggle("hl", on);
+  for (const [s, t] of alignment) {
+    if ((fromSource ? s : t) !== word) continue;
+    const other = document.querySelector(
+      `.w[data-side="${fromSource ? "tgt" : "src"}"][data-line="${line}"][data-word="${fromSource ? t : s}"]`);
+    if (other) other.classList.toggle("hl", on);
   }
 }
 
