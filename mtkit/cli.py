@@ -234,7 +234,7 @@ def translate(
     mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | comet | off."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: a reference-based COMET model, hub name or folder (default Unbabel/wmt22-comet-da; needs mtkit[comet])."),
-    output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet); default text, nbest with --nbest K > 1."),
+    output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet) | html | xml (each line a fragment: inline tags put back around the aligned words); default text, nbest with --nbest K > 1."),
     qe: bool = typer.Option(False, "--qe", help="Each translation's quality estimate, without a reference: a tab-separated column of --format text, a key qe of json. The model's confidence (mean log-probability per token), or COMET-QE's score with --qe-model."),
     qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
@@ -245,6 +245,7 @@ def translate(
     alignments: bool = typer.Option(False, "--alignments", help="Word alignments of each output, in the Pharaoh format (0-0 1-2: source word - target word, 0-based, whitespace words): 'text ||| 0-0 1-2' (text), a last '||| ...' field (nbest), a key alignment (json). Hard: each target word to its most attended source word."),
     alignment_threshold: float | None = typer.Option(None, "--alignment-threshold", help="Soft alignments (implies --alignments): every word pair of at least this attention weight, in (0, 1]."),
     alignment_layer: int | None = typer.Option(None, "--alignment-layer", help="Align with this decoder layer's mean cross-attention (0-based, negative from the end; default: the guided-alignment head of a model trained with one, else the penultimate layer)."),
+    protect: str | None = typer.Option(None, "--protect", help="A regular expression of placeholders to carry through untranslated (e.g. '\\{\\w+\\}|%s'): taken out of each line, put back beside the words aligned to their neighbours."),
     alignments_out: Path | None = typer.Option(None, "--alignments-out", help="Write the best translation's alignment here, a line per input line (implies --alignments; the translations then unchanged)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
     attention_layer: int | None = typer.Option(None, "--attention-layer", help="Heatmap of one decoder layer (default: mean of all)."),
@@ -283,7 +284,7 @@ def translate(
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
         decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
         glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
-        alignments_out=alignments_out,
+        alignments_out=alignments_out, protect=protect,
     ))
 
 

@@ -135,14 +135,20 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 
 
 def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str], markup: str, out: IO[bytes],
-                      buffer_size: int, progress) -> int:
+                      buffer_size: int, progress, protect=None) -> int:
     """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
-    (:mod:`mtkit.runtime.markup`), ``buffer_size`` lines at a time; returns the lines done."""
+    (:mod:`mtkit.runtime.markup`), ``buffer_size`` lines at a time; ``--protect`` (``protect``, a compiled
+    pattern, with ``markup`` text): each line's placeholders carried the same way. Returns the lines done."""
     from mtkit.runtime.lines import clean_output
-    from mtkit.runtime.markup import MarkupError, translate_markup
+    from mtkit.runtime.markup import MarkupError, protect_lines, translate_markup
 
     def translate(sentences: list[str]) -> list[tuple[str, list]]:
         return [(clean_output(t.best.text), t.best.alignment or []) for t in translator.translate(sentences)]
+
+    def carry(chunk: list[str]) -> list[str]:
+        if protect is not None:
+            return protect_lines(chunk, protect, translate)
+        return translate_markup(chunk, markup, translate)
 
     from mtkit.io import STDIN_NAME
 
@@ -153,7 +159,7 @@ def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str]
     def flush() -> None:
         nonlocal done
         try:
-            parsed = translate_markup(chunk, markup, translate)
+            parsed = carry(chunk)
         except MarkupError as e:
             for k, line in enumerate(chunk):  # which line: each parsed alone, to name it
                 try:
@@ -216,6 +222,7 @@ class TranslateOptions:
     qe: bool = False  # each translation's quality estimate (mtkit.runtime.quality): a column, or a json key
     qe_model: str | None = None  # a reference-free COMET model for it (implies qe); None: the model's confidence
     alignments_out: Path | None = None  # the best translations' word alignments go here, a line per input line
+    protect: str | None = None  # a regular expression: its matches (placeholders) carried through by the alignment
 
 
 def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
@@ -259,12 +266,26 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
         raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
     markup = output_format if output_format in MARKUPS else None
+    protect = None
+    if o.protect is not None:
+        import re
+
+        if output_format not in (None, "text"):
+            raise MtkitError(f"--protect takes placeholders out of plain text (--format text), not --format "
+                             f"{output_format}")
+        try:
+            protect = re.compile(o.protect)
+        except re.error as e:
+            raise MtkitError(f"--protect {o.protect!r}: not a regular expression ({e})") from None
+        markup = "text"
     if markup is not None:
         for flag, given in (("--alignments-out", o.alignments_out is not None), ("--qe", o.qe or o.qe_model),
                             ("--attention-png", o.attention_png is not None),
                             ("--nbest", overrides.get("nbest", 1) > 1)):
             if given:
-                raise MtkitError(f"--format {markup} translates markup, a line of it per input line: drop {flag}")
+                what = ("--protect carries placeholders" if protect is not None
+                        else f"--format {markup} translates markup")
+                raise MtkitError(f"{what}, a line of it per input line: drop {flag}")
         if overrides.get("alignments", "off") == "off":
             overrides["alignments"] = "hard"  # the tags are put back by the alignment
     if o.engine not in ENGINES:
@@ -370,7 +391,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         try:
             with _output_stream(o.output) as out:
                 done = _translate_markup(translator, _input_lines(inputs, out.flush), inputs, markup, out,
-                                         buffer_size, progress)
+                                         buffer_size, progress, protect)
         except BrokenPipeError:
             if o.output is None:
                 discard_stdout()

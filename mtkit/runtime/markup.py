@@ -174,7 +174,7 @@ def parse(markup: str, kind: str = "html", inline: bool = True) -> list[str | Se
     return parts
 
 
-def _sentence(run: list[_Token]) -> list[str | Sentence]:
+def _sentence(run: list[_Token], escape: bool = True) -> list[str | Sentence]:
     """The literals and sentence of a run of text and inline tags: leading and trailing whitespace (and tags
     around text that is whitespace only) stay literal."""
     text = ""
@@ -183,7 +183,7 @@ def _sentence(run: list[_Token]) -> list[str | Sentence]:
     void: Tag | None = None  # the void tag just read, when whitespace came before it
     for token in run:
         if token.kind == "text":
-            plain = html.unescape(token.text)
+            plain = html.unescape(token.text) if escape else token.text
             if void is not None and plain[:1].isspace():  # "a <img> b": the sentence reads "a b"
                 void.spaced, plain = True, plain.lstrip()
             text += plain
@@ -197,7 +197,7 @@ def _sentence(run: list[_Token]) -> list[str | Sentence]:
                 stack.append(tag)
         void = tag if token.kind == "void" and text[-1:].isspace() else None
     if not text.strip():
-        return ["".join(t.text for t in run)]
+        return ["".join(t.text for t in run)]  # as written (escaped already in markup)
     lead = len(text) - len(text.lstrip())
     body = text.strip()
 
@@ -208,8 +208,8 @@ def _sentence(run: list[_Token]) -> list[str | Sentence]:
             shift(tag.children)
 
     shift(roots)
-    return [html.escape(text[:lead], quote=False), Sentence(body, roots),
-            html.escape(text[lead + len(body):], quote=False)]
+    outside = (lambda x: html.escape(x, quote=False)) if escape else (lambda x: x)
+    return [outside(text[:lead]), Sentence(body, roots), outside(text[lead + len(body):])]
 
 
 # ------------------------------------------------------------------ putting tags back
@@ -239,9 +239,10 @@ def _source_words(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def place(sentence: Sentence, translation: str, alignment: Sequence[tuple[int, int]]) -> str:
+def place(sentence: Sentence, translation: str, alignment: Sequence[tuple[int, int]], escape: bool = True) -> str:
     """``translation`` (plain text) with ``sentence``'s tags put back by ``alignment`` ((source word, target
-    word) pairs), escaped: well-formed whatever the alignment (module docstring)."""
+    word) pairs), escaped (``escape`` False: as it is, for placeholders in plain text): well-formed whatever
+    the alignment (module docstring)."""
     words = _source_words(sentence.text)
     out_words = _source_words(translation)
     n = len(out_words)
@@ -276,7 +277,7 @@ def place(sentence: Sentence, translation: str, alignment: Sequence[tuple[int, i
 
     root = _Placed(Tag("", "", 0, 0), 0, n - 1, -1, [build(t) for t in sentence.tags])
     _fit(root)
-    return _render(root, translation, out_words)
+    return _render(root, translation, out_words, escape)
 
 
 def _fit(parent: _Placed) -> None:
@@ -314,9 +315,9 @@ def _fit(parent: _Placed) -> None:
         _fit(child)
 
 
-def _render(root: _Placed, translation: str, words: list[tuple[int, int]]) -> str:
+def _render(root: _Placed, translation: str, words: list[tuple[int, int]], escape: bool) -> str:
     def escaped(a: int, b: int) -> str:
-        return html.escape(translation[a:b], quote=False)
+        return html.escape(translation[a:b], quote=False) if escape else translation[a:b]
 
     def render(node: _Placed) -> str:
         """The node's words from ``node.lo`` to ``node.hi`` with its children's tags, each word followed by the
@@ -347,10 +348,37 @@ def _render(root: _Placed, translation: str, words: list[tuple[int, int]]) -> st
         return "".join(out)
 
     if not words:
-        return render(root) + html.escape(translation, quote=False)
+        return render(root) + escaped(0, len(translation))
     before = escaped(0, words[0][0])
     after = escaped(words[-1][1], len(translation))
     return before + render(root) + after
+
+
+def protect(line: str, pattern: re.Pattern) -> tuple[list[str], Callable[[Sequence[tuple[str, Sequence[tuple[
+        int, int]]]]], str]]:
+    """Placeholders in plain text (``--protect``: ``{name}``, ``%s``, ``<x id="1"/>``): each match of ``pattern``
+    taken out of ``line`` as a void tag, put back by the alignment, nothing escaped; as :func:`split_markup`."""
+    tokens = []
+    at = 0
+    for m in pattern.finditer(line):
+        if m.end() == m.start():
+            continue
+        tokens.append(_Token(line[at : m.start()], "text"))
+        tokens.append(_Token(m.group(0), "void"))
+        at = m.end()
+    tokens.append(_Token(line[at:], "text"))
+    run = [t for t in tokens if t.text]
+    if not any(t.kind == "void" for t in run):  # nothing to protect: the line as it is
+        return ([line] if line.strip() else []), lambda found: found[0][0] if found else line
+    if not "".join(t.text for t in run if t.kind == "text").strip():  # placeholders alone: nothing to translate
+        return [], lambda found: line
+    parts = _sentence(run, escape=False)
+
+    def rebuild(translations: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> str:
+        (text, alignment), = translations
+        return "".join(place(p, text, alignment, escape=False) if isinstance(p, Sentence) else p for p in parts)
+
+    return [next(p.text for p in parts if isinstance(p, Sentence))], rebuild
 
 
 def split_markup(fragment: str, kind: str = "html", inline: bool = True
@@ -373,6 +401,19 @@ def translate_markup(fragments: Sequence[str], kind: str,
     """Each fragment translated with its markup carried over: ``translate`` takes the plain sentences of all
     fragments and gives each one's translation and word alignment."""
     split = [split_markup(fragment, kind, inline) for fragment in fragments]
+    sentences = [s for found, _ in split for s in found]
+    results = translate(sentences) if sentences else []
+    out, at = [], 0
+    for found, rebuild in split:
+        out.append(rebuild(results[at : at + len(found)]))
+        at += len(found)
+    return out
+
+
+def protect_lines(lines: Sequence[str], pattern: re.Pattern,
+                  translate: Callable[[list[str]], list[tuple[str, Sequence[tuple[int, int]]]]]) -> list[str]:
+    """Each plain-text line translated with the matches of ``pattern`` carried over (:func:`protect`)."""
+    split = [protect(line, pattern) for line in lines]
     sentences = [s for found, _ in split for s in found]
     results = translate(sentences) if sentences else []
     out, at = [], 0

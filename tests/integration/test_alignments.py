@@ -167,3 +167,17 @@ def test_format_html_and_xml_carry_the_markup_of_each_line(tiny, tmp_path):
     assert "Traceback" not in bad.stderr
     assert "drop --nbest" in mtkit("translate", "-m", tiny, "--format", "html", "--nbest", "2",
                                    stdin="x\n").stderr
+
+
+def test_protect_carries_placeholders_through_plain_text(tiny, tmp_path):
+    lines = ["two {count} hundred %s five", "{only}", "", "seven thousand"]
+    done = mtkit("translate", "-m", tiny, "--protect", r"\{\w+\}|%s", stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")
+    assert len(out) == len(lines) + 1
+    assert out[0].count("{count}") == 1 and out[0].count("%s") == 1
+    assert out[1] == "{only}" and out[2] == ""
+    bad = mtkit("translate", "-m", tiny, "--protect", "(", stdin="x\n")
+    assert bad.returncode != 0 and "--protect '(': not a regular expression" in bad.stderr
+    assert "not --format json" in mtkit("translate", "-m", tiny, "--protect", "x", "--format", "json",
+                                        stdin="x\n").stderr

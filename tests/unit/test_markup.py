@@ -130,3 +130,18 @@ def ancestors(markup: str) -> dict[str, tuple[str, ...]]:
         elif token.kind == "close":
             stack.pop()
     return found
+
+
+def test_placeholders_in_plain_text_are_carried_untranslated_and_unescaped():
+    from mtkit.runtime.markup import protect_lines
+
+    pattern = re.compile(r"\{\w+\}|%s|<x[^>]*/>")
+    lines = ['Hello {name}, you have %s new <x id="1"/> messages & more.', "no placeholders", "{only} %s", ""]
+
+    def upper(sentences):
+        return [(s.upper(), [(k, k) for k in range(len(s.split()))]) for s in sentences]
+
+    assert protect_lines(lines, pattern, upper) == [
+        'HELLO {name}, YOU HAVE %s NEW <x id="1"/> MESSAGES & MORE.', "NO PLACEHOLDERS", "{only} %s", ""]
+    # reordered: each placeholder goes with the word after it
+    assert protect_lines(["a %s b"], pattern, lambda s: [("B A", [(0, 1), (1, 0)])]) == ["%s B A"]
