@@ -29,18 +29,17 @@ from mtkit.errors import MtkitError
 ALIGNMENTS = ("off", "hard", "soft")
 
 
-def word_spans(text: str) -> list[tuple[int, int]]:
-    """The UTF-8 byte spans ``[begin, end)`` of ``text.split()``'s words, in order."""
+def word_spans(text: str, encoding: str | None = None) -> list[tuple[int, int]]:
+    """The spans ``[begin, end)`` of ``text.split()``'s words, in characters, or in bytes of ``encoding``."""
     spans, begin, offset = [], None, 0
     for ch in text:
-        size = len(ch.encode("utf-8", "surrogatepass"))
         if ch.isspace():
             if begin is not None:
                 spans.append((begin, offset))
                 begin = None
         elif begin is None:
             begin = offset
-        offset += size
+        offset += len(ch.encode(encoding, "surrogatepass")) if encoding else 1
     if begin is not None:
         spans.append((begin, offset))
     return spans
@@ -50,7 +49,7 @@ def piece_words(text: str, pieces: Sequence[tuple[int, int]]) -> list[int]:
     """The word (index into ``text.split()``) of each piece, from the pieces' UTF-8 byte spans in ``text``:
     the word holding the piece's first non-space byte; a piece of spaces only (a lone ``▁``) belongs to the
     word after it; -1 where there is none."""
-    spans = word_spans(text)
+    spans = word_spans(text, "utf-8")
     encoded = text.encode("utf-8", "surrogatepass")
     found, w = [], 0
     for begin, end in pieces:

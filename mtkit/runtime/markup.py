@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from mtkit.data.word_alignment import word_spans
 from mtkit.errors import MtkitError
 
 MARKUPS = ("html", "xml")
@@ -224,27 +225,12 @@ class _Placed:
     children: list[_Placed] = field(default_factory=list)
 
 
-def _source_words(text: str) -> list[tuple[int, int]]:
-    """The character spans of ``text.split()``'s words."""
-    spans, begin = [], None
-    for k, ch in enumerate(text):
-        if ch.isspace():
-            if begin is not None:
-                spans.append((begin, k))
-                begin = None
-        elif begin is None:
-            begin = k
-    if begin is not None:
-        spans.append((begin, len(text)))
-    return spans
-
-
 def place(sentence: Sentence, translation: str, alignment: Sequence[tuple[int, int]], escape: bool = True) -> str:
     """``translation`` (plain text) with ``sentence``'s tags put back by ``alignment`` ((source word, target
     word) pairs), escaped (``escape`` False: as it is, for placeholders in plain text): well-formed whatever
     the alignment (module docstring)."""
-    words = _source_words(sentence.text)
-    out_words = _source_words(translation)
+    words = word_spans(sentence.text)
+    out_words = word_spans(translation)
     n = len(out_words)
     targets: dict[int, list[int]] = {}
     for s, t in alignment:
@@ -400,20 +386,17 @@ def translate_markup(fragments: Sequence[str], kind: str,
                      inline: bool = True) -> list[str]:
     """Each fragment translated with its markup carried over: ``translate`` takes the plain sentences of all
     fragments and gives each one's translation and word alignment."""
-    split = [split_markup(fragment, kind, inline) for fragment in fragments]
-    sentences = [s for found, _ in split for s in found]
-    results = translate(sentences) if sentences else []
-    out, at = [], 0
-    for found, rebuild in split:
-        out.append(rebuild(results[at : at + len(found)]))
-        at += len(found)
-    return out
+    return _carried([split_markup(fragment, kind, inline) for fragment in fragments], translate)
 
 
 def protect_lines(lines: Sequence[str], pattern: re.Pattern,
                   translate: Callable[[list[str]], list[tuple[str, Sequence[tuple[int, int]]]]]) -> list[str]:
     """Each plain-text line translated with the matches of ``pattern`` carried over (:func:`protect`)."""
-    split = [protect(line, pattern) for line in lines]
+    return _carried([protect(line, pattern) for line in lines], translate)
+
+
+def _carried(split: list, translate) -> list[str]:
+    """Every item's sentences translated in one call, each item rebuilt from its own."""
     sentences = [s for found, _ in split for s in found]
     results = translate(sentences) if sentences else []
     out, at = [], 0

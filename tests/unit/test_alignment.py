@@ -28,11 +28,12 @@ def vocab():
     return Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))
 
 
-def test_word_spans_are_str_split_in_utf8_bytes():
+def test_word_spans_are_str_split_in_utf8_bytes_or_characters():
     text = "  Grüße,\u3000Welt\x1c ok\u2028x "
-    spans = word_spans(text)
+    spans = word_spans(text, "utf-8")
     encoded = text.encode()
     assert [encoded[b:e].decode() for b, e in spans] == text.split() == ["Grüße,", "Welt", "ok", "x"]
+    assert [text[b:e] for b, e in word_spans(text)] == text.split()  # in characters
 
 
 def test_a_piece_belongs_to_the_word_of_its_first_non_space_byte_and_a_lone_space_to_the_next():
