@@ -34,7 +34,7 @@ logger = logging.getLogger("mtkit")
 # The decoding options a call may set (DecodeConfig's keys; the checks and messages are the CLI's).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
-                  "mbr_candidates", "mbr_comet_model")
+                  "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold")
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,15 @@ class Hypothesis:
         score: what search ranks by: the log-probability divided by the length penalty.
         logprob: log P(translation and its EOS | source), natural log.
         tokens: the target's SentencePiece pieces.
+        alignment: with ``alignments="hard"`` or ``"soft"``, (source word, target word) pairs, 0-based, words
+            split at whitespace (docs/alignments.md); else None.
     """
 
     text: str
     score: float
     logprob: float
     tokens: list[str]
+    alignment: list[tuple[int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ class Model:
     def _result(t: Translation, decode: DecodeConfig) -> Result:
         from mtkit.runtime.lines import clean_output
 
-        hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces))
+        hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces), c.alignment)
                       for c in t.candidates[: max(1, decode.nbest)]]
         return Result(t.source, hypotheses, list(t.unmet))
 

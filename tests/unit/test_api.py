@@ -59,6 +59,18 @@ def test_nbest_hypotheses_are_best_first_and_carry_their_log_probability(model):
                 assert h.logprob <= 0
 
 
+def test_alignments_come_with_each_hypothesis_when_asked(model):
+    plain = model.translate(LINES, beam=2, nbest=2)
+    aligned = model.translate(LINES, beam=2, nbest=2, alignments="hard")
+    assert [h.text for r in plain for h in r.hypotheses] == [h.text for r in aligned for h in r.hypotheses]
+    assert all(h.alignment is None for r in plain for h in r.hypotheses)
+    for r in aligned:
+        for h in r.hypotheses:
+            assert all(0 <= s < len(r.source.split()) and 0 <= t < len(h.text.split()) for s, t in h.alignment)
+    with pytest.raises(MtkitError, match="alignment_threshold: must be in"):
+        model.translate(LINES[0], alignments="soft", alignment_threshold=2.0)
+
+
 def test_the_log_probability_is_what_forced_decoding_gives(model):
     """alpha 0: the search score is the raw log-probability; scoring the best hypothesis's text by forced
     decoding gives it again (where the text encodes back to the same pieces)."""
