@@ -51,19 +51,19 @@ def piece_links(word_pairs: Iterable[tuple[int, int]], src_words: Sequence[int],
     return [(s, t) for ws, wt in word_pairs for s in src_pieces.get(ws, ()) for t in tgt_pieces.get(wt, ())]
 
 
-def eflomal_blocks(pairs: Iterable[tuple[str, str]], block: int = EFLOMAL_BLOCK, seed: int = 1
+def eflomal_blocks(pairs: Iterable[tuple[str, str]], block: int = EFLOMAL_BLOCK
                    ) -> Iterator[tuple[tuple[str, str], str]]:
     """Each pair with its symmetrized eflomal alignment (a Pharaoh line), ``block`` pairs aligned at a time."""
     import itertools
 
     it = iter(pairs)
     while chunk := list(itertools.islice(it, block)):
-        yield from zip(chunk, eflomal_align([s for s, _ in chunk], [t for _, t in chunk], seed), strict=True)
+        yield from zip(chunk, eflomal_align([s for s, _ in chunk], [t for _, t in chunk]), strict=True)
 
 
-def eflomal_align(srcs: Sequence[str], tgts: Sequence[str], seed: int = 1) -> list[str]:
-    """grow-diag-final-and of eflomal's forward and reverse alignments of whitespace words, a Pharaoh line each."""
-    import random
+def eflomal_align(srcs: Sequence[str], tgts: Sequence[str]) -> list[str]:
+    """grow-diag-final-and of eflomal's forward and reverse alignments of whitespace words, a Pharaoh line each.
+    eflomal's Gibbs sampler takes no seed from outside: two runs may differ in a few links."""
     import tempfile
 
     try:
@@ -73,16 +73,13 @@ def eflomal_align(srcs: Sequence[str], tgts: Sequence[str], seed: int = 1) -> li
                          "(or give a Pharaoh file)") from None
     from mtkit.data.word_alignment import pharaoh
 
-    state = random.getstate()
     with tempfile.TemporaryDirectory(prefix="mtkit-eflomal-") as tmp:
         fwd, rev = Path(tmp, "fwd"), Path(tmp, "rev")
         # eflomal's tokens are whitespace words; an empty side gives an empty line (no links)
-        random.seed(seed)
         eflomal.Aligner().align([" ".join(s.split()) for s in srcs], [" ".join(t.split()) for t in tgts],
                                 links_filename_fwd=str(fwd), links_filename_rev=str(rev), quiet=True)
         forward = fwd.read_text(encoding="utf-8").split("\n")
         backward = rev.read_text(encoding="utf-8").split("\n")
-    random.setstate(state)
     found = []
     for k, (s, t) in enumerate(zip(srcs, tgts, strict=True)):
         n_src, n_tgt = len(s.split()), len(t.split())
