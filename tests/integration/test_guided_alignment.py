@@ -164,3 +164,65 @@ def test_a_guided_model_aligns_the_reverse_task_in_both_engines(tmp_path):
     assert right / total > 0.95, (right, total)
     same = sum(a == b for a, b in zip(found["torch"], found["ctranslate2"], strict=True))
     assert same >= len(lines) - 1, f"{same}/{len(lines)}"
+
+
+@pytest.mark.slow
+def test_guided_training_under_ddp_matches_one_process(tmp_path):
+    """torchrun, 2 gloo ranks × 2 accumulated batches: the same weights as one process accumulating 4, the
+    alignment term included (each rank reads its own batches' links)."""
+    import json
+
+    from mtkit.config import save_config
+    from mtkit.runtime.checkpoint import load_checkpoint
+    from mtkit.training.trainer import train
+
+    data_dir, data = prepare(tmp_path, "file", n_train=3000)
+    common = dict(max_steps=6, log_every=1)
+    train(guided_config(data, update_freq=4, **common), data_dir, tmp_path / "single", progress=False)
+    save_config(guided_config(data, update_freq=2, **common), tmp_path / "ddp.yaml")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+           "--log-dir", str(tmp_path / "torchrun"), "-m", "mtkit", "train", str(tmp_path / "ddp.yaml"),
+           "--data", str(data_dir), "--run-dir", str(tmp_path / "ddp")]
+    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    a = load_checkpoint(tmp_path / "single" / "checkpoints" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "ddp" / "checkpoints" / "last.pt")["model"]
+    for key in a:
+        if not key.endswith("w_k.bias"):  # no true gradient, only rounding noise (test_train's DDP test)
+            assert torch.allclose(a[key], b[key], atol=2e-5), key
+    records = [json.loads(line) for line in (tmp_path / "ddp" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_guided_training_in_bf16_learns_to_align(tmp_path):
+    from mtkit.data.alignments import AlignmentStore
+    from mtkit.data.store import ParallelStore
+    from mtkit.runtime.checkpoint import load_model
+    from mtkit.training.batching import collate
+
+    data_dir, data = prepare(tmp_path, "file", n_train=3000)
+    from mtkit.training.trainer import train
+
+    def alignment_loss(run: Path | None) -> float:
+        """The guided term of 64 training pairs under the run's model (an untrained one for None)."""
+        from mtkit.model import Transformer
+        from mtkit.training.loss import guided_alignment_loss
+
+        if run is None:
+            torch.manual_seed(0)
+            model = Transformer(guided_config(data).model, 100, 100)
+        else:
+            model = load_model(run).model
+        pairs = ParallelStore.open(data_dir, "train")
+        batch = collate(pairs, range(64), alignments=AlignmentStore.open(data_dir, "train", pairs))
+        model.eval()
+        with torch.no_grad():
+            memory, mask = model.encode(batch.src)
+            _, attention = model.decoder.forward_with_attention(batch.tgt_in, memory, mask, 0, 1)
+        return float(guided_alignment_loss(attention, batch.align)) / float((batch.align.sum(-1) > 0).sum())
+
+    train(guided_config(data, max_steps=150, precision="bf16"), data_dir, tmp_path / "run", progress=False)
+    before, after = alignment_loss(None), alignment_loss(tmp_path / "run")
+    assert after < 0.5 * before, (before, after)
