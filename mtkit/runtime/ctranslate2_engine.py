@@ -282,9 +282,10 @@ class Ctranslate2Engine(Engine):
             source += f" (step {manifest['step']})"
         self.description = f"{model_dir} (CTranslate2" + (f", exported from {source})" if source else ")")
         self._tgt_id = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
-        self.decoder_layers = (manifest.get("model") or {}).get("decoder_layers")
         alignment = manifest.get("alignment")  # what return_attention gives (mtkit.export.ctranslate2.alignment_of)
         self.exported_alignment = None if alignment is None else (alignment["layer"], alignment["head"])
+        # an export that declares no alignment head (an older mtkit's, another tool's) gives no alignments
+        self.decoder_layers = (manifest.get("model") or {}).get("decoder_layers") if alignment is not None else None
         if self.exported_alignment is not None and self.exported_alignment[1] is not None:
             self.guided = self.exported_alignment
         self._eos = vocab.tgt_pieces([EOS_ID])[0]
@@ -328,9 +329,6 @@ class Ctranslate2Engine(Engine):
         (layer, head) the export declared (:func:`mtkit.export.ctranslate2.alignment_of`); another is an error."""
         import numpy as np
 
-        if self.exported_alignment is None:
-            raise MtkitError("this CTranslate2 export declares no alignment layer (an older mtkit wrote it): export "
-                             "the model again for alignments")
         if (layer, head) != self.exported_alignment:
             kept, kept_head = self.exported_alignment
             which = f"layer {kept}" + (f", head {kept_head}" if kept_head is not None else "'s mean of heads")

@@ -204,7 +204,8 @@ class Engine:
         from mtkit.data.word_alignment import check_layer, default_layer
 
         if self.decoder_layers is None:
-            raise MtkitError(f"{type(self).__name__} gives no alignments")
+            raise MtkitError(f"{getattr(self, 'description', type(self).__name__)}: gives no word alignments (a "
+                             "CTranslate2 model exported by mtkit declares its alignment head; ONNX gives none)")
         if d.alignment_layer is not None:
             return check_layer(d.alignment_layer, self.decoder_layers), None
         if self.guided is not None:

@@ -181,3 +181,17 @@ def test_protect_carries_placeholders_through_plain_text(tiny, tmp_path):
     assert bad.returncode != 0 and "--protect '(': not a regular expression" in bad.stderr
     assert "not --format json" in mtkit("translate", "-m", tiny, "--protect", "x", "--format", "json",
                                         stdin="x\n").stderr
+
+
+def test_a_ctranslate2_export_without_an_alignment_head_says_so(tiny, tmp_path):
+    pytest.importorskip("ctranslate2")
+    assert mtkit("export", "ctranslate2", tiny, tmp_path / "ct2").returncode == 0
+    manifest = json.loads((tmp_path / "ct2" / "mtkit.json").read_text())
+    assert manifest["alignment"] == {"layer": 0, "head": None}  # one decoder layer: its heads' mean
+    done = mtkit("translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--alignments", stdin="two\n")
+    assert done.returncode == 0 and " ||| " in done.stdout, done.stderr
+    del manifest["alignment"]  # as an older mtkit wrote it
+    (tmp_path / "ct2" / "mtkit.json").write_text(json.dumps(manifest))
+    done = mtkit("translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--alignments", stdin="two\n")
+    assert done.returncode != 0 and "gives no word alignments" in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") <= 3, done.stderr  # loaded …, threads …, the error
