@@ -5,8 +5,8 @@ The export goes beside the checkpoint, ``RUN/checkpoints/.ctranslate2/NAME.QUANT
 checkpoint file's stem: ``averaged``, ``best``, ``step_0001000``), or, where that folder may not be written
 (a read-only model directory: one whose mode grants no one writing, even when root runs mtkit), under
 ``$XDG_CACHE_HOME/mtkit/ctranslate2/`` (``~/.cache``) in a folder named by a hash of the checkpoint's path.
-Each export holds ``source.json``: the checkpoint's path, size, modification time and inode, the quantization
-and mtkit's version. An export whose record differs from the checkpoint as it is now (training saved again,
+Each export holds ``source.json``: the checkpoint's path, size, modification time and inode, the quantization,
+mtkit's version and the export's format. An export whose record differs from the checkpoint as it is now (training saved again,
 ``average`` rewrote it, ``last.pt`` was swapped) is made again and replaces the old one in one rename; a reader
 of the old one keeps its open files.
 """
@@ -27,6 +27,8 @@ from mtkit.runtime.engine import stderr
 
 FOLDER = ".ctranslate2"
 STAMP = "source.json"
+FORMAT = 2  # what the export holds; 2: its alignment head (mtkit.export.ctranslate2.alignment_of). An older one is
+# made again
 
 
 def _stamp(checkpoint: Path, quantization: str | None) -> dict:
@@ -35,7 +37,8 @@ def _stamp(checkpoint: Path, quantization: str | None) -> dict:
 
     st = os.stat(checkpoint)
     return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "inode": st.st_ino, "quantization": quantization or "float32", "mtkit_version": __version__}
+            "inode": st.st_ino, "quantization": quantization or "float32", "mtkit_version": __version__,
+            "format": FORMAT}
 
 
 def _recorded(folder: Path) -> dict | None:
