@@ -19,6 +19,10 @@ An engine (:class:`mtkit.runtime.torch_engine.TorchEngine`,
   best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an
   include phrase the model cannot write (a character outside its vocabulary) is not forced, is
   unmet on every line that has it (``Translation.unwritable`` says why) and is warned about once;
+* with ``decode.alignments`` (``hard`` or ``soft``), gives every candidate its word alignment
+  (:mod:`mtkit.data.word_alignment`) from one teacher-forced pass of the engine's
+  :meth:`Engine.attention_batch` after the search, batched as the search is; :meth:`Engine.align` aligns
+  translations given from elsewhere;
 * refuses a line holding a lone surrogate (not Unicode text; SentencePiece cannot encode it) with
   a one-line error naming the line.
 
