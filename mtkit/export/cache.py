@@ -7,8 +7,8 @@ checkpoint file's stem: ``averaged``, ``best``, ``step_0001000``), or, where tha
 ``$XDG_CACHE_HOME/mtkit/ctranslate2/`` (``~/.cache``) in a folder named by a hash of the checkpoint's path.
 Each export holds ``source.json``: the checkpoint's path, size, modification time and inode, the quantization,
 mtkit's version and the export's format. An export whose record differs from the checkpoint as it is now
-(training saved again, ``average`` rewrote it, ``last.pt`` was swapped) is made again and replaces the old one in one rename; a reader
-of the old one keeps its open files.
+(training saved again, ``average`` rewrote it, ``last.pt`` was swapped) is made again and replaces the old
+one in one rename; a reader of the old one keeps its open files.
 """
 
 from __future__ import annotations
