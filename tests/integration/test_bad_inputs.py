@@ -103,7 +103,7 @@ def _cases(d: dict) -> dict[str, tuple[list[str], str]]:
         "translate: output is a directory": (tr + ["-o", str(text)], str(text)),
         "translate: beam 0": (tr + ["--beam", "0"], "--beam"),
         "translate: nbest above beam": (tr + ["--beam", "2", "--nbest", "5"], "--nbest"),
-        "translate: unknown format": (tr + ["--format", "xml"], "format"),
+        "translate: unknown format": (tr + ["--format", "yaml"], "format"),
         "translate: unknown engine": (tr + ["--engine", "marian"], "engine"),
         "translate: missing input": (["translate", "-m", run, src + ".nope"], "no such file"),
         "translate: fp16 on CPU": (tr + ["--precision", "fp16"], "fp16"),
