@@ -109,6 +109,7 @@ def prepare(
     demo: bool = typer.Option(False, "--demo", help="Use the built-in synthetic corpus (number words, en → de)."),
     vocab_from: Path | None = typer.Option(None, "--vocab-from", help="Encode with this checkpoint's (or run "
                                               "directory's) SentencePiece model, to fine-tune it (data.spm.vocab_from)."),
+    alignments: str | None = typer.Option(None, "--alignments", help="Store word alignments of the training pairs for guided alignment (train.guided_alignment): eflomal computes them (extra [align]), or a Pharaoh file, a line per pair (data.alignments)."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date "
                                "(it replaces only an earlier mtkit output, never other files)."),
     set_: list[str] | None = SetOption,
@@ -123,12 +124,14 @@ def prepare(
     Example:
       mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
       mtkit prepare --src new.en --tgt new.de --vocab-from runs/en-de -o data/new    # to fine-tune runs/en-de
+      mtkit prepare --src train.en --tgt train.de --alignments eflomal -o data/aligned  # for guided alignment
     """
     from mtkit.commands.prepare import DataFlags, prepare_from_flags
 
     prepare_from_flags(recipe, out, set_, DataFlags(
         src=src, tgt=tgt, tsv=tsv, hf=hf, hf_config=hf_config, valid_src=valid_src, valid_tgt=valid_tgt,
         test_src=test_src, test_tgt=test_tgt, src_lang=src_lang, tgt_lang=tgt_lang, demo=demo, vocab_from=vocab_from,
+        alignments=alignments,
     ), force=force)
 
 

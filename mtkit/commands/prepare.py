@@ -56,6 +56,7 @@ class DataFlags:
     tgt_lang: str | None = None
     demo: bool = False
     vocab_from: Path | None = None
+    alignments: str | None = None  # data.alignments: eflomal, or a Pharaoh file
 
 
 def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | None, data: DataFlags,
@@ -95,6 +96,8 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
         flags["data.tgt_lang"] = ("--tgt-lang", data.tgt_lang)
     if data.vocab_from is not None:
         flags["data.spm.vocab_from"] = ("--vocab-from", str(data.vocab_from))
+    if data.alignments is not None:
+        flags["data.alignments"] = ("--alignments", data.alignments)
     config = load_config(recipe, overrides or [], flags, defaults)
     if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")

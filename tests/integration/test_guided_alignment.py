@@ -226,3 +226,21 @@ def test_guided_training_in_bf16_learns_to_align(tmp_path):
     train(guided_config(data, max_steps=150, precision="bf16"), data_dir, tmp_path / "run", progress=False)
     before, after = alignment_loss(None), alignment_loss(tmp_path / "run")
     assert after < 0.5 * before, (before, after)
+
+
+def test_prepare_takes_alignments_as_a_flag(tmp_path):
+    import json
+
+    files = write_reverse_corpus(tmp_path / "text", n_train=200)
+    pharaoh = reverse_alignments(files["train"][0], tmp_path / "train.align")
+    done = subprocess.run([sys.executable, "-m", "mtkit", "prepare", "--src", files["train"][0], "--tgt",
+                           files["train"][1], "--alignments", pharaoh, "--set", "data.spm.vocab_size=60",
+                           "-o", tmp_path / "out"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["alignments"]["source"] == str(pharaoh)
+    assert manifest["splits"]["train"]["alignments"]["aligned_pairs"] == manifest["splits"]["train"]["pairs"]
+    bad = subprocess.run([sys.executable, "-m", "mtkit", "prepare", "--src", files["train"][0], "--tgt",
+                          files["train"][1], "--alignments", tmp_path / "missing.align", "-o", tmp_path / "out2"],
+                         capture_output=True, text=True, env=ENV, timeout=300)
+    assert bad.returncode != 0 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
