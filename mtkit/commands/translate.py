@@ -135,10 +135,12 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 
 
 def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str], markup: str, out: IO[bytes],
-                      buffer_size: int, progress, protect=None) -> int:
+                      buffer_size: int, progress, protect=None, aligning: bool = True) -> int:
     """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
     (:mod:`mtkit.runtime.markup`), ``buffer_size`` lines at a time; ``--protect`` (``protect``, a compiled
-    pattern, with ``markup`` text): each line's placeholders carried the same way. Returns the lines done."""
+    pattern, with ``markup`` text): each line's placeholders carried the same way. ``aligning`` False (an engine
+    without alignments): every tag cuts sentences, the text between them is translated. Returns the lines
+    done."""
     from mtkit.runtime.lines import clean_output
     from mtkit.runtime.markup import MarkupError, protect_lines, translate_markup
 
@@ -148,7 +150,7 @@ def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str]
     def carry(chunk: list[str]) -> list[str]:
         if protect is not None:
             return protect_lines(chunk, protect, translate)
-        return translate_markup(chunk, markup, translate)
+        return translate_markup(chunk, markup, translate, inline=aligning)
 
     from mtkit.io import STDIN_NAME
 
@@ -286,8 +288,10 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
                 what = ("--protect carries placeholders" if protect is not None
                         else f"--format {markup} translates markup")
                 raise MtkitError(f"{what}, a line of it per input line: drop {flag}")
-        if overrides.get("alignments", "off") == "off":
-            overrides["alignments"] = "hard"  # the tags are put back by the alignment
+        if protect is not None and o.engine == "onnx":
+            raise MtkitError("--protect needs word alignments: --engine torch or ctranslate2 (ONNX gives none)")
+        if overrides.get("alignments", "off") == "off" and o.engine != "onnx":
+            overrides["alignments"] = "hard"  # the tags are put back by the alignment (ONNX: between tags only)
     if o.engine not in ENGINES:
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.precision not in PRECISIONS:
@@ -391,7 +395,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         try:
             with _output_stream(o.output) as out:
                 done = _translate_markup(translator, _input_lines(inputs, out.flush), inputs, markup, out,
-                                         buffer_size, progress, protect)
+                                         buffer_size, progress, protect, aligning=o.engine != "onnx")
         except BrokenPipeError:
             if o.output is None:
                 discard_stdout()

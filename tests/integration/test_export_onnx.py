@@ -171,3 +171,22 @@ def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
                           input="one two\n", capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(expected), done.stderr
+
+
+def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(tiny_export, tmp_path):
+    """ONNX's graphs give no attention: --format html translates the text between tags (as LibreTranslate),
+    and --alignments or --protect are one-line errors."""
+    env = {**os.environ, "MTKIT_DEBUG": ""}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(tiny_export),
+                               *args], input="two <b>hundred</b> five\n", capture_output=True, text=True, env=env,
+                              timeout=300)
+
+    done = run("--format", "html")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("<b>") == 1 and done.stdout.count("</b>") == 1
+    for flags, message in ((["--alignments"], "--alignments needs --engine torch or ctranslate2"),
+                           (["--protect", "x"], "--protect needs word alignments")):
+        bad = run(*flags)
+        assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
