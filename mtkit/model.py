@@ -115,7 +115,7 @@ class MultiHeadAttention(nn.Module):
 
     The h per-head projections of size d_model × d_k are stored together as one
     d_model × d_model matrix each for Q, K and V. Attention itself, softmax(QKᵀ/√d_k)·V
-    (§3.2.1, Eq. 1), is the ``attention`` kernel of ``kernels``; :meth:`weights` uses the
+    (§3.2.1, Eq. 1), is the ``attention`` kernel of ``kernels``; :meth:`forward_with_weights` uses the
     formula written out (:func:`mtkit.kernels.reference_attention`).
     """
 
@@ -167,17 +167,12 @@ class MultiHeadAttention(nn.Module):
 
     def forward_with_weights(self, query: Tensor, memory: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """As :meth:`forward` (not causal), through the reference formula, with the weights (B, h, T, S) that
-        the output is made of (before dropout): what guided-alignment training supervises."""
+        the output is made of (before dropout): what guided-alignment training supervises and alignments and
+        heatmaps read."""
         q = self.split_heads(self.w_q(query))
         k, v = self.project_kv(memory)
         out, weights = reference_attention(q, k, v, mask, dropout_p=self.dropout if self.training else 0.0)
         return self.w_o(self.merge_heads(out)), weights
-
-    def weights(self, query: Tensor, memory: Tensor, mask: Tensor | None = None) -> Tensor:
-        """The attention weights (B, h, T, S), through the reference formula (for visualization)."""
-        q = self.split_heads(self.w_q(query))
-        k, v = self.project_kv(memory)
-        return reference_attention(q, k, v, mask)[1]
 
 
 # ------------------------------------------------------------ §3.3 feed-forward
@@ -224,10 +219,6 @@ class Residual(nn.Module):
         if self.pre_norm:
             return x + self.dropout(sublayer(norm(x)))
         return norm(x + self.dropout(sublayer(x)))
-
-    def input_norm(self, norm: nn.LayerNorm):
-        """What the sub-layer itself is given: ``norm`` with pre-norm, its input unchanged with post-norm."""
-        return norm if self.pre_norm else (lambda x: x)
 
 
 class EncoderLayer(nn.Module):
@@ -480,13 +471,8 @@ class Transformer(nn.Module):
         y = self.decoder.embeddings(tgt)
         maps = []
         for layer in self.decoder.layers[:layers]:
-            y_self = layer.residual(y, layer.self_attn_norm,
-                                    lambda x, layer=layer: layer.self_attn(x, x, None, causal=True))
-            norm = layer.residual.input_norm(layer.cross_attn_norm)
-            maps.append(layer.cross_attn.weights(norm(y_self), memory, src_mask))
-            if len(maps) == layers:
-                break
-            y = layer(y, memory, src_mask)
+            y, weights = layer.forward_with_weights(y, memory, src_mask)
+            maps.append(weights)
         return torch.stack(maps)
 
 
