@@ -68,6 +68,15 @@ def default_layer(layers: int) -> int:
     return max(0, layers - 2)
 
 
+def guided_head(config) -> tuple[int, int] | None:
+    """The (layer, head) a model was trained to align with (``train.guided_alignment`` of its config), 0-based;
+    None for one trained without."""
+    guided = getattr(getattr(config, "train", None), "guided_alignment", None)
+    if guided is None or not guided.weight:
+        return None
+    return guided.layer % config.model.decoder_layers, guided.head
+
+
 def check_layer(layer: int, layers: int, flag: str = "--alignment-layer") -> int:
     """``layer`` (negative counts from the end) as a 0-based index, or a one-line error naming ``flag``."""
     if not -layers <= layer < layers:

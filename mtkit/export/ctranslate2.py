@@ -54,8 +54,7 @@ def alignment_of(config) -> tuple[int, int | None]:
     """The (layer, head) whose cross-attention an export gives as CTranslate2's ``return_attention`` (head
     None: the mean of the layer's heads): the guided-alignment head of a model trained with one, else the
     penultimate layer's mean (:mod:`mtkit.data.word_alignment`)."""
-    from mtkit.data.word_alignment import default_layer
-    from mtkit.runtime.torch_engine import guided_head
+    from mtkit.data.word_alignment import default_layer, guided_head
 
     return guided_head(config) or (default_layer(config.model.decoder_layers), None)
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from mtkit.config import BOS_ID, DecodeConfig
+from mtkit.data.word_alignment import guided_head
 from mtkit.errors import MtkitError
 from mtkit.runtime.engine import Call, Engine, Stopped, stderr
 
@@ -56,16 +57,6 @@ def run_search(model, src, options, generator=None, kernels="auto") -> list[list
         else:
             hyps = search.beam_search(model, src, options, kernels=kernels)
     return [[(h.tokens, h.score, h.logprob) for h in sentence] for sentence in hyps]
-
-
-def guided_head(config) -> tuple[int, int] | None:
-    """The (layer, head) a model was trained to align with (``train.guided_alignment``), 0-based; None for one
-    trained without."""
-    guided = getattr(getattr(config, "train", None), "guided_alignment", None)
-    if guided is None or not guided.weight:
-        return None
-    layers = config.model.decoder_layers
-    return guided.layer % layers, guided.head
 
 
 class TorchEngine(Engine):
