@@ -141,36 +141,29 @@ def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str]
     pattern, with ``markup`` text): each line's placeholders carried the same way. ``aligning`` False (an engine
     without alignments): every tag cuts sentences, the text between them is translated. Returns the lines
     done."""
+    from mtkit.io import STDIN_NAME
     from mtkit.runtime.lines import clean_output
-    from mtkit.runtime.markup import MarkupError, protect_lines, translate_markup
+    from mtkit.runtime.markup import MarkupError, split_markup, split_protected, translate_split
+
+    name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
 
     def translate(sentences: list[str]) -> list[tuple[str, list]]:
         return [(clean_output(t.best.text), t.best.alignment or []) for t in translator.translate(sentences)]
 
-    def carry(chunk: list[str]) -> list[str]:
+    def split(line: str, number: int):
         if protect is not None:
-            return protect_lines(chunk, protect, translate)
-        return translate_markup(chunk, markup, translate, inline=aligning)
+            return split_protected(line, protect)
+        try:
+            return split_markup(line, markup, inline=aligning)
+        except MarkupError as e:
+            raise MtkitError(f"{name}: line {number}: {e} (--format {markup})") from None
 
-    from mtkit.io import STDIN_NAME
-
-    name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
     done = 0
     chunk: list[str] = []
 
     def flush() -> None:
         nonlocal done
-        try:
-            parsed = carry(chunk)
-        except MarkupError as e:
-            for k, line in enumerate(chunk):  # which line: each parsed alone, to name it
-                try:
-                    from mtkit.runtime.markup import parse
-
-                    parse(line, markup)
-                except MarkupError as bad:
-                    raise MtkitError(f"{name}: line {done + k + 1}: {bad} (--format {markup})") from None
-            raise MtkitError(f"{name}: {e}") from None
+        parsed = translate_split([split(line, done + k + 1) for k, line in enumerate(chunk)], translate)
         out.write("".join(line + "\n" for line in parsed).encode("utf-8"))
         out.flush()
         done += len(chunk)

@@ -340,7 +340,7 @@ def _render(root: _Placed, translation: str, words: list[tuple[int, int]], escap
     return before + render(root) + after
 
 
-def protect(line: str, pattern: re.Pattern) -> tuple[list[str], Callable[[Sequence[tuple[str, Sequence[tuple[
+def split_protected(line: str, pattern: re.Pattern) -> tuple[list[str], Callable[[Sequence[tuple[str, Sequence[tuple[
         int, int]]]]], str]]:
     """Placeholders in plain text (``--protect``: ``{name}``, ``%s``, ``<x id="1"/>``): each match of ``pattern``
     taken out of ``line`` as a void tag, put back by the alignment, nothing escaped; as :func:`split_markup`."""
@@ -386,17 +386,18 @@ def translate_markup(fragments: Sequence[str], kind: str,
                      inline: bool = True) -> list[str]:
     """Each fragment translated with its markup carried over: ``translate`` takes the plain sentences of all
     fragments and gives each one's translation and word alignment."""
-    return _carried([split_markup(fragment, kind, inline) for fragment in fragments], translate)
+    return translate_split([split_markup(fragment, kind, inline) for fragment in fragments], translate)
 
 
 def protect_lines(lines: Sequence[str], pattern: re.Pattern,
                   translate: Callable[[list[str]], list[tuple[str, Sequence[tuple[int, int]]]]]) -> list[str]:
-    """Each plain-text line translated with the matches of ``pattern`` carried over (:func:`protect`)."""
-    return _carried([protect(line, pattern) for line in lines], translate)
+    """Each plain-text line translated with the matches of ``pattern`` carried over (:func:`split_protected`)."""
+    return translate_split([split_protected(line, pattern) for line in lines], translate)
 
 
-def _carried(split: list, translate) -> list[str]:
-    """Every item's sentences translated in one call, each item rebuilt from its own."""
+def translate_split(split: list, translate) -> list[str]:
+    """Items split by :func:`split_markup` or :func:`split_protected`: every item's sentences translated in one call,
+    each item rebuilt from its own."""
     sentences = [s for found, _ in split for s in found]
     results = translate(sentences) if sentences else []
     out, at = [], 0

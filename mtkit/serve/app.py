@@ -128,6 +128,19 @@ def aligns(model, kind: str = "html") -> bool:
     return kind != "text" and model.translator.decoder_layers is not None
 
 
+def markup_items(items: list[str], kind: str, model, field: str, single: bool) -> list:
+    """Each markup item's sentences and its rebuilding function (inline tags carried by alignment when the
+    model's engine gives alignments; else the text between tags alone is translated); a 400 naming the request's
+    ``field`` (``field[i]`` for an item of a list) for markup that is not well-formed."""
+    found = []
+    for i, item in enumerate(items):
+        try:
+            found.append(split_markup(item, kind, inline=aligns(model, kind)))
+        except MarkupError as e:
+            raise ApiError(400, f"{field if single else f'{field}[{i}]'}: {e}") from None
+    return found
+
+
 def libretranslate_router(service: Service):
     """LibreTranslate's endpoints, as LibreTranslate 1.9 answers them (:mod:`mtkit.serve.libretranslate`)."""
     from fastapi import APIRouter
@@ -176,7 +189,7 @@ def libretranslate_router(service: Service):
         if text_format not in ("text", "html"):
             raise lt.unsupported_format(text_format)
         model = pick(source, target)
-        parsed = markup_items(items, text_format, model) if text_format == "html" else \
+        parsed = markup_items(items, text_format, model, "q", len(items) == 1) if text_format == "html" else \
             [(split_lines(item), lambda found: "\n".join(text for text, _ in found)) for item in items]
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
@@ -208,19 +221,6 @@ def libretranslate_router(service: Service):
         if alternatives:
             answer["alternatives"] = alts if isinstance(q, list) else alts[0]
         return answer
-
-    def markup_items(items: list[str], kind: str, model) -> list:
-        """Each markup item's sentences and its rebuilding function (inline tags carried by alignment when the
-        model's engine gives alignments; else the text between tags alone is translated); a 400 for markup that
-        is not well-formed."""
-        found = []
-        for i, item in enumerate(items):
-            try:
-                found.append(split_markup(item, kind, inline=aligns(model, kind)))
-            except MarkupError as e:
-                where = "q" if len(items) == 1 else f"q[{i}]"
-                raise ApiError(400, f"{where}: {e}") from None
-        return found
 
     def pick(source: str, target: str):
         """The model for a pair both of whose codes this server knows (LibreTranslate's message when none)."""
@@ -345,12 +345,7 @@ def mtkit_router(service: Service):
         if (req.nbest or 1) > 1 or req.alignments or req.constraints is not None or req.glossary is not None:
             raise ApiError(400, f"format {req.format} translates markup: nbest, alignments, constraints and a "
                                 "glossary go with format text")
-        parsed = []
-        for i, item in enumerate(items):
-            try:
-                parsed.append(split_markup(item, req.format, inline=aligns(model, req.format)))
-            except MarkupError as e:
-                raise ApiError(400, f"{'text' if isinstance(req.text, str) else f'text[{i}]'}: {e}") from None
+        parsed = markup_items(items, req.format, model, "text", isinstance(req.text, str))
         service.check_size([lines for lines, _ in parsed])
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
                                             "alignments": "hard" if aligns(model, req.format) else None})
