@@ -110,6 +110,8 @@ def prepare(
     vocab_from: Path | None = typer.Option(None, "--vocab-from", help="Encode with this checkpoint's (or run "
                                               "directory's) SentencePiece model, to fine-tune it (data.spm.vocab_from)."),
     alignments: str | None = typer.Option(None, "--alignments", help="Store word alignments of the training pairs for guided alignment (train.guided_alignment): eflomal computes them (extra [align]), or a Pharaoh file, a line per pair (data.alignments)."),
+    filter_: list[str] | None = typer.Option(None, "--filter", help="Turn on a cleaning filter with its default settings (repeatable): nonprinting, alpha, repeats, copy, numbers, urls, langid (extra [clean]); data.clean.filters."),
+    report: Path | None = typer.Option(None, "--report", help="Write the cleaning report (per rule and filter: pairs dropped, examples) to this file: Markdown for .md, else JSON."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when the output is complete and up to date "
                                "(it replaces only an earlier mtkit output, never other files)."),
     set_: list[str] | None = SetOption,
@@ -125,14 +127,15 @@ def prepare(
       mtkit prepare --src train.en --tgt train.de --valid-src val.en --valid-tgt val.de -o data/en-de
       mtkit prepare --src new.en --tgt new.de --vocab-from runs/en-de -o data/new    # to fine-tune runs/en-de
       mtkit prepare --src train.en --tgt train.de --alignments eflomal -o data/aligned  # for guided alignment
+      mtkit prepare recipe.yaml --filter langid --filter copy --report clean.md -o data/en-de
     """
     from mtkit.commands.prepare import DataFlags, prepare_from_flags
 
     prepare_from_flags(recipe, out, set_, DataFlags(
         src=src, tgt=tgt, tsv=tsv, hf=hf, hf_config=hf_config, valid_src=valid_src, valid_tgt=valid_tgt,
         test_src=test_src, test_tgt=test_tgt, src_lang=src_lang, tgt_lang=tgt_lang, demo=demo, vocab_from=vocab_from,
-        alignments=alignments,
-    ), force=force)
+        alignments=alignments, filters=tuple(filter_ or ()),
+    ), force=force, report=report)
 
 
 # -------------------------------------------------------------------- train

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mtkit.config import Config, load_config
 from mtkit.data.prepare import prepare_data
+from mtkit.data.report import cleaning_report, write_report
 from mtkit.errors import MtkitError
 
 
@@ -57,12 +58,14 @@ class DataFlags:
     demo: bool = False
     vocab_from: Path | None = None
     alignments: str | None = None  # data.alignments: eflomal, or a Pharaoh file
+    filters: tuple[str, ...] = ()  # data.clean.filters to turn on with their default settings
 
 
 def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | None, data: DataFlags,
-                       force: bool = False) -> None:
+                       force: bool = False, report: Path | None = None) -> None:
     """``mtkit prepare``'s flags as the data section's keys (each error names its flag), over the recipe
-    and under ``--set``; then :func:`prepare`."""
+    and under ``--set``; then :func:`prepare`, and the cleaning report into ``report`` (Markdown for .md, else
+    JSON)."""
     # The options are typed values, never YAML: a file named 1.50 or a language code `no` stays a string.
     flags: dict[str, tuple[str, object]] = {}
     defaults: dict[str, tuple[str, object]] = {}
@@ -98,7 +101,14 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
         flags["data.spm.vocab_from"] = ("--vocab-from", str(data.vocab_from))
     if data.alignments is not None:
         flags["data.alignments"] = ("--alignments", data.alignments)
+    for name in data.filters:
+        if name == "dual_xent":
+            raise MtkitError("--filter dual_xent: needs its score files; give it with --set "
+                             "'data.clean.filters.dual_xent={forward: FWD, backward: BWD, keep: 0.9}'")
+        flags[f"data.clean.filters.{name}"] = (f"--filter {name}", {})
     config = load_config(recipe, overrides or [], flags, defaults)
     if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
-    prepare(config, out, force=force)
+    manifest = prepare(config, out, force=force)
+    if report is not None:
+        write_report(cleaning_report(manifest), report)

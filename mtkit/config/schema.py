@@ -62,6 +62,69 @@ class SourceConfig:
 
 
 @dataclass(frozen=True)
+class LangIdFilter:
+    """Drop a pair whose source or target is identified as another language (lingua, mtkit[clean])."""
+
+    languages: tuple[str, ...] = ("en", "fr", "de", "es", "it", "pt", "nl", "ru", "zh", "ja")  # the candidates
+    # besides the pair's own two (ISO 639-1): a line is only told apart from the languages it is compared with
+    min_chars: int = 10  # a side with fewer letters is kept unjudged (too short to tell)
+    accuracy: Literal["high", "low"] = "high"  # lingua's modes: low is about 4x faster, worse on short lines
+
+
+@dataclass(frozen=True)
+class AlphaFilter:
+    """Drop a pair where a side's share of letters among its non-space characters is under ``min``."""
+
+    min: float = 0.5
+
+
+@dataclass(frozen=True)
+class RepeatFilter:
+    """Drop a pair where a side repeats a word more than ``max`` times in a row."""
+
+    max: int = 4
+
+
+@dataclass(frozen=True)
+class CopyFilter:
+    """Drop a pair whose target is its source (case, spaces and punctuation aside) with at least ``min_chars``
+    letters and digits (shorter ones, names and numbers, are often right)."""
+
+    min_chars: int = 1
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A filter without settings: present (``{}``) is on."""
+
+
+@dataclass(frozen=True)
+class DualXentFilter:
+    """Dual conditional cross-entropy filtering (Junczys-Dowmunt 2018): ``mtkit score``'s output for the pairs
+    of ``data.train`` under a forward model (``forward``) and a backward one (``backward``, its --src the target
+    file): keep the ``keep`` share of pairs with the best score |H_f - H_b| + (H_f + H_b) / 2."""
+
+    forward: str = ""
+    backward: str = ""
+    keep: float = 0.9
+
+
+@dataclass(frozen=True)
+class FiltersConfig:
+    """The filters training pairs go through after normalization (``data.clean.filters``); each is off unless
+    given, with ``{}`` for its default settings. In the order they run:"""
+
+    nonprinting: Switch | None = None  # private-use, unassigned, format or replacement characters (U+FFFD)
+    alpha: AlphaFilter | None = None
+    repeats: RepeatFilter | None = None
+    copy: CopyFilter | None = None
+    numbers: Switch | None = None  # the two sides' numbers (digit runs, separators aside) differ
+    urls: Switch | None = None  # the two sides' URLs and e-mail addresses differ
+    langid: LangIdFilter | None = None
+    dual_xent: DualXentFilter | None = None
+
+
+@dataclass(frozen=True)
 class CleanConfig:
     """Cleaning rules applied to training pairs (each can be switched off)."""
 
@@ -73,6 +136,9 @@ class CleanConfig:
     max_ratio: float = 3.0  # longer/shorter side, in tokens; 0 disables
     dedup: bool = False
     invalid_utf8: Literal["error", "skip"] = "error"
+    filters: FiltersConfig | None = None  # more filters (None: the rules above only)
+    examples: int = 3  # dropped pairs the report shows for each rule and filter
+    warn_share: float = 0.2  # a rule or filter that drops more than this share of the pairs read warns
 
 
 @dataclass(frozen=True)
@@ -193,6 +259,23 @@ class GuidedAlignmentConfig:
 
 
 @dataclass(frozen=True)
+class AugmentConfig:
+    """Training-time augmentation (``train.augment``; mtkit.training.augment): each a probability per training
+    pair read; all 0 = off. Validation and test data are never augmented."""
+
+    upper: float = 0.0  # both sides in UPPER CASE
+    title: float = 0.0  # both sides in Title Case (upper + title <= 1: at most one of the two)
+    typos: float = 0.0  # character typos on the source ...
+    typo_rate: float = 0.05  # ... each letter with this probability
+    merge: float = 0.0  # joined with another training pair drawn at random
+    copy_noise: float = 0.0  # replaced by random words, the same on both sides
+
+    @property
+    def on(self) -> bool:
+        return any((self.upper, self.title, self.typos, self.merge, self.copy_noise))
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (the larger of source and target)
     update_freq: int = 1  # batches accumulated per update
@@ -213,6 +296,7 @@ class TrainConfig:
     bpe_dropout: float = 0.0  # BPE-dropout of training sentences (Provilkov et al. 2020); 0 = off
     rdrop_alpha: float = 0.0  # R-Drop's consistency weight α (Liang et al. 2021); 0 = off, 5 in their MT runs
     guided_alignment: GuidedAlignmentConfig = field(default_factory=GuidedAlignmentConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     ema_decay: float = 0.0  # an exponential moving average of the weights (mtkit.training.ema), saved as
     # checkpoints/ema.pt; 0 = off (fairseq --ema-decay 0.9999)
     ema_every: int = 1  # updates between two moves of the average (fairseq --ema-update-freq)
@@ -430,6 +514,11 @@ def validate(config: Config) -> None:
     _check(d.clean.max_len >= 0, "data.clean.max_len", ">= 0 (0: no limit)", d.clean.max_len)
     _check(d.clean.max_ratio == 0 or d.clean.max_ratio >= 1, "data.clean.max_ratio", ">= 1 (0: no limit)",
            d.clean.max_ratio)
+    _check(0 <= d.clean.examples <= MAX_CHECKPOINTS, "data.clean.examples", f"between 0 and {MAX_CHECKPOINTS}",
+           d.clean.examples)
+    _check(0 < d.clean.warn_share <= 1, "data.clean.warn_share", "in (0, 1]", d.clean.warn_share)
+    if d.clean.filters is not None:
+        _validate_filters(d.clean.filters, d)
     for split in ("train", "valid", "test"):
         source = getattr(d, split)
         if source is not None:
@@ -484,6 +573,7 @@ def validate(config: Config) -> None:
                           f"({t.max_steps}), which must exceed train.warmup ({t.warmup})")
 
     _validate_guided_alignment(config)
+    _validate_augment(t)
 
     check_decode(dataclasses.asdict(config.decode))
 
@@ -494,6 +584,30 @@ def validate(config: Config) -> None:
     for metric in e.metrics:
         _check(metric in ("bleu", "chrf", "ter"), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
     _check(0 <= e.examples <= MAX_COUNT, "eval.examples", f"between 0 and {MAX_COUNT}", e.examples)
+
+
+def _validate_filters(f: FiltersConfig, d: DataConfig) -> None:
+    key = "data.clean.filters"
+    if f.alpha is not None:
+        _check(0 <= f.alpha.min <= 1, f"{key}.alpha.min", "in [0, 1]", f.alpha.min)
+    if f.repeats is not None:
+        _check(1 <= f.repeats.max <= MAX_LENGTH, f"{key}.repeats.max", f"between 1 and {MAX_LENGTH}", f.repeats.max)
+    if f.copy is not None:
+        _check(0 <= f.copy.min_chars <= MAX_LENGTH, f"{key}.copy.min_chars", f"between 0 and {MAX_LENGTH}",
+               f.copy.min_chars)
+    if f.langid is not None:
+        _check(0 <= f.langid.min_chars <= MAX_LENGTH, f"{key}.langid.min_chars", f"between 0 and {MAX_LENGTH}",
+               f.langid.min_chars)
+        _check(len(f.langid.languages) <= 100 and all(re.fullmatch("[a-z]{2}", x) for x in f.langid.languages),
+               f"{key}.langid.languages", "ISO 639-1 codes such as [en, fr]", list(f.langid.languages))
+    x = f.dual_xent
+    if x is not None:
+        _check(0 < x.keep <= 1, f"{key}.dual_xent.keep", "in (0, 1]", x.keep)
+        for name in ("forward", "backward"):
+            _check(bool(getattr(x, name).strip()), f"{key}.dual_xent.{name}",
+                   "a file of `mtkit score` output for data.train", getattr(x, name))
+        if d.pairs:
+            raise ConfigError(f"{key}.dual_xent", "scores a single pair's data.train; not with data.pairs")
 
 
 def _validate_guided_alignment(config: Config) -> None:
@@ -520,6 +634,21 @@ def _validate_guided_alignment(config: Config) -> None:
         if value:
             raise ConfigError("train.guided_alignment", f"cannot go with train.{key} (it trains on the stored "
                               "pieces that the alignments name)")
+
+
+def _validate_augment(t: TrainConfig) -> None:
+    a = t.augment
+    for name in ("upper", "title", "typos", "merge", "copy_noise"):
+        _check(0 <= getattr(a, name) <= 1, f"train.augment.{name}", "a probability in [0, 1]", getattr(a, name))
+    _check(a.upper + a.title <= 1, "train.augment.title", "at most 1 - train.augment.upper (a pair is either)",
+           a.title)
+    _check(0 < a.typo_rate <= 1, "train.augment.typo_rate", "in (0, 1]", a.typo_rate)
+    if not a.on:
+        return
+    if t.bpe_dropout:
+        raise ConfigError("train.augment", "cannot go with train.bpe_dropout (both re-encode the training pairs)")
+    if t.guided_alignment.weight:
+        raise ConfigError("train.augment", "cannot go with train.guided_alignment (its links name the stored pieces)")
 
 
 def _validate_distill(config: Config) -> None:

@@ -1,9 +1,10 @@
 """Cleaning rules for parallel text, each switchable in ``data.clean`` and counted.
 
-Training pairs go through every rule, in this order (the order of ``RULES``):
+Training pairs go through every rule, in this order (``mtkit.data.encode.rule_names``):
 
   invalid_utf8  a line that is not UTF-8 (only with ``clean.invalid_utf8: skip``)
   empty         one side empty after normalization
+  (filters)     the configured ``clean.filters``, in their order (:mod:`mtkit.data.filters`)
   too_long      a side longer than ``clean.max_len`` SentencePiece tokens
   ratio         longer/shorter side (in tokens) above ``clean.max_ratio``
   duplicate     the exact pair was seen before (``clean.dedup``)
@@ -22,8 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from mtkit.config import CleanConfig
-
-RULES = ("invalid_utf8", "empty", "too_long", "ratio", "duplicate")
 
 # C0 and C1 control characters except tab (which becomes a space), and the BOM.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ufeff]")

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from mtkit.config import CleanConfig, DataConfig, SourceConfig
-from mtkit.data.cleaning import RULES, Deduplicator, length_mask, make_normalizer, pair_hash, within_words
+from mtkit.data.cleaning import Deduplicator, length_mask, make_normalizer, pair_hash, within_words
+from mtkit.data.filters import filter_names, make_filters
 from mtkit.data.sources import iter_pairs
 from mtkit.data.store import ParallelStoreWriter, id_dtype
 from mtkit.data.vocab import Vocab
@@ -35,47 +36,85 @@ CHUNK_PAIRS = 8192  # pairs per task sent to an encoding worker
 
 # --------------------------------------------------------------------- workers
 
-_STATE: tuple[Vocab, Any, CleanConfig, np.dtype, int | None, str] | None = None
+_STATE: tuple[Vocab, Any, CleanConfig, np.dtype, int | None, str, list] | None = None
 
 
 def _init_worker(models: tuple[bytes, bytes | None], clean: CleanConfig, dtype: str, tag: int | None = None,
-                 tag_side: str = "source", parent: int | None = None) -> None:
+                 tag_side: str = "source", langs: tuple[str, str] = ("", ""), parent: int | None = None) -> None:
     global _STATE
     if parent is not None:
         die_with_parent(parent)
-    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag, tag_side)
+    _STATE = (Vocab.from_bytes(*models), make_normalizer(clean), clean, np.dtype(dtype), tag, tag_side,
+              make_filters(clean.filters, *langs))
+
+
+class _Drops:
+    """What one chunk's rules and filters dropped: counts, and the first ``limit`` examples of each
+    ({"pair": number in data.train, "src", "tgt", "why"})."""
+
+    def __init__(self, limit: int) -> None:
+        self.counts: collections.Counter = collections.Counter()
+        self.examples: dict[str, list[dict]] = {}
+        self.limit = limit
+
+    def add(self, rule: str, number: int, src: str | None, tgt: str | None, why: str) -> None:
+        self.counts[rule] += 1
+        kept = self.examples.setdefault(rule, [])
+        if len(kept) < self.limit:
+            kept.append({"pair": number, "src": src, "tgt": tgt, "why": why} if src is not None
+                        else {"pair": number, "why": why})
 
 
 def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=total)
 
 
-def _encode_chunk(pairs: list[tuple[str, str]], alignments: list[str] | None = None, first: int = 0,
-                  where: str = "data.alignments") -> dict:
-    """Normalize, encode and length-filter one chunk of training pairs (runs in a worker); with ``alignments``
-    (a Pharaoh line per pair; pair ``k`` is line ``first + k + 1`` of ``where``), each kept pair's piece links."""
+def _encode_chunk(pairs: list[tuple[str, str]], first: int = 0, alignments: list[str] | None = None,
+                  dual: list[tuple[bool, float]] | None = None, where: str = "data.alignments") -> dict:
+    """Normalize, filter, encode and length-filter one chunk of training pairs (runs in a worker); pair ``k`` is
+    pair ``first + k + 1`` of data.train. With ``alignments`` (a Pharaoh line per pair, from ``where``), each
+    kept pair's piece links; with ``dual``, each pair's (kept, score) under the dual cross-entropy filter."""
     assert _STATE is not None
-    vocab, normalize, clean, dtype, tag, tag_side = _STATE
-    srcs, tgts, aligned = [], [], []
-    empty = 0
+    vocab, normalize, clean, dtype, tag, tag_side, filters = _STATE
+    drops = _Drops(clean.examples)
+    srcs, tgts, numbers, aligned = [], [], [], []
     for k, (s, t) in enumerate(pairs):
         s, t = normalize(s), normalize(t)
+        number = first + k + 1
         if clean.drop_empty and (not s or not t):
-            empty += 1
+            drops.add("empty", number, s, t, f"{'source' if not s else 'target'} empty")
+            continue
+        why = None
+        for name, test in filters:
+            if (why := test(s, t)) is not None:
+                drops.add(name, number, s, t, why)
+                break
+        if why is not None:
+            continue
+        if dual is not None and not dual[k][0]:
+            drops.add("dual_xent", number, s, t, f"score {dual[k][1]:.3f}")
             continue
         srcs.append(s)
         tgts.append(t)
+        numbers.append(number)
         if alignments is not None:
-            aligned.append((alignments[k], first + k + 1))
+            aligned.append((alignments[k], number))
     src_ids, tgt_ids = vocab.encode_src_batch(srcs), vocab.encode_tgt_batch(tgts)
     src_lens = np.fromiter(map(len, src_ids), dtype=np.int32, count=len(src_ids))
     tgt_lens = np.fromiter(map(len, tgt_ids), dtype=np.int32, count=len(tgt_ids))
     keep, too_long, ratio = length_mask(src_lens, tgt_lens, clean)
     if too_long or ratio:
+        for i in np.flatnonzero(~keep).tolist():
+            n_s, n_t = int(src_lens[i]), int(tgt_lens[i])
+            if clean.max_len > 0 and max(n_s, n_t) > clean.max_len:
+                drops.add("too_long", numbers[i], srcs[i], tgts[i], f"{n_s} | {n_t} tokens > {clean.max_len}")
+            else:
+                drops.add("ratio", numbers[i], srcs[i], tgts[i], f"{n_s} | {n_t} tokens")
         src_ids = list(itertools.compress(src_ids, keep))
         tgt_ids = list(itertools.compress(tgt_ids, keep))
         srcs = list(itertools.compress(srcs, keep))
         tgts = list(itertools.compress(tgts, keep))
+        numbers = list(itertools.compress(numbers, keep))
         aligned = list(itertools.compress(aligned, keep)) if alignments is not None else aligned
         src_lens, tgt_lens = src_lens[keep], tgt_lens[keep]
     hashes = None
@@ -93,7 +132,8 @@ def _encode_chunk(pairs: list[tuple[str, str]], alignments: list[str] | None = N
     return {
         "src_ids": _flat(src_ids, int(src_lens.sum()), dtype), "src_lens": src_lens,
         "tgt_ids": _flat(tgt_ids, int(tgt_lens.sum()), dtype), "tgt_lens": tgt_lens,
-        "hashes": hashes, "dropped": {"empty": empty, "too_long": too_long, "ratio": ratio}, "links": links,
+        "hashes": hashes, "numbers": np.asarray(numbers, dtype=np.int64), "dropped": dict(drops.counts),
+        "examples": drops.examples, "links": links,
     }
 
 
@@ -183,16 +223,23 @@ def _single(data: DataConfig, split: str) -> _Part:
     return _Part(getattr(data, split), data.src_lang, data.tgt_lang)
 
 
+def rule_names(clean: CleanConfig) -> tuple[str, ...]:
+    """The rules and filters a training pair goes through, in order (the report's rows)."""
+    return ("invalid_utf8", "empty", *filter_names(clean.filters), "too_long", "ratio", "duplicate")
+
+
 def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool,
                   part: _Part | None = None, writer: ParallelStoreWriter | None = None) -> dict:
-    """Pass 2: encode the training pairs in parallel into the store; returns split stats and drops.
+    """Pass 2: encode the training pairs in parallel into the store; returns split stats, drops and their
+    examples.
 
     ``part``: one pair of a multilingual recipe, appended to ``writer`` (which the caller closes);
     by default the recipe's one pair into a store of its own."""
     clean = data.clean
     dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
     skipped: collections.Counter = collections.Counter()
-    dropped = dict.fromkeys(RULES, 0)
+    dropped = dict.fromkeys(rule_names(clean), 0)
+    examples: dict[str, list[dict]] = {}
     own_writer = writer is None
     part = part or _single(data, "train")
     if writer is None:  # (not `writer or …`: an empty writer is falsy)
@@ -206,9 +253,15 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
 
         aligner = AlignmentWriter(out_dir, "train")
 
+    def note(rule: str, found: list[dict]) -> None:
+        kept = examples.setdefault(rule, [])
+        kept.extend(found[: clean.examples - len(kept)])
+
     def take(result: dict) -> None:
         for rule, n in result["dropped"].items():
             dropped[rule] += n
+        for rule, found in result["examples"].items():
+            note(rule, found)
         src_ids, src_lens = result["src_ids"], result["src_lens"]
         tgt_ids, tgt_lens = result["tgt_ids"], result["tgt_lens"]
         links = result["links"]
@@ -216,6 +269,8 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
             keep = dedup.keep(result["hashes"])
             if not keep.all():
                 dropped["duplicate"] += int((~keep).sum())
+                note("duplicate", [{"pair": int(n), "why": "an earlier pair again"}
+                                   for n in result["numbers"][~keep][: clean.examples].tolist()])
                 src_ids, src_lens = _select(src_ids, src_lens, keep)
                 tgt_ids, tgt_lens = _select(tgt_ids, tgt_lens, keep)
                 if links is not None:
@@ -230,25 +285,28 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
             yield read, chunk
             read += len(chunk)
 
-    pairs = part.pairs("train", clean.invalid_utf8, skipped)
+    items: Iterator = ((pair, None, None) for pair in part.pairs("train", clean.invalid_utf8, skipped))
     where = "data.alignments"
     if aligner is not None:
-        pairs, where = _with_alignments(pairs, data)
-    chunks = counted(_chunks(pairs, CHUNK_PAIRS))
+        aligned, where = _with_alignments((pair for pair, _, _ in items), data)
+        items = ((pair, line, None) for pair, line in aligned)
+    dual = clean.filters.dual_xent if clean.filters is not None else None
+    if dual is not None:
+        items = _with_dual_xent(items, dual, clean)
+    chunks = counted(_chunks(items, CHUNK_PAIRS))
     models = vocab.model_bytes() if vocab.pieces() is None else (*vocab.model_bytes(), vocab.pieces())
-    init_args = (models, clean, dtype.name, part.tag, part.tag_side)
+    init_args = (models, clean, dtype.name, part.tag, part.tag_side, (part.src_lang, part.tgt_lang))
     with _progress(progress, "train: encode") as bar:
         if workers <= 1:
             _init_worker(*init_args)
             for at, chunk in chunks:
-                take(_encode_chunk(*_task(chunk, aligner is not None, at, where)))
+                take(_encode_chunk(*_task(chunk, at, where)))
                 bar.update(len(chunk))
         else:
             with _pool_context().Pool(workers, _init_worker, (*init_args, os.getpid())) as pool:
                 pending: collections.deque = collections.deque()
                 for at, chunk in chunks:
-                    pending.append((len(chunk), pool.apply_async(_encode_chunk,
-                                                                 _task(chunk, aligner is not None, at, where))))
+                    pending.append((len(chunk), pool.apply_async(_encode_chunk, _task(chunk, at, where))))
                     if len(pending) >= 2 * workers:  # bounded: the reader never runs far ahead
                         n, result = pending.popleft()
                         take(result.get())
@@ -262,14 +320,27 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
     if aligner is not None:
         stats["alignments"] = {"source": data.alignments, **aligner.close()}
     stats["read"] = read + skipped["invalid_utf8"]
-    return {"stats": stats, "dropped": dropped}
+    return {"stats": stats, "dropped": dropped, "examples": {r: examples[r] for r in dropped if r in examples}}
 
 
-def _task(chunk: list, aligned: bool, first: int, where: str) -> tuple:
-    """The arguments of :func:`_encode_chunk` for a chunk of pairs (or of (pair, Pharaoh line) items)."""
-    if not aligned:
-        return (chunk,)
-    return [pair for pair, _ in chunk], [line for _, line in chunk], first, where
+def _task(chunk: list, first: int, where: str) -> tuple:
+    """The arguments of :func:`_encode_chunk` for a chunk of (pair, Pharaoh line or None, (kept, score) or None)."""
+    lines = [line for _, line, _ in chunk] if chunk[0][1] is not None else None
+    dual = [d for _, _, d in chunk] if chunk[0][2] is not None else None
+    return [pair for pair, _, _ in chunk], first, lines, dual, where
+
+
+def _with_dual_xent(items: Iterator, settings, clean: CleanConfig) -> Iterator:
+    """The items with each pair's (kept, score) under the dual cross-entropy filter."""
+    from mtkit.data.filters import dual_xent_keep, with_dual_xent
+
+    if clean.invalid_utf8 != "error":
+        raise MtkitError("data.clean.filters.dual_xent: needs data.clean.invalid_utf8: error (a skipped pair "
+                         "would shift every score after it)")
+    forward, backward = (Path(p).expanduser() for p in (settings.forward, settings.backward))
+    mask, score = dual_xent_keep(forward, backward, settings.keep)
+    where = f"data.clean.filters.dual_xent ({forward})"
+    return ((pair, line, d) for (pair, line, _), d in with_dual_xent(items, mask, score, where))
 
 
 def _with_alignments(pairs: Iterator[tuple[str, str]], data: DataConfig):

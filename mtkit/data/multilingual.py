@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from mtkit.config import DataConfig, SourceConfig, config_to_dict
-from mtkit.data.cleaning import RULES, make_normalizer, within_words
-from mtkit.data.encode import SPLITS, _append_eval, _encode_train, _Part, _progress
+from mtkit.data.cleaning import make_normalizer, within_words
+from mtkit.data.encode import SPLITS, _append_eval, _encode_train, _Part, _progress, rule_names
 from mtkit.data.store import ParallelStoreWriter, id_dtype
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.data.workdir import log
@@ -141,16 +141,15 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
                 continue
             result = _encode_train(data, vocab, out_dir, workers, progress, part, writer)
             entry["splits"]["train"], entry["dropped"]["train"] = result["stats"], result["dropped"]
+            entry["examples"] = {"train": result["examples"]}
             drops = ", ".join(f"{rule} {n}" for rule, n in result["dropped"].items())
-            log(f"train {entry['name']}: kept {result['stats']['pairs']} of {result['stats']['read']} pairs "
-                f"(dropped: {drops})")
             if result["stats"]["pairs"] == 0:
                 raise MtkitError(f"{part.key}: no training pairs left after cleaning ({result['stats']['read']} read; "
                                  f"dropped: {drops})")
         splits["train"] = writer.close()
         splits["train"]["read"] = sum(e["splits"]["train"]["read"] for e in entries if "train" in e["splits"])
         dropped["train"] = {rule: sum(e["dropped"]["train"][rule] for e in entries if "train" in e["dropped"])
-                            for rule in RULES}
+                            for rule in rule_names(data.clean)}
         timings["encode_train"] = round(time.perf_counter() - start, 2)
     for split in ("valid", "test"):
         if all(getattr(p, split) is None for p in data.pairs):

@@ -42,7 +42,9 @@ from typing import Any
 import mtkit
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig, SourceConfig, config_to_dict
 from mtkit.data.encode import SPLITS, _encode_eval, _encode_train, _sample_for_spm
+from mtkit.data.filters import check_filters
 from mtkit.data.multilingual import _build_pairs, _train_multilingual_vocab
+from mtkit.data.report import cleaning_report, render_text, warnings
 from mtkit.data.sources import source_files
 from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, load_manifest
 from mtkit.data.vocab import Vocab, train_model
@@ -74,7 +76,13 @@ def resolve_data(data: DataConfig) -> DataConfig:
                    if (v := getattr(data.spm, k))}
     if data.alignments is not None and data.alignments != "eflomal":
         changes["alignments"] = str(Path(data.alignments).expanduser().resolve())
-    return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), **changes)
+    clean = data.clean
+    if clean.filters is not None and clean.filters.dual_xent is not None:
+        dual = clean.filters.dual_xent
+        dual = dataclasses.replace(dual, **{k: str(Path(getattr(dual, k)).expanduser().resolve())
+                                            for k in ("forward", "backward")})
+        clean = dataclasses.replace(clean, filters=dataclasses.replace(clean.filters, dual_xent=dual))
+    return dataclasses.replace(data, spm=dataclasses.replace(data.spm, **spm_changes), clean=clean, **changes)
 
 
 def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | None = None) -> str:
@@ -89,6 +97,8 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
     files.extend(Path(p) for p in (data.spm.model, data.spm.tgt_model) if p)
     if data.alignments is not None and data.alignments != "eflomal":
         files.append(Path(data.alignments))
+    if data.clean.filters is not None and data.clean.filters.dual_xent is not None:
+        files.extend(Path(getattr(data.clean.filters.dual_xent, k)) for k in ("forward", "backward"))
     stamps = []
     for path in files:
         with contextlib.suppress(OSError):  # a missing file is reported by the reader
@@ -99,6 +109,9 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
         del settings["pairs"]  # a single-pair recipe keeps the fingerprint it had before data.pairs existed
     if data.alignments is None:
         del settings["alignments"]  # and a recipe without alignments the one it had before they existed
+    for key, default in (("filters", None), ("examples", 3), ("warn_share", 0.2)):  # and without filters
+        if settings["clean"][key] == default:
+            del settings["clean"][key]
     for pair in settings.get("pairs", []):  # training and evaluation settings: no output of prepare changes
         del pair["weight"], pair["lc_tok_ref"]
     vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None
@@ -191,6 +204,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
     files = vocab.save(out_dir)
     splits: dict[str, dict] = {}
     dropped: dict[str, dict] = {}
+    examples: dict[str, dict] = {}
     pairs = None
     if data.pairs:
         pairs = _build_pairs(data, vocab, out_dir, workers, progress, timings, splits, dropped)
@@ -199,8 +213,8 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
         result = _encode_train(data, vocab, out_dir, workers, progress)
         timings["encode_train"] = round(time.perf_counter() - start, 2)
         splits["train"], dropped["train"] = result["stats"], result["dropped"]
+        examples["train"] = result["examples"]
         drops = ", ".join(f"{rule} {n}" for rule, n in result["dropped"].items())
-        log(f"train: kept {result['stats']['pairs']} of {result['stats']['read']} pairs (dropped: {drops})")
         if result["stats"]["pairs"] == 0:
             raise MtkitError(
                 f"data.train: no training pairs left after cleaning ({result['stats']['read']} read; dropped: {drops})"
@@ -224,6 +238,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
         "sources": {s: config_to_dict(getattr(data, s)) for s in SPLITS if getattr(data, s) is not None},
         "clean": config_to_dict(data.clean),
         "dropped": dropped,
+        "examples": examples,
         "vocab": {
             "type": data.spm.model_type if vocab_info["trained"] else "reused",
             "joint": vocab.joint,
@@ -241,7 +256,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
         "timings_s": timings,
     }
     if pairs is not None:  # a multilingual store: its pairs replace the single pair's languages and sources
-        for key in ("src_lang", "tgt_lang", "sources"):
+        for key in ("src_lang", "tgt_lang", "sources", "examples"):  # (and each pair has its examples)
             del manifest[key]
         manifest["pairs"] = pairs
     return manifest
@@ -260,6 +275,8 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     data = resolve_data(data)
     if data.train is None and data.valid is None and data.test is None and not data.pairs:
         raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
+    for pair in (data, *data.pairs):
+        check_filters(data.clean.filters, pair.src_lang, pair.tgt_lang)
     fp = fingerprint(data, vocab_models)
     _remove_dead_leftovers(out_dir)
     existing = read_manifest(out_dir) if out_dir.is_dir() else None
@@ -287,5 +304,10 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
         if isinstance(e, OSError):  # a full disk names the output (out_dir/spm.model), not the temporary
             raise naming_output(e, tmp, out_dir) from None
         raise
+    sections = cleaning_report(manifest)
+    if sections:
+        log(render_text(sections))
+    for line in warnings(sections, data.clean.warn_share):
+        log(line)
     log(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
     return manifest

@@ -195,6 +195,7 @@ class Batch:
 
 
 Resegment = Callable[[list, list], tuple[list, list]]
+Augment = Callable[[Store, Sequence[int], int], tuple[list, list]]  # (store, indices, epoch) -> (srcs, tgts)
 REPACK_POOL = 32  # batches whose re-segmented sentences are dealt out again together (BPE-dropout)
 
 
@@ -267,12 +268,17 @@ def repack(store: Store, pool: list[tuple[np.ndarray, int, int]], resegment: Res
 
 
 def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | None,
-             tagged_targets: bool = False, alignments=None) -> Iterator[Batch]:
+             tagged_targets: bool = False, alignments=None, augment: Augment | None = None) -> Iterator[Batch]:
     """The sampler's batches, assembled; each carries the sampler position after it."""
     pool: list[tuple[np.ndarray, int, int]] = []
-    for _epoch, indices in sampler:
+    for batch_epoch, indices in sampler:
         # Read right after the yield: the state is the position after this batch.
         epoch, position = sampler.state.epoch, sampler.state.position
+        if augment is not None:  # (each pair's changes depend on the epoch it is read in, not on the batch)
+            batch = pad_batch(*augment(store, indices, batch_epoch), tagged_targets)
+            batch.epoch, batch.position = epoch, position
+            yield batch
+            continue
         if resegment is None:
             batch = collate(store, indices, tagged_targets, alignments)
             batch.epoch, batch.position = epoch, position
@@ -288,20 +294,21 @@ def _batches(store: Store, sampler: TokenBatchSampler, resegment: Resegment | No
 
 
 def prefetch(store: Store, sampler: TokenBatchSampler, depth: int = 8, resegment: Resegment | None = None,
-             tagged_targets: bool = False, alignments=None) -> Iterator[Batch]:
+             tagged_targets: bool = False, alignments=None, augment: Augment | None = None) -> Iterator[Batch]:
     """Assemble batches in a background thread, ``depth`` ahead, so the step never waits for data.
 
     Each Batch carries the sampler position after it, which is what a checkpoint must
     record (the thread runs ahead of the training step). With ``resegment`` (BPE-dropout,
     mtkit.training.bpe_dropout) the sentences of every REPACK_POOL batches are re-segmented
     and dealt out again by length (:func:`repack`). ``alignments``: the store's links, for guided alignment.
+    ``augment``: train.augment's modifiers (mtkit.training.augment), applied to each batch's pairs.
     """
     q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def work() -> None:
         try:
-            for batch in _batches(store, sampler, resegment, tagged_targets, alignments):
+            for batch in _batches(store, sampler, resegment, tagged_targets, alignments, augment):
                 while not stop.is_set():
                     try:
                         q.put(batch, timeout=0.1)

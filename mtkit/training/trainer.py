@@ -144,6 +144,15 @@ class Trainer:
             growth = self.bpe_dropout.growth(self.train_store)
             self._set_length_growth(tuple(distributed.all_reduce_sum(g, self.device) / self.dist.world_size
                                           for g in growth))
+        self.augment = None
+        if self.cfg.augment.on:
+            from mtkit.training.augment import Augmenter
+
+            self.augment = Augmenter(self.vocab, self.cfg.augment, self.cfg.seed,
+                                     max_len=config.model.max_positions - 1, tags=[p.tag_id for p in self.pairs],
+                                     tag_side="tgt" if self.tagged_targets else "src")
+            self.augment.learn_alphabet(self.train_store)
+            self._set_length_growth(self.augment.growth(self.train_store))  # seeded: the same on every rank
         self.step = 0
         self.elapsed = 0.0  # training seconds, summed over resumed runs
         self.best: float | None = None
@@ -220,7 +229,8 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def _set_length_growth(self, growth: tuple[float, float]) -> None:
-        """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout)."""
+        """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout), or augmentation's
+        longer pairs (mtkit.training.augment)."""
         from mtkit.training.bpe_dropout import scaled_lengths
 
         self.length_growth = (float(growth[0]), float(growth[1]))
@@ -238,7 +248,7 @@ class Trainer:
                         config=self.config, model=self.model, vocab=self.vocab,
                         data_fingerprint=self.data_fingerprint)
         self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler, self.ema)
-        if self.bpe_dropout is not None and "length_growth" in ckpt:
+        if (self.bpe_dropout is not None or self.augment is not None) and "length_growth" in ckpt:
             self._set_length_growth(counters.length_growth)
         self.step, self.elapsed = counters.step, counters.elapsed
         self.best, self.bad_validations = counters.best, counters.bad_validations
@@ -398,12 +408,13 @@ class Trainer:
                                 "world_size": self.dist.world_size, "device": str(self.device),
                                 **({"init_from": str(self.init[0]), "init_step": self.init[1]} if self.init else {}),
                                 **({"pair_shares": self.mixture_shares} if self.mixture_shares else {}),
-                                **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
+                                **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {}),
+                                **({"augment_growth": list(self.length_growth)} if self.augment else {})})
 
     def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg
         batches = prefetch(self.train_store, self.sampler, resegment=self.bpe_dropout,
-                           tagged_targets=self.tagged_targets, alignments=self.alignments)
+                           tagged_targets=self.tagged_targets, alignments=self.alignments, augment=self.augment)
         bar = None
         if self.progress:
             from tqdm import tqdm

@@ -72,16 +72,24 @@ def test_tiny_model_learns_the_reverse_task(reverse_data, tmp_path, seed):
     assert all(r.get("padding", 0) < 0.5 for r in records if "padding" in r)
 
 
-@pytest.mark.parametrize("ema", [0.0, 0.9], ids=["plain", "ema"])
-def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path, ema):
+AUGMENT = {"upper": 0.2, "title": 0.1, "typos": 0.2, "merge": 0.1, "copy_noise": 0.1}
+
+
+@pytest.mark.parametrize(("ema", "augment"), [(0.0, {}), (0.9, {}), (0.0, AUGMENT)], ids=["plain", "ema", "augment"])
+def test_resume_equals_uninterrupted_training_bit_for_bit(reverse_data, tmp_path, ema, augment):
     """Also with a moving average of the weights (train.ema_decay, every 2 updates): kept in every checkpoint,
-    it resumes exactly, and ema.pt holds it at the end."""
+    it resumes exactly, and ema.pt holds it at the end; and with every augmentation modifier on (train.augment),
+    whose changes to each pair resume as they were."""
     data_dir, data = reverse_data
-    common = dict(max_steps=24, save_every=12, log_every=1, dropout=0.1, update_freq=2, ema_decay=ema, ema_every=2)
+    common = dict(max_steps=24, save_every=12, log_every=1, dropout=0.1, update_freq=2, ema_decay=ema, ema_every=2,
+                  augment=augment)
     train(make_config(data, **common), data_dir, tmp_path / "straight", progress=False)
     train(make_config(data, **{**common, "max_steps": 12}), data_dir, tmp_path / "split", progress=False)
     train(make_config(data, **common), data_dir, tmp_path / "split", resume=True, progress=False)
     assert losses(tmp_path / "straight") == losses(tmp_path / "split")
+    if augment:  # and the augmented batches differ from the plain ones
+        train(make_config(data, **{**common, "augment": {}}), data_dir, tmp_path / "plain", progress=False)
+        assert losses(tmp_path / "plain") != losses(tmp_path / "straight")
     a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
     b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
     assert a["step"] == b["step"] == 24
