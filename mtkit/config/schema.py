@@ -174,6 +174,18 @@ class PairConfig:
 
 
 @dataclass(frozen=True)
+class CorpusConfig:
+    """One training corpus of a single pair's recipe (``data.corpora``): e.g. the original data and
+    back-translated data, each with its share of every epoch, sampled as ``data.pairs`` are."""
+
+    name: str = ""  # for the report, the manifest and the training log
+    train: SourceConfig | None = None
+    weight: float = 1.0  # the corpora's shares of each epoch are their weights, normalized
+    tag: str | None = None  # a piece that leads each source of this corpus (tagged back-translation, Caswell et
+    # al. 2019: "<BT>"), reserved whole in SentencePiece; translation inputs never carry it
+
+
+@dataclass(frozen=True)
 class DataConfig:
     src_lang: str = "en"
     tgt_lang: str = "de"
@@ -193,6 +205,8 @@ class DataConfig:
     # them (mtkit.data.alignments; pip install 'mtkit[align]'), a path reads them (Pharaoh, a line per pair of
     # data.train); None: none. A single pair's recipe only.
     alignments: str | None = None
+    # Several training corpora of the one pair, each with a weight (and optionally a tag), instead of data.train.
+    corpora: tuple[CorpusConfig, ...] = ()
 
 
 # -------------------------------------------------------------------------- model
@@ -523,6 +537,7 @@ def validate(config: Config) -> None:
         source = getattr(d, split)
         if source is not None:
             _check_source(source, f"data.{split}")
+    _validate_corpora(d)
     _validate_pairs(config)
 
     m = config.model
@@ -678,6 +693,38 @@ def _check_source(source: SourceConfig, key: str) -> None:
 
 
 LANGUAGE_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # no '-': pairs are named src-tgt (en-de)
+
+
+TAG_PIECE = re.compile(r"<[A-Za-z0-9_.-]{1,32}>")
+
+
+def _validate_corpora(d: DataConfig) -> None:
+    if not d.corpora:
+        return
+    if d.train is not None:
+        raise ConfigError("data.train", "give the training sources in data.corpora, not here, when data.corpora "
+                          "is set")
+    if d.pairs:
+        raise ConfigError("data.corpora", "is for one pair; with data.pairs give each pair's train source there")
+    if d.alignments is not None:
+        raise ConfigError("data.alignments", "takes a single data.train, not data.corpora")
+    if d.clean.filters is not None and d.clean.filters.dual_xent is not None:
+        raise ConfigError("data.clean.filters.dual_xent", "scores a single data.train, not data.corpora")
+    _check(len(d.corpora) <= MAX_CHECKPOINTS, "data.corpora", f"at most {MAX_CHECKPOINTS} corpora", len(d.corpora))
+    names = []
+    for i, c in enumerate(d.corpora):
+        key = f"data.corpora[{i}]"
+        _check(bool(LANGUAGE_CODE.match(c.name)), f"{key}.name", "a name of letters, digits and _", c.name)
+        if c.name in names:
+            raise ConfigError(f"{key}.name", f"{c.name} is given twice")
+        names.append(c.name)
+        if c.train is None:
+            raise ConfigError(f"{key}.train", "missing: each corpus needs its training source")
+        _check_source(c.train, f"{key}.train")
+        _check(0 < c.weight <= 1e6, f"{key}.weight", "> 0", c.weight)
+        if c.tag is not None:
+            _check(bool(TAG_PIECE.fullmatch(c.tag)) and not c.tag.startswith("<2"), f"{key}.tag",
+                   "a piece such as <BT> (letters, digits, _ . -, not <2xx>: those are language tags)", c.tag)
 
 
 def _validate_pairs(config: Config) -> None:

@@ -183,7 +183,12 @@ def _sample_for_spm(data: DataConfig, progress: bool) -> tuple[list[str], list[s
     rng = random.Random(0)
     reservoir: list[tuple[str, str]] = []
     seen = read = 0
-    pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train")
+    if data.corpora:  # every corpus, one after the other (their weights are training's, not the sample's)
+        pairs = itertools.chain.from_iterable(
+            iter_pairs(c.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train",
+                       key=f"data.corpora[{i}].train") for i, c in enumerate(data.corpora))
+    else:
+        pairs = iter_pairs(data.train, data.src_lang, data.tgt_lang, clean.invalid_utf8, "train")
     with _progress(progress, "train: sample for SentencePiece") as bar:
         for s, t in pairs:
             read += 1
@@ -321,6 +326,32 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
         stats["alignments"] = {"source": data.alignments, **aligner.close()}
     stats["read"] = read + skipped["invalid_utf8"]
     return {"stats": stats, "dropped": dropped, "examples": {r: examples[r] for r in dropped if r in examples}}
+
+
+def _encode_corpora(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool) -> dict:
+    """Pass 2 for ``data.corpora``: each corpus in turn into one store (a contiguous segment each, its sources
+    led by its tag when it has one); returns the store's stats, the summed drops and examples, and the
+    manifest's ``corpora``: name, tag, and each one's segment, drops and examples."""
+    writer = ParallelStoreWriter(out_dir, "train", id_dtype(max(vocab.src_size, vocab.tgt_size)))
+    entries = []
+    for i, corpus in enumerate(data.corpora):
+        tag = None
+        if corpus.tag:
+            tag = vocab.src_piece_id(corpus.tag)
+            if tag is None:
+                raise MtkitError(f"data.corpora[{i}].tag: the vocabulary has no piece {corpus.tag} (a given "
+                                 "SentencePiece model must reserve it as a user-defined symbol)")
+        part = _Part(corpus.train, data.src_lang, data.tgt_lang, f"data.corpora[{i}].train", tag)
+        result = _encode_train(data, vocab, out_dir, workers, progress, part, writer)
+        entries.append({"name": corpus.name, "tag": corpus.tag, "tag_id": tag, "splits": {"train": result["stats"]},
+                        "dropped": {"train": result["dropped"]}, "examples": {"train": result["examples"]}})
+    stats = writer.close()
+    stats["read"] = sum(e["splits"]["train"]["read"] for e in entries)
+    rules = rule_names(data.clean)
+    dropped = {rule: sum(e["dropped"]["train"][rule] for e in entries) for rule in rules}
+    examples = {rule: [x for e in entries for x in e["examples"]["train"].get(rule, [])][: data.clean.examples]
+                for rule in rules if any(rule in e["examples"]["train"] for e in entries)}
+    return {"stats": stats, "dropped": dropped, "examples": examples, "corpora": entries}
 
 
 def _task(chunk: list, first: int, where: str) -> tuple:

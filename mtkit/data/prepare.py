@@ -41,7 +41,7 @@ from typing import Any
 
 import mtkit
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig, SourceConfig, config_to_dict
-from mtkit.data.encode import SPLITS, _encode_eval, _encode_train, _sample_for_spm
+from mtkit.data.encode import SPLITS, _encode_corpora, _encode_eval, _encode_train, _sample_for_spm
 from mtkit.data.filters import check_filters
 from mtkit.data.multilingual import _build_pairs, _train_multilingual_vocab
 from mtkit.data.report import cleaning_report, render_text, warnings
@@ -72,6 +72,8 @@ def resolve_data(data: DataConfig) -> DataConfig:
     if data.pairs:
         changes["pairs"] = tuple(dataclasses.replace(p, **{s: resolve_source(getattr(p, s)) for s in SPLITS
                                                            if getattr(p, s) is not None}) for p in data.pairs)
+    if data.corpora:
+        changes["corpora"] = tuple(dataclasses.replace(c, train=resolve_source(c.train)) for c in data.corpora)
     spm_changes = {k: str(Path(v).expanduser().resolve()) for k in ("model", "tgt_model", "vocab_from")
                    if (v := getattr(data.spm, k))}
     if data.alignments is not None and data.alignments != "eflomal":
@@ -89,9 +91,9 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
     """Hash of the resolved data config (less ``workers``, which changes no output), mtkit's
     version, each input file's size and mtime, and the given vocabulary's bytes (``data.spm.vocab_from``)."""
     files = []
-    for holder in (data, *data.pairs):
+    for holder in (data, *data.pairs, *data.corpora):
         for split in SPLITS:
-            source = getattr(holder, split)
+            source = getattr(holder, split, None)
             if source is not None:
                 files.extend(source_files(source))
     files.extend(Path(p) for p in (data.spm.model, data.spm.tgt_model) if p)
@@ -114,6 +116,10 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
             del settings["clean"][key]
     for pair in settings.get("pairs", []):  # training and evaluation settings: no output of prepare changes
         del pair["weight"], pair["lc_tok_ref"]
+    if not data.corpora:
+        del settings["corpora"]  # (nor one without corpora)
+    for corpus in settings.get("corpora", []):
+        del corpus["weight"]
     vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None
              else None for m in vocab_models] if vocab_models else None  # (an imported model's piece table third)
     blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps, "vocab": vocab},
@@ -140,10 +146,11 @@ def _train_vocab(data: DataConfig, workers: int, progress: bool) -> tuple[tuple[
     if not srcs:
         raise MtkitError(f"data.train: no training pairs left after cleaning ({read} read, all empty or too long)")
     start = time.perf_counter()
+    tags = sorted({c.tag for c in data.corpora if c.tag})  # tagged corpora's tags, whole pieces of the source
     if spm_cfg.joint:
-        models = (train_model(srcs + tgts, spm_cfg, workers), None)
+        models = (train_model(srcs + tgts, spm_cfg, workers, tags), None)
     else:
-        models = (train_model(srcs, spm_cfg, workers), train_model(tgts, spm_cfg, workers))
+        models = (train_model(srcs, spm_cfg, workers, tags), train_model(tgts, spm_cfg, workers))
     timings["spm_train"] = round(time.perf_counter() - start, 2)
     info = {"trained": True, "sample_pairs": len(srcs), "sample_sentences": len(srcs) * (2 if spm_cfg.joint else 1)}
     return models, info, timings
@@ -172,7 +179,7 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
     if data.pairs and not any(p.train is not None for p in data.pairs):
         raise MtkitError("data.pairs: no pair has a training source to build the vocabulary from "
                          "(or set data.spm.model)")
-    if data.train is None and not data.pairs:
+    if data.train is None and not data.pairs and not data.corpora:
         raise MtkitError("data.train: no training source to build the vocabulary from (or set data.spm.model)")
     # Sampling and training run in a child process: the sample and SentencePiece's trainer
     # take memory that CPython would not give back, and the encoding workers forked later
@@ -205,12 +212,16 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
     splits: dict[str, dict] = {}
     dropped: dict[str, dict] = {}
     examples: dict[str, dict] = {}
-    pairs = None
+    pairs = corpora = None
     if data.pairs:
         pairs = _build_pairs(data, vocab, out_dir, workers, progress, timings, splits, dropped)
-    elif data.train is not None:
+    elif data.train is not None or data.corpora:
         start = time.perf_counter()
-        result = _encode_train(data, vocab, out_dir, workers, progress)
+        if data.corpora:
+            result = _encode_corpora(data, vocab, out_dir, workers, progress)
+            corpora = result["corpora"]
+        else:
+            result = _encode_train(data, vocab, out_dir, workers, progress)
         timings["encode_train"] = round(time.perf_counter() - start, 2)
         splits["train"], dropped["train"] = result["stats"], result["dropped"]
         examples["train"] = result["examples"]
@@ -255,6 +266,8 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
         "workers": workers,
         "timings_s": timings,
     }
+    if corpora is not None:  # several corpora of one pair: each one's segment of the store, tag and drops
+        manifest["corpora"] = corpora
     if pairs is not None:  # a multilingual store: its pairs replace the single pair's languages and sources
         for key in ("src_lang", "tgt_lang", "sources", "examples"):  # (and each pair has its examples)
             del manifest[key]
@@ -273,7 +286,7 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     if progress is None:
         progress = sys.stderr.isatty()
     data = resolve_data(data)
-    if data.train is None and data.valid is None and data.test is None and not data.pairs:
+    if data.train is None and data.valid is None and data.test is None and not data.pairs and not data.corpora:
         raise MtkitError("data: no source configured (set data.train, data.valid or data.test)")
     for pair in (data, *data.pairs):
         check_filters(data.clean.filters, pair.src_lang, pair.tgt_lang)

@@ -15,11 +15,13 @@ from mtkit.io import atomic_write_text
 
 
 def cleaning_report(manifest: dict) -> list[dict]:
-    """One section per training corpus (the single pair's, or each of ``data.pairs``): its name, pairs read and
+    """One section per training corpus (the single pair's, or each of ``data.pairs`` or ``data.corpora``): its
+    name, pairs read and
     kept, and per rule (in the order they run) the count, the share of the pairs read and the examples."""
-    if "pairs" in manifest:
+    entries = manifest.get("pairs") or manifest.get("corpora")  # a section per pair, or per corpus
+    if entries:
         parts = [(f"train {e['name']}", e["splits"].get("train"), e["dropped"].get("train"),
-                  e.get("examples", {}).get("train", {})) for e in manifest["pairs"]]
+                  e.get("examples", {}).get("train", {})) for e in entries]
     else:
         parts = [("train", manifest["splits"].get("train"), manifest["dropped"].get("train"),
                   manifest.get("examples", {}).get("train", {}))]

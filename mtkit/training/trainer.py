@@ -100,6 +100,7 @@ class Trainer:
 
             self.comet = CometScorer(self.cfg.valid_comet_model, str(self.device))
         self.pairs = self._check_pairs(manifest)  # a multilingual store's pairs; empty for one pair
+        self.corpora = manifest.get("corpora") or []  # a single pair's several corpora (data.corpora)
         # data.tag_side "target": the stored targets start with their tag, the decoder's first input
         self.tagged_targets = bool(self.pairs) and config.data.tag_side == "target"
         self.vocab = Vocab.load(self.data_dir)
@@ -138,7 +139,7 @@ class Trainer:
 
             self.bpe_dropout = BPEDropout(self.vocab, self.cfg.bpe_dropout, self.cfg.seed,
                                           max_len=config.model.max_positions - 1,
-                                          tags=[p.tag_id for p in self.pairs],
+                                          tags=self._source_tags(),
                                           tag_side="tgt" if self.tagged_targets else "src")
             # Averaged over ranks so that every rank cuts the same batches; a resumed run reuses the saved one.
             growth = self.bpe_dropout.growth(self.train_store)
@@ -149,7 +150,7 @@ class Trainer:
             from mtkit.training.augment import Augmenter
 
             self.augment = Augmenter(self.vocab, self.cfg.augment, self.cfg.seed,
-                                     max_len=config.model.max_positions - 1, tags=[p.tag_id for p in self.pairs],
+                                     max_len=config.model.max_positions - 1, tags=self._source_tags(),
                                      tag_side="tgt" if self.tagged_targets else "src")
             self.augment.learn_alphabet(self.train_store)
             self._set_length_growth(self.augment.growth(self.train_store))  # seeded: the same on every rank
@@ -213,6 +214,8 @@ class Trainer:
 
         from mtkit.training.batching import PairMixture, mixture_probabilities
 
+        if self.corpora or self.config.data.corpora:
+            return self._corpus_mixture()
         if not self.pairs:
             return None
         segments = [p.segment("train") or (0, 0) for p in self.pairs]
@@ -225,6 +228,28 @@ class Trainer:
         self.mixture_shares = {p.pair.name: float(q) for p, q in zip(self.pairs, probs)}
         proportional = np.asarray(sizes, dtype=np.float64) / max(1, sum(sizes))
         return None if np.allclose(probs, proportional, rtol=0, atol=1e-12) else PairMixture(segments, probs)
+
+    def _source_tags(self) -> list[int]:
+        """The tag ids that may lead a stored sentence: the pairs' language tags, the corpora's tags."""
+        return [p.tag_id for p in self.pairs] + [e["tag_id"] for e in self.corpora if e.get("tag_id") is not None]
+
+    def _corpus_mixture(self):
+        """``data.corpora``'s shares of each epoch: their weights, normalized (the store holds them in order)."""
+        from mtkit.training.batching import PairMixture, mixture_probabilities
+
+        wanted = [c.name for c in self.config.data.corpora]
+        stored = [e["name"] for e in self.corpora]
+        if wanted != stored:
+            raise MtkitError(f"data.corpora: {self.data_dir} was prepared with the corpora {', '.join(stored)}; the "
+                             f"recipe names {', '.join(wanted) or 'none'}: train with the recipe it was prepared with")
+        segments = [(e["splits"]["train"]["start"], e["splits"]["train"]["pairs"]) for e in self.corpora]
+        weights = [c.weight for c in self.config.data.corpora]
+        for name, (_, n) in zip(stored, segments):
+            if n == 0:
+                raise MtkitError(f"data.corpora: {name} has no training pairs left in {self.data_dir}")
+        probs = mixture_probabilities([n for _, n in segments], 1.0, weights)
+        self.mixture_shares = dict(zip(stored, map(float, probs)))
+        return PairMixture(segments, probs)
 
     # ------------------------------------------------------------------ state
 

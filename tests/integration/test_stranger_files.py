@@ -284,6 +284,8 @@ def test_every_integer_setting_has_a_maximum():
         for section, value in sections.items():  # optional sections, present so that their keys count
             outer, inner = section.split(".")
             raw[outer][inner] = dict(value)
+        raw["data"]["clean"]["filters"] = {"repeats": {}, "copy": {}, "langid": {},  # every filter with a setting
+                                           "dual_xent": {"forward": "f", "backward": "b"}}
         node = raw
         *path, last = key.split(".")
         for part in path:
