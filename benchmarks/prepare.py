@@ -18,6 +18,8 @@ Usage::
   .venv/bin/python benchmarks/prepare.py --pairs 1000000
   .venv/bin/python benchmarks/prepare.py            # 4.5M pairs
   .venv/bin/python benchmarks/prepare.py --alignments eflomal   # with word alignments (guided alignment)
+  .venv/bin/python benchmarks/prepare.py --filters rules          # with the rule filters (data.clean.filters)
+  .venv/bin/python benchmarks/prepare.py --filters all            # ... and language ID (lingua)
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ def spm_baseline(model: Path, files: list[Path], workers: int, chunk: int = 100_
     return encode_s, time.perf_counter() - start
 
 
+RULE_FILTERS = {"nonprinting": {}, "alpha": {}, "repeats": {}, "copy": {}, "numbers": {}, "urls": {}}
+FILTERS = {"rules": RULE_FILTERS, "all": {**RULE_FILTERS, "langid": {}}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4_500_000)
@@ -141,6 +147,8 @@ def main() -> None:
     parser.add_argument("--tmp", type=Path, default=None, help="where to write the corpus (default: system temp)")
     parser.add_argument("--alignments", choices=["eflomal"], default=None,
                         help="also align the pairs with eflomal (data.alignments), stored for guided alignment")
+    parser.add_argument("--filters", choices=["rules", "all"], default=None,
+                        help="data.clean.filters: the six rule filters (rules), and language ID (all)")
     args = parser.parse_args()
     if not (args.multi30k / "train.en").is_file():
         sys.exit(f"error: Multi30k not found at {args.multi30k} (set --multi30k or MTKIT_MULTI30K)")
@@ -161,6 +169,7 @@ def main() -> None:
             "spm": {"vocab_size": args.vocab_size, "sample_size": args.sample_size},
             "workers": workers,
             "alignments": args.alignments,
+            "clean": {"filters": FILTERS[args.filters]} if args.filters else {},
         }})
         sampler = PeakSampler()
         sampler.start()

@@ -139,3 +139,25 @@ def test_langid_drops_the_french_targets_mixed_into_multi30k(tmp_path):
     assert len(caught & french) >= 0.95 * len(french)  # lingua is not perfect on every caption: 95 %
     assert len(caught - french) <= 0.01 * 540
     assert all(e["why"] == "target is fr" for e in manifest["examples"]["train"]["langid"] if e["pair"] - 1 in french)
+
+
+def test_a_multilingual_recipe_filters_and_reports_each_pair(tmp_path):
+    from mtkit.commands.prepare import prepare
+    from mtkit.config import config_from_dict
+    from mtkit.data.report import cleaning_report
+
+    pairs = []
+    expected = {}
+    for k, tgt_lang in enumerate(("de", "fr")):
+        (tmp_path / tgt_lang).mkdir()
+        src, tgt, noise = noisy_corpus(tmp_path / tgt_lang, n=200, seed=k)
+        pairs.append({"src_lang": "en", "tgt_lang": tgt_lang, "train": {"src": str(src), "tgt": str(tgt)}})
+        expected[f"en-{tgt_lang}"] = len(noise["copy"])
+    config = config_from_dict({"data": {"pairs": pairs, "workers": 1, "spm": {"vocab_size": 200},
+                                        "clean": {"filters": {"copy": {}}}}})
+    manifest = prepare(config, tmp_path / "prepared", progress=False)
+    assert {e["name"]: e["dropped"]["train"]["copy"] for e in manifest["pairs"]} == expected
+    assert manifest["dropped"]["train"]["copy"] == sum(expected.values())
+    sections = cleaning_report(manifest)
+    assert [s["corpus"] for s in sections] == ["train en-de", "train en-fr"]
+    assert all(r["examples"] for s in sections for r in s["rules"] if r["rule"] == "copy")

@@ -152,7 +152,8 @@ def test_a_saved_multilingual_config_loads_back_as_itself(tmp_path):
 
 def test_a_single_pair_recipe_keeps_the_data_fingerprint_it_had(tmp_path):
     """A prepared single-pair directory is reused as before: its fingerprint is computed from the same
-    settings as before data.pairs and data.alignments existed (the formula of mtkit.data.prepare.fingerprint then)."""
+    settings as before data.pairs, data.alignments, data.corpora and the filters existed (the formula of
+    mtkit.data.prepare.fingerprint then)."""
     import dataclasses
     import hashlib
     import json
@@ -165,6 +166,9 @@ def test_a_single_pair_recipe_keeps_the_data_fingerprint_it_had(tmp_path):
     settings = config_to_dict(dataclasses.replace(data, workers=0))
     settings.pop("pairs")
     settings.pop("alignments")  # nor data.alignments (None)
+    settings.pop("corpora")  # nor data.corpora (empty)
+    for key in ("filters", "examples", "warn_share"):  # nor data.clean's filters and report (their defaults)
+        settings["clean"].pop(key)
     before = {"version": mtkit.__version__, "data": settings, "files": [], "vocab": None}
     assert fingerprint(data) == hashlib.sha256(json.dumps(before, sort_keys=True).encode("utf-8")).hexdigest()
     weighted = config().data, config_from_dict({"data": {"pairs": [{**p, "weight": 2.0} for p in PAIRS]}}).data
