@@ -17,12 +17,14 @@ The stored ids are decoded to text (lossless for SentencePiece), changed and enc
 unknown piece before or after (an upper-case letter the vocabulary never saw), or longer than the model's
 positions after, keeps its stored ids. Validation, test and translation never see a modifier.
 
-Reproducibility: each pair's choices come from a generator seeded with (``train.seed``, the epoch, the pair's
-index in the store), so a resumed run changes the same pairs in the same way as an uninterrupted one, whatever
-the batch it lands in or the rank that reads it: resume stays bit-for-bit.
+Reproducibility: which pairs each modifier takes in an epoch is drawn once per epoch from a generator seeded
+with (``train.seed``, the epoch), as an array indexed by pair; a typo's or noise's own choices from one seeded
+with (``train.seed``, the epoch, the pair's index). A resumed run thus changes the same pairs in the same way as
+an uninterrupted one, whatever the batch it lands in or the rank that reads it: resume stays bit-for-bit.
 
-Modified pairs are longer (an upper-case word is several pieces); the batch sampler budgets for the mean growth
-measured on a seeded sample at start-up, as for BPE-dropout (:func:`mtkit.training.bpe_dropout.scaled_lengths`).
+Modified pairs are longer (an upper-case word is several pieces, a merged pair two pairs): at the start of each
+epoch the batch sampler is given every pair's length after that epoch's modifiers (:meth:`Augmenter.lengths`),
+so that batches keep their token budget and are cut among pairs of like lengths (little padding).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from mtkit.config import UNK_ID
 from mtkit.config.schema import AugmentConfig
 from mtkit.data.vocab import Vocab
 
-GROWTH_SAMPLE = 1000  # training pairs sampled once at start-up to measure the growth
 ALPHABET_SAMPLE = 2000  # training pairs whose characters make copy_noise's alphabet
 
 # QWERTY neighbours of each lower-case letter (a typo's "keyboard neighbour")
@@ -95,6 +96,10 @@ def noise(alphabet: str, rng: np.random.Generator, words: int) -> str:
                     for _ in range(max(1, words)))
 
 
+PLAN_CHUNK = 1 << 20  # pairs whose draws are made at once (bounds the temporary floats)
+MERGE, UPPER, TITLE, TYPOS, NOISE = 1, 2, 4, 8, 16  # a pair's modifiers this epoch, as bits
+
+
 class Augmenter:
     """Applies ``train.augment``'s modifiers to the pairs of a batch (one instance per training process)."""
 
@@ -110,6 +115,29 @@ class Augmenter:
         self.tags = frozenset(int(t) for t in tags)
         self.tag_side = tag_side
         self.alphabet = ""
+        self._plans: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # the last two epochs' plans
+
+    def plan(self, n: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each of ``n`` pairs' modifiers in ``epoch`` (``(n,)`` uint8 of MERGE | UPPER | ...) and merge partner
+        (``(n,)`` int64), drawn from a generator seeded with (seed, epoch): a function of the pair's index."""
+        if epoch in self._plans and len(self._plans[epoch][0]) == n:
+            return self._plans[epoch]
+        c = self.config
+        rng = np.random.default_rng([self.seed, epoch + 1])  # (growth's epoch is -1)
+        flags = np.zeros(n, dtype=np.uint8)
+        partner = np.zeros(n, dtype=np.int64)
+        for lo in range(0, n, PLAN_CHUNK):
+            u = rng.random((min(PLAN_CHUNK, n - lo), 5))
+            part = flags[lo: lo + len(u)]
+            part |= np.where(u[:, 0] < c.merge, MERGE, 0).astype(np.uint8)
+            part |= np.where(u[:, 1] < c.upper, UPPER, np.where(u[:, 1] < c.upper + c.title, TITLE, 0)).astype(np.uint8)
+            part |= np.where(u[:, 2] < c.typos, TYPOS, 0).astype(np.uint8)
+            part |= np.where(u[:, 3] < c.copy_noise, NOISE, 0).astype(np.uint8)
+            partner[lo: lo + len(u)] = np.minimum((u[:, 4] * n).astype(np.int64), n - 1)
+        if len(self._plans) >= 2:
+            self._plans.pop(min(self._plans))
+        self._plans[epoch] = (flags, partner)
+        return flags, partner
 
     def _split(self, ids: np.ndarray, side: str) -> tuple[list[int], list[int]]:
         """(leading tag or [], the rest) of a stored sentence."""
@@ -129,7 +157,7 @@ class Augmenter:
     def learn_alphabet(self, store) -> None:
         """copy_noise's characters: the letters and digits of both sides of a seeded sample of training pairs."""
         n = len(store)
-        rows = np.random.default_rng([self.seed, 1]).choice(n, size=min(n, ALPHABET_SAMPLE), replace=False) \
+        rows = np.random.default_rng([self.seed, 0]).choice(n, size=min(n, ALPHABET_SAMPLE), replace=False) \
             if n else []
         src_chars: set[str] = set()
         tgt_chars: set[str] = set()
@@ -142,28 +170,28 @@ class Augmenter:
 
     def pair(self, store, index: int, epoch: int) -> tuple[list[int], list[int]] | None:
         """Pair ``index`` as this epoch's modifiers change it: (source ids, target ids), or None when no
-        modifier applies (or the result would not fit ``max_len``)."""
-        c = self.config
-        rng = np.random.default_rng([self.seed, epoch + 1, index])  # (growth's epoch is -1)
-        draws = rng.random(5)  # merge, case, typos, copy_noise, partner: drawn always, so each is independent
-        changed = False
-        pair = None
-        if draws[0] < c.merge or draws[1] < c.upper + c.title or draws[2] < c.typos or draws[3] < c.copy_noise:
-            pair = self._text(store, index)
+        modifier applies (or the result would not fit ``max_len``, or has a piece the vocabulary lacks)."""
+        flags, partner = self.plan(len(store), epoch)
+        todo = int(flags[index])
+        if not todo:
+            return None
+        pair = self._text(store, index)
         if pair is None:
             return None
         s_tag, src, t_tag, tgt = pair
-        if draws[0] < c.merge:
-            other = self._text(store, int(draws[4] * len(store)))
+        rng = np.random.default_rng([self.seed, epoch + 1, index])  # typos' and noise's own draws
+        changed = False
+        if todo & MERGE:
+            other = self._text(store, int(partner[index]))
             if other is not None and other[0] == s_tag and other[2] == t_tag:
                 src, tgt, changed = f"{src} {other[1]}", f"{tgt} {other[3]}", True
-        if draws[1] < c.upper:
+        if todo & UPPER:
             src, tgt, changed = src.upper(), tgt.upper(), True
-        elif draws[1] < c.upper + c.title:
+        elif todo & TITLE:
             src, tgt, changed = title_case(src), title_case(tgt), True
-        if draws[2] < c.typos:
-            src, changed = typos(src, c.typo_rate, rng), True
-        if draws[3] < c.copy_noise:
+        if todo & TYPOS:
+            src, changed = typos(src, self.config.typo_rate, rng), True
+        if todo & NOISE:
             src = tgt = noise(self.alphabet or "abcdefghijklmnopqrstuvwxyz", rng, len(src.split()))
             changed = True
         if not changed:
@@ -187,14 +215,13 @@ class Augmenter:
                 tgts.append(changed[1])
         return srcs, tgts
 
-    def growth(self, store) -> tuple[float, float]:
-        """Mean length growth (source, target) of augmented over stored pairs, on a seeded sample of up to
-        GROWTH_SAMPLE pairs (as epoch -1)."""
-        n = len(store)
-        if n == 0:
-            return 1.0, 1.0
-        rows = np.random.default_rng(self.seed).choice(n, size=min(n, GROWTH_SAMPLE), replace=False)
-        srcs, tgts = self(store, rows, -1)
-        old_src = sum(int(store.src_lengths[i]) for i in rows)
-        old_tgt = sum(int(store.tgt_lengths[i]) for i in rows)
-        return sum(map(len, srcs)) / max(1, old_src), sum(map(len, tgts)) / max(1, old_tgt)
+    def lengths(self, store, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair's source and target length in ``epoch``, its modifiers applied: what the batch sampler
+        cuts that epoch's batches by, so that they keep their token budget and little padding."""
+        src, tgt = store.src_lengths.copy(), store.tgt_lengths.copy()
+        flags, _ = self.plan(len(store), epoch)
+        for i in np.flatnonzero(flags).tolist():
+            changed = self.pair(store, i, epoch)
+            if changed is not None:
+                src[i], tgt[i] = len(changed[0]), len(changed[1])
+        return src, tgt

@@ -130,17 +130,20 @@ class TokenBatchSampler:
         self.world_size = world_size
         self.shuffle = shuffle
         self.mixture = mixture  # a multilingual store sampled in other shares than its pairs' sizes
+        self.epoch_lengths: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None  # each epoch's own
+        # lengths (train.augment changes them), instead of src_lengths and tgt_lengths
         self.state = SamplerState()
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches for ``epoch``; every rank gets the same number."""
         seed = self.seed + epoch if self.shuffle else self.seed
+        src_lengths, tgt_lengths = self.epoch_lengths(epoch) if self.epoch_lengths is not None else \
+            (self.src_lengths, self.tgt_lengths)
         if self.mixture is None:
-            batches = make_batches(self.src_lengths, self.tgt_lengths, self.max_tokens, seed)
+            batches = make_batches(src_lengths, tgt_lengths, self.max_tokens, seed)
         else:
             drawn = self.mixture.epoch_indices(seed)
-            batches = [drawn[b] for b in make_batches(self.src_lengths[drawn], self.tgt_lengths[drawn],
-                                                      self.max_tokens, seed)]
+            batches = [drawn[b] for b in make_batches(src_lengths[drawn], tgt_lengths[drawn], self.max_tokens, seed)]
         if self.shuffle:
             perm = np.random.default_rng(self.seed * 1_000_003 + epoch).permutation(len(batches))
             batches = [batches[i] for i in perm]

@@ -153,7 +153,8 @@ class Trainer:
                                      max_len=config.model.max_positions - 1, tags=self._source_tags(),
                                      tag_side="tgt" if self.tagged_targets else "src")
             self.augment.learn_alphabet(self.train_store)
-            self._set_length_growth(self.augment.growth(self.train_store))  # seeded: the same on every rank
+            augment, store = self.augment, self.train_store
+            self.sampler.epoch_lengths = lambda epoch: augment.lengths(store, epoch)  # batches cut by them
         self.step = 0
         self.elapsed = 0.0  # training seconds, summed over resumed runs
         self.best: float | None = None
@@ -254,8 +255,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def _set_length_growth(self, growth: tuple[float, float]) -> None:
-        """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout), or augmentation's
-        longer pairs (mtkit.training.augment)."""
+        """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout)."""
         from mtkit.training.bpe_dropout import scaled_lengths
 
         self.length_growth = (float(growth[0]), float(growth[1]))
@@ -273,7 +273,7 @@ class Trainer:
                         config=self.config, model=self.model, vocab=self.vocab,
                         data_fingerprint=self.data_fingerprint)
         self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler, self.ema)
-        if (self.bpe_dropout is not None or self.augment is not None) and "length_growth" in ckpt:
+        if self.bpe_dropout is not None and "length_growth" in ckpt:
             self._set_length_growth(counters.length_growth)
         self.step, self.elapsed = counters.step, counters.elapsed
         self.best, self.bad_validations = counters.best, counters.bad_validations
@@ -433,8 +433,7 @@ class Trainer:
                                 "world_size": self.dist.world_size, "device": str(self.device),
                                 **({"init_from": str(self.init[0]), "init_step": self.init[1]} if self.init else {}),
                                 **({"pair_shares": self.mixture_shares} if self.mixture_shares else {}),
-                                **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {}),
-                                **({"augment_growth": list(self.length_growth)} if self.augment else {})})
+                                **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
 
     def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg

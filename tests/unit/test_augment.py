@@ -114,10 +114,22 @@ def test_tags_stay_in_front_and_too_long_or_unknown_pairs_keep_their_ids(vocab, 
     assert all(np.array_equal(s, lower_store.src(i)) for i, s in enumerate(srcs))  # no upper case in its vocabulary
 
 
-def test_growth_measures_the_longer_pairs(vocab, store):
-    assert Augmenter(vocab, AugmentConfig(), seed=1, max_len=200).growth(store) == (1.0, 1.0)
-    src, tgt = Augmenter(vocab, AugmentConfig(merge=1.0), seed=1, max_len=400).growth(store)
-    assert 1.8 < src < 2.2 and 1.8 < tgt < 2.2
+def test_each_epochs_lengths_are_its_augmented_pairs_and_the_sampler_cuts_batches_by_them(vocab, store):
+    from mtkit.training.batching import TokenBatchSampler
+
+    aug = Augmenter(vocab, AugmentConfig(merge=0.3, upper=0.3), seed=1, max_len=400)
+    src, tgt = aug.lengths(store, 2)
+    srcs, tgts = aug(store, range(len(store)), 2)
+    assert src.tolist() == [len(s) for s in srcs] and tgt.tolist() == [len(t) for t in tgts]
+    assert (src > store.src_lengths).mean() > 0.3  # merged and upper-cased pairs are longer
+    flags, partner = aug.plan(len(store), 2)
+    assert flags.dtype == np.uint8 and 0 <= partner.min() and partner.max() < len(store)
+    assert np.array_equal(aug.plan(len(store), 2)[0], Augmenter(vocab, aug.config, 1, 400).plan(len(store), 2)[0])
+    sampler = TokenBatchSampler(store.src_lengths, store.tgt_lengths, max_tokens=300, seed=1)
+    sampler.epoch_lengths = lambda epoch: aug.lengths(store, epoch)
+    for batch in sampler.epoch_batches(2):
+        s, t = aug(store, batch, 2)
+        assert max(max(map(len, s)), max(map(len, t))) * len(batch) <= 300 + 2 * len(batch)  # (+ BOS/EOS)
 
 
 @pytest.mark.parametrize(("sets", "problem"), [
