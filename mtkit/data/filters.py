@@ -28,6 +28,9 @@ Filter = Callable[[str, str], "str | None"]
 # and the word joiner, C0/C1 controls (when normalization kept them), and U+FFFD (a decoder's replacement).
 _ALLOWED_FORMAT = {"\u200c", "\u200d", "\u2060"}
 _NUMBER = re.compile(r"\d+(?:[.,\u00a0\u202f' ]\d{3})*(?:[.,]\d+)?")
+_NOT_LETTERS = re.compile(r"[\W\d_]+")  # what is left is letters (str.isalpha, in C)
+_NOT_ALNUM = re.compile(r"[\W_]+")
+_URL_HINT = re.compile(r"@|://|www\.", re.IGNORECASE)
 _URL = re.compile(r"(?:https?://|www\.)[^\s<>\"']+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.IGNORECASE)
 
 
@@ -53,9 +56,8 @@ def alpha(minimum: float) -> Filter:
     def test(src: str, tgt: str) -> str | None:
         for i, text in enumerate((src, tgt)):
             chars = len(text) - text.count(" ")
-            if chars and sum(ch.isalpha() for ch in text) < minimum * chars:
-                share = sum(ch.isalpha() for ch in text) / chars
-                return f"{_side(i)} {share:.0%} letters"
+            if chars and (letters := _letters(text)) < minimum * chars:
+                return f"{_side(i)} {letters / chars:.0%} letters"
         return None
 
     return test
@@ -77,8 +79,12 @@ def repeats(maximum: int) -> Filter:
     return test
 
 
+def _letters(text: str) -> int:
+    return len(_NOT_LETTERS.sub("", text))
+
+
 def _letters_digits(text: str) -> str:
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
+    return _NOT_ALNUM.sub("", text.casefold())
 
 
 def copy(min_chars: int) -> Filter:
@@ -109,6 +115,8 @@ def numbers(src: str, tgt: str) -> str | None:
 
 def urls(src: str, tgt: str) -> str | None:
     """Drops a pair whose sides have different URLs or e-mail addresses (case aside; a final . , ; : ) aside)."""
+    if not (_URL_HINT.search(src) or _URL_HINT.search(tgt)):  # the common case, in C
+        return None
     a, b = (sorted(u.rstrip(".,;:)").casefold() for u in _URL.findall(text)) for text in (src, tgt))
     if a != b:
         return f"URLs/e-mails {' '.join(a) or '(none)'} | {' '.join(b) or '(none)'}"
@@ -146,7 +154,7 @@ def langid(config: LangIdFilter, src_lang: str, tgt_lang: str) -> Filter:
 
     def test(src: str, tgt: str) -> str | None:
         for i, (text, want) in enumerate(((src, src_code), (tgt, tgt_code))):
-            if sum(ch.isalpha() for ch in text) < config.min_chars:
+            if _letters(text) < config.min_chars:
                 continue
             found = detector.detect_language_of(text)
             if found is not None and found.iso_code_639_1 != want:
