@@ -61,8 +61,15 @@ class _Drops:
         self.counts[rule] += 1
         kept = self.examples.setdefault(rule, [])
         if len(kept) < self.limit:
-            kept.append({"pair": number, "src": src, "tgt": tgt, "why": why} if src is not None
+            kept.append({"pair": number, "src": _clip(src), "tgt": _clip(tgt), "why": why} if src is not None
                         else {"pair": number, "why": why})
+
+
+EXAMPLE_CHARS = 500  # of each side of an example kept in the manifest (a crawled line can be megabytes)
+
+
+def _clip(text: str | None) -> str | None:
+    return text if text is None or len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 1] + "…"
 
 
 def _flat(ids: list[list[int]], total: int, dtype: np.dtype) -> np.ndarray:

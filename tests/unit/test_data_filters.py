@@ -184,3 +184,16 @@ def test_the_report_has_each_rule_with_count_share_and_examples_and_warns_over_t
     assert json.loads((tmp_path / "r.json").read_text()) == sections
     write_report(sections, tmp_path / "r.md")
     assert (tmp_path / "r.md").read_text() == markdown
+
+
+def test_the_examples_kept_are_the_first_few_and_clipped():
+    from mtkit.data.encode import EXAMPLE_CHARS, _Drops
+
+    drops = _Drops(2)
+    for n in range(5):
+        drops.add("alpha", n + 1, "#" * 100_000, "ok", "source 0% letters")
+    drops.add("duplicate", 9, None, None, "an earlier pair again")
+    assert drops.counts == {"alpha": 5, "duplicate": 1}
+    assert [e["pair"] for e in drops.examples["alpha"]] == [1, 2]
+    assert len(drops.examples["alpha"][0]["src"]) == EXAMPLE_CHARS and drops.examples["alpha"][0]["tgt"] == "ok"
+    assert drops.examples["duplicate"] == [{"pair": 9, "why": "an earlier pair again"}]
