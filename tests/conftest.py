@@ -34,8 +34,18 @@ MULTI30K = Path(os.environ.get("MTKIT_MULTI30K",
 MODELS = Path(os.environ.get("MTKIT_MODELS", MULTI30K.parent.parent / "models"))
 
 
+# onnxruntime (1.31 and 1.32 at least) starts Microsoft's 1DS telemetry SDK when it is imported, which writes a
+# session file TMPDIR/.ses (a timestamp and an id, 51 bytes) and never removes it; disable_telemetry_events()
+# does not stop it. The tests (and the mtkit processes they start) import it: the file is removed at the end of
+# the session unless it was there before.
+_ORT_SESSION_FILE = Path(tempfile.gettempdir()) / ".ses"
+_ORT_SESSION_FILE_BEFORE = _ORT_SESSION_FILE.exists()
+
+
 def pytest_unconfigure(config) -> None:
     shutil.rmtree(_CACHES, ignore_errors=True)
+    if not _ORT_SESSION_FILE_BEFORE:
+        _ORT_SESSION_FILE.unlink(missing_ok=True)
 
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
