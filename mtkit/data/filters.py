@@ -145,9 +145,9 @@ def langid(config: LangIdFilter, src_lang: str, tgt_lang: str) -> Filter:
     tgt_code = _lingua_language(tgt_lang, "data.tgt_lang")
     codes = {src_code, tgt_code}
     codes.update(_lingua_language(x, "data.clean.filters.langid.languages") for x in config.languages)
-    builder = LanguageDetectorBuilder.from_iso_codes_639_1(*sorted(codes, key=lambda c: c.name))
     if len(codes) == 1:  # lingua needs two candidates; a same-language pair can still catch nothing
         return lambda src, tgt: None
+    builder = LanguageDetectorBuilder.from_iso_codes_639_1(*sorted(codes, key=lambda c: c.name))
     if config.accuracy == "low":
         builder = builder.with_low_accuracy_mode()
     detector = builder.build()

@@ -44,7 +44,7 @@ from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig, SourceConfi
 from mtkit.data.encode import SPLITS, _encode_corpora, _encode_eval, _encode_train, _sample_for_spm
 from mtkit.data.filters import check_filters
 from mtkit.data.multilingual import _build_pairs, _train_multilingual_vocab
-from mtkit.data.report import cleaning_report, render_text, warnings
+from mtkit.data.report import cleaning_report, render_text, share_warnings
 from mtkit.data.sources import source_files
 from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, load_manifest
 from mtkit.data.vocab import Vocab, train_model
@@ -320,7 +320,7 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     sections = cleaning_report(manifest)
     if sections:
         log(render_text(sections))
-    for line in warnings(sections, data.clean.warn_share):
+    for line in share_warnings(sections, data.clean.warn_share):
         log(line)
     log(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
     return manifest

@@ -38,7 +38,7 @@ def cleaning_report(manifest: dict) -> list[dict]:
     return sections
 
 
-def warnings(sections: list[dict], share: float) -> list[str]:
+def share_warnings(sections: list[dict], share: float) -> list[str]:
     """A line for each rule or filter that dropped more than ``share`` of its corpus's pairs."""
     return [f"warning: {s['corpus']}: {r['rule']} dropped {r['dropped']} of {s['read']} pairs ({r['share']:.1%}, "
             f"over data.clean.warn_share {share:g}): check its settings against the examples in the report"

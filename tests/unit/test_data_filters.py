@@ -11,7 +11,7 @@ import pytest
 
 from mtkit.config import FiltersConfig, LangIdFilter, load_config
 from mtkit.data import filters as F
-from mtkit.data.report import cleaning_report, render_markdown, render_text, warnings, write_report
+from mtkit.data.report import cleaning_report, render_markdown, render_text, share_warnings, write_report
 from mtkit.errors import MtkitError
 
 GOOD = ("A man rides a bike down the street in 2014.", "Ein Mann fährt 2014 mit dem Fahrrad die Straße entlang.")
@@ -177,7 +177,7 @@ def test_the_report_has_each_rule_with_count_share_and_examples_and_warns_over_t
     assert "train: kept 6 of 10 pairs" in text and "copy" in text and "pair 5: target = source: 'Hi' | 'Hi'" in text
     markdown = render_markdown(sections)
     assert "| copy | 3 | 30.00% |" in markdown and "| 2 | source empty |  | x \\| y |" in markdown
-    assert warnings(sections, 0.2) == ["warning: train: copy dropped 3 of 10 pairs (30.0%, over "
+    assert share_warnings(sections, 0.2) == ["warning: train: copy dropped 3 of 10 pairs (30.0%, over "
                                        "data.clean.warn_share 0.2): check its settings against the examples in "
                                        "the report"]
     write_report(sections, tmp_path / "r.json")
