@@ -60,6 +60,50 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+# A process's open descriptor reached through a link (/dev/stdout, /dev/fd/1, /proc/self/fd/1): a magic
+# link to an open file, which names no path to put a temporary beside or rename onto.
+_DESCRIPTOR = re.compile(r"/proc/[^/]+/fd/\d+|/dev/fd/\d+")
+_MAX_LINKS = 40  # Linux's own limit on the links one path lookup follows (ELOOP beyond)
+
+
+def output_target(path: str | Path) -> tuple[Path, bool]:
+    """Where an output named ``path`` goes, and whether it is written through (no temporary, no rename).
+
+    * Nothing there yet, a regular file, a directory: ``(path, False)``: :func:`atomic_path` writes a
+      temporary beside it and renames it onto it (onto a directory the rename fails, naming ``path``).
+    * A symbolic link: ``(its final target, False)``: the temporary is made beside the target and renamed
+      onto it, so that the link stays a link and its target gets the content. A dangling link's target is
+      created, as ``sort -o``, ``tee`` and the shell's ``>`` do (GNU ``cp`` alone refuses one): the user
+      named the link, and a link made before its target is a common way to say where an output goes;
+      the target's folder must exist (refused in one line otherwise: no folders made at a link's say).
+    * A character device or a FIFO (``/dev/null``, a terminal, a named pipe), or a process's open
+      descriptor (``/dev/stdout``, ``/dev/fd/N``): ``(path, True)``: written through, as ``sort -o``
+      does; a rename would replace the device node or the pipe with a regular file.
+    * Any other special file (a block device, a socket): refused in one line.
+    """
+    path = Path(path)
+    target, hops = path, 0
+    while target.is_symlink():
+        if _DESCRIPTOR.fullmatch(str(target)):
+            return path, True
+        hops += 1
+        if hops > _MAX_LINKS:
+            raise MtkitError(f"{path}: too many levels of symbolic links")
+        target = target.parent / os.readlink(target)  # a relative link is relative to its own folder
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None  # nothing there yet (or its folder is missing: made below, or named by the error)
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return path, True
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "a special file"
+        raise MtkitError(f"{path}: is {kind}; mtkit writes only files, character devices and FIFOs")
+    if target != path and mode is None and not target.parent.is_dir():
+        raise MtkitError(f"{path}: a symbolic link to {target}, whose folder does not exist")
+    return target, False
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, owned: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
@@ -69,12 +113,28 @@ def atomic_path(path: str | Path, owned: bool = False) -> Iterator[Path]:
     (a full disk, a folder mtkit may not write in). ``owned``: the temporary's name carries
     this process's :func:`owner` (``.NAME.PID@HOST.XXXXXXXX.tmp``), so that
     :func:`remove_dead_temporaries` can remove it once the process is gone (a SIGKILL).
+
+    A symbolic link is followed (the temporary is made beside its target and renamed onto the target);
+    a character device or a FIFO is written through: the path yielded is ``path`` itself, which a
+    caller must neither remove nor replace; a block device or a socket is refused (:func:`output_target`).
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner() + '.' if owned else ''}", suffix=".tmp",
-                                   dir=path.parent)
+    except OSError as e:
+        raise _named(e, None if e.filename is None else str(e.filename), path) from None
+    target, through = output_target(path)
+    if through:
+        try:
+            yield path
+        except OSError as e:  # /dev/full's ENOSPC names no file: it is the output's
+            if _named(e, None, path) is not e:
+                raise _named(e, None, path) from None
+            raise
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{owner() + '.' if owned else ''}", suffix=".tmp",
+                                   dir=target.parent)
     except OSError as e:
         raise _named(e, None if e.filename is None else str(e.filename), path) from None
     os.close(fd)
@@ -83,7 +143,7 @@ def atomic_path(path: str | Path, owned: bool = False) -> Iterator[Path]:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make the result unreadable to others
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -93,11 +153,11 @@ def atomic_path(path: str | Path, owned: bool = False) -> Iterator[Path]:
 
 
 def remove_dead_temporaries(path: str | Path) -> list[Path]:
-    """Remove the :func:`atomic_path` temporaries of ``path`` (made with ``owned``) whose process, on
-    this host, no longer runs (killed by SIGKILL, or a crash); never a live process's, nor another
-    host's. Says on stderr what it removed; returns it."""
-    path = Path(path)
-    if os.name != "posix" or not path.parent.is_dir():  # on Windows, os.kill(pid, 0) sends a Ctrl-C
+    """Remove the :func:`atomic_path` temporaries of ``path`` (made with ``owned``; beside its target where
+    ``path`` is a link, none for a device) whose process, on this host, no longer runs (killed by SIGKILL,
+    or a crash); never a live process's, nor another host's. Says on stderr what it removed; returns it."""
+    path, through = output_target(path)  # a link's temporaries are beside its target
+    if through or os.name != "posix" or not path.parent.is_dir():  # on Windows, os.kill(pid, 0) sends a Ctrl-C
         return []
     host = owner().partition("@")[2]
     pattern = re.compile(rf"\.{re.escape(path.name)}\.(\d+)@{re.escape(host)}\.[A-Za-z0-9_]+\.tmp")

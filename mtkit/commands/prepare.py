@@ -61,6 +61,24 @@ class DataFlags:
     filters: tuple[str, ...] = ()  # data.clean.filters to turn on with their default settings
 
 
+def _check_report(report: Path, out: Path) -> None:
+    """Refuse, before the work, a ``--report`` that the prepared folder ``out`` holds (or a link into it):
+    the report would replace one of its files (its manifest.json), or, as a file prepare did not write,
+    make the next rebuild refuse the folder; and one that is no file to write (a block device, a socket)."""
+    from mtkit.io import output_target
+
+    try:
+        output_target(report)
+        target, folder = report.resolve(), out.resolve()  # links followed, as the write follows them
+    except MtkitError as e:
+        raise MtkitError(f"--report {e}") from None
+    except RuntimeError:  # Python 3.11's resolve() on a loop of links in a folder above
+        raise MtkitError(f"--report {report}: too many levels of symbolic links") from None
+    if target == folder or folder in target.parents:
+        raise MtkitError(f"--report {report}: inside the prepared folder {out}, which holds prepare's files"
+                         " alone; write the report elsewhere")
+
+
 def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | None, data: DataFlags,
                        force: bool = False, report: Path | None = None) -> None:
     """``mtkit prepare``'s flags as the data section's keys (each error names its flag), over the recipe
@@ -107,6 +125,8 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
                              "'data.clean.filters.dual_xent={forward: FWD, backward: BWD, keep: 0.9}'")
         flags[f"data.clean.filters.{name}"] = (f"--filter {name}", {})
     config = load_config(recipe, overrides or [], flags, defaults)
+    if report is not None:
+        _check_report(report, out)
     if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
         raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
     manifest = prepare(config, out, force=force)

@@ -62,8 +62,16 @@ def _count_lines(names: list[str]) -> int | None:
 
 
 def _check_writable(path: Path | None, flag: str) -> None:
+    """Refuse, before the model loads, an output that is a directory, a block device or a socket."""
     if path is not None and path.is_dir():
         raise MtkitError(f"{flag} {path}: is a directory; give a file path")
+    if path is not None:
+        from mtkit.io import output_target
+
+        try:
+            output_target(path)
+        except MtkitError as e:
+            raise MtkitError(f"{flag} {e}") from None
 
 
 def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:

@@ -214,7 +214,8 @@ def save_checkpoint(payload: dict, path: str | Path) -> Path:
             with open(tmp, "wb") as f:
                 torch.save(payload, f)
                 f.flush()
-                os.fsync(f.fileno())
+                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a device written through (-o /dev/null): no fsync
+                    os.fsync(f.fileno())
     except OSError as e:
         if e.errno == errno.ENOSPC:
             raise MtkitError(f"{path}: no space left on device while saving the checkpoint; "

@@ -139,6 +139,10 @@ def link_atomically(target: Path, link: Path) -> None:
     import shutil
 
     with atomic_path(link) as tmp:
+        if tmp == link:  # a device or FIFO, written through: never to be unlinked
+            with open(target, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            return
         os.unlink(tmp)
         try:
             os.link(target, tmp)
