@@ -104,7 +104,10 @@ def _written_by_mtkit(manifest_path: Path) -> bool:
 
 def _check_out_dir(out_dir: Path) -> None:
     """Raise MtkitError unless writing ``out_dir`` (replacing what is there) deletes nothing of the user's."""
-    resolved = out_dir.resolve()
+    try:
+        resolved = out_dir.resolve()
+    except (RuntimeError, OSError):  # Python 3.11's resolve() on a loop of links (3.13: OSError ELOOP)
+        raise MtkitError(f"{out_dir}: too many levels of symbolic links") from None
     try:
         cwd = Path.cwd().resolve()
     except FileNotFoundError:  # the current directory was deleted: nothing of it to protect

@@ -181,3 +181,12 @@ def test_prepare_report_never_writes_over_the_prepared_folder(tmp_path):
     result = mtkit(*args, "--report", null)
     assert result.returncode == 0, result.stderr
     assert is_device(null) and (out / "manifest.json").read_bytes() == manifest
+
+
+def test_prepare_into_a_loop_of_links_is_one_error(tmp_path):
+    """`prepare -o LOOP/out` where LOOP is a link to itself: Python's resolve() raised a traceback."""
+    files = write_reverse_corpus(tmp_path / "text", n_train=50, n_valid=5)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    error = one_error(mtkit("prepare", "--src", files["train"][0], "--tgt", files["train"][1], "-o", loop / "out"))
+    assert error.startswith("error: ") and "symbolic links" in error
