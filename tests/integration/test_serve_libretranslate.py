@@ -422,6 +422,18 @@ def test_api_keys_as_libretranslate_answers_them():
         s.stop()
 
 
+def test_serve_help_says_what_a_missing_or_wrong_api_key_gets():
+    """``mtkit serve --help`` on --api-keys: the statuses test_api_keys_as_libretranslate_answers_them sees."""
+    import typer
+
+    from mtkit.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]
+    text = " ".join(next(p.help for p in serve.params if p.name == "api_keys").split())
+    assert "/translate and /detect answer 400 without a key and 403 with a wrong one" in text
+    assert "/v1/translate answers 403 to both" in text
+
+
 def test_cors_on_libretranslates_routes(one):
     """LibreTranslate's blueprint adds ``Access-Control-Allow-Origin: *`` to each of its routes' answers."""
     for path in ("/health", "/frontend/settings", "/languages"):
