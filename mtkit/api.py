@@ -221,7 +221,7 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
     if is_hugging_face_folder(path):
         if engine not in (None, "torch") or quantization is not None:
-            raise MtkitError(f"{path}: a Hugging Face (Marian) model folder loads with the torch engine; for "
+            raise MtkitError(f"{path}: a Hugging Face model folder loads with the torch engine; for "
                              f"{engine or 'ctranslate2'}, import it first (mtkit import marian {path} -o RUN) and "
                              "load RUN")
         return _load_marian(str(path), device, precision, threads, target)

@@ -437,8 +437,8 @@ def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
                 print("note: " + said.format(pick.name), file=sys.stderr)
             return pick
         if is_hugging_face_folder(path):
-            made = " written by mtkit export hf" if (path / "mtkit.json").is_file() else ""
-            raise _Missing(f"{path}: a Hugging Face (Marian) model folder{made}, not an mtkit checkpoint or run "
+            made = "written by mtkit export hf" if (path / "mtkit.json").is_file() else "(Marian, OPUS-MT)"
+            raise _Missing(f"{path}: a Hugging Face model folder {made}, not an mtkit checkpoint or run "
                            f"directory: mtkit.load and mtkit.pipeline load it as it is; for the commands, import it "
                            f"first: mtkit import marian {path} -o RUN")
         raise _Missing(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")

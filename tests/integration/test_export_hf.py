@@ -198,7 +198,7 @@ def test_the_commands_say_what_an_exported_folder_is_and_what_to_use(tmp_path):
         done = mtkit_cli(*args, stdin="one\n")
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.splitlines()[-1] == (
-            f"error: {hf}: a Hugging Face (Marian) model folder written by mtkit export hf, not an mtkit checkpoint "
+            f"error: {hf}: a Hugging Face model folder written by mtkit export hf, not an mtkit checkpoint "
             f"or run directory: mtkit.load and mtkit.pipeline load it as it is; for the commands, import it first: "
             f"mtkit import marian {hf} -o RUN")
 
