@@ -199,8 +199,10 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
     """Load a model to translate with.
 
     Args:
-        path: an mtkit run directory or checkpoint (the torch engine), or a folder written by ``mtkit
-            export ctranslate2`` (the CTranslate2 engine) or ``mtkit export onnx`` (ONNX Runtime).
+        path: an mtkit run directory or checkpoint (the torch engine), a folder written by ``mtkit
+            export ctranslate2`` (the CTranslate2 engine) or ``mtkit export onnx`` (ONNX Runtime), or a Marian
+            model in the Hugging Face layout (a folder ``mtkit export hf`` wrote, an OPUS-MT model), imported on
+            load as ``mtkit import marian`` imports it (the torch engine), as :func:`pipeline` does.
         engine: ``torch``, ``ctranslate2`` or ``onnx`` (None: the one ``path`` is for); ``ctranslate2`` on a run
             directory or checkpoint exports it on first use and keeps the export beside it
             (:mod:`mtkit.export.cache`).
@@ -211,11 +213,18 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
         target: the target language calls translate into by default (a multilingual model's).
     """
+    from mtkit.runtime.checkpoint import is_hugging_face_folder
     from mtkit.runtime.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
 
     path = Path(path)
     if not path.exists():
         raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
+    if is_hugging_face_folder(path):
+        if engine not in (None, "torch") or quantization is not None:
+            raise MtkitError(f"{path}: a Hugging Face model folder loads with the torch engine; for "
+                             f"{engine or 'ctranslate2'}, import it first (mtkit import marian {path} -o RUN) and "
+                             "load RUN")
+        return _load_marian(str(path), device, precision, threads, target)
     if engine is None:
         engine = "ctranslate2" if is_exported_model(path) else "onnx" if is_onnx_export(path) else "torch"
     if engine not in ENGINES:
@@ -244,6 +253,22 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
                  precision)
 
 
+def _load_marian(source: str, device: str, precision: str, threads: int, target: str | None) -> Model:
+    """A Marian model in the Hugging Face layout (a folder, or a hub name), imported as ``mtkit import marian``
+    imports it (nothing of the folder runs: its JSON, SentencePiece models and weights are read and checked)
+    into a temporary run directory, and loaded from there with the torch engine."""
+    import tempfile
+
+    from mtkit.importers import write_run
+    from mtkit.importers.marian import marian_folder, read_marian
+
+    imported = read_marian(marian_folder(source))
+    with tempfile.TemporaryDirectory(prefix="mtkit-import-") as tmp:
+        loaded = load(write_run(imported, Path(tmp) / "run"), "torch", device, precision, threads, target)
+    loaded.path = Path(source)
+    return loaded
+
+
 def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Sequence[str],
              metrics: Sequence[str] = ("bleu", "chrf", "ter"), **options: Any) -> list:
     """sacreBLEU scores of detokenized ``hypotheses`` against raw ``references`` (one list per reference
@@ -256,10 +281,6 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     if refs and isinstance(refs[0], str):
         refs = [refs]
     return score(list(hypotheses), refs, list(metrics), **options)
-
-
-def _is_marian_folder(path: Path) -> bool:
-    return path.is_dir() and (path / "config.json").is_file() and (path / "source.spm").exists()
 
 
 class TranslationPipeline:
@@ -333,15 +354,6 @@ def pipeline(task: str = "translation", model: str | Path | None = None, device:
     elif isinstance(device, int):
         device = "cpu" if device < 0 else f"cuda:{device}"
     path = Path(model)
-    if not path.exists() or _is_marian_folder(path):
-        import tempfile
-
-        from mtkit.importers import write_run
-        from mtkit.importers.marian import marian_folder, read_marian
-
-        imported = read_marian(marian_folder(str(model)))
-        with tempfile.TemporaryDirectory(prefix="mtkit-import-") as tmp:
-            loaded = load(write_run(imported, Path(tmp) / "run"), "torch", device, threads=threads)
-        loaded.path = path
-        return TranslationPipeline(loaded)
+    if not path.exists():  # a hub name
+        return TranslationPipeline(_load_marian(str(model), device, "fp32", threads, None))
     return TranslationPipeline(load(path, None, device, threads=threads))

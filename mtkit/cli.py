@@ -519,7 +519,7 @@ def serve(
                                                "(decode.batch_tokens) and per merge of requests."),
     src_lang: str | None = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
-    api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line: requests without one get 403."),
+    api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line (# comments): /translate and /detect answer 400 without a key and 403 with a wrong one, as LibreTranslate does; /v1/translate answers 403 to both."),
     decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time (1-64), each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),

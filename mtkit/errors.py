@@ -61,3 +61,10 @@ def shown(value) -> str:
     depth, so that a value from a stranger's file (a config value of 10**6000, a list nested 200,000 deep)
     makes one short line."""
     return _SHOWN.repr(value)
+
+
+def counted(n: int, noun: str, plural: str | None = None, spec: str = "") -> str:
+    """``n`` and its noun, singular for 1: ``counted(1, "line")`` is ``1 line``, ``counted(3, "line")`` ``3 lines``
+    (``plural`` where adding an s is wrong: ``counted(2, "entry", "entries")``; ``spec`` formats the number:
+    ``counted(12000, "pair", spec=",")`` is ``12,000 pairs``)."""
+    return f"{n:{spec}} {noun if n == 1 else plural or noun + 's'}"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 
 # Errors of a write through an open file (no file name of their own): they are the output's.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
@@ -409,7 +409,7 @@ def parse_json(data: bytes | str, where: str, max_depth: int = MAX_JSON_DEPTH) -
 
 
 def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else counted(n, "byte")
 
 
 def open_regular(path: Path, missing: str, directory: str = "not a regular file") -> IO[bytes]:

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mtkit
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
@@ -291,7 +291,7 @@ def _to_table(
     results: list[MetricScore],
     paired: list[list[BootstrapScore]] | None,
 ) -> str:
-    lines = [f"refs: {', '.join(map(str, ref_paths)) or 'none (quality estimation)'}  ({n} sentences)"]
+    lines = [f"refs: {', '.join(map(str, ref_paths)) or 'none (quality estimation)'}  ({counted(n, 'sentence')})"]
     if paired is None:
         lines.append(f"hyp:  {hyp_paths[0]}")
         width = max(len(r.metric) for r in results)

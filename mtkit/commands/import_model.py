@@ -19,6 +19,8 @@ def import_marian(source: str, out_dir: Path) -> None:
     imported = read_marian(marian_folder(source))
     out = write_run(imported, out_dir)
     m, d = imported.config.model, imported.config.decode
+    longest = f"{d.max_len_a:g} × source + {d.max_len_b}" if d.max_len_a else f"{d.max_len_b}"
     print(f"imported {imported.source} to {out}: {m.encoder_layers}+{m.decoder_layers} layers, d_model {m.d_model}, "
           f"{m.activation}, vocabulary {imported.src_vocab_size}/{imported.tgt_vocab_size}; "
-          f"decode: beam {d.beam}, power length penalty {d.alpha}, at most {d.max_len_b} tokens", file=sys.stderr)
+          f"decode: beam {d.beam}, {d.length_penalty} length penalty {d.alpha:g}, at most {longest} tokens",
+          file=sys.stderr)

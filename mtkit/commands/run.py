@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from mtkit.config import Config, load_config
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 
 
 def _say(message: str) -> None:
@@ -148,7 +148,8 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     scores["stage_seconds"] = stages.seconds
     atomic_write_text(work / "scores.json", json.dumps(scores, indent=2) + "\n")
 
-    print(f"test set: {ref_path} ({len(sources)} sentences), {'checkpoint' if members == 1 else 'models'} {described}")
+    print(f"test set: {ref_path} ({counted(len(sources), 'sentence')}), "
+          f"{'checkpoint' if members == 1 else 'models'} {described}")
     for s in scores["scores"]:
         print(f"{s['metric']:>18} {s['score']:6.2f}   {s['signature']}")
     if ev.examples:
@@ -326,7 +327,7 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
         lc = score_files([hyp_path], [lc_ref], ["bleu"], lc_tok=True, lang=lang)
         evaluation.scores += [s for s in lc.scores if s.metric != "BLEU"]
         scores["pairs"][name] = to_document(evaluation)
-        print(f"test set {name}: {ref_path} ({count} sentences), "
+        print(f"test set {name}: {ref_path} ({counted(count, 'sentence')}), "
               f"{'checkpoint' if len(checkpoints) == 1 else 'models'} {described}")
         for s in scores["pairs"][name]["scores"]:
             print(f"{s['metric']:>18} {s['score']:6.2f}   {s['signature']}")

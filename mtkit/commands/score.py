@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.config import PRECISIONS
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import discard_stdout, sentence_progress
 
 FORMATS = ("text", "json")
@@ -50,7 +50,8 @@ def _lines(name: str) -> Iterator[str]:
 
 
 def _mismatch(src: str, n_src: int, tgt: str, n_tgt: int) -> MtkitError:
-    return MtkitError(f"line counts differ: --src {_label(src)} has {n_src} lines, --tgt {_label(tgt)} has {n_tgt}")
+    return MtkitError(f"line counts differ: --src {_label(src)} has {counted(n_src, 'line')}, "
+                      f"--tgt {_label(tgt)} has {n_tgt}")
 
 
 def paired_lines(src: str, tgt: str) -> Iterator[tuple[str, str]]:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mtkit.config import Config, ModelConfig
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 
@@ -68,7 +68,7 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)
     if result.last_checkpoint is not None:  # rank 0 only
         print(
-            f"trained {result.step} steps in {result.minutes:.1f} min (stopped: {result.stopped_because}); "
+            f"trained {counted(result.step, 'step')} in {result.minutes:.1f} min (stopped: {result.stopped_because}); "
             f"last checkpoint {result.last_checkpoint}"
             + (f"; averaged {result.averaged_checkpoint}" if result.averaged_checkpoint else ""),
             file=sys.stderr,

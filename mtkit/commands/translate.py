@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from mtkit.config import PRECISIONS, DecodeConfig
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import discard_stdout, sentence_progress
 from mtkit.runtime.factory import (
     ENGINES,
@@ -438,7 +438,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             check_line_counts(per_line, "--constraints", o.constraints, done)  # stdin: known only now
         if not interactive and done:  # as fairseq-generate ends: what was translated, how fast (loading apart)
             seconds = max(time.perf_counter() - started, 1e-9)
-            print(f"translated {done} lines in {seconds:.3f} s: {done / seconds:.1f} lines/s, "
+            print(f"translated {counted(done, 'line')} in {seconds:.3f} s: {done / seconds:.1f} lines/s, "
                   f"{words / seconds:.0f} target words/s", file=sys.stderr, flush=True)
     except BrokenPipeError:
         if o.output is None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.data.word_alignment import parse_pharaoh, symmetrize
-from mtkit.errors import MtkitError, shown
+from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 EFLOMAL = "eflomal"
@@ -100,11 +100,11 @@ def file_alignments(pairs: Iterable[tuple[str, str]], path: Path) -> Iterator[tu
         for pair in pairs:
             line = next(lines, None)
             if line is None:
-                raise MtkitError(f"data.alignments {path}: {count} lines, fewer than data.train's pairs")
+                raise MtkitError(f"data.alignments {path}: {counted(count, 'line')}, fewer than data.train's pairs")
             count += 1
             yield pair, line
         if next(lines, None) is not None:
-            raise MtkitError(f"data.alignments {path}: more lines than data.train's {count} pairs")
+            raise MtkitError(f"data.alignments {path}: more lines than data.train's {counted(count, 'pair')}")
 
 
 class AlignmentWriter:
@@ -154,8 +154,8 @@ class AlignmentStore:
             raise MtkitError(f"{meta_path}: not an mtkit alignment store of format {ALIGN_FORMAT}; {_RERUN}")
         count = meta.get("count")
         if type(count) is not int or count != len(pairs):
-            raise MtkitError(f"{meta_path}: count {shown(count)}, but the '{split}' store holds {len(pairs)} pairs; "
-                             f"{_RERUN}")
+            raise MtkitError(f"{meta_path}: count {shown(count)}, but the '{split}' store holds "
+                             f"{counted(len(pairs), 'pair')}; {_RERUN}")
         from mtkit.data.store import _load_array
 
         offsets = _load_array(out_dir / f"{split}.align.idx.npy", np.int64, count + 1, meta_path.name, count)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from mtkit.config import FiltersConfig, LangIdFilter
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 
 ORDER = ("nonprinting", "alpha", "repeats", "copy", "numbers", "urls", "langid", "dual_xent")
 
@@ -251,7 +251,7 @@ def dual_xent_keep(forward: Path, backward: Path, keep: float) -> tuple[np.ndarr
     position), and their scores ``(N,)``."""
     f, b = read_scores(forward), read_scores(backward)
     if len(f) != len(b):
-        raise MtkitError(f"data.clean.filters.dual_xent: {forward} has {len(f)} lines, {backward} {len(b)}; "
+        raise MtkitError(f"data.clean.filters.dual_xent: {forward} has {counted(len(f), 'line')}, {backward} {len(b)}; "
                          "both score every pair of data.train")
     score = dual_xent_scores(f, b)
     order = np.argsort(score, kind="stable")
@@ -265,7 +265,7 @@ def with_dual_xent(items: Iterator, mask: np.ndarray, score: np.ndarray, where: 
     n = 0
     for n, item in enumerate(items, 1):
         if n > len(mask):
-            raise MtkitError(f"{where}: scores {len(mask)} pairs, but data.train has more")
+            raise MtkitError(f"{where}: scores {counted(len(mask), 'pair')}, but data.train has more")
         yield item, (bool(mask[n - 1]), float(score[n - 1]))
     if n != len(mask):
-        raise MtkitError(f"{where}: scores {len(mask)} pairs, but data.train has {n}")
+        raise MtkitError(f"{where}: scores {counted(len(mask), 'pair')}, but data.train has {n}")

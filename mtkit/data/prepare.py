@@ -49,7 +49,7 @@ from mtkit.data.sources import source_files
 from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, load_manifest
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.data.workdir import _check_out_dir, _owner, _remove_dead_leftovers, _replace_dir, die_with_parent, log
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import atomic_write_text, naming_output
 
 # ------------------------------------------------------------------ fingerprint
@@ -236,7 +236,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
             result = _encode_eval(data, split, vocab, out_dir)
             timings[f"encode_{split}"] = round(time.perf_counter() - start, 2)
             splits[split], dropped[split] = result["stats"], result["dropped"]
-            log(f"{split}: kept {result['stats']['pairs']} pairs"
+            log(f"{split}: kept {counted(result['stats']['pairs'], 'pair')}"
                 + (f" (skipped {result['dropped']['invalid_utf8']} invalid UTF-8)" if result["dropped"]["invalid_utf8"]
                    else ""))
     timings["total"] = round(time.perf_counter() - total_start, 2)

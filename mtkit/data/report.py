@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mtkit.errors import counted
 from mtkit.io import atomic_write_text
 
 
@@ -40,7 +41,8 @@ def cleaning_report(manifest: dict) -> list[dict]:
 
 def share_warnings(sections: list[dict], share: float) -> list[str]:
     """A line for each rule or filter that dropped more than ``share`` of its corpus's pairs."""
-    return [f"warning: {s['corpus']}: {r['rule']} dropped {r['dropped']} of {s['read']} pairs ({r['share']:.1%}, "
+    return [f"warning: {s['corpus']}: {r['rule']} dropped {r['dropped']} of {counted(s['read'], 'pair')} "
+            f"({r['share']:.1%}, "
             f"over data.clean.warn_share {share:g}): check its settings against the examples in the report"
             for s in sections for r in s["rules"] if r["share"] > share]
 
@@ -59,7 +61,7 @@ def render_text(sections: list[dict]) -> str:
     """The report as prepare prints it: a table per corpus, with each rule's first example."""
     lines = []
     for s in sections:
-        lines.append(f"{s['corpus']}: kept {s['kept']} of {s['read']} pairs")
+        lines.append(f"{s['corpus']}: kept {s['kept']} of {counted(s['read'], 'pair')}")
         width = max(len(r["rule"]) for r in s["rules"])
         for r in s["rules"]:
             first = f"  e.g. {_example(r['examples'][0], 40)}" if r["examples"] else ""
@@ -75,7 +77,7 @@ def render_markdown(sections: list[dict]) -> str:
     """The report as Markdown: a table per corpus, then every example kept of each rule."""
     out = ["# Cleaning report", ""]
     for s in sections:
-        out += [f"## {s['corpus']}: kept {s['kept']:,} of {s['read']:,} pairs", "",
+        out += [f"## {s['corpus']}: kept {s['kept']:,} of {counted(s['read'], 'pair', spec=',')}", "",
                 "| rule | dropped | share of read |", "|---|---:|---:|"]
         out += [f"| {r['rule']} | {r['dropped']:,} | {r['share']:.2%} |" for r in s["rules"]]
         out.append("")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.config import SourceConfig
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import count_lines, read_lines
 
 # mtkit's split names -> the names Hugging Face datasets usually use.
@@ -85,7 +85,8 @@ def _iter_files(
     for s, t in itertools.zip_longest(read_lines(src, invalid_utf8), read_lines(tgt, invalid_utf8), fillvalue=end):
         if s is end or t is end:
             raise MtkitError(
-                f"{src} has {count_lines(src)} lines but {tgt} has {count_lines(tgt)}: parallel files must align"
+                f"{src} has {counted(count_lines(src), 'line')} but {tgt} has {count_lines(tgt)}: "
+                "parallel files must align"
             )
         if s is None or t is None:
             if skipped is not None:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from mtkit.errors import MtkitError, shown
+from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 SIDES = ("src", "tgt")
@@ -212,6 +212,7 @@ def _load_array(path: Path, dtype: type, entries: int, meta_name: str, count: in
         raise MtkitError(f"{path}: a {array_.dtype} array of shape {array_.shape}, expected 1-D"
                          f" {np.dtype(dtype).name} (damaged; {_RERUN})")
     if len(array_) != entries:
-        raise MtkitError(f"{path}: {len(array_)} entries, expected {entries} for the {count} pairs"
+        raise MtkitError(f"{path}: {counted(len(array_), 'entry', 'entries')}, expected {entries} for the "
+                         f"{counted(count, 'pair')}"
                          f" {meta_name} records (damaged; {_RERUN})")
     return array_.view(np.ndarray)

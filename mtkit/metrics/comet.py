@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 
 DEFAULT_MODEL = "Unbabel/wmt22-comet-da"  # reference-based, the one papers and mozilla/translations report
 KINDS = ("regression_metric", "referenceless_regression_metric", "unified_metric")
@@ -317,7 +317,8 @@ class CometScorer:
         state = ckpt["state_dict"]
         _check_config(config, hp, state, str(ckpt_path))
         if hp.layer != "mix" and hp.layer > config.num_hidden_layers:
-            raise MtkitError(f"{hparams_path}: layer {hp.layer} of an encoder of {config.num_hidden_layers} layers")
+            raise MtkitError(f"{hparams_path}: layer {hp.layer} of an encoder of "
+                             f"{counted(config.num_hidden_layers, 'layer')}")
         kept = _fit(_network(hp, config, "meta"), state, str(ckpt_path))
         self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
         network = _network(hp, config, "cpu")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import STDIN_NAME, decode_line, read_lines, standard_input
 from mtkit.metrics.scores import BootstrapScore, MetricScore, paired_bootstrap, score
 
@@ -131,7 +131,7 @@ def score_lines(
         for ref_label, ref in refs:
             if len(lines) != len(ref):
                 raise MtkitError(
-                    f"line counts differ: {hyp_label} has {len(lines)} lines, {ref_label} has {len(ref)}"
+                    f"line counts differ: {hyp_label} has {counted(len(lines), 'line')}, {ref_label} has {len(ref)}"
                 )
     for label, lines in (refs[:1] or hyps[:1]):
         if not lines:

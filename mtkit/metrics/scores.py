@@ -46,7 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.metrics.tokenized import _sacremoses_version, compound_split_tok, lc_tok, looks_lc_tok
 
 METRICS = ("bleu", "chrf", "ter")
@@ -157,7 +157,7 @@ def _check_shapes(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
         raise MtkitError("no reference given: pass at least one reference file")
     for k, stream in enumerate(refs, start=1):
         if len(stream) != len(hyps):
-            raise MtkitError(f"reference {k} has {len(stream)} lines but the hypotheses have {len(hyps)}")
+            raise MtkitError(f"reference {k} has {counted(len(stream), 'line')} but the hypotheses have {len(hyps)}")
     if not hyps:
         raise MtkitError("nothing to score: the hypotheses are empty")
 

@@ -403,6 +403,13 @@ AVERAGED_FILE = "averaged.pt"  # a run's average of its last checkpoints (train.
 EMA_FILE = "ema.pt"  # a run's moving average of its weights (train.ema_decay), written at the end of training
 
 
+def is_hugging_face_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a Marian model in the Hugging Face layout (its config.json and source.spm): an
+    OPUS-MT model, or a folder ``mtkit export hf`` wrote; ``mtkit import marian`` reads it."""
+    path = Path(path)
+    return path.is_dir() and (path / "config.json").is_file() and (path / "source.spm").exists()
+
+
 def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
     """A checkpoint file, or a run directory: its averaged checkpoint (``average_last``), else the moving
     average of its weights (``ema.pt``, ``train.ema_decay``), else its best, else its last checkpoint.
@@ -430,6 +437,11 @@ def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
             for said in stale if note else []:
                 print("note: " + said.format(pick.name), file=sys.stderr)
             return pick
+        if is_hugging_face_folder(path):
+            made = "written by mtkit export hf" if (path / "mtkit.json").is_file() else "(Marian, OPUS-MT)"
+            raise _Missing(f"{path}: a Hugging Face model folder {made}, not an mtkit checkpoint or run "
+                           f"directory: mtkit.load and mtkit.pipeline load it as it is; for the commands, import it "
+                           f"first: mtkit import marian {path} -o RUN")
         raise _Missing(f"{path}: no checkpoint in this run directory (expected checkpoints/last.pt)")
     try:
         mode = os.stat(path).st_mode  # symlinks followed

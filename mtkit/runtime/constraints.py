@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 
 UNK_ID = 1  # mtkit.config's (not imported here: no torch)
 # Phrases (include and exclude, a glossary's matches too) one line of `mtkit translate` may hold: the
@@ -157,7 +157,7 @@ def constraint_source(per_line: list[Constraints] | None, glossary=None,
         found = None
         if per_line is not None:
             if index >= len(per_line):
-                raise MtkitError(f"{name}: has {len(per_line)} lines, but the input has more "
+                raise MtkitError(f"{name}: has {counted(len(per_line), 'line')}, but the input has more "
                                  f"(line {index + 1}); give one JSON object per input line")
             found = per_line[index]
         if glossary is not None:

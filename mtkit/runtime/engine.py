@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 from mtkit.runtime.mbr import mbr_order, search_decoding
 
@@ -222,7 +222,8 @@ class Engine:
         system's output), as ``options`` (default: the engine's; hard unless they say soft) align an output;
         target words are those of the translation as the model's SentencePiece writes it back."""
         if len(lines) != len(targets):
-            raise MtkitError(f"{len(lines)} lines but {len(targets)} translations to align them with")
+            raise MtkitError(f"{counted(len(lines), 'line')} but {counted(len(targets), 'translation')} to align "
+                             "them with")
         call = self.call(options, target)
         if call.decode.alignments == "off":
             call = dataclasses.replace(call, decode=dataclasses.replace(call.decode, alignments="hard"))
@@ -390,7 +391,8 @@ class Engine:
         limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
         limit = limit if self.max_out_len is None else max(1, min(limit, self.max_out_len))
         why = (f"{wanted.include_pieces} constraint pieces, more than the maximum output length of {limit}"
-               if wanted.include_pieces > limit else f"not met within the maximum output length of {limit} pieces")
+               if wanted.include_pieces > limit
+               else f"not met within the maximum output length of {counted(limit, 'piece')}")
         if src_len == 0:
             why = "an empty line is not translated"
         self.log(f"warning: line {number}: the translation lacks {', '.join(map(repr, missing))} ({why})")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.runtime.engine import stderr
 from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 
@@ -104,7 +104,7 @@ def read_constraint_options(constraints: Path | None, glossary: Path | None, eng
 def check_line_counts(per_line: list | None, flag: str, path: Path | None, lines: int | None) -> None:
     """A constraints file must have one line per input line (``lines``; None: not known yet)."""
     if per_line is not None and lines is not None and len(per_line) != lines:
-        raise MtkitError(f"{flag} {path}: has {len(per_line)} lines, the input {lines}; "
+        raise MtkitError(f"{flag} {path}: has {counted(len(per_line), 'line')}, the input {lines}; "
                          "give one JSON object per input line ({} for none)")
 
 

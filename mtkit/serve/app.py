@@ -141,6 +141,28 @@ def markup_items(items: list[str], kind: str, model, field: str, single: bool) -
     return found
 
 
+def markup_hypotheses(got: list, rebuild, nbest: int) -> list[Hypothesis]:
+    """A markup fragment's n-best list: its k-th hypothesis puts each sentence's k-th candidate (its last when it
+    has fewer) into the markup, its tags placed by that candidate's own alignment; ``score``, ``logprob`` and
+    ``tokens`` are the sentences' sums, ``confidence`` their mean (a one-sentence fragment's are the sentence's).
+    Empty when the fragment has nothing to translate; an alternative with an empty sentence is left out."""
+    spoken = [t for t in got if t.src_ids]
+    if not spoken:
+        return []
+    hyps = []
+    for k in range(min(nbest, max(len(t.candidates) for t in spoken))):
+        picked = [t.candidates[min(k, len(t.candidates) - 1)] for t in got]
+        texts = [clean_output(c.text) for c in picked]
+        used = [(c, text) for t, c, text in zip(got, picked, texts) if t.src_ids]
+        if k and not all(text for _, text in used):  # an empty alternative is no alternative
+            continue
+        hyps.append(Hypothesis(text=rebuild([(text, c.alignment or []) for c, text in zip(picked, texts)]),
+                               score=sum(c.score for c, _ in used), logprob=sum(c.logprob for c, _ in used),
+                               confidence=sum(c.mean_logprob for c, _ in used) / len(used),
+                               tokens=sum(len(c.ids) + 1 for c, _ in used)))
+    return hyps
+
+
 def libretranslate_router(service: Service):
     """LibreTranslate's endpoints, as LibreTranslate 1.9 answers them (:mod:`mtkit.serve.libretranslate`)."""
     from fastapi import APIRouter
@@ -341,24 +363,31 @@ def mtkit_router(service: Service):
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     async def translate_markup_v1(req: NativeRequest, items: list[str], model) -> NativeResponse:
-        """``format`` html or xml: each item a fragment, its markup carried by the alignments; one hypothesis."""
-        if (req.nbest or 1) > 1 or req.alignments or req.constraints is not None or req.glossary is not None:
-            raise ApiError(400, f"format {req.format} translates markup: nbest, alignments, constraints and a "
-                                "glossary go with format text")
+        """``format`` html or xml: each item a fragment, its markup carried by the alignments, with its n-best list
+        (:func:`markup_hypotheses`) and quality estimate (its sentences' mean)."""
+        if req.alignments or req.constraints is not None or req.glossary is not None:
+            raise ApiError(400, f"format {req.format} translates markup: alignments, constraints and a glossary go "
+                                "with format text")
         parsed = markup_items(items, req.format, model, "text", isinstance(req.text, str))
         service.check_size([lines for lines, _ in parsed])
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
+                                            "nbest": req.nbest,
                                             "alignments": "hard" if aligns(model, req.format) else None})
         lines = [line for found, _ in parsed for line in found]
         results = await service.translate(model, lines, decode, None) if lines else []
+        quality = await service.quality(results)
         sentences, at = [], 0
         for found, rebuild in parsed:
-            got = results[at : at + len(found)]
+            got, estimates = results[at : at + len(found)], quality[at : at + len(found)]
             at += len(found)
-            text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
-            confidences = [t.best.mean_logprob for t in got if t.src_ids]
-            confidence = sum(confidences) / len(confidences) if confidences else None
-            sentences.append(Sentence(text=text, confidence=confidence, qe=None, nbest=[]))
+            hyps = markup_hypotheses(got, rebuild, decode.nbest)
+            if not hyps:  # nothing to translate: the markup as it is
+                text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
+                sentences.append(Sentence(text=text, confidence=None, qe=None, nbest=[]))
+                continue
+            known = [v for t, v in zip(got, estimates) if t.src_ids and v is not None]
+            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence,
+                                      qe=sum(known) / len(known) if known else None, nbest=hyps))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])

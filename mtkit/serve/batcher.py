@@ -35,6 +35,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
 from mtkit.config import DecodeConfig
+from mtkit.errors import counted
 from mtkit.runtime.constraints import Constraints
 from mtkit.runtime.engine import Stopped, Translation
 from mtkit.serve.models import ServedModel
@@ -162,7 +163,7 @@ class Batcher:
             if self._stopping:
                 raise QueueFull("the server is stopping")
             if len(self._pending) >= self.max_queue:
-                raise QueueFull(f"the queue of model {self.model.name} is full ({self.max_queue} requests)")
+                raise QueueFull(f"the queue of model {self.model.name} is full ({counted(self.max_queue, 'request')})")
             self._pending.append(job)
             self.on_queue(len(self._pending))
             self._cond.notify()

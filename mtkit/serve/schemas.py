@@ -75,7 +75,8 @@ class NativeRequest(BaseModel):
     format: Literal["text", "html", "xml"] = Field(
         "text", description="text: a sentence per item; html or xml: each item a fragment, whose inline tags are "
                             "put back around the words aligned to those they wrapped (block tags cut sentences; "
-                            "script, style and comments untouched); one hypothesis, no constraints.")
+                            "script, style and comments untouched); each hypothesis of the n-best list with its "
+                            "own tags placed, qe the sentences' mean; no alignments, constraints or glossary.")
     alignments: bool = Field(False, description="With format text: each hypothesis's word alignment, [source word, "
                                                 "target word] pairs, 0-based, words split at whitespace.")
 

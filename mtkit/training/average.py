@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.runtime.checkpoint import load_checkpoint, model_payload, save_checkpoint, step_checkpoints
 
 
@@ -58,5 +58,6 @@ def average_run(run_dir: Path, last: int, output: Path | None = None) -> Path:
     if not paths:
         raise MtkitError(f"{run_dir}: no step checkpoints to average (expected checkpoints/step_*.pt)")
     if last > len(paths):
-        raise MtkitError(f"{run_dir}: asked to average the last {last} checkpoints, but only {len(paths)} exist")
+        raise MtkitError(f"{run_dir}: asked to average the last {counted(last, 'checkpoint')}, but only {len(paths)} "
+                         f"{'exists' if len(paths) == 1 else 'exist'}")
     return average_checkpoints(paths[-last:], output or Path(run_dir) / "checkpoints" / "averaged.pt")

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, counted
 from mtkit.io import atomic_path, atomic_write_text, read_json_file
 from mtkit.runtime.engine import stderr
 
@@ -158,8 +158,9 @@ def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str],
     atomic_write_text(folder / "filter.json", json.dumps(counts, indent=2) + "\n")
     threshold = (f" (per-token cross-entropy {counts['threshold']:.3f} and above)" if counts["threshold"] is not None
                  else "")
-    log(f"distill: {counts['translated']} pairs translated, {counts['dropped']} dropped by the filter{threshold}, "
-        f"{kept} kept" + (f", {original} original pairs added" if settings.mix_original else ""))
+    log(f"distill: {counted(counts['translated'], 'pair')} translated, {counts['dropped']} dropped by the "
+        f"filter{threshold}, "
+        f"{kept} kept" + (f", {counted(original, 'original pair')} added" if settings.mix_original else ""))
     return counts
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from mtkit.config import PAD_ID, Config, save_config
-from mtkit.errors import Interrupted, MtkitError
+from mtkit.errors import Interrupted, MtkitError, counted
 from mtkit.model import Transformer, count_parameters
 from mtkit.runtime.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
 from mtkit.runtime.device import device_type
@@ -518,7 +518,7 @@ class Trainer:
         if stopped == "max_minutes" and self.dist.is_main:
             busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
             print(f"train.max_minutes ({cfg.max_minutes:g}) reached at step {self.step} of {cfg.max_steps} "
-                  f"({self.step - self._session[1]} steps this session{busy})", file=sys.stderr, flush=True)
+                  f"({counted(self.step - self._session[1], 'step')} this session{busy})", file=sys.stderr, flush=True)
 
         averaged = None
         if validated_step != self.step and cfg.valid_every and self.valid_store is not None:

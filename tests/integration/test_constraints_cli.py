@@ -148,7 +148,7 @@ def test_more_lines_on_stdin_than_constraints_is_an_error_naming_the_line(revers
     (tmp_path / "c.jsonl").write_text("{}\n")
     done = mtkit("translate", "-m", reverse_run, "--constraints", tmp_path / "c.jsonl", stdin="alpha\nbravo\n")
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1] == (f"error: --constraints {tmp_path / 'c.jsonl'}: has 1 lines, but the input "
+    assert done.stderr.splitlines()[-1] == (f"error: --constraints {tmp_path / 'c.jsonl'}: has 1 line, but the input "
                                             "has more (line 2); give one JSON object per input line")
 
 

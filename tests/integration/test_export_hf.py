@@ -159,6 +159,50 @@ def test_without_transformers_the_export_says_which_extra_to_install(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
+def test_mtkit_load_takes_an_exported_folder_as_the_pipeline_does(tmp_path):
+    """mtkit.load(FOLDER) imports the folder on load (as mtkit.pipeline and mtkit import marian do): the same
+    forced-decoding log-probabilities as the checkpoint, the same translations; the import says its length bound
+    as the config keeps it (1 × source + 50 tokens), not the constant alone."""
+    import mtkit
+    from mtkit.commands.import_model import import_marian
+    from mtkit.errors import MtkitError
+
+    ckpt = tiny_checkpoint(tmp_path / "m.pt")
+    export_model(load_model(ckpt), tmp_path / "hf")
+    ours = mtkit.load(ckpt, device="cpu", threads=1)
+    theirs = mtkit.load(tmp_path / "hf", device="cpu", threads=1)
+    assert theirs.path == tmp_path / "hf" and theirs.kind == "torch"
+    assert [s.logprob for s in theirs.score(SENTENCES, TARGETS)] == pytest.approx(
+        [s.logprob for s in ours.score(SENTENCES, TARGETS)], abs=1e-3)
+    assert len(theirs.translate(SENTENCES, beam=2)) == len(SENTENCES)
+    with pytest.raises(MtkitError, match="import it first"):
+        mtkit.load(tmp_path / "hf", engine="ctranslate2")
+    import contextlib
+    import io
+
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        import_marian(str(tmp_path / "hf"), tmp_path / "run")
+    assert said.getvalue().rstrip().endswith("decode: beam 4, power length penalty 1, at most 1 × source + 50 tokens")
+
+
+@pytest.mark.slow  # real mtkit processes
+def test_the_commands_say_what_an_exported_folder_is_and_what_to_use(tmp_path):
+    ckpt = tiny_checkpoint(tmp_path / "m.pt")
+    export_model(load_model(ckpt), tmp_path / "hf")
+    (tmp_path / "a.en").write_text("one\n")
+    (tmp_path / "a.de").write_text("eins\n")
+    hf = tmp_path / "hf"
+    for args in (("translate", "-m", str(hf)), ("score", "-m", str(hf), "--src", str(tmp_path / "a.en"),
+                                                "--tgt", str(tmp_path / "a.de"))):
+        done = mtkit_cli(*args, stdin="one\n")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.splitlines()[-1] == (
+            f"error: {hf}: a Hugging Face model folder written by mtkit export hf, not an mtkit checkpoint "
+            f"or run directory: mtkit.load and mtkit.pipeline load it as it is; for the commands, import it first: "
+            f"mtkit import marian {hf} -o RUN")
+
+
 # ------------------------------------------------ translations: generate() against mtkit translate
 
 

@@ -199,6 +199,16 @@ def test_inline_tags_follow_the_alignment_in_both_apis(server, expected):
     assert sorted(t for _, t in found["alignment"]) == list(range(len(found["text"].split())))  # hard
     status, answer = server.post_json("/v1/translate", {"text": markup, "format": "html"})
     assert status == 200 and answer["translations"][0]["text"] == result
+    # its quality estimate and n-best list, each hypothesis with its tags placed by its own alignment
+    status, answer = server.post_json("/v1/translate", {"text": markup, "format": "html", "beam": 4, "nbest": 3})
+    assert status == 200, answer
+    found = answer["translations"][0]
+    assert found["qe"] == found["confidence"] == found["nbest"][0]["confidence"] is not None
+    assert 2 <= len(found["nbest"]) <= 3 and found["text"] == found["nbest"][0]["text"]
+    for h in found["nbest"]:
+        assert sorted(t.text for t in _tokens(h["text"], "html") if t.kind != "text") == \
+            sorted(['<b class="k">', "</b>", "<x-y/>"]), h
+        assert h["logprob"] == pytest.approx(h["confidence"] * h["tokens"], rel=1e-6)
 
 
 def test_alternatives(server, expected):

@@ -422,6 +422,18 @@ def test_api_keys_as_libretranslate_answers_them():
         s.stop()
 
 
+def test_serve_help_says_what_a_missing_or_wrong_api_key_gets():
+    """``mtkit serve --help`` on --api-keys: the statuses test_api_keys_as_libretranslate_answers_them sees."""
+    import typer
+
+    from mtkit.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]
+    text = " ".join(next(p.help for p in serve.params if p.name == "api_keys").split())
+    assert "/translate and /detect answer 400 without a key and 403 with a wrong one" in text
+    assert "/v1/translate answers 403 to both" in text
+
+
 def test_cors_on_libretranslates_routes(one):
     """LibreTranslate's blueprint adds ``Access-Control-Allow-Origin: *`` to each of its routes' answers."""
     for path in ("/health", "/frontend/settings", "/languages"):
@@ -500,6 +512,33 @@ def test_v1_gives_alignments_and_translates_markup(aligned, one):
     assert status == 200 and answer["translations"][0]["text"] == "<p>one</p>\n<p><b>three</b> two</p>"
     assert aligned.post_json("/v1/translate", {"text": "<b>x", "format": "html"}) == (
         400, {"error": "text: <b> is never closed"})
-    assert aligned.post_json("/v1/translate", {"text": "x", "format": "html", "nbest": 2})[0] == 400
+    assert aligned.post_json("/v1/translate", {"text": "x", "format": "html", "alignments": True})[0] == 400
     assert one.post_json("/v1/translate", {"text": "x", "alignments": True}) == (
         400, {"error": "model en-de: its engine (torch) gives no alignments"})
+
+
+def test_v1_markup_answers_its_quality_estimate_and_its_n_best_list(aligned, one):
+    """docs/serve.md: each item of format html (or xml) comes back with its qe and its n-best list, each
+    hypothesis the markup with its tags placed by that hypothesis's own alignment; a fragment of several
+    sentences sums their scores, log-probabilities and tokens and averages their confidences."""
+    status, answer = aligned.post_json("/v1/translate", {"text": ["a <b>b</b> c", "<p>one two</p><p>three</p>",
+                                                                  "<b></b>"], "format": "html", "nbest": 2})
+    assert status == 200, answer
+    inline, blocks, empty = answer["translations"]
+    assert [h["text"] for h in inline["nbest"]] == ["c <b>b</b> a", "b <b>a</b> c"]  # rotated: its own tags
+    assert inline["text"] == inline["nbest"][0]["text"] and inline["qe"] == inline["confidence"] is not None
+    assert inline["nbest"][0]["confidence"] == inline["confidence"]
+    # (stand-in: the k-th hypothesis has score -1 - k and log-probability -2 - 2k)
+    assert [(h["score"], h["logprob"]) for h in inline["nbest"]] == [(-1.0, -2.0), (-2.0, -4.0)]
+    assert [h["text"] for h in blocks["nbest"]] == ["<p>two one</p><p>three</p>", "<p>one two</p><p>three</p>"]
+    first = blocks["nbest"][0]
+    assert (first["score"], first["logprob"], first["tokens"]) == (-2.0, -4.0, 5)  # both sentences'
+    assert first["confidence"] == pytest.approx((-2 / 3 + -2 / 2) / 2) == blocks["confidence"] == blocks["qe"]
+    assert empty == {"text": "<b></b>", "confidence": None, "qe": None, "nbest": [], "unmet": [],
+                     "unmet_reasons": {}, "alignment": None}
+    # an engine without alignments: the text between tags, each hypothesis's own
+    status, answer = one.post_json("/v1/translate", {"text": "one <b>two three</b>", "format": "xml", "nbest": 2})
+    assert status == 200, answer
+    found = answer["translations"][0]
+    assert [h["text"] for h in found["nbest"]] == ["one <b>three two</b>", "one <b>two three</b>"]
+    assert found["qe"] == pytest.approx(found["confidence"])

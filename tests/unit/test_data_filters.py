@@ -154,7 +154,7 @@ def test_score_files_that_are_not_mtkit_score_output_are_one_line_errors(tmp_pat
         F.read_scores(path)
     other = tmp_path / "other.txt"
     other.write_text("-1\t-1\t1\n")
-    with pytest.raises(MtkitError, match="has 1 lines"):
+    with pytest.raises(MtkitError, match="has 1 line,"):
         F.dual_xent_keep(other, tmp_path / "two.txt" if (tmp_path / "two.txt").write_text("-1\t-1\t1\n" * 2)
                          else other, 0.5)
 

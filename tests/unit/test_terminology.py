@@ -41,7 +41,7 @@ def test_a_bad_line_is_one_error_naming_file_and_line(tmp_path, line, problem):
 def test_a_missing_line_is_an_error_naming_the_flag():
     source = constraint_source([Constraints(("a",))], None, "--constraints c.jsonl")
     assert source(0, "x") == Constraints(("a",))
-    with pytest.raises(MtkitError, match=r"--constraints c.jsonl: has 1 lines, but the input has more \(line 2\)"):
+    with pytest.raises(MtkitError, match=r"--constraints c.jsonl: has 1 line, but the input has more \(line 2\)"):
         source(1, "y")
 
 
