@@ -115,9 +115,12 @@ def is_exported_model(path: Path) -> bool:
 
 
 def is_onnx_export(path: Path) -> bool:
-    """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json)."""
+    """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json; any
+    kind of file: the engine refuses one that is not a regular file, naming it)."""
+    import os
+
     path = Path(path)
-    return path.is_dir() and (path / "decoder_step.onnx").is_file() and (path / "mtkit.json").is_file()
+    return path.is_dir() and os.path.lexists(path / "decoder_step.onnx") and os.path.lexists(path / "mtkit.json")
 
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
