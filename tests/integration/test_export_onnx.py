@@ -382,3 +382,48 @@ def test_the_onnx_engine_sets_torchs_threads_as_its_sessions(tiny_export):
         assert seen == [1]
     finally:
         torch.set_num_threads(before)
+
+
+def test_translate_and_evaluate_help_name_onnx_exports():
+    """``-m``'s help names the ONNX folders --engine onnx takes; evaluate has --engine too."""
+    for command in ("translate", "evaluate"):
+        done = mtkit_cli(command, "-h")
+        assert done.returncode == 0, done.stderr
+        text = " ".join(done.stdout.replace("│", " ").split())
+        model_help = text[text.index("-m, --model"): text.index("-m, --model") + 400]
+        assert "--engine" in model_help, model_help
+        assert "--engine <str> What runs --model" in text or command == "translate"
+    assert "with --engine onnx, a folder mtkit export onnx wrote" in " ".join(
+        mtkit_cli("translate", "-h").stdout.replace("│", " ").split())
+
+
+@pytest.mark.slow
+def test_evaluate_scores_an_onnx_export_with_engine_onnx(tiny_export, tmp_path):
+    """``evaluate -m EXPORT`` says to add --engine onnx, and with it translates as the ONNX engine does."""
+    from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+
+    lines = ["one two", "three four five", "six"]
+    (tmp_path / "src.txt").write_text("".join(line + "\n" for line in lines))
+    (tmp_path / "ref.txt").write_text("one two\nthree four five\nsix\n")
+    args = ["evaluate", "-m", str(tiny_export), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    done = mtkit_cli(*args)
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].endswith("(this is an ONNX export: add --engine onnx)")
+    done = mtkit_cli(*args, "--engine", "onnx", "--hyp-out", str(tmp_path / "hyp.txt"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "(ONNX Runtime" in done.stderr
+    want = OnnxEngine(tiny_export, exported_decode(tiny_export)).translate_text(lines)
+    assert (tmp_path / "hyp.txt").read_text().splitlines() == want
+
+
+@pytest.mark.slow
+def test_export_onnx_says_each_stage_on_stderr(tmp_path):
+    """Tracing takes tens of seconds: each stage is a line on stderr as it starts."""
+    ckpt = tiny_checkpoint(tmp_path / "m.pt")
+    done = mtkit_cli("export", "onnx", str(ckpt), str(tmp_path / "onnx"))
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert said[0].startswith("loaded ") and said[-1].startswith("exported ")
+    assert [line.split(" (")[0] for line in said[1:-2]] == [
+        "tracing the encoder graph", "tracing the decoding step graph",
+        "checking the graphs in ONNX Runtime against mtkit's logits"], said
+    assert said[-2].startswith("ONNX graphs checked against mtkit: largest logit difference ")
