@@ -95,6 +95,17 @@ class OnnxCache:
                        src_mask=self.src_mask.index_select(0, rows))
 
 
+@dataclass(eq=False)
+class WatchedRun:
+    """One run :class:`RunWatch` watches: its ``RunOptions``, its deadline (``time.monotonic()``), its call's
+    ``should_stop``, and why the watch ended it (``deadline`` or ``stopped``; None: it did not)."""
+
+    options: object
+    deadline: float
+    should_stop: Callable[[], bool] | None
+    ended: str | None = None
+
+
 class RunWatch:
     """Ends ONNX Runtime runs that outlive their deadline or whose ``should_stop`` says so, by setting their
     ``RunOptions.terminate``: one thread, started with the first run it watches and ending once it has
@@ -102,50 +113,49 @@ class RunWatch:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[int, list] = {}  # id -> [RunOptions, deadline (time.monotonic()), should_stop, why]
+        self._runs: set[WatchedRun] = set()
         self._thread: threading.Thread | None = None
 
-    def start(self, options, seconds: float, should_stop: Callable[[], bool] | None) -> list:
-        """Watch the run of ``options``; the entry to give :meth:`end` (its last item: why it was ended)."""
-        entry = [options, time.monotonic() + seconds, should_stop, None]
+    def start(self, options, seconds: float, should_stop: Callable[[], bool] | None) -> WatchedRun:
+        """Watch the run of ``options`` from now; what to give :meth:`end` when it returns."""
+        run = WatchedRun(options, time.monotonic() + seconds, should_stop)
         with self._lock:
-            self._runs[id(entry)] = entry
+            self._runs.add(run)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="mtkit-onnx-watch", daemon=True)
                 self._thread.start()
-        return entry
+        return run
 
-    def end(self, entry: list) -> None:
+    def end(self, run: WatchedRun) -> None:
         with self._lock:
-            self._runs.pop(id(entry), None)
+            self._runs.discard(run)
 
     def _watch(self) -> None:
         idle_since = None
         while True:
             with self._lock:
-                entries = list(self._runs.values())
+                runs = list(self._runs)
                 now = time.monotonic()
-                if entries:
+                if runs:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = now
                 elif now - idle_since > 1.0:
                     self._thread = None
                     return
-            for entry in entries:
-                options, deadline, should_stop, why = entry
-                if why is not None:
+            for run in runs:
+                if run.ended is not None:
                     continue
-                if now >= deadline:
-                    entry[3] = "deadline"
+                if now >= run.deadline:
+                    run.ended = "deadline"
                 else:
                     try:
-                        if should_stop is not None and should_stop():
-                            entry[3] = "stopped"
+                        if run.should_stop is not None and run.should_stop():
+                            run.ended = "stopped"
                     except Exception:  # noqa: BLE001 (a broken hook stops its run, never the watch)
-                        entry[3] = "stopped"
-                if entry[3] is not None:
-                    options.terminate = True
+                        run.ended = "stopped"
+                if run.ended is not None:
+                    run.options.terminate = True
             time.sleep(POLL_SECONDS)
 
 
@@ -217,19 +227,19 @@ class OnnxModel:
         options = self.ort.RunOptions()
         options.log_severity_level = 4
         seconds = self.deadline(name, tokens)
-        entry = self.watch.start(options, seconds, self.should_stop)
+        watched = self.watch.start(options, seconds, self.should_stop)
         try:
             return session.run(None, feed, options)
         except Exception as e:  # noqa: BLE001 (ONNX Runtime's errors, of a graph from elsewhere: one line)
-            if entry[3] == "stopped":
+            if watched.ended == "stopped":
                 raise Stopped("the translation was stopped (its deadline passed or nobody waits for it)") from None
-            if entry[3] == "deadline":
+            if watched.ended == "deadline":
                 raise MtkitError(f"{self.folder / name}: ONNX Runtime did not finish a run within {seconds:.3g} s "
                                  "(the graph may loop forever)") from None
             why = (str(e).strip().splitlines() or [""])[0][:200]
             raise MtkitError(f"{self.folder / name}: ONNX Runtime failed to run it ({why})") from None
         finally:
-            self.watch.end(entry)
+            self.watch.end(watched)
 
     def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
         """src (B, S) -> the cross keys and values of every layer (B, h, S, d_k) and the mask (B, S)."""
