@@ -213,6 +213,8 @@ def curves(run: Path = typer.Argument(..., help="Run directory.")) -> None:
 
 CONSTRAINTS_HELP = ("JSON lines, one object per input line: {\"include\": [phrases the translation must hold], "
                     "\"exclude\": [phrases it must not]}, {} for none (torch: both; ctranslate2: exclude only).")
+ENGINE_HELP = ("torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and "
+               "kept beside it) | onnx (a folder mtkit export onnx wrote).")
 GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the source term (any case, whole words), "
                  "the translation holds the target term (torch engine only).")
 
@@ -220,7 +222,8 @@ GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the sour
 @app.command()
 def translate(
     model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat for an ensemble; "
-                                     "with --engine ctranslate2, an exported model directory too)."),
+                                     "with --engine ctranslate2, an exported model directory too; with --engine "
+                                     "onnx, a folder mtkit export onnx wrote)."),
     inputs: list[str] | None = typer.Argument(None, help="Input files; '-' or none reads stdin."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
     beam: int | None = typer.Option(None, "--beam", "-b", help="Beam size (paper: 4); 1 = greedy."),
@@ -245,7 +248,7 @@ def translate(
     qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 | fp16 (fp16 on CUDA only)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it) | onnx (a folder mtkit export onnx wrote)."),
+    engine: str = typer.Option("torch", "--engine", help=ENGINE_HELP),
     quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     buffer_size: int | None = typer.Option(None, "--buffer-size", help="Lines read per chunk (default 1000, fewer when a pipe has no more ready; 1 = flush every line)."),
     alignments: bool = typer.Option(False, "--alignments", help="Word alignments of each output, in the Pharaoh format (0-0 1-2: source word - target word, 0-based, whitespace words): 'text ||| 0-0 1-2' (text), a last '||| ...' field (nbest), a key alignment (json). Hard: each target word to its most attended source word."),
@@ -382,7 +385,7 @@ def import_marian(
 def evaluate(
     hyp: list[Path] | None = typer.Option(None, "--hyp", help="Hypothesis file, '-' for stdin (repeat to compare systems by paired bootstrap)."),
     ref: list[Path] | None = typer.Option(None, "--ref", help="Raw reference file (repeat for several references)."),
-    model: list[Path] | None = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint, then score (repeat for an ensemble)."),
+    model: list[Path] | None = typer.Option(None, "--model", "-m", help="Translate --src (or the test set) with this checkpoint or run directory, then score (repeat for an ensemble; an exported model with --engine)."),
     src: Path | None = typer.Option(None, "--src", help="Source file to translate with --model."),
     testset: str | None = typer.Option(None, "--testset", "-t", help="A sacrebleu test set, e.g. wmt14/full (3,003 sentences, what papers use)."),
     langpair: str | None = typer.Option(None, "--langpair", "-l", help="Language pair of --testset, e.g. en-de."),
@@ -402,6 +405,7 @@ def evaluate(
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8)."),
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: the COMET model of its utility (default Unbabel/wmt22-comet-da)."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
+    engine: str = typer.Option("torch", "--engine", help="What runs --model: " + ENGINE_HELP),
     constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
     glossary: Path | None = typer.Option(None, "--glossary", help="With --model: " + GLOSSARY_HELP),
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="With --model, a multilingual one: the "
@@ -431,7 +435,7 @@ def evaluate(
         decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty,
                                             "mbr": mbr, "mbr_candidates": mbr_candidates,
                                             "mbr_comet_model": mbr_comet_model}.items()
-                          if v is not None}, device=device,
+                          if v is not None}, device=device, engine=engine,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))
     typer.echo(text)
@@ -501,8 +505,9 @@ def run_recipe(
 @app.command()
 def serve(
     model: list[Path] = typer.Option(..., "--model", "-m", help="Checkpoint or run directory (repeat to serve several "
-                                     "models, each its own language pair; with --engine ctranslate2, exported directories too)."),
-    engine: str = typer.Option("torch", "--engine", help="torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and kept beside it) | onnx (a folder mtkit export onnx wrote)."),
+                                     "models, each its own language pair; with --engine ctranslate2, exported directories "
+                                     "too; with --engine onnx, folders mtkit export onnx wrote)."),
+    engine: str = typer.Option("torch", "--engine", help=ENGINE_HELP),
     quantization: str | None = typer.Option(None, "--quantization", help="With --engine ctranslate2 on a checkpoint or run directory: its export's weights (int8, int8_float32, int16, float16, ...; default float32)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(5000, "--port", help="Port to listen on (0: one the OS picks; the address is printed)."),

@@ -114,6 +114,7 @@ class EvaluateOptions:
     hyp: list[Path] = field(default_factory=list)
     ref: list[Path] = field(default_factory=list)
     model: list[Path] | None = None
+    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.runtime.factory.ENGINES)
     src: Path | None = None
     testset: str | None = None
     langpair: str | None = None
@@ -159,6 +160,12 @@ def evaluate(options: EvaluateOptions) -> str:
         raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
     if o.model is not None and o.hyp:
         raise MtkitError("give either --hyp or --model, not both")
+    from mtkit.runtime.factory import ENGINES
+
+    if o.engine not in ENGINES:
+        raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
+    if o.model is None and o.engine != "torch":
+        raise MtkitError(f"--engine {o.engine} needs --model (it runs the model that translates)")
     if o.model is None and o.tgt_lang is not None:
         raise MtkitError("--tgt-lang needs --model (it picks the language the model translates into)")
     if o.model is None and (o.constraints is not None or o.glossary is not None):
@@ -215,7 +222,7 @@ def evaluate(options: EvaluateOptions) -> str:
 
         src_lines = sources
         check_decode_flags(o.decode_overrides)
-        per_line, terms = read_constraint_options(o.constraints, o.glossary)
+        per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine)
         check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
         wanted = None
         if per_line is not None or terms is not None:
@@ -224,7 +231,7 @@ def evaluate(options: EvaluateOptions) -> str:
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
         with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)
         translations, folds_case = translations_of(o.model, src_lines, with_flags, o.device, constraints=wanted,
-                                                   tgt_lang=o.tgt_lang)
+                                                   tgt_lang=o.tgt_lang, engine=o.engine)
         hypotheses = [t.best.text for t in translations]
         confidences = [confidence(t) for t in translations]
         if folds_case and not lowercase:

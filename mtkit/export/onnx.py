@@ -19,12 +19,13 @@ The export checks itself: both graphs, run by ONNX Runtime, give mtkit's logits 
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory, refuse_non_empty
+from mtkit.runtime.engine import stderr
 from mtkit.runtime.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 
 TOLERANCE = 1e-4
@@ -76,9 +77,10 @@ def refusals(cfg) -> list[str]:
     return out
 
 
-def export_model(loaded, out_dir: str | Path) -> Path:
+def export_model(loaded, out_dir: str | Path, log: Callable[[str], None] = stderr) -> Path:
     """Write ``loaded`` (a LoadedModel) as ``encoder.onnx``, ``decoder_step.onnx``, its SentencePiece model(s)
-    and ``mtkit.json`` in ``out_dir`` (built beside it and renamed into place)."""
+    and ``mtkit.json`` in ``out_dir`` (built beside it and renamed into place); each stage said through ``log``
+    (tracing takes a while: tens of seconds for a small model)."""
     out_dir = Path(out_dir)
     problems = refusals(loaded.config)
     if problems:
@@ -107,14 +109,14 @@ def export_model(loaded, out_dir: str | Path) -> Path:
     try:
         with atomic_directory(out_dir) as tmp, torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            diff = _write(loaded, model, tmp)
+            diff = _write(loaded, model, tmp, log)
     finally:
         onnx_log.setLevel(level)
-    print(f"ONNX graphs checked against mtkit: largest logit difference {diff:.2g}", file=sys.stderr)
+    log(f"ONNX graphs checked against mtkit: largest logit difference {diff:.2g}")
     return out_dir
 
 
-def _write(loaded, model, tmp: Path) -> float:
+def _write(loaded, model, tmp: Path, log: Callable[[str], None]) -> float:
     """Trace and save both graphs, the vocabulary and mtkit.json in ``tmp``; the probe's logit difference."""
     torch, EncoderGraph, StepGraph = _modules()
     from mtkit import __version__
@@ -135,6 +137,7 @@ def _write(loaded, model, tmp: Path) -> float:
                    tuple({0: rows, 2: past if j < 2 else length} for _ in range(layers) for j in range(4)))
     for graph, args, shapes, key, name in ((EncoderGraph(model), (src,), enc_shapes, "encoder", ENCODER),
                                            (StepGraph(model), (tokens, mask, *cache), step_shapes, "step", STEP)):
+        log(f"tracing the {'encoder' if key == 'encoder' else 'decoding step'} graph ({name}) with torch.onnx")
         try:
             program = torch.onnx.export(graph, args, dynamic_shapes=shapes, input_names=io[key]["inputs"],
                                         output_names=io[key]["outputs"], opset_version=OPSET, dynamo=True,
@@ -155,6 +158,7 @@ def _write(loaded, model, tmp: Path) -> float:
     if pairs:
         manifest["pairs"], manifest["tag_side"] = pairs, loaded.config.data.tag_side
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    log("checking the graphs in ONNX Runtime against mtkit's logits")
     diff = probe_difference(model, tmp)
     if not diff <= TOLERANCE:
         raise MtkitError(f"the ONNX graphs' logits differ from mtkit's by {diff:.3g}; nothing written")

@@ -115,9 +115,20 @@ def is_exported_model(path: Path) -> bool:
 
 
 def is_onnx_export(path: Path) -> bool:
-    """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json)."""
+    """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json; any
+    kind of file: the engine refuses one that is not a regular file, naming it)."""
+    import os
+
     path = Path(path)
-    return path.is_dir() and (path / "decoder_step.onnx").is_file() and (path / "mtkit.json").is_file()
+    return path.is_dir() and os.path.lexists(path / "decoder_step.onnx") and os.path.lexists(path / "mtkit.json")
+
+
+def _exported(decode, saved: Callable[[Path], DecodeConfig], path: Path) -> DecodeConfig:
+    """An export's decode settings: ``decode`` as given, made by it from the saved ones (a function), or the
+    saved ones (None)."""
+    if callable(decode):
+        return decode(saved(path))
+    return decode or saved(path)
 
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
@@ -131,7 +142,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
     Args:
         decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones); a
-            function makes them from the checkpoint's (torch engine).
+            function makes them from those.
         overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
         inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
             checks, or what it reads of them (their configs).
@@ -155,7 +166,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
         from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine, exported_decode
 
-        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
+        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
         # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
@@ -178,7 +189,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
         if device not in ("auto", "cpu"):
             raise MtkitError(f"--device {device}: the ONNX engine runs on the CPU")
-        decode = apply_decode_flags(decode or exported_decode(paths[0]), overrides)
+        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
         # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work leaves free.

@@ -200,10 +200,16 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
 def translations_of(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
                     log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
-                    tgt_lang: str | None = None) -> tuple[list[Translation], bool]:
-    """:func:`translate_lines`'s :class:`~mtkit.runtime.engine.Translation` objects (scores, confidence)."""
+                    tgt_lang: str | None = None, engine: str = "torch") -> tuple[list[Translation], bool]:
+    """:func:`translate_lines`'s :class:`~mtkit.runtime.engine.Translation` objects (scores, confidence), from
+    ``engine`` (:data:`mtkit.runtime.factory.ENGINES`; ``ctranslate2`` on a checkpoint or run directory: its
+    kept export, as ``translate --engine ctranslate2``)."""
     from mtkit.runtime.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    translator = build_translator(paths, "torch", device, decode=decode, tgt_lang=tgt_lang, log=log)
+    if engine == "ctranslate2" and len(paths) == 1:
+        from mtkit.export.cache import ctranslate2_model
+
+        paths = [ctranslate2_model(paths[0], log=log)]
+    translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang, log=log)
     return list(translator.translate(lines, constraints=constraints)), translator.vocab.lowercases("tgt")

@@ -190,3 +190,240 @@ def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(t
                            (["--protect", "x"], "--protect needs word alignments")):
         bad = run(*flags)
         assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def endless_graph(inputs: list[str], outputs: list[str]):
+    """A graph with the engine's input and output names whose every output comes out of a Loop that never
+    ends (no trip count, a condition always true): a program, as any ONNX graph may be."""
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["x_in"], ["x_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [1])])
+    nodes = [helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
+             helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TensorProto.FLOAT, [1], [0.0])),
+             helper.make_node("Loop", ["", "true", "zero"], ["looped"], body=body)]
+    nodes += [helper.make_node("Identity", ["looped"], [name]) for name in outputs]
+    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
+    graph = helper.make_graph(nodes, "endless",
+                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def failing_graph(inputs: list[str], outputs: list[str]):
+    """A graph with the engine's names that fails when it runs: its outputs reshape its first input to 7
+    elements."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Constant", [], ["seven"], value=helper.make_tensor("s", TensorProto.INT64, [1], [7])),
+             helper.make_node("Reshape", [inputs[0], "seven"], ["reshaped"]),
+             helper.make_node("Cast", ["reshaped"], ["floats"], to=TensorProto.FLOAT)]
+    nodes += [helper.make_node("Identity", ["floats"], [name]) for name in outputs]
+    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
+    graph = helper.make_graph(nodes, "failing",
+                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def hostile_export(tiny_export, folder: Path, graph: str, make) -> Path:
+    """A copy of ``tiny_export`` whose ``graph`` (encoder.onnx or decoder_step.onnx) is ``make``'s, with the
+    names the engine expects."""
+    import shutil
+
+    import onnx
+
+    from mtkit.runtime.onnx_engine import graph_names, read_manifest
+
+    shutil.copytree(tiny_export, folder)
+    names = graph_names(read_manifest(folder)["model"]["decoder_layers"])["encoder" if graph == "encoder.onnx"
+                                                                          else "step"]
+    onnx.save(make(names["inputs"], names["outputs"]), str(folder / graph))
+    return folder
+
+
+NEVER_ENDS = """
+import sys, time
+from mtkit.errors import MtkitError
+from mtkit.runtime import onnx_engine
+from mtkit.runtime.engine import Stopped
+from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+
+for folder in sys.argv[1:]:
+    engine = OnnxEngine(folder, exported_decode(folder))
+    started = time.monotonic()
+    try:
+        list(engine.translate(["one two"], should_stop=lambda: time.monotonic() - started > 0.5))
+    except Stopped:
+        print("stopped", "in time" if time.monotonic() - started < 5 else "late")
+    onnx_engine.RUN_SECONDS = 1.0
+    started = time.monotonic()
+    try:
+        engine.translate_text(["one two"])
+    except MtkitError as e:
+        print("in time" if time.monotonic() - started < 5 else "late", e)
+    onnx_engine.RUN_SECONDS = 10.0
+"""
+
+
+def test_a_graph_that_never_ends_stops_at_its_deadline_or_when_told_in_one_line(tiny_export, tmp_path):
+    """Every run has a deadline: an endless Loop in either graph ends there, as one error line naming the
+    graph; a call's should_stop ends it sooner (Stopped), while the graph runs. In a subprocess bounded in
+    time (a run that never ends fails the test)."""
+    folders = [hostile_export(tiny_export, tmp_path / graph, graph, endless_graph)
+               for graph in ("encoder.onnx", "decoder_step.onnx")]
+    done = subprocess.run([sys.executable, "-c", NEVER_ENDS, *map(str, folders)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    want = []
+    for folder in folders:
+        graph = folder / folder.name
+        want += ["stopped in time",  # the deadline (10 s) never came: should_stop ended the run
+                 f"in time {graph}: ONNX Runtime did not finish a run within 1 s (the graph may loop forever)"]
+    assert done.stdout.splitlines() == want
+
+
+def test_a_graph_that_fails_as_it_runs_is_one_line_naming_it(tiny_export, tmp_path):
+    """ONNX Runtime's error at run time (not at loading) is one line naming the graph, no traceback."""
+    folder = hostile_export(tiny_export, tmp_path / "onnx", "encoder.onnx", failing_graph)
+    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(folder)],
+                          input="one two\n", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MTKIT_DEBUG": ""})
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 3, done.stderr  # loaded, threads, error
+    assert done.stderr.splitlines()[-1].startswith(f"error: {folder / 'encoder.onnx'}: ONNX Runtime failed to run "
+                                                   "it ("), done.stderr
+
+
+@pytest.mark.slow
+def test_translate_on_a_graph_that_never_ends_exits_1_at_the_deadline(tiny_export, tmp_path):
+    folder = hostile_export(tiny_export, tmp_path / "onnx", "decoder_step.onnx", endless_graph)
+    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(folder)],
+                          input="one two\n", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MTKIT_DEBUG": ""})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"error: {folder / 'decoder_step.onnx'}: ONNX Runtime did not "
+                                                   "finish a run within 10 s (the graph may loop forever)"), done.stderr
+
+
+@pytest.mark.slow
+def test_a_server_on_a_graph_that_never_ends_answers_and_stops_at_sigterm(tiny_export, tmp_path):
+    """The request gets its 504 at --decode-timeout (the run ends as the job's deadline passes), the server
+    stays healthy, and SIGTERM stops it promptly: no decoding thread stays stuck in the graph."""
+    pytest.importorskip("uvicorn")
+    import signal
+    import time
+
+    from test_serve import Server
+
+    folder = hostile_export(tiny_export, tmp_path / "onnx", "decoder_step.onnx", endless_graph)
+    server = Server(tmp_path, "--engine", "onnx", "-m", folder, "--decode-timeout", 2, "--src-lang", "en",
+                    "--tgt-lang", "de")
+    try:
+        started = time.monotonic()
+        status, body = server.post_json("/translate", {"q": "one two", "source": "en", "target": "de"})
+        assert status == 504 and time.monotonic() - started < 8, (status, body)
+        assert server.get("/health")[0] == 200
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=20) == 0, server.log.read_text()
+    finally:
+        server.stop()
+
+
+def test_a_fifo_or_dev_zero_in_place_of_a_graph_is_one_line(tiny_export, tmp_path):
+    """A FIFO would block ONNX Runtime's open forever, /dev/zero never end: each is refused as not a regular
+    file, in one subprocess bounded in time (a hang fails it)."""
+    import shutil
+
+    cases = []
+    for graph in ("encoder.onnx", "decoder_step.onnx"):
+        for kind in ("fifo", "zero"):
+            folder = Path(shutil.copytree(tiny_export, tmp_path / f"{kind}-{graph}"))
+            (folder / graph).unlink()
+            os.mkfifo(folder / graph) if kind == "fifo" else os.symlink("/dev/zero", folder / graph)
+            cases.append(folder / graph)
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.runtime.onnx_engine import OnnxModel\n"
+            "for path in sys.argv[1:]:\n    try:\n        OnnxModel(path.rsplit('/', 1)[0])\n"
+            "    except MtkitError as e:\n        print(e)\n    else:\n        print('loaded')\n")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, cases)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"{path}: not a regular file" for path in cases]
+
+
+def test_the_onnx_engine_sets_torchs_threads_as_its_sessions(tiny_export):
+    """threads=1: ONNX Runtime's sessions (intra and inter-op) and torch, which runs the search, all one
+    thread, also in a thread that translates."""
+    import threading
+
+    from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        engine = OnnxEngine(tiny_export, exported_decode(tiny_export), threads=1)
+        assert torch.get_num_threads() == 1
+        for session in (engine.model.encoder, engine.model.step):
+            options = session.get_session_options()
+            assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
+        seen = []
+
+        def translate():
+            torch.set_num_threads(2)
+            engine.translate_text(["one two"])
+            seen.append(torch.get_num_threads())
+
+        worker = threading.Thread(target=translate)
+        worker.start()
+        worker.join(timeout=120)
+        assert seen == [1]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_translate_and_evaluate_help_name_onnx_exports():
+    """``-m``'s help names the ONNX folders --engine onnx takes; evaluate has --engine too."""
+    for command in ("translate", "evaluate"):
+        done = mtkit_cli(command, "-h")
+        assert done.returncode == 0, done.stderr
+        text = " ".join(done.stdout.replace("│", " ").split())
+        model_help = text[text.index("-m, --model"): text.index("-m, --model") + 400]
+        assert "--engine" in model_help, model_help
+        assert "--engine <str> What runs --model" in text or command == "translate"
+    assert "with --engine onnx, a folder mtkit export onnx wrote" in " ".join(
+        mtkit_cli("translate", "-h").stdout.replace("│", " ").split())
+
+
+@pytest.mark.slow
+def test_evaluate_scores_an_onnx_export_with_engine_onnx(tiny_export, tmp_path):
+    """``evaluate -m EXPORT`` says to add --engine onnx, and with it translates as the ONNX engine does."""
+    from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+
+    lines = ["one two", "three four five", "six"]
+    (tmp_path / "src.txt").write_text("".join(line + "\n" for line in lines))
+    (tmp_path / "ref.txt").write_text("one two\nthree four five\nsix\n")
+    args = ["evaluate", "-m", str(tiny_export), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")]
+    done = mtkit_cli(*args)
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].endswith("(this is an ONNX export: add --engine onnx)")
+    done = mtkit_cli(*args, "--engine", "onnx", "--hyp-out", str(tmp_path / "hyp.txt"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "(ONNX Runtime" in done.stderr
+    want = OnnxEngine(tiny_export, exported_decode(tiny_export)).translate_text(lines)
+    assert (tmp_path / "hyp.txt").read_text().splitlines() == want
+
+
+@pytest.mark.slow
+def test_export_onnx_says_each_stage_on_stderr(tmp_path):
+    """Tracing takes tens of seconds: each stage is a line on stderr as it starts."""
+    ckpt = tiny_checkpoint(tmp_path / "m.pt")
+    done = mtkit_cli("export", "onnx", str(ckpt), str(tmp_path / "onnx"))
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert said[0].startswith("loaded ") and said[-1].startswith("exported ")
+    assert [line.split(" (")[0] for line in said[1:-2]] == [
+        "tracing the encoder graph", "tracing the decoding step graph",
+        "checking the graphs in ONNX Runtime against mtkit's logits"], said
+    assert said[-2].startswith("ONNX graphs checked against mtkit: largest logit difference ")
