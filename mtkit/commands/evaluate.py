@@ -230,7 +230,12 @@ def evaluate(options: EvaluateOptions) -> str:
 
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
         with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)
-        translations, folds_case = translations_of(o.model, src_lines, with_flags, o.device, constraints=wanted,
+        model = list(o.model) if isinstance(o.model, (list, tuple)) else [o.model]
+        if o.engine == "ctranslate2" and len(model) == 1:  # a checkpoint's kept export, as translate takes it
+            from mtkit.export.cache import ctranslate2_model
+
+            model = [ctranslate2_model(model[0])]
+        translations, folds_case = translations_of(model, src_lines, with_flags, o.device, constraints=wanted,
                                                    tgt_lang=o.tgt_lang, engine=o.engine)
         hypotheses = [t.best.text for t in translations]
         confidences = [confidence(t) for t in translations]

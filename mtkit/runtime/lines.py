@@ -202,14 +202,10 @@ def translations_of(model_path: Path | list[Path], lines: list[str],
                     log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
                     tgt_lang: str | None = None, engine: str = "torch") -> tuple[list[Translation], bool]:
     """:func:`translate_lines`'s :class:`~mtkit.runtime.engine.Translation` objects (scores, confidence), from
-    ``engine`` (:data:`mtkit.runtime.factory.ENGINES`; ``ctranslate2`` on a checkpoint or run directory: its
-    kept export, as ``translate --engine ctranslate2``)."""
+    ``engine`` (:data:`mtkit.runtime.factory.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
+    gives a checkpoint's kept export, :func:`mtkit.export.cache.ctranslate2_model`)."""
     from mtkit.runtime.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    if engine == "ctranslate2" and len(paths) == 1:
-        from mtkit.export.cache import ctranslate2_model
-
-        paths = [ctranslate2_model(paths[0], log=log)]
     translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang, log=log)
     return list(translator.translate(lines, constraints=constraints)), translator.vocab.lowercases("tgt")

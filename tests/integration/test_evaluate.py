@@ -314,3 +314,20 @@ def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatc
     assert doc["scores"] == expected["scores"]
     evaluate(EvaluateOptions(hyp=[], model=[run], **options))
     assert _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent) == before
+
+
+@pytest.mark.slow
+def test_engine_ctranslate2_scores_the_checkpoints_kept_export(tiny_run, tmp_path):
+    """``evaluate --engine ctranslate2 -m RUN`` translates as ``translate --engine ctranslate2 -m RUN`` does: through
+    the run's kept export, made on first use."""
+    import shutil
+
+    pytest.importorskip("ctranslate2")
+    run, src, ref = tiny_run
+    run = shutil.copytree(run, tmp_path / "run")  # the kept export is written beside the checkpoint
+    out = tmp_path / "hyp.de"
+    result = _mtkit("evaluate", "--engine", "ctranslate2", "-m", run, "--src", src, "--ref", ref, "--hyp-out", out)
+    assert result.returncode == 0, result.stderr
+    translated = _mtkit("translate", "--engine", "ctranslate2", "-m", run, src)
+    assert translated.returncode == 0, translated.stderr
+    assert out.read_text(encoding="utf-8") == translated.stdout
