@@ -461,3 +461,40 @@ def read_json_file(path: str | Path, max_bytes: int, what: str, max_depth: int =
     each way it can be wrong (missing, not a regular file, too large, not UTF-8, not JSON, too deep)
     is one :class:`MtkitError` line naming ``path``."""
     return parse_json(read_bounded(path, max_bytes, what), str(path), max_depth)
+
+
+def read_yaml_file(path: str | Path, max_bytes: int, what: str) -> Any:
+    """A YAML file of a model folder (a COMET model's ``hparams.yaml``, the ``config.yaml`` of the run an
+    export came from), read by :func:`read_bounded` and parsed by YAML's safe loader, aliases refused: an
+    alias names one value in many places (and a merge key ``<<`` copies it there), so that whatever walks
+    the result (a check, a message, a copy) would walk it once for each (a "billion laughs" of a KB
+    expands to gigabytes); no model's file needs one. Each way it can be wrong (missing, not a regular
+    file, too large, not UTF-8, not YAML, an alias, too deep) is one :class:`MtkitError` line naming ``path``."""
+    import yaml
+
+    from mtkit.errors import shown
+
+    class Unaliased(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise MtkitError(f"{path}: line {event.start_mark.line + 1}: a YAML alias of anchor "
+                                 f"{shown(event.anchor)}; mtkit reads none in a model's files")
+            return super().compose_node(parent, index)
+
+    data = read_bounded(path, max_bytes, what)
+    try:
+        value = yaml.load(data.decode("utf-8"), Loader=Unaliased)  # noqa: S506 (a safe loader)
+    except UnicodeDecodeError as e:
+        raise MtkitError(f"{path}: not valid UTF-8 (byte {e.start + 1})") from None
+    except RecursionError:  # PyYAML's composer recurses once per level
+        raise MtkitError(f"{path}: nested more than {MAX_JSON_DEPTH} levels deep") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(e, "problem", None) or (str(e).splitlines() or [""])[0]
+        raise MtkitError(f"{path}:{where} malformed YAML ({problem[:120]})") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise MtkitError(f"{path}: malformed YAML (a number too long to read)") from None
+    check_depth(value, str(path))
+    return value

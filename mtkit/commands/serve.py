@@ -43,9 +43,9 @@ def read_api_keys(path: Path) -> frozenset[str]:
 
 
 def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
-    """An exported model's languages: its manifest's ``data``, else the config.yaml of the run it came from."""
-    import yaml
-
+    """An exported model's languages: its manifest's ``data``, else the config.yaml of the run it came from
+    (read bounded and without aliases; one that cannot be read leaves them unknown)."""
+    from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
     from mtkit.runtime.ctranslate2_engine import read_manifest
 
     manifest = read_manifest(model_dir)
@@ -58,10 +58,14 @@ def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
             config = folder / "config.yaml"
             if config.is_file():
                 try:
-                    data = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("data") or {}
-                except (OSError, yaml.YAMLError, AttributeError):
+                    raw = read_yaml_file(config, MAX_RECIPE_BYTES, "run config")
+                except MtkitError:
                     break
-                return data.get("src_lang"), data.get("tgt_lang")
+                data = raw.get("data") if isinstance(raw, dict) else None
+                if not isinstance(data, dict):
+                    break
+                src, tgt = data.get("src_lang"), data.get("tgt_lang")
+                return (src if isinstance(src, str) else None), (tgt if isinstance(tgt, str) else None)
     return None, None
 
 

@@ -230,7 +230,7 @@ def _read_weights(folder: Path) -> dict:
     else:
         # torch.load's weights-only reading runs no code, but would inflate a compressed entry whole and
         # build whatever the pickle describes: the bounded reader of checkpoints sees the file first.
-        from mtkit.runtime.checkpoint_file import read_payload
+        from mtkit.checkpoint_file import read_payload
 
         read_payload(path)
     try:

@@ -18,9 +18,14 @@ whose ``hyper_parameters`` (else ``hparams.yaml``) say how they are used:
   mt+src, mt+ref and mt+src+ref, as unbabel-comet does.
 
 The score of a segment is the estimator's output; a system's score is their mean (COMET-DA scores are
-around 0.8 for good systems, not percentages). Loading never runs code from the checkpoint
-(``torch.load(weights_only=True)``, memory-mapped) and checks every tensor's name and shape against the
-model the config describes before the weights are allocated.
+around 0.8 for good systems, not percentages). Loading never runs code from the folder, never reads
+standard input, and costs work bounded by the files' sizes: the checkpoint is read first without torch
+(mtkit.checkpoint_file: stored entries, a bounded pickle of plain data and tensors that fit their
+storages), then by ``torch.load(weights_only=True)``, memory-mapped; ``hparams.yaml`` is read without
+aliases; the encoder's JSON files are read bounded in size and depth, and one asking for code of its own
+(an ``auto_map``, a ``model_type`` transformers does not know) is refused before transformers, told
+``trust_remote_code=False``, reads them; every tensor's name and shape is checked against the model the
+config describes before the weights are allocated.
 """
 
 from __future__ import annotations
@@ -30,13 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.errors import MtkitError, counted
+from mtkit.errors import MtkitError, counted, shown
 
 DEFAULT_MODEL = "Unbabel/wmt22-comet-da"  # reference-based, the one papers and mozilla/translations report
 KINDS = ("regression_metric", "referenceless_regression_metric", "unified_metric")
 ENCODERS = ("XLM-RoBERTa", "XLM-RoBERTa-XL")
 ACTIVATIONS = ("Tanh", "Sigmoid", "Softplus", "Softsign", "Hardtanh", "Mish")  # nn.<activation.title()>
 MAX_HPARAMS_BYTES = 1 << 20  # hparams.yaml: a few hundred bytes
+# The encoder's files transformers reads for its config and tokenizer (XLM-R's), each checked first.
+ENCODER_JSON = ("config.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                "tokenizer.json")
+SENTENCEPIECE = "sentencepiece.bpe.model"  # XLM-R's tokenizer where no tokenizer.json is
 LFS_POINTER = b"version https://git-lfs"
 IGNORED = ("encoder.model.embeddings.position_ids", "encoder.model.embeddings.token_type_ids",
            "encoder.model.pooler.", "layerwise_attention.dropout_mask", "layerwise_attention.dropout_fill",
@@ -68,15 +77,15 @@ def _hparams(raw: Any, where: str) -> CometHparams:
     def get(key: str, ok: Callable[[Any], bool], rule: str, default: Any = None) -> Any:
         value = raw.get(key, default)
         if not ok(value):
-            raise MtkitError(f"{where}: {key} must be {rule}, got {str(value)[:80]!r}")
+            raise MtkitError(f"{where}: {key} must be {rule}, got {shown(value)}")
         return value
 
     kind = get("class_identifier", lambda v: v in KINDS, f"one of {', '.join(KINDS)} (the others are not "
                                                           "supported here)")
     transformation = get("layer_transformation", lambda v: v in ("softmax", "sparsemax", "sparsemax_patch"),
                          "softmax or sparsemax", "softmax")
-    segments = get("input_segments", lambda v: isinstance(v, list) and v[:1] == ["mt"]
-                   and set(v) <= {"mt", "src", "ref"} and 2 <= len(v) == len(set(v)),
+    segments = get("input_segments", lambda v: isinstance(v, list) and v[:1] == ["mt"] and len(v) <= 3
+                   and all(s in ("mt", "src", "ref") for s in v) and 2 <= len(v) == len(set(v)),
                    "a list of mt, then src and/or ref", ["mt", "src", "ref"])
     return CometHparams(
         kind=kind,
@@ -102,18 +111,10 @@ def _hparams(raw: Any, where: str) -> CometHparams:
 
 
 def read_hparams_file(path: Path) -> dict:
-    """``hparams.yaml``: a bounded read, YAML's safe loader, one error line naming the file."""
-    import yaml
+    """``hparams.yaml``: a bounded read, YAML's safe loader without aliases, one error line naming the file."""
+    from mtkit.io import read_yaml_file
 
-    from mtkit.io import check_depth, read_bounded
-
-    try:
-        raw = yaml.safe_load(read_bounded(path, MAX_HPARAMS_BYTES, "COMET hparams.yaml").decode("utf-8"))
-        check_depth(raw, str(path))
-    except UnicodeDecodeError as e:
-        raise MtkitError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    except (yaml.YAMLError, RecursionError) as e:
-        raise MtkitError(f"{path}: malformed YAML ({type(e).__name__})") from None
+    raw = read_yaml_file(path, MAX_HPARAMS_BYTES, "COMET hparams.yaml")
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: expected a mapping of hyper-parameters")
     return raw
@@ -139,27 +140,71 @@ def locate(source: str) -> tuple[Path, Path]:
 
 
 def read_checkpoint(path: Path) -> dict:
-    """The Lightning checkpoint at ``path``, memory-mapped, with torch's weights-only unpickler (nothing
-    of it runs); its ``state_dict`` and ``hyper_parameters``."""
-    import pickle
-
+    """The Lightning checkpoint at ``path``: read first without torch, in work bounded by its size
+    (:func:`~mtkit.checkpoint_file.read_payload`, as mtkit's own checkpoints are), then memory-mapped
+    by torch's weights-only unpickler (nothing of it runs); its ``state_dict`` and ``hyper_parameters``."""
     import torch
 
-    with open(path, "rb") as f:
+    from mtkit.checkpoint_file import read_payload
+    from mtkit.io import open_regular
+
+    with open_regular(path, "no such file") as f:
         if f.read(len(LFS_POINTER)) == LFS_POINTER:
             raise MtkitError(f"{path}: a Git LFS pointer, not the checkpoint (fetch it: git lfs pull)")
+    read_payload(path, "COMET checkpoint")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
-        why = (str(e).strip().splitlines() or [""])[-1][:200]
-        raise MtkitError(f"{path}: not a COMET checkpoint torch can read as weights only ({why})") from None
+    except Exception as e:  # noqa: BLE001 (a file that changed since it was read, or one torch reads otherwise)
+        raise MtkitError(f"{path}: not a readable COMET checkpoint ({type(e).__name__})") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise MtkitError(f"{path}: no state_dict (expected a PyTorch Lightning checkpoint of a COMET model)")
     bad = next((k for k, v in ckpt["state_dict"].items() if not (isinstance(k, str)
                                                                    and isinstance(v, torch.Tensor))), None)
     if bad is not None:
-        raise MtkitError(f"{path}: its state_dict holds {str(bad)[:80]!r}, not a named tensor")
+        raise MtkitError(f"{path}: its state_dict holds {shown(bad)}, not a named tensor")
     return ckpt
+
+
+def encoder_folder(name: str) -> Path:
+    """The folder of the encoder's config and tokenizer: ``name`` itself, or the hub repository it names
+    (``xlm-roberta-large``) in the Hugging Face cache, its files downloaded there first as transformers would
+    (so that what is checked is what transformers then reads, from the folder, never from the hub again)."""
+    if Path(name).is_dir():
+        return Path(name)
+    from transformers.utils import cached_file
+
+    found = [cached_file(name, file, _raise_exceptions_for_missing_entries=False)
+             for file in (*ENCODER_JSON, SENTENCEPIECE)]
+    if not any(found):
+        raise OSError("not a folder, nor a hub repository here or in the Hugging Face cache")
+    return Path(next(f for f in found if f)).parent
+
+
+def check_encoder(folder: Path) -> None:
+    """The encoder's files in ``folder`` as transformers will read them, before it does: each JSON file within
+    its bounds (size, depth), none asking for code of its own (an ``auto_map``; a ``model_type`` that is none
+    of transformers' own names a model of its own code), the SentencePiece model no larger than one is."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, read_bounded, read_json_file
+
+    for name in ENCODER_JSON:
+        path = folder / name
+        if not path.exists():
+            continue  # transformers does without, or says what is missing
+        large = name == "tokenizer.json"  # the pieces, a few MB
+        value = read_json_file(path, MAX_VOCAB_BYTES if large else MAX_CONFIG_BYTES,
+                               "tokenizer" if large else "model config")
+        if not isinstance(value, dict):
+            raise MtkitError(f"{path}: expected a JSON object")
+        if "auto_map" in value:
+            raise MtkitError(f"{path}: asks for code of its own (auto_map); mtkit runs none")
+        model_type = value.get("model_type") if name == "config.json" else None
+        if model_type is not None and (not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES):
+            raise MtkitError(f"{path}: model_type {shown(model_type)} is none that transformers knows (a model of "
+                             "its own code)")
+    if (folder / SENTENCEPIECE).exists():
+        read_bounded(folder / SENTENCEPIECE, MAX_VOCAB_BYTES, "SentencePiece model")
 
 
 def sparsemax(z):
@@ -309,9 +354,17 @@ class CometScorer:
             or not isinstance(stored, dict)}}
         self.hparams = hp = _hparams(raw, str(hparams_path))
         try:
-            config = AutoConfig.from_pretrained(hp.pretrained_model)
-            self.tokenizer = AutoTokenizer.from_pretrained(hp.pretrained_model)
-        except (OSError, ValueError) as e:
+            folder = encoder_folder(hp.pretrained_model)
+        except (OSError, ValueError) as e:  # not on the hub, no network, not a hub name
+            why = (str(e).strip().splitlines() or [""])[0][:160]
+            raise MtkitError(f"{hparams_path}: its encoder {hp.pretrained_model} cannot be loaded ({why})") from None
+        check_encoder(folder)
+        try:
+            # Never the code of a folder's own (nor a question on stdin whether to run it: transformers asks
+            # where trust_remote_code is left unset).
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
+            self.tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+        except Exception as e:  # noqa: BLE001 (transformers' and tokenizers' errors on a foreign folder: one line)
             why = (str(e).strip().splitlines() or [""])[0][:160]
             raise MtkitError(f"{hparams_path}: its encoder {hp.pretrained_model} cannot be loaded ({why})") from None
         state = ckpt["state_dict"]

@@ -1,6 +1,6 @@
 """Checkpoints from strangers cost work and memory bounded by their size, and fail with one line.
 
-Each crafted file is refused by the torch-free reading (mtkit.runtime.checkpoint_file) before torch.load
+Each crafted file is refused by the torch-free reading (mtkit.checkpoint_file) before torch.load
 sees it: memo amplification, a huge integer, nesting 200,000 deep, a zip bomb, views that repeat their
 data where a config asks for 17 GB of weights, special files, fields of the wrong type. The CLI cases run
 under an address-space limit (tests/integration/test_model_file_checks.py's :data:`MEMORY_LIMIT`), and the
@@ -21,8 +21,8 @@ import pytest
 import torch
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
+from mtkit import checkpoint_file
 from mtkit.errors import MtkitError, shown
-from mtkit.runtime import checkpoint_file
 from mtkit.runtime.checkpoint import load_checkpoint, precheck
 
 # ---------------------------------------------------------------- crafting files

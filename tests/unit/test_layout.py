@@ -129,7 +129,7 @@ LAYERS = [
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit"},
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.checkpoint_file", "mtkit"},
 ]
 INFERENCE = ("mtkit.runtime", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",

@@ -323,12 +323,14 @@ def _entries(archive: zipfile.ZipFile, size: int) -> dict[str, zipfile.ZipInfo]:
     return {info.filename: info for info in infos}
 
 
-def read_payload(path: str | Path) -> Any:
+def read_payload(path: str | Path, what: str = "mtkit checkpoint") -> Any:
     """The checkpoint's payload with each tensor as a :class:`Tensor`, read without torch.
 
     Raises MtkitError: ``PATH: no such checkpoint``, ``PATH: not a regular file``, or
-    ``PATH: not a readable mtkit checkpoint (REASON)`` for anything that is not laid out as torch.save
-    lays out an mtkit checkpoint or exceeds a bound of this module.
+    ``PATH: not a readable WHAT (REASON)`` for anything that is not laid out as torch.save
+    lays out an mtkit checkpoint or exceeds a bound of this module. ``what``: the kind of file the
+    message names (a COMET model's Lightning checkpoint is written by torch.save as well, and holds
+    no global an mtkit checkpoint does not).
     """
     path = Path(path)
     with open_regular(path, "no such checkpoint") as f:
@@ -360,7 +362,7 @@ def read_payload(path: str | Path) -> Any:
             tensors = walk([payload, *states])
             check_storages(tensors, storages, entries, prefix)
         except Unreadable as e:
-            raise MtkitError(f"{path}: not a readable mtkit checkpoint ({e})") from None
+            raise MtkitError(f"{path}: not a readable {what} ({e})") from None
     return payload
 
 
