@@ -44,22 +44,22 @@ def prepare(config: Config, out_dir: Path, force: bool = False, progress: bool |
 LANGUAGE_FILTERS = ("langid",)  # the filters that judge a pair by its languages
 
 
-def _check_languages(config: Config, recipe: Path | None, overrides: list[str], flags: dict) -> None:
+def _check_languages(config: Config, recipe: Path | None, overrides: list[str], flags: dict) -> str | None:
     """A single pair's languages are data.src_lang / data.tgt_lang, en and de when neither the recipe, a --set nor
     --src-lang / --tgt-lang names them. As fairseq-preprocess asks for -s/-t: a filter that judges the languages
-    needs them given (an assumed en-de would drop a fr-cs corpus whole); otherwise a note on stderr says what
-    is assumed, for a corpus other than the demo's (en-de by definition)."""
+    needs them given (an assumed en-de would drop a fr-cs corpus whole); otherwise returns a note that says what
+    is assumed (None for languages given, or the demo's corpus: en-de by definition)."""
     from mtkit.config.loader import read_yaml
 
     data = config.data
     if data.pairs or (data.train is not None and data.train.kind == "demo"):
-        return
+        return None
     section = (read_yaml(recipe) if recipe is not None else {}).get("data")
     named = {k for k in ("src_lang", "tgt_lang") if isinstance(section, dict) and k in section}
     named |= {k for k in ("src_lang", "tgt_lang") if f"data.{k}" in flags}
     named |= {k for k in ("src_lang", "tgt_lang") for text in overrides if text.startswith((f"data.{k}=", "data="))}
     if len(named) == 2:
-        return
+        return None
     missing = " and ".join(f"--{k.replace('_', '-')}" for k in ("src_lang", "tgt_lang") if k not in named)
     filters = data.clean.filters
     on = [name for name in LANGUAGE_FILTERS if filters is not None and getattr(filters, name) is not None]
@@ -67,8 +67,8 @@ def _check_languages(config: Config, recipe: Path | None, overrides: list[str], 
         raise MtkitError(f"data.clean.filters.{on[0]}: needs the corpus's languages, but the recipe and flags give "
                          f"no {missing} (the pair {data.src_lang}-{data.tgt_lang} would be assumed); give {missing} "
                          "(or data.src_lang / data.tgt_lang)")
-    print(f"note: no {missing} given: the corpus is taken as {data.src_lang}-{data.tgt_lang}; give "
-          f"{missing} to name its languages", file=sys.stderr)
+    return (f"note: no {missing} given: the corpus is taken as {data.src_lang}-{data.tgt_lang}; give {missing} to "
+            "name its languages")
 
 
 @dataclass(frozen=True)
@@ -138,11 +138,13 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
                              "'data.clean.filters.dual_xent={forward: FWD, backward: BWD, keep: 0.9}'")
         flags[f"data.clean.filters.{name}"] = (f"--filter {name}", {})
     config = load_config(recipe, overrides or [], flags, defaults)
-    _check_languages(config, recipe, overrides or [], flags)
+    note = _check_languages(config, recipe, overrides or [], flags)
     given = config.data
     if given.train is None and not given.corpora and not any(p.train is not None for p in given.pairs):
         raise MtkitError("no training data: give a recipe with data.train, data.corpora or data.pairs, or --src/--tgt, "
                          "--tsv, --hf or --demo")
     manifest = prepare(config, out, force=force)
+    if note is not None:  # after the report, where a fr-cs corpus's user looks for what was made of it
+        print(note, file=sys.stderr)
     if report is not None:
         write_report(cleaning_report(manifest), report)
