@@ -254,16 +254,14 @@ def open_binary(path: str | Path) -> IO[bytes]:
     """Open a file for reading bytes, transparently decompressing ``.gz``.
 
     A ``.gz`` file that is not gzip data is refused at once; damage found later
-    while reading raises :class:`MtkitError` naming the file.
+    while reading raises :class:`MtkitError` naming the file. Only a regular file is read
+    (:func:`open_regular`): a FIFO would hang, ``/dev/zero`` is one endless line.
     """
     path = Path(path)
-    if not path.exists():
-        raise MtkitError(f"{path}: no such file")
-    if path.is_dir():
-        raise MtkitError(f"{path}: is a directory, expected a file")
+    f = open_regular(path, "no such file", "is a directory, expected a file")
     if path.suffix != ".gz":
-        return open(path, "rb")
-    with open(path, "rb") as f:
+        return f
+    with f:
         magic = f.read(len(GZIP_MAGIC))
     if magic and magic != GZIP_MAGIC:  # an empty file reads as empty, as gzip itself has it
         raise MtkitError(f"{path}: not a gzip file (its name ends in .gz); decompress or rename it")

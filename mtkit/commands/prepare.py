@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,36 @@ def prepare(config: Config, out_dir: Path, force: bool = False, progress: bool |
     vocab_from = config.data.spm.vocab_from
     models = checkpoint_vocab(vocab_from) if vocab_from else None
     return prepare_data(config.data, Path(out_dir), force=force, progress=progress, vocab_models=models)
+
+
+LANGUAGE_FILTERS = ("langid",)  # the filters that judge a pair by its languages
+
+
+def _check_languages(config: Config, recipe: Path | None, overrides: list[str], flags: dict) -> str | None:
+    """A single pair's languages are data.src_lang / data.tgt_lang, en and de when neither the recipe, a --set nor
+    --src-lang / --tgt-lang names them. As fairseq-preprocess asks for -s/-t: a filter that judges the languages
+    needs them given (an assumed en-de would drop a fr-cs corpus whole); otherwise returns a note that says what
+    is assumed (None for languages given, or the demo's corpus: en-de by definition)."""
+    from mtkit.config.loader import read_yaml
+
+    data = config.data
+    if data.pairs or (data.train is not None and data.train.kind == "demo"):
+        return None
+    section = (read_yaml(recipe) if recipe is not None else {}).get("data")
+    named = {k for k in ("src_lang", "tgt_lang") if isinstance(section, dict) and k in section}
+    named |= {k for k in ("src_lang", "tgt_lang") if f"data.{k}" in flags}
+    named |= {k for k in ("src_lang", "tgt_lang") for text in overrides if text.startswith((f"data.{k}=", "data="))}
+    if len(named) == 2:
+        return None
+    missing = " and ".join(f"--{k.replace('_', '-')}" for k in ("src_lang", "tgt_lang") if k not in named)
+    filters = data.clean.filters
+    on = [name for name in LANGUAGE_FILTERS if filters is not None and getattr(filters, name) is not None]
+    if on:
+        raise MtkitError(f"data.clean.filters.{on[0]}: needs the corpus's languages, but the recipe and flags give "
+                         f"no {missing} (the pair {data.src_lang}-{data.tgt_lang} would be assumed); give {missing} "
+                         "(or data.src_lang / data.tgt_lang)")
+    return (f"note: no {missing} given: the corpus is taken as {data.src_lang}-{data.tgt_lang}; give {missing} to "
+            "name its languages")
 
 
 @dataclass(frozen=True)
@@ -127,8 +158,13 @@ def prepare_from_flags(recipe: Path | None, out: Path, overrides: list[str] | No
     config = load_config(recipe, overrides or [], flags, defaults)
     if report is not None:
         _check_report(report, out)
-    if config.data.train is None and not any(p.train is not None for p in config.data.pairs):
-        raise MtkitError("no training data: give a recipe with data.train, or --src/--tgt, --tsv, --hf or --demo")
+    note = _check_languages(config, recipe, overrides or [], flags)
+    given = config.data
+    if given.train is None and not given.corpora and not any(p.train is not None for p in given.pairs):
+        raise MtkitError("no training data: give a recipe with data.train, data.corpora or data.pairs, or --src/--tgt, "
+                         "--tsv, --hf or --demo")
     manifest = prepare(config, out, force=force)
+    if note is not None:  # after the report, where a fr-cs corpus's user looks for what was made of it
+        print(note, file=sys.stderr)
     if report is not None:
         write_report(cleaning_report(manifest), report)

@@ -40,15 +40,19 @@ _CHECK_BLOCK = 1 << 16  # pairs whose links are checked together when a store op
 
 
 def piece_links(word_pairs: Iterable[tuple[int, int]], src_words: Sequence[int], tgt_words: Sequence[int]
-                ) -> list[tuple[int, int]]:
-    """The (source piece, target piece) links of word links, given the word of each piece (-1: none)."""
+                ) -> np.ndarray:
+    """The (source piece, target piece) links of word links, given the word of each piece (-1: none), (K, 2)
+    :data:`LINK_DTYPE`. Distinct word links give distinct piece links: K is at most the pair's source pieces
+    times its target pieces, whatever the word links repeat."""
     src_pieces: dict[int, list[int]] = {}
     tgt_pieces: dict[int, list[int]] = {}
     for k, w in enumerate(src_words):
         src_pieces.setdefault(w, []).append(k)
     for k, w in enumerate(tgt_words):
         tgt_pieces.setdefault(w, []).append(k)
-    return [(s, t) for ws, wt in word_pairs for s in src_pieces.get(ws, ()) for t in tgt_pieces.get(wt, ())]
+    blocks = [np.stack(np.meshgrid(src_pieces[ws], tgt_pieces[wt], indexing="ij"), axis=-1).reshape(-1, 2)
+              for ws, wt in dict.fromkeys(word_pairs) if ws in src_pieces and wt in tgt_pieces]
+    return np.concatenate(blocks).astype(LINK_DTYPE) if blocks else np.zeros((0, 2), dtype=LINK_DTYPE)
 
 
 def eflomal_blocks(pairs: Iterable[tuple[str, str]], block: int = EFLOMAL_BLOCK

@@ -1,6 +1,7 @@
 """Cleaning rules for parallel text, each switchable in ``data.clean`` and counted.
 
-Training pairs go through every rule, in this order (``mtkit.data.encode.rule_names``):
+Training pairs go through every rule that is on, in this order (``mtkit.data.encode.rule_names``; a rule that is
+off is left out of the manifest and the report):
 
   invalid_utf8  a line that is not UTF-8 (only with ``clean.invalid_utf8: skip``)
   empty         one side empty after normalization

@@ -150,14 +150,11 @@ def _piece_links(vocab: Vocab, srcs: list[str], tgts: list[str], aligned: list[t
     from mtkit.data.alignments import LINK_DTYPE, piece_links
     from mtkit.data.word_alignment import parse_pharaoh
 
-    flat: list[tuple[int, int]] = []
-    counts = np.zeros(len(srcs), dtype=np.int64)
-    for k, (s, t, (line, number)) in enumerate(zip(srcs, tgts, aligned, strict=True)):
-        words = parse_pharaoh(line, len(s.split()), len(t.split()), f"{where}: line {number}")
-        found = piece_links(words, vocab.src_words(s), vocab.tgt_text_words(t))
-        counts[k] = len(found)
-        flat.extend(found)
-    return np.asarray(flat, dtype=LINK_DTYPE).reshape(-1, 2), counts
+    found = [piece_links(parse_pharaoh(line, len(s.split()), len(t.split()), f"{where}: line {number}"),
+                         vocab.src_words(s), vocab.tgt_text_words(t))
+             for s, t, (line, number) in zip(srcs, tgts, aligned, strict=True)]
+    counts = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
+    return (np.concatenate(found) if found else np.zeros((0, 2), dtype=LINK_DTYPE)), counts
 
 
 def _chunks(pairs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
@@ -236,8 +233,12 @@ def _single(data: DataConfig, split: str) -> _Part:
 
 
 def rule_names(clean: CleanConfig) -> tuple[str, ...]:
-    """The rules and filters a training pair goes through, in order (the report's rows)."""
-    return ("invalid_utf8", "empty", *filter_names(clean.filters), "too_long", "ratio", "duplicate")
+    """The rules and filters a training pair goes through, in order (the report's rows); a rule that is off
+    (``drop_empty: false``, ``max_len: 0``, ``max_ratio: 0``, ``dedup: false``) is none of them, so that the
+    report never shows it dropping nothing."""
+    return ("invalid_utf8", *(("empty",) if clean.drop_empty else ()), *filter_names(clean.filters),
+            *(("too_long",) if clean.max_len > 0 else ()), *(("ratio",) if clean.max_ratio > 0 else ()),
+            *(("duplicate",) if clean.dedup else ()))
 
 
 def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, progress: bool,
@@ -393,7 +394,7 @@ def _with_alignments(pairs: Iterator[tuple[str, str]], data: DataConfig):
         raise MtkitError("data.alignments: a Pharaoh file needs data.clean.invalid_utf8: error (a skipped pair "
                          "would shift every line after it)")
     path = Path(data.alignments).expanduser()
-    if not path.is_file():
+    if not path.exists():  # (a FIFO or a device: refused as not a regular file when it is opened)
         raise MtkitError(f"data.alignments {path}: no such file (eflomal, or a Pharaoh file: a line per pair)")
     return file_alignments(pairs, path), f"data.alignments {path}"
 

@@ -211,29 +211,28 @@ def read_scores(path: Path) -> np.ndarray:
     float64; nan where the scorer gave nan. One line of error (file: line) for anything else."""
     import json
 
+    from mtkit.io import read_lines
+
+    if not path.exists():
+        raise MtkitError(f"{path}: no such file (`mtkit score` output for data.train)")
     means: list[float] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                try:
-                    if line.startswith("{"):
-                        value = json.loads(line)["mean"]
-                        value = math.nan if value is None else float(value)
-                    else:
-                        fields = line.split("\t")
-                        if len(fields) != 3:
-                            raise ValueError
-                        value = float(fields[1])
-                except (ValueError, KeyError, TypeError, RecursionError):
-                    raise MtkitError(f"{path}: line {number}: not a line of `mtkit score` output "
-                                     "(LOGPROB<TAB>MEAN<TAB>TOKENS, or its JSON)") from None
-                if math.isinf(value) or value > 0:
-                    raise MtkitError(f"{path}: line {number}: a mean log-probability must be <= 0, not {value}")
-                means.append(value)
-    except UnicodeDecodeError:
-        raise MtkitError(f"{path}: not UTF-8 text (`mtkit score` output)") from None
-    except FileNotFoundError:
-        raise MtkitError(f"{path}: no such file (`mtkit score` output for data.train)") from None
+    # a regular file's lines (a FIFO, /dev/zero refused), UTF-8: otherwise one line naming the file
+    for number, line in enumerate(read_lines(path), 1):
+        try:
+            if line.startswith("{"):
+                value = json.loads(line)["mean"]
+                value = math.nan if value is None else float(value)
+            else:
+                fields = line.split("\t")
+                if len(fields) != 3:
+                    raise ValueError
+                value = float(fields[1])
+        except (ValueError, KeyError, TypeError, RecursionError):
+            raise MtkitError(f"{path}: line {number}: not a line of `mtkit score` output "
+                             "(LOGPROB<TAB>MEAN<TAB>TOKENS, or its JSON)") from None
+        if math.isinf(value) or value > 0:
+            raise MtkitError(f"{path}: line {number}: a mean log-probability must be <= 0, not {value}")
+        means.append(value)
     return np.asarray(means, dtype=np.float64)
 
 

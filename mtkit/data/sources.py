@@ -16,7 +16,7 @@ from typing import Any
 
 from mtkit.config import SourceConfig
 from mtkit.errors import MtkitError, counted
-from mtkit.io import count_lines, read_lines
+from mtkit.io import count_lines, open_regular, read_lines
 
 # mtkit's split names -> the names Hugging Face datasets usually use.
 HF_SPLIT_NAMES = {"train": "train", "valid": "validation", "test": "test"}
@@ -75,12 +75,16 @@ def iter_pairs(
     raise MtkitError(f"{key}.kind: unknown kind {source.kind!r}")  # the config loader already checks
 
 
+def _check_file(path: Path) -> None:
+    """A one-line error unless ``path`` is a regular file (a FIFO would hang, ``/dev/zero`` never end)."""
+    open_regular(path, "no such file", "is a directory, expected a file").close()
+
+
 def _iter_files(
     src: Path, tgt: Path, invalid_utf8: str, skipped: collections.Counter | None
 ) -> Iterator[tuple[str, str]]:
     for path in (src, tgt):  # fail before the first pair, not in the middle of a pass
-        if not path.is_file():
-            raise MtkitError(f"{path}: no such file")
+        _check_file(path)
     end = object()
     for s, t in itertools.zip_longest(read_lines(src, invalid_utf8), read_lines(tgt, invalid_utf8), fillvalue=end):
         if s is end or t is end:
@@ -96,8 +100,7 @@ def _iter_files(
 
 
 def _iter_tsv(path: Path, invalid_utf8: str, skipped: collections.Counter | None) -> Iterator[tuple[str, str]]:
-    if not path.is_file():
-        raise MtkitError(f"{path}: no such file")
+    _check_file(path)
     for number, line in enumerate(read_lines(path, invalid_utf8), start=1):
         if line is None:
             if skipped is not None:

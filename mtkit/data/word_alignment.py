@@ -20,6 +20,7 @@ No torch here: the CTranslate2 path never loads it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -128,19 +129,24 @@ def pharaoh(pairs: Sequence[tuple[int, int]]) -> str:
     return " ".join(f"{s}-{t}" for s, t in pairs)
 
 
+_PHARAOH_ITEM = re.compile(r"\S+")
+
+
 def parse_pharaoh(line: str, n_src: int, n_tgt: int, where: str) -> list[tuple[int, int]]:
-    """The pairs of one Pharaoh line, each checked against the sentence's word counts; a one-line error
-    naming ``where`` (file and line) otherwise."""
-    pairs = []
-    for item in line.split():
+    """The distinct pairs of one Pharaoh line, sorted, each checked against the sentence's word counts; a
+    one-line error naming ``where`` (file and line) otherwise. A pair given twice counts once, so that what a
+    line yields is at most ``n_src * n_tgt`` pairs however long the line (memory bounded by the sentence)."""
+    pairs: set[tuple[int, int]] = set()
+    for match in _PHARAOH_ITEM.finditer(line):  # not split(): a long line of repeats stays one string
+        item = match.group()
         s, sep, t = item.partition("-")
         if not (sep and (s + t).isascii() and s.isdigit() and t.isdigit() and len(s) <= 9 and len(t) <= 9):
             raise MtkitError(f"{where}: {item[:40]!r} is not a Pharaoh pair (source-target, e.g. 0-1)")
         if int(s) >= n_src or int(t) >= n_tgt:
             raise MtkitError(f"{where}: pair {item} names a word beyond the sentence "
                              f"({n_src} source and {n_tgt} target words)")
-        pairs.append((int(s), int(t)))
-    return pairs
+        pairs.add((int(s), int(t)))
+    return sorted(pairs)
 
 
 _NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))

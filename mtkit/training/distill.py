@@ -30,14 +30,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
-from mtkit.errors import MtkitError, counted
-from mtkit.io import atomic_path, atomic_write_text, read_json_file
+from mtkit.errors import MtkitError, counted, shown
+from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines
 from mtkit.runtime.engine import stderr
 
 DONE = "done"  # in shards/: written after the last shard, with their number
@@ -90,24 +91,37 @@ def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[s
     return count
 
 
+MAX_DONE_BYTES = 64  # the done marker: a number and a newline
+
+
 def _shards_done(folder: Path) -> int | None:
-    """The number of shards when the last is written (the ``done`` marker), else None."""
-    return int((folder / DONE).read_text(encoding="utf-8")) if (folder / DONE).is_file() else None
+    """The number of shards when the last is written (the ``done`` marker), else None. A marker that is not
+    a regular file, not a number, or counts more shards than the folder holds files is one line naming it."""
+    path = folder / DONE
+    if not os.path.lexists(path):
+        return None
+    data = read_bounded(path, MAX_DONE_BYTES, "distillation shards' done marker")
+    text = data.decode("ascii", "replace").strip()
+    if not (text.isascii() and text.isdigit()):
+        raise MtkitError(f"{path}: not a number of shards ({shown(text)}); remove it to finish the shards again")
+    count = int(text)
+    if count > sum(1 for _ in os.scandir(folder)):  # each shard is a file in the folder: bounded by its size
+        raise MtkitError(f"{path}: {count} shards, more than the folder holds; remove it to finish the shards again")
+    return count
 
 
 def read_shards(folder: Path, shards: int) -> Iterator[tuple[str, float, int]]:
     """The distilled targets in order: (text, log-probability, tokens)."""
     for number in range(shards):
         path = shard_path(folder, number)
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                parts = line.rstrip("\n").split("\t")
-                try:
-                    text, logprob, tokens = parts[0], float(parts[1]), int(parts[2])
-                except (IndexError, ValueError):
-                    raise MtkitError(f"{path}: line {n}: not TARGET<TAB>LOGPROB<TAB>TOKENS; remove the file "
-                                     "to translate its shard again") from None
-                yield text, logprob, tokens
+        for n, line in enumerate(read_lines(path), 1):  # a regular file's (a FIFO, /dev/zero refused), UTF-8
+            parts = line.split("\t")
+            try:
+                text, logprob, tokens = parts[0], float(parts[1]), int(parts[2])
+            except (IndexError, ValueError):
+                raise MtkitError(f"{path}: line {n}: not TARGET<TAB>LOGPROB<TAB>TOKENS; remove the file "
+                                 "to translate its shard again") from None
+            yield text, logprob, tokens
 
 
 def worst(cross_entropies, share: float):

@@ -69,7 +69,7 @@ def test_each_rule_filter_drops_its_noise_keeps_the_rest_and_the_report_shows_it
     manifest = json.loads((out / "manifest.json").read_text())
     dropped, examples = manifest["dropped"]["train"], manifest["examples"]["train"]
     assert list(dropped) == ["invalid_utf8", "empty", "nonprinting", "alpha", "repeats", "copy", "numbers", "urls",
-                             "too_long", "ratio", "duplicate"]
+                             "too_long", "ratio"]
     for name, numbers in noise.items():
         assert numbers, name
         assert dropped[name] == len(numbers), name
@@ -99,14 +99,16 @@ def test_without_filters_the_manifest_and_fingerprint_are_the_rules_alone(tmp_pa
     r = mtkit("prepare", "--src", src, "--tgt", tgt, "-o", tmp_path / "plain", "--set", "data.spm.vocab_size=200")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "plain" / "manifest.json").read_text())
-    assert list(manifest["dropped"]["train"]) == ["invalid_utf8", "empty", "too_long", "ratio", "duplicate"]
+    # deduplication is off by default: no row of its own (never "duplicate 0")
+    assert list(manifest["dropped"]["train"]) == ["invalid_utf8", "empty", "too_long", "ratio"]
+    assert "duplicate" not in r.stderr
     assert manifest["clean"]["filters"] is None
 
 
 @pytest.mark.parametrize(("args", "problem"), [
     (["--filter", "langidd"], "--filter langidd: unknown config key (did you mean 'langid'?)"),
     (["--filter", "dual_xent"], "--filter dual_xent: needs its score files; give it with --set"),
-    (["--set", "data.clean.filters={langid: {}}", "--set", "data.tgt_lang=xx"],
+    (["--set", "data.clean.filters={langid: {}}", "--set", "data.tgt_lang=xx", "--src-lang", "en"],
      "data.tgt_lang: lingua does not identify the language 'xx'"),
 ])
 def test_bad_filters_are_one_line_errors_and_write_nothing(tmp_path, args, problem):
@@ -130,7 +132,8 @@ def test_langid_drops_the_french_targets_mixed_into_multi30k(tmp_path):
     src = write(tmp_path / "train.en", read["en"])
     tgt = write(tmp_path / "train.de", [read["fr" if i in french else "de"][i] for i in range(600)])
     out = tmp_path / "prepared"
-    r = mtkit("prepare", "--src", src, "--tgt", tgt, "--filter", "langid", "-o", out,
+    r = mtkit("prepare", "--src", src, "--tgt", tgt, "--src-lang", "en", "--tgt-lang", "de", "--filter", "langid",
+              "-o", out,
               "--set", "data.spm.vocab_size=500", "--set", "data.clean.examples=100", "--set", "data.clean.max_ratio=0")
     assert r.returncode == 0, r.stderr
     manifest = json.loads((out / "manifest.json").read_text())
