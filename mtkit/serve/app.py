@@ -189,7 +189,9 @@ def libretranslate_router(service: Service):
         if text_format not in ("text", "html"):
             raise lt.unsupported_format(text_format)
         model = pick(source, target)
-        parsed = markup_items(items, text_format, model, "q", len(items) == 1) if text_format == "html" else \
+        # markup is parsed and rebuilt in a worker thread: a heavy fragment never holds the event loop
+        parsed = await asyncio.to_thread(markup_items, items, text_format, model, "q", len(items) == 1) \
+            if text_format == "html" else \
             [(split_lines(item), lambda found: "\n".join(text for text, _ in found)) for item in items]
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
@@ -198,15 +200,20 @@ def libretranslate_router(service: Service):
                                             "alignments": "hard" if aligns(model, text_format) else None})
         all_lines = [line for lines in per_item for line in lines]
         results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
-        texts, alts, at = [], [], 0
-        for lines, assemble in parsed:
-            got = results[at : at + len(lines)]
-            at += len(lines)
-            texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
-            # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
-            alts.append(lt.alternatives_of(texts[-1], [
-                assemble([(clean_output(t.candidates[min(k, len(t.candidates) - 1)].text), []) for t in got])
-                for k in range(1, nbest)]))
+
+        def assembled() -> tuple[list, list]:
+            texts, alts, at = [], [], 0
+            for lines, assemble in parsed:
+                got = results[at : at + len(lines)]
+                at += len(lines)
+                texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
+                # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
+                alts.append(lt.alternatives_of(texts[-1], [
+                    assemble([(clean_output(t.candidates[min(k, len(t.candidates) - 1)].text), []) for t in got])
+                    for k in range(1, nbest)]))
+            return texts, alts
+
+        texts, alts = await asyncio.to_thread(assembled) if text_format == "html" else assembled()
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
         if lt.flag(fields, "qe"):  # mtkit's, asked for: each text's quality estimate, the mean of its lines'
             quality, estimates, at = await service.quality(results), [], 0
@@ -345,20 +352,25 @@ def mtkit_router(service: Service):
         if (req.nbest or 1) > 1 or req.alignments or req.constraints is not None or req.glossary is not None:
             raise ApiError(400, f"format {req.format} translates markup: nbest, alignments, constraints and a "
                                 "glossary go with format text")
-        parsed = markup_items(items, req.format, model, "text", isinstance(req.text, str))
+        parsed = await asyncio.to_thread(markup_items, items, req.format, model, "text", isinstance(req.text, str))
         service.check_size([lines for lines, _ in parsed])
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
                                             "alignments": "hard" if aligns(model, req.format) else None})
         lines = [line for found, _ in parsed for line in found]
         results = await service.translate(model, lines, decode, None) if lines else []
-        sentences, at = [], 0
-        for found, rebuild in parsed:
-            got = results[at : at + len(found)]
-            at += len(found)
-            text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
-            confidences = [t.best.mean_logprob for t in got if t.src_ids]
-            confidence = sum(confidences) / len(confidences) if confidences else None
-            sentences.append(Sentence(text=text, confidence=confidence, qe=None, nbest=[]))
+
+        def rebuilt() -> list[Sentence]:
+            sentences, at = [], 0
+            for found, rebuild in parsed:
+                got = results[at : at + len(found)]
+                at += len(found)
+                text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
+                confidences = [t.best.mean_logprob for t in got if t.src_ids]
+                confidence = sum(confidences) / len(confidences) if confidences else None
+                sentences.append(Sentence(text=text, confidence=confidence, qe=None, nbest=[]))
+            return sentences
+
+        sentences = await asyncio.to_thread(rebuilt)  # off the event loop, as the parsing
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])
