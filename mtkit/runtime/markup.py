@@ -344,7 +344,7 @@ class _Links:
             if 0 <= s < len(words) and 0 <= t < n:
                 low[s], high[s] = min(low[s], t), max(high[s], t)
         self.low, self.high = low, high
-        self.ranges = _Ranges(low, high)
+        self._ranges: _Ranges | None = None  # built on the first range asked (a sentence without tags asks none)
         self.next = [len(words)] * (len(words) + 1)  # the first aligned source word at or after each
         for k in range(len(words) - 1, -1, -1):
             self.next[k] = k if high[k] >= 0 else self.next[k + 1]
@@ -358,7 +358,9 @@ class _Links:
         first, last = bisect_right(self.ends, start), bisect_left(self.begins, end) - 1
         if first > last:
             return None
-        low, high = self.ranges.query(first, last)
+        if self._ranges is None:
+            self._ranges = _Ranges(self.low, self.high)
+        low, high = self._ranges.query(first, last)
         return (low, high) if high >= 0 else None
 
     def after(self, at: int) -> int | None:
