@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from mtkit.config import PRECISIONS, DecodeConfig
-from mtkit.errors import MtkitError, counted
+from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import discard_stdout, sentence_progress
 from mtkit.runtime.factory import (
     ENGINES,
@@ -151,7 +151,7 @@ def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str]
     done."""
     from mtkit.io import STDIN_NAME
     from mtkit.runtime.lines import clean_output
-    from mtkit.runtime.markup import MarkupError, split_markup, split_protected, translate_split
+    from mtkit.runtime.markup import PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 
     name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
 
@@ -160,7 +160,12 @@ def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str]
 
     def split(line: str, number: int):
         if protect is not None:
-            return split_protected(line, protect)
+            try:
+                return split_protected(line, protect, PROTECT_TIMEOUT)
+            except TimeoutError:
+                raise MtkitError(f"{name}: line {number}: --protect {shown(protect.pattern)} took more than "
+                                 f"{PROTECT_TIMEOUT:g} s on this line (a pattern that backtracks without end, "
+                                 "such as '(a|aa)+$'): write it without nested repetition") from None
         try:
             return split_markup(line, markup, inline=aligning)
         except MarkupError as e:
@@ -271,18 +276,21 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     markup = output_format if output_format in MARKUPS else None
     protect = None
     if o.protect is not None:
-        import re
+        import regex  # its time limit bounds a pattern that backtracks without end (re has none)
 
         if output_format not in (None, "text"):
             raise MtkitError(f"--protect takes placeholders out of plain text (--format text), not --format "
                              f"{output_format}")
         try:
-            protect = re.compile(o.protect)
-        except re.error as e:
-            raise MtkitError(f"--protect {o.protect!r}: not a regular expression ({e})") from None
+            protect = regex.compile(o.protect)
+        except regex.error as e:
+            raise MtkitError(f"--protect {shown(o.protect)}: not a regular expression ({e})") from None
         markup = "text"
     if markup is not None:
-        for flag, given in (("--alignments-out", o.alignments_out is not None), ("--qe", o.qe or o.qe_model),
+        # The alignment places the tags or placeholders; the output has no room for it (--alignments-out neither).
+        for flag, given in (("--alignments", overrides.get("alignments") == "hard"),
+                            ("--alignment-threshold", overrides.get("alignments") == "soft"),
+                            ("--alignments-out", o.alignments_out is not None), ("--qe", o.qe or o.qe_model),
                             ("--attention-png", o.attention_png is not None),
                             ("--nbest", overrides.get("nbest", 1) > 1)):
             if given:

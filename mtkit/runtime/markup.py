@@ -4,14 +4,24 @@ A fragment is cut into sentences at its block tags (HTML's ``<p>``, ``<li>``, ``
 ``<script>``/``<style>`` content (left untouched) and line breaks; each sentence's inline tags (``<b>``,
 ``<a href=...>``, ``<x id="1"/>``, and with ``xml`` every tag) are taken out, the plain sentence (entities
 decoded) is translated with word alignments, and each tag pair is put back around the target words aligned
-to the source words it wrapped (as Bergamot's ``html.cpp`` does), its attributes as written; a void or
-self-closing tag goes before the target word aligned to the source word after it.
+to the source words it wrapped (as Bergamot's ``html.cpp`` does), its attributes as written (``<``, ``>`` and
+a bare ``&`` in a quoted value escaped, so that the tag reads back as one); a void or self-closing tag goes
+before the target word aligned to the source word after it.
 
 Whatever the alignment says, the output is well-formed: a tag's target words are clipped to its parent's,
 siblings that would cross are made to follow each other, a tag whose words found no target word is put
 back empty beside the nearest aligned word; so every tag is closed and properly nested, in the source's
 nesting order. Markup that is not well-formed itself (a closing tag that closes nothing, a tag left open)
 is a :class:`MarkupError` naming the tag, never a guess.
+
+A stranger's fragment costs work about linear in its size, however deep its tags nest: it is read left to
+right once (a search that found nothing is not repeated), the tag tree is walked with explicit stacks (no
+recursion), and a tag's target words come from range queries over the alignment (O(log n) each), never from
+scanning the sentence per tag.
+
+Placeholders in plain text (``--protect``: :func:`split_protected`) are matched by a user's regular
+expression, run through the ``regex`` module with a time limit per line, and put back spaced as in the
+source.
 
 No torch here.
 """
@@ -20,15 +30,22 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable, Sequence
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from mtkit.data.word_alignment import word_spans
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
 
 MARKUPS = ("html", "xml")
-_TOKENS = re.compile(r"(<!--.*?-->|<!\[CDATA\[.*?\]\]>|<[!?][^>]*>|</?[A-Za-z_:][^<>]*>)", re.S)
-_NAME = re.compile(r"<\s*(/?)\s*([A-Za-z_:][-A-Za-z0-9_:.]*)")
+PROTECT_TIMEOUT = 1.0  # seconds a --protect pattern may take on one line (placeholders take microseconds)
+_NAME = re.compile(r"</?([A-Za-z_:][-A-Za-z0-9_:.]*)")
+_IN_TAG = re.compile(r"[^<>=]*")  # a tag's characters up to its end, a '<' (then it is no tag) or an '='
+_SPACES = re.compile(r"\s*")
+_UNSAFE = re.compile(r"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")  # in a quoted value
+_ESCAPED = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 HTML_VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 HTML_BLOCK = frozenset("""address article aside blockquote body br caption dd details dialog div dl dt fieldset
     figcaption figure footer form h1 h2 h3 h4 h5 h6 head header hr html li main nav ol option p pre section summary
@@ -38,6 +55,11 @@ RAW = frozenset(("script", "style"))
 
 class MarkupError(MtkitError):
     """Markup that is not well-formed: a closing tag without its opening one, or a tag never closed."""
+
+
+def _shown_tag(text: str) -> str:
+    """A tag as an error message names it: as written, or quoted and shortened (reprlib) when long."""
+    return text if len(text) <= 60 else shown(text)
 
 
 @dataclass
@@ -50,7 +72,7 @@ class Tag:
     start: int
     end: int
     children: list[Tag] = field(default_factory=list)
-    spaced: bool = False  # a void tag with whitespace on both sides (one space is kept after it)
+    spaced: bool = False  # a void tag with whitespace (or the sentence's start) before it and whitespace after
 
 
 @dataclass
@@ -69,49 +91,112 @@ class _Token:
     pair: int | None = None  # the index of the matching tag
 
 
+class _Finder:
+    """``str.find`` on one text that remembers each needle's last answer: a search that found nothing from a
+    position finds nothing from any later one, and a later search that starts before the last match finds it
+    again, so that reading left to right searches each character about once per needle."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def find(self, needle: str, at: int) -> int:
+        since, found = self._last.get(needle, (len(self.text) + 1, -1))
+        if since <= at and (found < 0 or found >= at):
+            return found
+        found = self.text.find(needle, at)
+        self._last[needle] = (at, found)
+        return found
+
+
+def _tag_at(markup: str, at: int, finder: _Finder) -> tuple[int, str | None]:
+    """The tag whose name starts at ``markup[at]`` (``<`` or ``</``): ``(its end, the tag as written with its
+    quoted values escaped)``, or ``(where it stops, None)`` when an unquoted ``<`` or the end comes first (then
+    it is text up to there). A quote after ``=`` holds anything up to the same quote (``>`` and ``<`` too); a
+    quote without its closing one is an ordinary character."""
+    p = _NAME.match(markup, at).end()
+    values: list[tuple[int, int]] = []
+    while True:
+        p = _IN_TAG.match(markup, p).end()
+        c = markup[p : p + 1]
+        if c == ">":
+            break
+        if c != "=":  # "<" or the end
+            return p, None
+        q = _SPACES.match(markup, p + 1).end()
+        quote = markup[q : q + 1]
+        close = finder.find(quote, q + 1) if quote in ('"', "'") else -1
+        if close < 0:
+            p += 1
+            continue
+        values.append((q + 1, close))
+        p = close + 1
+    pieces, done = [], at
+    for begin, end in values:
+        pieces.append(markup[done:begin])
+        pieces.append(_UNSAFE.sub(lambda m: _ESCAPED[m.group(0)], markup[begin:end]))
+        done = end
+    pieces.append(markup[done : p + 1])
+    return p + 1, "".join(pieces)
+
+
 def _tokens(markup: str, kind: str) -> list[_Token]:
-    """The fragment as text and tags, each opening tag paired with its closing one; raw content kept whole."""
+    """The fragment as text and tags, each opening tag paired with its closing one; raw content kept whole.
+    One pass from left to right: work linear in the fragment's length."""
     tokens: list[_Token] = []
-    raw: str | None = None
-    for i, part in enumerate(_TOKENS.split(markup)):
-        if not part:
-            continue
-        if i % 2 == 0:
-            tokens.append(_Token(part, "literal" if raw else "text"))
-            continue
-        m = _NAME.match(part)
-        if m is None:  # a comment, CDATA, a declaration or a processing instruction
-            tokens.append(_Token(part, "literal"))
-            continue
-        closing, name = m.group(1), m.group(2) if kind == "xml" else m.group(2).lower()
-        if raw is not None:
-            if closing and name == raw:
-                raw = None
-                tokens.append(_Token(part, "close", name))
+    finder = _Finder(markup)
+    at = done = 0  # where to look for the next "<"; where the text not yet taken begins
+
+    def take(start: int, end: int, kind_: str, name: str = "", text: str | None = None) -> None:
+        """The text before ``start``, then ``markup[start:end]`` (or ``text``) as a token of ``kind_``."""
+        nonlocal at, done
+        if start > done:
+            tokens.append(_Token(markup[done:start], "text"))
+        tokens.append(_Token(markup[start:end] if text is None else text, kind_, name))
+        at = done = end
+
+    while (lt := finder.find("<", at)) >= 0:
+        if markup.startswith("<!--", lt) and (close := finder.find("-->", lt + 4)) >= 0:
+            take(lt, close + 3, "literal")
+        elif markup.startswith("<![CDATA[", lt) and (close := finder.find("]]>", lt + 9)) >= 0:
+            take(lt, close + 3, "literal")
+        elif markup[lt + 1 : lt + 2] in ("!", "?") and (close := finder.find(">", lt + 2)) >= 0:
+            take(lt, close + 1, "literal")  # a declaration or a processing instruction
+        elif (m := _NAME.match(markup, lt)) is not None:
+            end, written = _tag_at(markup, lt, finder)
+            if written is None:  # text up to where it stopped: a "<" inside it began no tag
+                at = end
+                continue
+            name = m.group(1) if kind == "xml" else m.group(1).lower()
+            if markup[lt + 1] == "/":
+                take(lt, end, "close", name, written)
+            elif written[:-1].rstrip().endswith("/") or (kind == "html" and name in HTML_VOID):
+                take(lt, end, "void", name, written)
             else:
-                tokens.append(_Token(part, "literal"))
-            continue
-        self_closing = part.rstrip(">").rstrip().endswith("/")
-        if closing:
-            tokens.append(_Token(part, "close", name))
-        elif self_closing or (kind == "html" and name in HTML_VOID):
-            tokens.append(_Token(part, "void", name))
+                take(lt, end, "open", name, written)
+                if kind == "html" and name in RAW:  # its content up to its closing tag, untouched
+                    found = re.compile(rf"</{re.escape(name)}(?![-A-Za-z0-9_:.])[^<>]*>", re.I).search(markup, end)
+                    if found is None:
+                        raise MarkupError(f"{_shown_tag(written)} is never closed")
+                    if found.start() > end:
+                        take(end, found.start(), "literal")
+                    take(found.start(), found.end(), "close", name)
         else:
-            tokens.append(_Token(part, "open", name))
-            if kind == "html" and name in RAW:
-                raw = name
+            at = lt + 1
+    if done < len(markup):
+        tokens.append(_Token(markup[done:], "text"))
     stack: list[int] = []
     for k, token in enumerate(tokens):
         if token.kind == "open":
             stack.append(k)
         elif token.kind == "close":
             if not stack or tokens[stack[-1]].name != token.name:
-                expected = f"; <{tokens[stack[-1]].name}> is open" if stack else ""
-                raise MarkupError(f"{token.text} closes no open tag{expected}")
+                expected = f"; <{_shown_tag(tokens[stack[-1]].name)}> is open" if stack else ""
+                raise MarkupError(f"{_shown_tag(token.text)} closes no open tag{expected}")
             opened = stack.pop()
             token.pair, tokens[opened].pair = opened, k
     if stack:
-        raise MarkupError(f"{tokens[stack[-1]].text} is never closed")
+        raise MarkupError(f"{_shown_tag(tokens[stack[-1]].text)} is never closed")
     return tokens
 
 
@@ -133,12 +218,11 @@ def parse(markup: str, kind: str = "html", inline: bool = True) -> list[str | Se
     tokens = _tokens(markup, kind)
     # a text line break is a boundary: cut text tokens at newlines
     cut: list[_Token] = []
-    index: dict[int, int] = {}
-    for k, token in enumerate(tokens):
-        index[k] = len(cut)
+    index: list[int] = []
+    for token in tokens:
+        index.append(len(cut))
         if token.kind == "text" and "\n" in token.text:
-            lines = token.text.split("\n")
-            for n, line in enumerate(lines):
+            for n, line in enumerate(token.text.split("\n")):
                 if n:
                     cut.append(_Token("\n", "literal"))
                 if line:
@@ -149,14 +233,13 @@ def parse(markup: str, kind: str = "html", inline: bool = True) -> list[str | Se
         if token.pair is not None:
             cut[index[k]].pair = index[token.pair]
     boundary = [_is_boundary(t, kind, inline) for t in cut]
-    # an inline pair with a boundary between its tags is a boundary itself (until nothing changes)
-    changed = True
-    while changed:
-        changed = False
-        for k, token in enumerate(cut):
-            if token.kind == "open" and not boundary[k] and any(boundary[k + 1 : token.pair]):
-                boundary[k] = boundary[token.pair] = True
-                changed = True
+    # An inline pair with a boundary between its tags is a boundary itself. A pair marked so holds the
+    # boundary that marked it, and so does every pair around it: counting the first boundaries is enough.
+    before = list(accumulate(boundary, initial=0))  # before[k]: boundaries among cut[:k]
+    marked = [k for k, token in enumerate(cut)
+              if token.kind == "open" and not boundary[k] and before[token.pair] > before[k + 1]]
+    for k in marked:
+        boundary[k] = boundary[cut[k].pair] = True
     parts: list[str | Sentence] = []
     run: list[_Token] = []
 
@@ -175,40 +258,51 @@ def parse(markup: str, kind: str = "html", inline: bool = True) -> list[str | Se
     return parts
 
 
+def _walk(tags: list[Tag]) -> Iterator[Tag]:
+    """Every tag of the trees ``tags``, parents before their children (an explicit stack: any depth)."""
+    stack = list(reversed(tags))
+    while stack:
+        tag = stack.pop()
+        yield tag
+        stack.extend(reversed(tag.children))
+
+
 def _sentence(run: list[_Token], escape: bool = True) -> list[str | Sentence]:
     """The literals and sentence of a run of text and inline tags: leading and trailing whitespace (and tags
     around text that is whitespace only) stay literal."""
-    text = ""
+    pieces: list[str] = []
+    length = 0
+    ends_in_space = False
     roots: list[Tag] = []
     stack: list[Tag] = []
-    void: Tag | None = None  # the void tag just read, when whitespace came before it
+    void: Tag | None = None  # the void tag just read, when whitespace (or nothing) came before it
     for token in run:
+        tag = None
         if token.kind == "text":
             plain = html.unescape(token.text) if escape else token.text
             if void is not None and plain[:1].isspace():  # "a <img> b": the sentence reads "a b"
                 void.spaced, plain = True, plain.lstrip()
-            text += plain
+            if plain:
+                pieces.append(plain)
+                length += len(plain)
+                ends_in_space = plain[-1].isspace()
         elif token.kind == "close":
             opened = stack.pop()
-            opened.close, opened.end = token.text, len(text)
+            opened.close, opened.end = token.text, length
         else:
-            tag = Tag(token.text, None, len(text), len(text))
+            tag = Tag(token.text, None, length, length)
             (stack[-1].children if stack else roots).append(tag)
             if token.kind == "open":
                 stack.append(tag)
-        void = tag if token.kind == "void" and text[-1:].isspace() else None
+        void = tag if token.kind == "void" and (ends_in_space or not length) else None
+    text = "".join(pieces)
     if not text.strip():
         return ["".join(t.text for t in run)]  # as written (escaped already in markup)
     lead = len(text) - len(text.lstrip())
     body = text.strip()
-
-    def shift(tags: list[Tag]) -> None:
-        for tag in tags:
-            tag.start = min(max(tag.start - lead, 0), len(body))
-            tag.end = min(max(tag.end - lead, 0), len(body))
-            shift(tag.children)
-
-    shift(roots)
+    for tag in _walk(roots):
+        tag.start = min(max(tag.start - lead, 0), len(body))
+        tag.end = min(max(tag.end - lead, 0), len(body))
     outside = (lambda x: html.escape(x, quote=False)) if escape else (lambda x: x)
     return [outside(text[:lead]), Sentence(body, roots), outside(text[lead + len(body):])]
 
@@ -216,59 +310,111 @@ def _sentence(run: list[_Token], escape: bool = True) -> list[str | Sentence]:
 # ------------------------------------------------------------------ putting tags back
 
 
+class _Ranges:
+    """Minimum and maximum of a list's ranges in O(1) (sparse tables, built in O(n log n))."""
+
+    def __init__(self, low: list[int], high: list[int]) -> None:
+        self.low, self.high = [low], [high]
+        span = 1
+        while 2 * span <= len(low):
+            a, b = self.low[-1], self.high[-1]
+            self.low.append([min(a[i], a[i + span]) for i in range(len(a) - span)])
+            self.high.append([max(b[i], b[i + span]) for i in range(len(b) - span)])
+            span *= 2
+
+    def query(self, first: int, last: int) -> tuple[int, int]:
+        """(min of ``low``, max of ``high``) over ``first..last`` (inclusive, not empty)."""
+        level = (last - first + 1).bit_length() - 1
+        other = last - (1 << level) + 1
+        low, high = self.low[level], self.high[level]
+        return min(low[first], low[other]), max(high[first], high[other])
+
+
+class _Links:
+    """A sentence's word alignment, looked up without scanning the sentence: the target words of the source
+    words in a range of characters, and the target position beside the nearest aligned source word."""
+
+    def __init__(self, text: str, alignment: Sequence[tuple[int, int]], n: int) -> None:
+        words = word_spans(text)
+        self.n = n
+        self.begins = [b for b, _ in words]
+        self.ends = [e for _, e in words]
+        low, high = [n] * len(words), [-1] * len(words)
+        for s, t in alignment:
+            if 0 <= s < len(words) and 0 <= t < n:
+                low[s], high[s] = min(low[s], t), max(high[s], t)
+        self.low, self.high = low, high
+        self._ranges: _Ranges | None = None  # built on the first range asked (a sentence without tags asks none)
+        self.next = [len(words)] * (len(words) + 1)  # the first aligned source word at or after each
+        for k in range(len(words) - 1, -1, -1):
+            self.next[k] = k if high[k] >= 0 else self.next[k + 1]
+        self.previous = [-1] * len(words)  # the last aligned source word at or before each
+        for k in range(len(words)):
+            self.previous[k] = k if high[k] >= 0 else self.previous[k - 1] if k else -1
+
+    def covered(self, start: int, end: int) -> tuple[int, int] | None:
+        """The first and last target word aligned to the source words that overlap characters
+        ``[start, end)``, or None."""
+        first, last = bisect_right(self.ends, start), bisect_left(self.begins, end) - 1
+        if first > last:
+            return None
+        if self._ranges is None:
+            self._ranges = _Ranges(self.low, self.high)
+        low, high = self._ranges.query(first, last)
+        return (low, high) if high >= 0 else None
+
+    def after(self, at: int) -> int | None:
+        """Before the first target word of the nearest aligned source word at or after character ``at``."""
+        k = self.next[bisect_left(self.begins, at)]
+        return self.low[k] if k < len(self.low) else None
+
+    def before(self, at: int) -> int | None:
+        """After the last target word of the nearest aligned source word that ends at or before ``at``."""
+        k = bisect_right(self.ends, at) - 1
+        k = self.previous[k] if k >= 0 else -1
+        return self.high[k] + 1 if k >= 0 else None
+
+
 @dataclass
 class _Placed:
     tag: Tag
     lo: int  # target words lo..hi (inclusive); lo > hi: empty, placed before word lo
     hi: int
-    order: int
+    order: int  # its place among its siblings
     children: list[_Placed] = field(default_factory=list)
 
 
 def place(sentence: Sentence, translation: str, alignment: Sequence[tuple[int, int]], escape: bool = True) -> str:
     """``translation`` (plain text) with ``sentence``'s tags put back by ``alignment`` ((source word, target
-    word) pairs), escaped (``escape`` False: as it is, for placeholders in plain text): well-formed whatever
-    the alignment (module docstring)."""
-    words = word_spans(sentence.text)
+    word) pairs), escaped (``escape`` False: as it is): well-formed whatever the alignment (module docstring)."""
     out_words = word_spans(translation)
     n = len(out_words)
-    targets: dict[int, list[int]] = {}
-    for s, t in alignment:
-        if 0 <= t < n:
-            targets.setdefault(s, []).append(t)
-    counter = iter(range(1 << 30))
-
-    def covered(tag: Tag) -> list[int]:
-        if tag.close is None or tag.start == tag.end:
-            return []
-        return [k for k, (b, e) in enumerate(words) if b < tag.end and e > tag.start]
-
-    def anchor(tag: Tag) -> int:
-        """Where a tag without target words goes: before the first target word of the nearest source word after
-        it that has one, else after the last of the nearest before it, else at the end."""
-        after = [k for k, (b, _) in enumerate(words) if b >= tag.start]
-        before = [k for k, (_, e) in enumerate(words) if e <= tag.start]
-        for k in after:
-            if targets.get(k):
-                return min(targets[k])
-        for k in reversed(before):
-            if targets.get(k):
-                return max(targets[k]) + 1
-        return n
-
-    def build(tag: Tag) -> _Placed:
-        found = [t for k in covered(tag) for t in targets.get(k, [])]
-        lo, hi = (min(found), max(found)) if found else (anchor(tag), anchor(tag) - 1)
-        return _Placed(tag, lo, hi, next(counter), [build(c) for c in tag.children])
-
-    root = _Placed(Tag("", "", 0, 0), 0, n - 1, -1, [build(t) for t in sentence.tags])
-    _fit(root)
+    links = _Links(sentence.text, alignment, n)
+    root = _Placed(Tag("", "", 0, 0), 0, n - 1, -1)
+    stack = [(root, sentence.tags)]
+    while stack:
+        parent, tags = stack.pop()
+        for order, tag in enumerate(tags):
+            found = links.covered(tag.start, tag.end) if tag.close is not None and tag.start < tag.end else None
+            if found is None:  # where a tag without target words goes: beside the nearest aligned word
+                at = links.after(tag.start)
+                at = links.before(tag.start) if at is None else at
+                at = n if at is None else at
+                found = (at, at - 1)
+            placed = _Placed(tag, found[0], found[1], order)
+            parent.children.append(placed)
+            stack.append((placed, tag.children))
+    stack = [root]
+    while stack:  # parents before children: a child is clipped to its parent's final words
+        parent = stack.pop()
+        _fit(parent)
+        stack.extend(parent.children)
     return _render(root, translation, out_words, escape)
 
 
 def _fit(parent: _Placed) -> None:
     """Clip each child to ``parent``'s words, make crossing siblings follow each other, and put empty ones
-    where no sibling holds them; then the same below."""
+    where no sibling holds them."""
     plo, phi = parent.lo, parent.hi
 
     def empty(child: _Placed, at: int) -> None:
@@ -290,81 +436,179 @@ def _fit(parent: _Placed) -> None:
                 empty(child, child.lo)
                 continue
         cursor = child.hi
-    spans = [(c.lo, c.hi) for c in parent.children if c.lo <= c.hi]
+    spans = [(c.lo, c.hi) for c in full if c.lo <= c.hi]  # disjoint now, in order
+    starts = [lo for lo, _ in spans]
     for child in parent.children:
         if child.lo > child.hi:  # an empty or void one: never inside a sibling's words
-            for lo, hi in spans:
-                if lo < child.lo <= hi:
-                    child.lo = hi + 1
+            k = bisect_left(starts, child.lo) - 1
+            if k >= 0 and child.lo <= spans[k][1]:
+                child.lo = spans[k][1] + 1
             child.hi = child.lo - 1
-    for child in parent.children:
-        _fit(child)
 
 
 def _render(root: _Placed, translation: str, words: list[tuple[int, int]], escape: bool) -> str:
+    """The translation with the placed tags, written through one list (an explicit stack: any depth)."""
     def escaped(a: int, b: int) -> str:
         return html.escape(translation[a:b], quote=False) if escape else translation[a:b]
 
-    def render(node: _Placed) -> str:
-        """The node's words from ``node.lo`` to ``node.hi`` with its children's tags, each word followed by the
-        space after it except the last."""
-        out = []
+    def body(node: _Placed) -> list[str | _Placed]:
+        """The node's words from ``node.lo`` to ``node.hi`` with its children (each as its open tag, itself and
+        its close tag), each word followed by the space after it except the last."""
+        out: list[str | _Placed] = []
         children = sorted(node.children, key=lambda c: (c.lo, c.lo <= c.hi, c.order))
         k, w = 0, node.lo
         while w <= node.hi or k < len(children):
             child = children[k] if k < len(children) else None
             if child is not None and child.lo == w:
                 k += 1
+                out += [child.tag.open, child, child.tag.close or ""]
                 if child.lo > child.hi:  # empty: its own children (empty too) inside it
-                    spaced = child.tag.spaced and w <= node.hi
-                    out.append(child.tag.open + render(child) + (child.tag.close or "") + (" " if spaced else ""))
+                    if child.tag.spaced and w <= node.hi:
+                        out.append(" ")
                     continue
-                out.append(child.tag.open + render(child) + (child.tag.close or ""))
                 w = child.hi + 1
                 if w <= node.hi:
                     out.append(escaped(words[w - 1][1], words[w][0]))
                 continue
             if w > node.hi:  # children left past the last word (empty ones at the end)
-                out.extend(c.tag.open + render(c) + (c.tag.close or "") for c in children[k:])
+                for c in children[k:]:
+                    out += [c.tag.open, c, c.tag.close or ""]
                 break
             out.append(escaped(*words[w]))
             if w < node.hi:
                 out.append(escaped(words[w][1], words[w + 1][0]))
             w += 1
-        return "".join(out)
+        return out
 
-    if not words:
-        return render(root) + escaped(0, len(translation))
-    before = escaped(0, words[0][0])
-    after = escaped(words[-1][1], len(translation))
-    return before + render(root) + after
+    out = [escaped(0, words[0][0])] if words else []
+    todo: list[str | _Placed] = [root]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+        else:
+            todo.extend(reversed(body(item)))
+    out.append(escaped(words[-1][1], len(translation)) if words else escaped(0, len(translation)))
+    return "".join(out)
 
 
-def split_protected(line: str, pattern: re.Pattern) -> tuple[list[str], Callable[[Sequence[tuple[str, Sequence[tuple[
-        int, int]]]]], str]]:
-    """Placeholders in plain text (``--protect``: ``{name}``, ``%s``, ``<x id="1"/>``): each match of ``pattern``
-    taken out of ``line`` as a void tag, put back by the alignment, nothing escaped; as :func:`split_markup`."""
-    tokens = []
+# ------------------------------------------------------------------ placeholders in plain text
+
+
+def _matches(line: str, pattern, timeout: float) -> Iterator[tuple[int, int]]:
+    """The spans of ``pattern``'s non-empty matches in ``line``, all of them within ``timeout`` seconds (the
+    ``regex`` module's time limit, given what is left of it at each search): a pattern that backtracks without
+    end raises TimeoutError instead of running on."""
+    deadline = time.monotonic() + timeout
     at = 0
-    for m in pattern.finditer(line):
+    while at <= len(line):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("regex timed out")
+        m = pattern.search(line, at, timeout=left)
+        if m is None:
+            return
         if m.end() == m.start():
+            at = m.end() + 1
             continue
-        tokens.append(_Token(line[at : m.start()], "text"))
-        tokens.append(_Token(m.group(0), "void"))
+        yield m.start(), m.end()
         at = m.end()
-    tokens.append(_Token(line[at:], "text"))
-    run = [t for t in tokens if t.text]
-    if not any(t.kind == "void" for t in run):  # nothing to protect: the line as it is
+
+
+@dataclass
+class _Placeholders:
+    """Placeholders side by side in a line (nothing but whitespace between them), as written; ``at``: the
+    character of the sentence they stood before; ``glued_left``/``glued_right``: no whitespace between them and
+    the text before / after them in the line."""
+
+    text: str
+    at: int
+    glued_left: bool
+    glued_right: bool
+
+
+def split_protected(line: str, pattern, timeout: float = PROTECT_TIMEOUT) -> tuple[list[str], Callable[[Sequence[
+        tuple[str, Sequence[tuple[int, int]]]]], str]]:
+    """Placeholders in plain text (``--protect``: ``{name}``, ``%s``, ``<x id="1"/>``): the matches of
+    ``pattern`` (a ``regex`` pattern, run within ``timeout`` seconds: else TimeoutError) are taken out of
+    ``line``, the rest translated, and each put back as :func:`place_placeholders` says; as
+    :func:`split_markup`."""
+    spans = list(_matches(line, pattern, timeout))
+    if not spans:  # nothing to protect: the line as it is
         return ([line] if line.strip() else []), lambda found: found[0][0] if found else line
-    if not "".join(t.text for t in run if t.kind == "text").strip():  # placeholders alone: nothing to translate
+    groups: list[list[int]] = []
+    for begin, end in spans:
+        if groups and not line[groups[-1][1] : begin].strip():
+            groups[-1][1] = end
+        else:
+            groups.append([begin, end])
+    texts = [line[a:b] for a, b in zip([0] + [e for _, e in groups], [b for b, _ in groups] + [len(line)])]
+    if not "".join(texts).strip():  # placeholders alone: nothing to translate
         return [], lambda found: line
-    parts = _sentence(run, escape=False)
+    plain, length, at = [], 0, []
+    for k, text in enumerate(texts):
+        if k and (not length or plain[-1][-1:].isspace()):  # "a {x} b" reads "a b", "{x} b" reads "b"
+            text = text.lstrip()
+        if k:
+            at.append(length)
+        if text:
+            plain.append(text)
+            length += len(text)
+    joined = "".join(plain)
+    body = joined.strip()
+    lead = len(joined) - len(joined.lstrip())
+    holders = [_Placeholders(line[b:e], min(max(a - lead, 0), len(body)), b > 0 and not line[b - 1].isspace(),
+                             e < len(line) and not line[e].isspace()) for (b, e), a in zip(groups, at)]
 
     def rebuild(translations: Sequence[tuple[str, Sequence[tuple[int, int]]]]) -> str:
         (text, alignment), = translations
-        return "".join(place(p, text, alignment, escape=False) if isinstance(p, Sentence) else p for p in parts)
+        return place_placeholders(body, holders, text, alignment)
 
-    return [next(p.text for p in parts if isinstance(p, Sentence))], rebuild
+    return [body], rebuild
+
+
+def place_placeholders(source: str, holders: list[_Placeholders], translation: str,
+                       alignment: Sequence[tuple[int, int]]) -> str:
+    """``translation`` with the placeholders put back, spaced as in the source: each group goes before the target
+    word of the nearest aligned source word after it (after the one before it, when it was glued to the word
+    before it alone); a side that touched a source word touches the target word beside it when that one is
+    aligned to it, every other side has one space, and the line neither begins nor ends with whitespace."""
+    words = word_spans(translation)
+    n = len(words)
+    links = _Links(source, alignment, n)
+    pairs = {(s, t) for s, t in alignment}
+    at: dict[int, list[tuple[_Placeholders, int | None, int | None]]] = {}
+    for holder in holders:
+        k = bisect_left(links.ends, holder.at)  # the source words it touched, if any
+        left = k if holder.glued_left and k < len(links.ends) and links.ends[k] == holder.at else None
+        k = bisect_left(links.begins, holder.at)
+        right = k if holder.glued_right and k < len(links.begins) and links.begins[k] == holder.at else None
+        tries = (links.before, links.after) if left is not None and right is None else (links.after, links.before)
+        gap = next((g for g in (find(holder.at) for find in tries) if g is not None), None)
+        if gap is None:  # no source word is aligned: the start when it came before every word, else the end
+            gap = 0 if holder.at == 0 else n
+        at.setdefault(gap, []).append((holder, left, right))
+    out: list[str] = []
+    last: int | tuple[_Placeholders, int | None, int | None] | None = None
+    for gap in range(n + 1):
+        for item in [*at.get(gap, []), *([gap] if gap < n else [])]:
+            if isinstance(item, int):
+                if isinstance(last, int):
+                    out.append(translation[words[last][1] : words[item][0]])
+                elif last is not None:
+                    out.append("" if (last[2], item) in pairs else " ")
+                out.append(translation[words[item][0] : words[item][1]])
+            else:
+                if isinstance(last, int):
+                    out.append("" if (item[1], last) in pairs else " ")
+                elif last is not None:
+                    out.append(" ")
+                out.append(item[0].text)
+            last = item
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ fragments and lines
 
 
 def split_markup(fragment: str, kind: str = "html", inline: bool = True
@@ -389,9 +633,10 @@ def translate_markup(fragments: Sequence[str], kind: str,
     return translate_split([split_markup(fragment, kind, inline) for fragment in fragments], translate)
 
 
-def protect_lines(lines: Sequence[str], pattern: re.Pattern,
+def protect_lines(lines: Sequence[str], pattern,
                   translate: Callable[[list[str]], list[tuple[str, Sequence[tuple[int, int]]]]]) -> list[str]:
-    """Each plain-text line translated with the matches of ``pattern`` carried over (:func:`split_protected`)."""
+    """Each plain-text line translated with the matches of ``pattern`` (a ``regex`` pattern) carried over
+    (:func:`split_protected`)."""
     return translate_split([split_protected(line, pattern) for line in lines], translate)
 
 

@@ -211,7 +211,9 @@ def libretranslate_router(service: Service):
         if text_format not in ("text", "html"):
             raise lt.unsupported_format(text_format)
         model = pick(source, target)
-        parsed = markup_items(items, text_format, model, "q", len(items) == 1) if text_format == "html" else \
+        # markup is parsed and rebuilt in a worker thread: a heavy fragment never holds the event loop
+        parsed = await asyncio.to_thread(markup_items, items, text_format, model, "q", len(items) == 1) \
+            if text_format == "html" else \
             [(split_lines(item), lambda found: "\n".join(text for text, _ in found)) for item in items]
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
@@ -220,15 +222,20 @@ def libretranslate_router(service: Service):
                                             "alignments": "hard" if aligns(model, text_format) else None})
         all_lines = [line for lines in per_item for line in lines]
         results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
-        texts, alts, at = [], [], 0
-        for lines, assemble in parsed:
-            got = results[at : at + len(lines)]
-            at += len(lines)
-            texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
-            # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
-            alts.append(lt.alternatives_of(texts[-1], [
-                assemble([(clean_output(t.candidates[min(k, len(t.candidates) - 1)].text), []) for t in got])
-                for k in range(1, nbest)]))
+
+        def assembled() -> tuple[list, list]:
+            texts, alts, at = [], [], 0
+            for lines, assemble in parsed:
+                got = results[at : at + len(lines)]
+                at += len(lines)
+                texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
+                # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
+                alts.append(lt.alternatives_of(texts[-1], [
+                    assemble([(clean_output(t.candidates[min(k, len(t.candidates) - 1)].text), []) for t in got])
+                    for k in range(1, nbest)]))
+            return texts, alts
+
+        texts, alts = await asyncio.to_thread(assembled) if text_format == "html" else assembled()
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
         if lt.flag(fields, "qe"):  # mtkit's, asked for: each text's quality estimate, the mean of its lines'
             quality, estimates, at = await service.quality(results), [], 0
@@ -364,11 +371,12 @@ def mtkit_router(service: Service):
 
     async def translate_markup_v1(req: NativeRequest, items: list[str], model) -> NativeResponse:
         """``format`` html or xml: each item a fragment, its markup carried by the alignments, with its n-best list
-        (:func:`markup_hypotheses`) and quality estimate (its sentences' mean)."""
+        (:func:`markup_hypotheses`) and quality estimate (its sentences' mean). Parsing and rebuilding the markup
+        run off the event loop (a heavy fragment never holds the other connections)."""
         if req.alignments or req.constraints is not None or req.glossary is not None:
             raise ApiError(400, f"format {req.format} translates markup: alignments, constraints and a glossary go "
                                 "with format text")
-        parsed = markup_items(items, req.format, model, "text", isinstance(req.text, str))
+        parsed = await asyncio.to_thread(markup_items, items, req.format, model, "text", isinstance(req.text, str))
         service.check_size([lines for lines, _ in parsed])
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
                                             "nbest": req.nbest,
@@ -376,18 +384,23 @@ def mtkit_router(service: Service):
         lines = [line for found, _ in parsed for line in found]
         results = await service.translate(model, lines, decode, None) if lines else []
         quality = await service.quality(results)
-        sentences, at = [], 0
-        for found, rebuild in parsed:
-            got, estimates = results[at : at + len(found)], quality[at : at + len(found)]
-            at += len(found)
-            hyps = markup_hypotheses(got, rebuild, decode.nbest)
-            if not hyps:  # nothing to translate: the markup as it is
-                text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
-                sentences.append(Sentence(text=text, confidence=None, qe=None, nbest=[]))
-                continue
-            known = [v for t, v in zip(got, estimates) if t.src_ids and v is not None]
-            sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence,
-                                      qe=sum(known) / len(known) if known else None, nbest=hyps))
+
+        def rebuilt() -> list[Sentence]:
+            sentences, at = [], 0
+            for found, rebuild in parsed:
+                got, estimates = results[at : at + len(found)], quality[at : at + len(found)]
+                at += len(found)
+                hyps = markup_hypotheses(got, rebuild, decode.nbest)
+                if not hyps:  # nothing to translate: the markup as it is
+                    text = rebuild([(clean_output(t.best.text), t.best.alignment or []) for t in got])
+                    sentences.append(Sentence(text=text, confidence=None, qe=None, nbest=[]))
+                    continue
+                known = [v for t, v in zip(got, estimates) if t.src_ids and v is not None]
+                sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence,
+                                          qe=sum(known) / len(known) if known else None, nbest=hyps))
+            return sentences
+
+        sentences = await asyncio.to_thread(rebuilt)  # off the event loop, as the parsing
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])

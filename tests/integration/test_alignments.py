@@ -183,6 +183,36 @@ def test_protect_carries_placeholders_through_plain_text(tiny, tmp_path):
                                         stdin="x\n").stderr
 
 
+def test_protect_spaces_placeholders_as_in_the_source(tiny):
+    """Whatever the untrained model writes: a placeholder with whitespace on a side in the source has whitespace
+    (or the line's end) on that side in the output, and no line begins or ends with whitespace."""
+    lines = ["{count} two hundred", "two hundred {unit}", "seven {name} thousand nine", "{a} {b} five"]
+    done = mtkit("translate", "-m", tiny, "--protect", r"\{\w+\}", stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")[:-1]
+    assert len(out) == len(lines)
+    for line, result in zip(lines, out):
+        assert result == result.strip(), (line, result)
+        for name in ("{count}", "{unit}", "{name}", "{a}", "{b}"):
+            if name in line:
+                assert result.count(name) == 1
+                at = result.index(name)
+                assert at == 0 or result[at - 1] == " ", (line, result)
+                assert at + len(name) == len(result) or result[at + len(name)] == " ", (line, result)
+
+
+def test_protect_refuses_alignments_and_a_pattern_without_end_stops(tiny):
+    for flags in (["--protect", "x", "--alignments"], ["--format", "html", "--alignments"],
+                  ["--protect", "x", "--alignment-threshold", "0.2"]):
+        done = mtkit("translate", "-m", tiny, *flags, stdin="two\n")
+        assert done.returncode == 1 and f"drop {flags[-1] if flags[-1] != '0.2' else flags[-2]}" in done.stderr, \
+            done.stderr
+        assert "Traceback" not in done.stderr
+    done = mtkit("translate", "-m", tiny, "--protect", "(a|aa)+$", stdin="two\n" + "a" * 60 + "!\n")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "<stdin>: line 2: --protect '(a|aa)+$' took more than 1 s" in done.stderr, done.stderr
+
+
 def test_a_ctranslate2_export_without_an_alignment_head_says_so(tiny, tmp_path):
     pytest.importorskip("ctranslate2")
     assert mtkit("export", "ctranslate2", tiny, tmp_path / "ct2").returncode == 0

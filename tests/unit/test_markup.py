@@ -8,8 +8,9 @@ import random
 import re
 
 import pytest
+import regex
 
-from mtkit.runtime.markup import MarkupError, Sentence, parse, place, translate_markup
+from mtkit.runtime.markup import MarkupError, Sentence, _tokens, parse, place, translate_markup
 
 
 def sentences(fragment: str, kind: str = "html") -> list[Sentence]:
@@ -75,8 +76,6 @@ def test_tags_follow_the_words_they_wrapped():
 
 def parsed_tags(markup: str) -> list[str]:
     """The tags of well-formed markup, in order (parse raises on any that is not)."""
-    from mtkit.runtime.markup import _tokens
-
     return [t.text for t in _tokens(markup, "xml") if t.kind != "text"]
 
 
@@ -119,8 +118,6 @@ def test_any_alignment_gives_well_formed_markup_with_every_tag_and_word(seed):
 
 def ancestors(markup: str) -> dict[str, tuple[str, ...]]:
     """Each tag's enclosing tags."""
-    from mtkit.runtime.markup import _tokens
-
     found, stack = {}, []
     for token in _tokens(markup, "xml"):
         if token.kind in ("open", "void"):
@@ -135,7 +132,7 @@ def ancestors(markup: str) -> dict[str, tuple[str, ...]]:
 def test_placeholders_in_plain_text_are_carried_untranslated_and_unescaped():
     from mtkit.runtime.markup import protect_lines
 
-    pattern = re.compile(r"\{\w+\}|%s|<x[^>]*/>")
+    pattern = regex.compile(r"\{\w+\}|%s|<x[^>]*/>")
     lines = ['Hello {name}, you have %s new <x id="1"/> messages & more.', "no placeholders", "{only} %s", ""]
 
     def upper(sentences):
@@ -145,3 +142,169 @@ def test_placeholders_in_plain_text_are_carried_untranslated_and_unescaped():
         'HELLO {name}, YOU HAVE %s NEW <x id="1"/> MESSAGES & MORE.', "NO PLACEHOLDERS", "{only} %s", ""]
     # reordered: each placeholder goes with the word after it
     assert protect_lines(["a %s b"], pattern, lambda s: [("B A", [(0, 1), (1, 0)])]) == ["%s B A"]
+
+
+# ------------------------------------------------------------------ strangers' markup: depth, size, attributes
+
+
+def balanced(markup: str) -> list[str]:
+    """The tags of ``markup`` (well-formed: :func:`parsed_tags` raises on any that is not)."""
+    return parsed_tags(markup)
+
+
+@pytest.mark.parametrize("kind", ["html", "xml"])
+def test_tags_nested_5000_deep_are_carried_without_recursion(kind):
+    fragment = "A <b>" * 5000 + "man" + "</b>" * 5000 + " walks."
+    (result,) = translate_markup([fragment], kind, identity)
+    assert result == fragment  # every tag back, nested as it was
+    (s,) = sentences(fragment, kind)
+    assert s.text == "A " * 5000 + "man walks."
+
+
+HEAVY = r"""
+import json, sys, time
+from mtkit.runtime.markup import translate_markup
+
+def identity(lines):
+    return [(line, [(k, k) for k in range(len(line.split()))]) for line in lines]
+
+fragment, kind = json.loads(sys.stdin.read())
+started = time.monotonic()
+(result,) = translate_markup([fragment], kind, identity)
+print(json.dumps([result, time.monotonic() - started]))
+"""
+
+
+@pytest.mark.slow  # seconds each, in a subprocess that is killed when it takes too long
+@pytest.mark.parametrize("name, fragment, kind", [
+    ("100,000 nested tags", "<b>" * 100_000 + "man" + "</b>" * 100_000, "html"),
+    ("100,000 nested tags", "<g>" * 100_000 + "man" + "</g>" * 100_000, "xml"),
+    ("200 KB of <b>man</b>", "<b>man</b> " * 20_000, "html"),
+    ("200 KB of <b>man</b>, one word", "<b>man</b>" * 20_000, "xml"),
+    ("30,000 tags each holding the rest", "".join(f"<i>w{k} " for k in range(30_000)) + "</i>" * 30_000, "html"),
+    ("100,000 comments never closed", "<!--" * 100_000 + " text", "html"),
+    ("100,000 quoted values never closed", '<a x="' * 100_000, "html"),
+    ("100,000 tags never ended", "<a b " * 100_000, "xml"),
+])
+def test_huge_markup_is_translated_in_seconds_and_well_formed(name, fragment, kind):
+    """Work linear in the fragment (it was quadratic in its tags, and recursive in their depth): each finishes
+    far within the bound (a generous one, not a timing: quadratic work took more than 240 s)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", HEAVY], input=json.dumps([fragment, kind]), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result, seconds = json.loads(done.stdout)
+    assert seconds < 60, (name, seconds)
+    assert sorted(balanced(result)) == sorted(balanced(fragment)), name  # the same tags, balanced
+    assert words_of(result, kind) == words_of(fragment, kind), name
+
+
+def words_of(markup: str, kind: str) -> list[str]:
+    """The words of ``markup``'s text (read by the tokenizer: a regular expression would take quadratic time
+    on the cases above)."""
+    return html.unescape("".join(t.text for t in _tokens(markup, kind) if t.kind == "text")).split()
+
+
+def test_attribute_values_holding_markup_characters_come_back_well_formed():
+    import xml.etree.ElementTree as ET
+
+    fragment = ("A <a title=\"x > y\" href='/q?a=1&b=<2>' data-say='\"hi\"' data-ok=\"&amp; &#62;\">red</a> car "
+                '<img alt="1 > 0 & 2 < 3"/> here.')
+    for kind in ("html", "xml"):
+        (result,) = translate_markup([fragment], kind, lambda lines: [
+            ("Ein rotes Auto hier.", [(0, 0), (1, 1), (2, 2), (3, 3)])])
+        tree = ET.fromstring(f"<r>{result}</r>")  # well-formed XML
+        a = tree.find("a")
+        assert a is not None and a.text == "rotes", result
+        assert a.get("title") == "x > y" and a.get("href") == "/q?a=1&b=<2>" and a.get("data-say") == '"hi"'
+        assert a.get("data-ok") == "& >"  # entities already written stay as they are
+        assert tree.find("img").get("alt") == "1 > 0 & 2 < 3"
+        assert [t.kind for t in _tokens(result, kind)] == ["text", "open", "text", "close", "text", "void", "text"]
+
+
+def test_an_error_names_a_huge_tag_in_a_short_line():
+    huge = "<b " + "x" * 100_000 + ">"
+    with pytest.raises(MarkupError) as e:
+        parse(f"{huge}never closed")
+    assert "is never closed" in str(e.value) and len(str(e.value)) < 200
+    with pytest.raises(MarkupError) as e:
+        parse("a </" + "b" * 100_000 + ">")
+    assert "closes no open tag" in str(e.value) and len(str(e.value)) < 200
+
+
+def test_a_void_tag_at_a_sentence_start_keeps_its_space():
+    assert translate_markup(['<img src="a.png"> a dog'], "html", identity) == ['<img src="a.png"> a dog']
+    assert translate_markup(['<x id="1"/> a dog'], "xml", identity) == ['<x id="1"/> a dog']
+
+
+# ------------------------------------------------------------------ placeholders: spacing, time limit
+
+
+PLACEHOLDER = regex.compile(r"\{\w+\}|%s")
+
+
+def one(line: str, translation: str, alignment) -> str:
+    from mtkit.runtime.markup import protect_lines
+
+    return protect_lines([line], PLACEHOLDER, lambda sentences: [(translation, alignment)])[0]
+
+
+def test_placeholders_are_spaced_as_in_the_source():
+    # at the start and the end: a space on the side that had one, none at the line's ends
+    assert one("{count} men stand .", "Männer stehen da.", [(0, 0), (1, 1), (2, 2)]) == "{count} Männer stehen da."
+    assert one("men stand {x}", "Männer stehen", [(0, 0), (1, 1)]) == "Männer stehen {x}"
+    assert one("  {a} {b} dogs run .  ", "Hunde rennen .", [(0, 0), (1, 1), (2, 2)]) == "{a} {b} Hunde rennen ."
+    # in the middle, whatever word the alignment puts it before
+    assert one("A man named {name} walks .", "Ein Mann namens, der geht.", [(0, 0), (1, 1), (2, 2), (3, 4), (4, 4)]) \
+        == "Ein Mann namens, der {name} geht."
+    # glued to a word: glued to its translation, spaced from any other word
+    assert one("{count}men stand .", "Männer stehen .", [(0, 0), (1, 1), (2, 2)]) == "{count}Männer stehen ."
+    assert one("Hello {name}, you .", "Hallo , du .", [(0, 0), (1, 1), (2, 2), (3, 3)]) == "Hallo {name}, du ."
+    assert one("Hello {name}, a dog .", "Hallo, ein Hund .", [(0, 0), (2, 1), (3, 2), (4, 3)]) \
+        == "Hallo, {name} ein Hund ."  # its comma found no word: the placeholder is spaced from "ein"
+    assert one("costs 5%s now", "kostet jetzt 5", [(0, 0), (1, 2), (2, 1)]) == "kostet jetzt 5%s"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_any_alignment_puts_each_placeholder_back_once_spaced_as_in_the_source(seed):
+    rng = random.Random(seed)
+    parts, names = [], iter(f"{{p{k}}}" for k in range(100))
+    for _ in range(rng.randint(1, 8)):
+        parts.append(rng.choice([next(names), f"w{rng.randrange(9)}", "."]))
+        parts.append(rng.choice([" ", " ", "", "  "]))
+    line = rng.choice(["", " "]) + "".join(parts)
+    words = PLACEHOLDER.sub(" ", line).split()
+    out_words = [f"t{k}" for k in range(rng.randint(0, 8))]
+    pairs = [(rng.randrange(len(words) + 1), rng.randrange(len(out_words))) for _ in range(rng.randint(0, 10))] \
+        if out_words and words else []
+    result = one(line, " ".join(out_words), pairs)
+    if not words:  # placeholders alone: the line as it is
+        assert result == line
+        return
+    assert result == result.strip(), (line, result)
+    holders = PLACEHOLDER.findall(line)
+    assert sorted(PLACEHOLDER.findall(result)) == sorted(holders), (line, result)  # each once
+    assert PLACEHOLDER.sub(" ", result).split() == out_words, (line, result)
+    for m in PLACEHOLDER.finditer(line):  # a side with whitespace in the source has whitespace (or the line's end)
+        begin = result.index(m.group(0))
+        end = begin + len(m.group(0))
+        if m.start() > 0 and line[m.start() - 1].isspace():
+            assert begin == 0 or result[begin - 1].isspace(), (line, result)
+        if m.end() < len(line) and line[m.end()].isspace():
+            assert end == len(result) or result[end].isspace(), (line, result)
+
+
+def test_a_pattern_that_backtracks_without_end_stops_at_its_time_limit():
+    import time
+
+    from mtkit.runtime.markup import split_protected
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        split_protected("a" * 40 + "! and more", regex.compile(r"(a|aa)+$"), timeout=0.2)
+    assert time.monotonic() - started < 30  # the limit, not the pattern's 2^40 steps
+    found, _ = split_protected("aaaa {x} b", regex.compile(r"(a+)+$|\{\w+\}"), timeout=0.2)
+    assert found == ["aaaa b"]
