@@ -250,14 +250,27 @@ class _GzipReader(gzip.GzipFile):
         return self._checked(super().readline, size)
 
 
-def open_binary(path: str | Path) -> IO[bytes]:
+def open_binary(path: str | Path, stream: bool = False) -> IO[bytes]:
     """Open a file for reading bytes, transparently decompressing ``.gz``.
 
     A ``.gz`` file that is not gzip data is refused at once; damage found later
     while reading raises :class:`MtkitError` naming the file. Only a regular file is read
-    (:func:`open_regular`): a FIFO would hang, ``/dev/zero`` is one endless line.
+    (:func:`open_regular`): a FIFO would hang, ``/dev/zero`` is one endless line. ``stream``: the
+    user's text read once, front to back, as standard input is (``translate`` and ``score`` inputs):
+    a pipe or a terminal is read too (``<(zcat corpus.gz)``, ``/dev/stdin``), its open waiting for its
+    writer as ``cat``'s does.
     """
     path = Path(path)
+    if stream and path.suffix != ".gz":
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0  # open_regular names what is wrong
+        if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            try:
+                return open(path, "rb")
+            except OSError as e:
+                raise MtkitError(f"{path}: cannot read ({e.strerror})") from None
     f = open_regular(path, "no such file", "is a directory, expected a file")
     if path.suffix != ".gz":
         return f

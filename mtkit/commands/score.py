@@ -45,7 +45,7 @@ def _lines(name: str) -> Iterator[str]:
     if name == "-":
         yield from read_text_lines(standard_input(), STDIN)
         return
-    with open_binary(name) as f:
+    with open_binary(name, stream=True) as f:
         yield from read_text_lines(f, name)
 
 

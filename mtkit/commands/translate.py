@@ -98,7 +98,7 @@ def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator
         if name == "-":
             yield from _stdin_lines(before_wait)
         else:
-            with open_binary(name) as f:
+            with open_binary(name, stream=True) as f:
                 yield from read_text_lines(f, name)
 
 

@@ -99,3 +99,20 @@ def test_a_bad_flag_is_one_line_naming_it_before_any_translation(run, tmp_path, 
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
     assert not (tmp_path / "a.png").exists()
+
+
+def test_a_pipe_named_as_an_input_is_read_as_standard_input_is(run, tmp_path):
+    """``translate -m RUN <(zcat corpus.gz)`` and ``score --src <(…) --tgt <(…)``: a pipe named as an input is
+    the user's text read once, front to back, as standard input is (only files from elsewhere, read whole or
+    twice, must be regular files)."""
+    (tmp_path / "in.txt").write_text("alpha bravo\ncharlie delta echo\n")
+    (tmp_path / "out.txt").write_text("bravo alpha\necho delta charlie\n")
+    base = f"{' '.join(MTKIT)} {{}} 2>{tmp_path / 'err'}"
+    for command in (f"translate -m {run} --beam 1 {{}}", f"score -m {run} --src {{}} --tgt {{}}"):
+        files = command.format(*[tmp_path / "in.txt", tmp_path / "out.txt"][: command.count("{}")])
+        pipes = command.format(*[f"<(cat {tmp_path / 'in.txt'})", f"<(cat {tmp_path / 'out.txt'})"][
+            : command.count("{}")])
+        want = subprocess.run(["bash", "-c", base.format(files)], capture_output=True, text=True, env=ENV, timeout=300)
+        got = subprocess.run(["bash", "-c", base.format(pipes)], capture_output=True, text=True, env=ENV, timeout=300)
+        assert want.returncode == 0 and len(want.stdout.splitlines()) == 2, (tmp_path / "err").read_text()
+        assert got.returncode == 0 and got.stdout == want.stdout, (tmp_path / "err").read_text()
