@@ -69,7 +69,7 @@ def markup_test(engine, lines: list[str], lexicon: dict[str, str]) -> tuple[int,
     outputs, outputs)."""
     import re
 
-    from mtkit.runtime.markup import MarkupError, _tokens, translate_markup
+    from mtkit.text.markup import MarkupError, _tokens, translate_markup
 
     plain = [t.best.text for t in engine.translate(lines)]
     cases = []
@@ -131,7 +131,7 @@ def main() -> None:
     import sacrebleu
 
     from mtkit.data.word_alignment import default_layer, scores
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     t = time.perf_counter()
     reference, lexicon = eflomal_reference(args.multi30k, args.test, "en", "de")

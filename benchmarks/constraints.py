@@ -78,10 +78,10 @@ def main() -> None:
     import sacrebleu
     import torch
 
+    from mtkit.engines.checkpoint import describe, load_model
+    from mtkit.engines.constraints import Constraints
+    from mtkit.engines.torch_engine import TorchEngine
     from mtkit.host_memory import keep_freed_memory
-    from mtkit.runtime.checkpoint import describe, load_model
-    from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.torch_engine import TorchEngine
 
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the mtkit CLI does

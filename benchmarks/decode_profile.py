@@ -123,7 +123,7 @@ def main() -> None:
     keep_freed_memory()  # as the mtkit command does
     import torch
 
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -13,8 +13,8 @@ import time
 import torch
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, config_from_dict
+from mtkit.engines.precision import autocast, grad_scaler
 from mtkit.model import Transformer, count_parameters
-from mtkit.runtime.precision import autocast, grad_scaler
 from mtkit.training.loss import TranslationLoss
 
 PAPER_STEPS = {"transformer-base": 100_000, "transformer-big": 300_000}
@@ -68,7 +68,7 @@ def train_speed(preset: str, precision: str, steps: int, tokens: int, vocab: int
 def beam_speed(precision: str, device: torch.device, sentences: int = 1000, vocab: int = 37000) -> dict:
     from mtkit.decoding.options import SearchOptions
     from mtkit.decoding.search import beam_search
-    from mtkit.runtime.inference import InferenceModel
+    from mtkit.engines.inference import InferenceModel
 
     cfg = config_from_dict({"model": {"preset": "transformer-base"}}).model
     model = InferenceModel(Transformer(cfg, vocab, vocab).to(device).eval())  # as the engine decodes: packed, fused

@@ -38,7 +38,7 @@ import common  # noqa: E402
 from common import make_runner, precision_context  # noqa: E402
 
 from mtkit.config import PAD_ID, config_from_dict  # noqa: E402
-from mtkit.runtime.precision import grad_scaler  # noqa: E402
+from mtkit.engines.precision import grad_scaler  # noqa: E402
 from mtkit.training import distributed  # noqa: E402
 from mtkit.training.loss import TranslationLoss  # noqa: E402
 from mtkit.training.optim import build_optimizer  # noqa: E402

@@ -134,8 +134,8 @@ def save_random_checkpoint(cfg, vocab, decode, path: Path) -> Path:
     import torch
 
     from mtkit.config import Config, config_to_dict
+    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
     from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
 
     torch.manual_seed(1)
     model = Transformer(cfg, vocab.src_size, vocab.tgt_size)
@@ -273,7 +273,7 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
     import torch
 
     from mtkit.config import EOS_ID, DecodeConfig, ModelConfig
-    from mtkit.runtime.checkpoint import load_model
+    from mtkit.engines.checkpoint import load_model
 
     t0 = time.perf_counter()
     shape = SHAPES[args.shape]
@@ -489,7 +489,7 @@ def report_text(args, plan: dict, policies: list[str], work: Path) -> None:
         print(f"ratio mtkit --engine ctranslate2 / CTranslate2 direct: {ours / direct:.3f} "
               f"(identical lines: {sum(x == y for x, y in zip(a, b))}/{len(a)})")
     print("note: forced to its maximum length, mtkit's pipeline runs CTranslate2's search keeping every "
-          "finished hypothesis (2 × beam) and scores the EOS it forces (mtkit/runtime/ctranslate2_engine.py)")
+          "finished hypothesis (2 × beam) and scores the EOS it forces (mtkit/engines/ctranslate2_engine.py)")
 
 
 def translate_process(model: Path, engine: str, policy: str, src: Path, beam: int, args,
@@ -521,7 +521,7 @@ def report_whole(args, plan: dict, policies: list[str], work: Path) -> None:
         cases.append((f"beam {beam}, first {len(plan['single'])} sentences, --batch-tokens 1",
                       lines[: len(plan["single"])], ["--batch-tokens", "1"]))
     print("\nnote: random weights take every sentence to the maximum length, where the ctranslate2 engine "
-          "searches again keeping every finished hypothesis (mtkit/runtime/ctranslate2_engine.py); "
+          "searches again keeping every finished hypothesis (mtkit/engines/ctranslate2_engine.py); "
           "a trained model seldom gets there")
     for k, (title, text, extra) in enumerate(cases):
         src = work / f"whole{k}.en"

@@ -6,7 +6,7 @@ parent: the model files, the batches of source ids, the runs), loads its engine 
 else, and prints one JSON line: per run, seconds, sentences, output tokens and the outputs.
 
 Engines (ids in, ids out, timed after one warm-up sentence):
-  ``mtkit``     mtkit's torch search (:class:`mtkit.runtime.torch_engine.TorchEngine`) on the
+  ``mtkit``     mtkit's torch search (:class:`mtkit.engines.torch_engine.TorchEngine`) on the
                 saved checkpoint (the opus shape: the run ``mtkit import marian`` wrote), loaded
                 as ``mtkit translate`` loads it;
   ``hf``        ``MarianMTModel.generate`` on the ``save_pretrained`` copy (the opus shape: on the
@@ -14,7 +14,7 @@ Engines (ids in, ids out, timed after one warm-up sentence):
                 ``plan['marian']`` maps to and from mtkit's);
   ``ct2-fp32``, ``ct2-int8``  CTranslate2 ``translate_batch`` on the exported models;
   ``onnx``      mtkit's search (the same loops) over ONNX Runtime running ``mtkit export onnx``'s graphs
-                (:class:`mtkit.runtime.onnx_engine.OnnxModel`).
+                (:class:`mtkit.engines.onnx_engine.OnnxModel`).
 Text in, text out (SentencePiece encode to decode, all sentences, the second of two rounds):
   ``text-mtkit``  ``mtkit translate --engine ctranslate2``'s pipeline (``Ctranslate2Engine``);
   ``text-direct`` CTranslate2 called directly, with the exported SentencePiece model.
@@ -42,7 +42,7 @@ TEXT_SIDES = ("text-mtkit", "text-direct")
 
 class MtkitEngine:
     def __init__(self, loaded, beam: int, n: int) -> None:
-        from mtkit.runtime.torch_engine import TorchEngine
+        from mtkit.engines.torch_engine import TorchEngine
 
         # The checkpoint's forced_eos: "logprob" for mtkit's own, "zero" (generate's) for an imported Marian model.
         decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
@@ -132,7 +132,7 @@ def engine_factory(name: str, plan: dict, threads: int):
     """A function beam -> engine for ``name``, with the engine's model loaded once."""
     n = plan["forced_len"]
     if name == "mtkit":
-        from mtkit.runtime.checkpoint import load_model
+        from mtkit.engines.checkpoint import load_model
 
         loaded = load_model(plan["checkpoint"])
         return lambda beam: MtkitEngine(loaded, beam, n)
@@ -149,7 +149,7 @@ def engine_factory(name: str, plan: dict, threads: int):
                     getattr(model.model, side).embed_positions.weight.copy_(table)
         return lambda beam: HfEngine(model, beam, n, plan.get("marian"))
     if name == "onnx":
-        from mtkit.runtime.onnx_engine import OnnxModel
+        from mtkit.engines.onnx_engine import OnnxModel
 
         model = OnnxModel(plan["onnx"], threads)
         return lambda beam: OnnxEngine(model, beam, n)
@@ -174,7 +174,7 @@ def text_side(name: str, plan: dict, threads: int) -> dict:
     model_dir = Path(plan["ct2"]["fp32"])
     lines, beam, budget = plan["lines"], text["beam"], text["budget"]
     if name == "text-mtkit":
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine
+        from mtkit.engines.ctranslate2_engine import Ctranslate2Engine
 
         decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
         ours = Ctranslate2Engine(model_dir, decode, intra_threads=threads, min_len=n + 1)

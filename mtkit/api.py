@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.config import DecodeConfig
+from mtkit.engines.engine import Engine, Translation
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Engine, Translation
 
 logger = logging.getLogger("mtkit")
 
@@ -107,7 +107,7 @@ class Model:
 
     def options(self, **options: Any) -> DecodeConfig:
         """The model's decoding settings with ``options`` set, checked as the CLI's flags are."""
-        from mtkit.runtime.factory import apply_decode_flags, check_decode_flags
+        from mtkit.engines.factory import apply_decode_flags, check_decode_flags
 
         unknown = sorted(set(options) - set(DECODE_OPTIONS))
         if unknown:
@@ -147,8 +147,8 @@ class Model:
     def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):
         if glossary is None and constraints is None:
             return None
-        from mtkit.runtime.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
-        from mtkit.runtime.glossary import Glossary
+        from mtkit.engines.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
+        from mtkit.text.glossary import Glossary
 
         if decode.sampling:
             raise MtkitError(f"{'constraints' if constraints is not None else 'glossary'} needs beam search: "
@@ -166,14 +166,14 @@ class Model:
             per_line = [Constraints.from_json(dict(c), f"constraints[{i}]", MAX_LINE_PHRASES) if c else None
                         for i, c in enumerate(per_line)]
         if self.kind == "ctranslate2" and (terms is not None or any(c and c.include for c in per_line or [])):
-            from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+            from mtkit.engines.ctranslate2_engine import INCLUDE_UNSUPPORTED
 
             raise MtkitError(f"{'glossary' if terms is not None else 'constraints'}: {INCLUDE_UNSUPPORTED}")
         return constraint_source(per_line, terms, "constraints")
 
     @staticmethod
     def _result(t: Translation, decode: DecodeConfig) -> Result:
-        from mtkit.runtime.lines import clean_output
+        from mtkit.text.lines import clean_output
 
         hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces), c.alignment)
                       for c in t.candidates[: max(1, decode.nbest)]]
@@ -181,14 +181,14 @@ class Model:
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
-        :class:`mtkit.runtime.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
+        :class:`mtkit.engines.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
         if self._loaded is None:
             raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
             raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")
         if self._scorer is None:
-            from mtkit.runtime.factory import forced_scorer
+            from mtkit.engines.factory import forced_scorer
 
             self._scorer = forced_scorer(self._loaded, self._device, self._precision, self.engine.decode.batch_tokens)
         return list(self._scorer.score(zip(sources, targets), chunk_size=max(1, len(sources)), target=target))
@@ -213,8 +213,8 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
         target: the target language calls translate into by default (a multilingual model's).
     """
-    from mtkit.runtime.checkpoint import is_hugging_face_folder
-    from mtkit.runtime.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
+    from mtkit.engines.checkpoint import is_hugging_face_folder
+    from mtkit.engines.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
 
     path = Path(path)
     if not path.exists():

@@ -20,7 +20,7 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-import mtkit.runtime.threads  # noqa: F401  (first: its load reading starts with the process)
+import mtkit.engines.threads  # noqa: F401  (first: its load reading starts with the process)
 from mtkit import __version__
 from mtkit.errors import MtkitError
 
@@ -80,6 +80,9 @@ def root(
 ) -> None:
     if debug:
         os.environ["MTKIT_DEBUG"] = "1"
+    from mtkit.logs import to_stderr
+
+    to_stderr()  # what the library says (``logging.getLogger("mtkit…")``) goes to stderr, a line each
 
 
 def _load(recipe: Path | None, overrides: list[str] | None, flags=None, defaults=None):

@@ -12,7 +12,7 @@ from typing import Any
 
 # OpenMP threads that spin while waiting make a shared 2-core machine crawl; set before torch loads.
 # One thread, fixed: the tiny models gain nothing from more, and a count that followed the machine's
-# load (mtkit.runtime.threads) would make a test's float sums depend on what else runs.
+# load (mtkit.engines.threads) would make a test's float sums depend on what else runs.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # TorchInductor's cache (TMPDIR/torchinductor_USER by default, never removed) in a folder of the test
@@ -105,8 +105,8 @@ def write_tiny_checkpoint(path: Path, decode: dict | None = None) -> Path:
     from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
     from mtkit.data.synthetic import english, german
     from mtkit.data.vocab import Vocab, train_model
+    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
     from mtkit.model import Transformer
-    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
 
     sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]
     vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=80)))

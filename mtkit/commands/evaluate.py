@@ -114,7 +114,7 @@ class EvaluateOptions:
     hyp: list[Path] = field(default_factory=list)
     ref: list[Path] = field(default_factory=list)
     model: list[Path] | None = None
-    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.runtime.factory.ENGINES)
+    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.engines.factory.ENGINES)
     src: Path | None = None
     testset: str | None = None
     langpair: str | None = None
@@ -160,7 +160,7 @@ def evaluate(options: EvaluateOptions) -> str:
         raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
     if o.model is not None and o.hyp:
         raise MtkitError("give either --hyp or --model, not both")
-    from mtkit.runtime.factory import ENGINES
+    from mtkit.engines.factory import ENGINES
 
     if o.engine not in ENGINES:
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
@@ -211,14 +211,13 @@ def evaluate(options: EvaluateOptions) -> str:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         hyps = read_named(o.hyp)
     else:
-        from mtkit.runtime.factory import (
+        from mtkit.engines.factory import (
             apply_decode_flags,
             check_decode_flags,
-            check_line_counts,
-            read_constraint_options,
         )
-        from mtkit.runtime.lines import translations_of
-        from mtkit.runtime.quality import confidence
+        from mtkit.engines.quality import confidence
+        from mtkit.text.lines import translations_of
+        from mtkit.text.phrases import check_line_counts, read_constraint_options
 
         src_lines = sources
         check_decode_flags(o.decode_overrides)
@@ -226,7 +225,7 @@ def evaluate(options: EvaluateOptions) -> str:
         check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
         wanted = None
         if per_line is not None or terms is not None:
-            from mtkit.runtime.constraints import constraint_source
+            from mtkit.engines.constraints import constraint_source
 
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
         with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)

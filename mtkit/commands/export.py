@@ -18,14 +18,14 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     ``ctranslate2.Translator(OUT_DIR)``) needs nothing else.
     """
     # CTranslate2 first: imported after torch has run, it binds to torch's OpenMP runtime.
-    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
+    from mtkit.engines.ctranslate2_engine import import_ctranslate2
 
     import_ctranslate2()
     import sys
 
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.factory import say_loaded
     from mtkit.export.ctranslate2 import export_model
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.factory import say_loaded
 
     loaded = load_model(checkpoint, "cpu")
     say_loaded([loaded])
@@ -41,9 +41,9 @@ def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = N
     from dataclasses import replace
 
     from mtkit.config import override_section
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.factory import say_loaded
     from mtkit.export.huggingface import architecture, export_model
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.factory import say_loaded
 
     loaded = load_model(checkpoint, "cpu")
     if decode_overrides:
@@ -58,9 +58,9 @@ def export_onnx(checkpoint: Path, out_dir: Path) -> None:
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as ONNX graphs (:mod:`mtkit.export.onnx`)."""
     import sys
 
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.factory import say_loaded
     from mtkit.export.onnx import export_model
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.factory import say_loaded
 
     loaded = load_model(checkpoint, "cpu")
     say_loaded([loaded])

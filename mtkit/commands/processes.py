@@ -55,7 +55,7 @@ def rank_threads(config: Config) -> str:
 
 def wants_cuda(config: Config) -> bool:
     """Whether the recipe trains on GPUs (``train.device`` cuda, or auto with CUDA available)."""
-    from mtkit.runtime.device import device_type
+    from mtkit.engines.device import device_type
 
     return device_type(config.train.device) == "cuda"
 

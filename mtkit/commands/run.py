@@ -59,7 +59,7 @@ def training_finished(run_dir: Path) -> bool:
 def final_checkpoint(run_dir: Path) -> Path:
     """The run's averaged checkpoint, else its moving average (each unless training went on past it), else its
     best or last."""
-    from mtkit.runtime.checkpoint import resolve_checkpoint
+    from mtkit.engines.checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(run_dir)
 
@@ -71,7 +71,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     from mtkit.commands.train import train
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import score_files
-    from mtkit.runtime.lines import translate_lines
+    from mtkit.text.lines import translate_lines
 
     config: Config = load_config(recipe, overrides)
     work = Path(work)
@@ -179,9 +179,9 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
     teacher: :func:`~mtkit.training.distill.teacher_decoding`, as it distilled; the student: ``config.decode``):
     BLEU (and lc-tok BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds
     of :func:`fastest`, the weights' size on disk and the peak resident memory."""
+    from mtkit.engines.checkpoint import resolve_checkpoint
     from mtkit.export.cache import ctranslate2_model
     from mtkit.io import atomic_write_text, read_lines
-    from mtkit.runtime.checkpoint import resolve_checkpoint
     from mtkit.training.distill import teacher_decoding
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,7 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
     from mtkit.data.store import load_manifest
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import score_files
-    from mtkit.runtime.lines import translate_lines
+    from mtkit.text.lines import translate_lines
 
     ev = config.eval
     sources_all = list(read_lines(data_dir / "test.src.txt")) if (data_dir / "test.src.txt").is_file() else []

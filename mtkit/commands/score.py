@@ -2,7 +2,7 @@
 
 Reads line-aligned ``--src`` and ``--tgt`` files (one of them may be ``-``, stdin; ``.gz``
 is read transparently) in lockstep, ``CHUNK_LINES`` pairs at a time, and writes one line per
-pair to stdout, in input order, always (see :mod:`mtkit.runtime.pair_scoring` for what is scored):
+pair to stdout, in input order, always (see :mod:`mtkit.engines.pair_scoring` for what is scored):
 
     text  ``LOGPROB<TAB>MEAN<TAB>TOKENS``: the sum of the natural-log probabilities of the
           target's pieces and EOS, their mean, and their number, both floats with 4 decimals
@@ -40,7 +40,7 @@ def _label(name: str) -> str:
 
 def _lines(name: str) -> Iterator[str]:
     from mtkit.io import open_binary, standard_input
-    from mtkit.runtime.lines import read_text_lines
+    from mtkit.text.lines import read_text_lines
 
     if name == "-":
         yield from read_text_lines(standard_input(), STDIN)
@@ -68,7 +68,7 @@ def paired_lines(src: str, tgt: str) -> Iterator[tuple[str, str]]:
 
 
 def format_score(score, output_format: str) -> str:
-    """One output line (without newline) of a :class:`mtkit.runtime.pair_scoring.PairScore`."""
+    """One output line (without newline) of a :class:`mtkit.engines.pair_scoring.PairScore`."""
     if output_format == "json":
         finite = math.isfinite(score.logprob)
         return json.dumps({"line": score.index + 1, "logprob": score.logprob if finite else None,
@@ -97,7 +97,7 @@ class ScoreOptions:
 
     def check(self) -> None:
         """One error line, naming the flag, for the first setting out of its range."""
-        from mtkit.runtime.factory import check_decode_flags
+        from mtkit.engines.factory import check_decode_flags
 
         if self.output_format not in FORMATS:
             raise MtkitError(f"--format {self.output_format}: expected one of {', '.join(FORMATS)}")
@@ -136,12 +136,12 @@ def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptio
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)
 
-    from mtkit.runtime.checkpoint import load_model, precheck
+    from mtkit.engines.checkpoint import load_model, precheck
 
     for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
         precheck(path)  # before torch loads
-    from mtkit.runtime.device import resolve_device
-    from mtkit.runtime.factory import forced_scorer, say_loaded
+    from mtkit.engines.device import resolve_device
+    from mtkit.engines.factory import forced_scorer, say_loaded
 
     device = resolve_device(o.device)
     if o.precision == "fp16" and not device.startswith("cuda"):

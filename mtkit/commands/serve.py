@@ -2,7 +2,7 @@
 
 Each ``-m`` is a model of its own (a checkpoint or run directory; with ``--engine ctranslate2``
 an exported directory), built as ``mtkit translate`` builds its engine
-(:func:`mtkit.runtime.factory.build_translator`), and named by its path. Its language pair is
+(:func:`mtkit.engines.factory.build_translator`), and named by its path. Its language pair is
 its config's ``data.src_lang`` / ``data.tgt_lang`` (for an exported model: those of the run it
 was exported from, when its ``config.yaml`` is still there); ``--src-lang`` / ``--tgt-lang`` set
 them for every model. A multilingual model (``data.pairs``) serves each of its pairs, as ``NAME:en-de``
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mtkit.config import PRECISIONS
+from mtkit.engines.factory import ENGINES, build_translator, check_decode_flags
 from mtkit.errors import MtkitError
-from mtkit.runtime.factory import ENGINES, build_translator, check_decode_flags, read_constraint_options
+from mtkit.text.phrases import read_constraint_options
 
 # Decoding threads per model: each holds a batch's tensors and its engine threads; beyond a few per core
 # they only wait on each other, and thousands exhaust the process's threads.
@@ -45,8 +46,8 @@ def read_api_keys(path: Path) -> frozenset[str]:
 def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
     """An exported model's languages: its manifest's ``data``, else the config.yaml of the run it came from
     (read bounded and without aliases; one that cannot be read leaves them unknown)."""
+    from mtkit.engines.ctranslate2_engine import read_manifest
     from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
-    from mtkit.runtime.ctranslate2_engine import read_manifest
 
     manifest = read_manifest(model_dir)
     data = manifest.get("data") or {}
@@ -128,10 +129,10 @@ def _get_torch_threads() -> int:
 def serving_policy(engine: str, threads: int, decoding_threads: int):
     """The engine's CPU threads per decoding thread: the user's (``--threads``, ``OMP_NUM_THREADS``), else
     the CPUs other work leaves free but one, shared by the decoding threads, at least 1 each
-    (:func:`mtkit.runtime.threads.serving_choice`), chosen now (the reading spans the start) and, for the
+    (:func:`mtkit.engines.threads.serving_choice`), chosen now (the reading spans the start) and, for the
     torch engine, again between batches; the policy and what to say of its first choice (the caller says it
     once the models have loaded, so that an error before stays the only line)."""
-    from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
+    from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
 
     torch_engine = engine == "torch"
     policy = ThreadPolicy(_set_torch_threads if torch_engine else (lambda n: None), user_threads(threads),
@@ -240,7 +241,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
     qe = None
     if o.qe_model is not None:
-        from mtkit.runtime.quality import load_qe_model
+        from mtkit.engines.quality import load_qe_model
 
         qe = load_qe_model(o.qe_model, o.device)
         print(f"quality estimation: {o.qe_model}", file=sys.stderr, flush=True)
@@ -269,7 +270,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
                                       thread_policy=policy)
         if o.engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
-            from mtkit.runtime.ctranslate2_engine import read_manifest
+            from mtkit.engines.ctranslate2_engine import read_manifest
 
             found["step"] = read_manifest(path).get("step")
         elif o.engine == "onnx":

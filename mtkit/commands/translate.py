@@ -4,7 +4,7 @@ Input is read as bytes and decoded per line, so every input line gives its outpu
 line(s) whatever it holds; a line that is not UTF-8 is an error naming the input and
 the line (as ``prepare`` and ``evaluate`` have it), never a silent U+FFFD. Translations go to
 stdout (or, atomically, to ``--output``); warnings, the checkpoint loaded and the
-progress bar go to stderr. See :mod:`mtkit.runtime.lines` for the output formats.
+progress bar go to stderr. See :mod:`mtkit.text.lines` for the output formats.
 
 Stdin is read as it arrives: whenever it has no more input ready, the lines read
 so far are translated and the output flushed, so a program that writes one line
@@ -31,20 +31,19 @@ from pathlib import Path
 from typing import IO
 
 from mtkit.config import PRECISIONS, DecodeConfig
-from mtkit.errors import MtkitError, counted, shown
-from mtkit.io import discard_stdout, sentence_progress
-from mtkit.runtime.factory import (
+from mtkit.engines.factory import (
     ENGINES,
     build_translator,
     check_decode_flags,
-    check_line_counts,
-    read_constraint_options,
 )
+from mtkit.errors import MtkitError, counted, shown
+from mtkit.io import discard_stdout, sentence_progress
+from mtkit.text.phrases import check_line_counts, read_constraint_options
 
 DEFAULT_BUFFER_SIZE = 1000
 
 def _count_lines(names: list[str]) -> int | None:
-    """The lines of the input files as :func:`mtkit.runtime.lines.read_text_lines` counts them; None when one
+    """The lines of the input files as :func:`mtkit.text.lines.read_text_lines` counts them; None when one
     is stdin or not a regular file (a pipe can be read only once)."""
     from mtkit.io import open_binary
 
@@ -76,7 +75,7 @@ def _check_writable(path: Path | None, flag: str) -> None:
 
 def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
     from mtkit.io import standard_input
-    from mtkit.runtime.lines import read_ready_lines, read_text_lines
+    from mtkit.text.lines import read_ready_lines, read_text_lines
 
     stream = standard_input()
     try:
@@ -92,7 +91,7 @@ def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
 
 def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator[str | None]:
     from mtkit.io import open_binary
-    from mtkit.runtime.lines import read_text_lines
+    from mtkit.text.lines import read_text_lines
 
     for name in inputs:
         if name == "-":
@@ -145,13 +144,13 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str], markup: str, out: IO[bytes],
                       buffer_size: int, progress, protect=None, aligning: bool = True) -> int:
     """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
-    (:mod:`mtkit.runtime.markup`), ``buffer_size`` lines at a time; ``--protect`` (``protect``, a compiled
+    (:mod:`mtkit.text.markup`), ``buffer_size`` lines at a time; ``--protect`` (``protect``, a compiled
     pattern, with ``markup`` text): each line's placeholders carried the same way. ``aligning`` False (an engine
     without alignments): every tag cuts sentences, the text between them is translated. Returns the lines
     done."""
     from mtkit.io import STDIN_NAME
-    from mtkit.runtime.lines import clean_output
-    from mtkit.runtime.markup import PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
+    from mtkit.text.lines import clean_output
+    from mtkit.text.markup import PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 
     name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
 
@@ -227,7 +226,7 @@ class TranslateOptions:
     glossary: Path | None = None
     tgt_lang: str | None = None
     quantization: str | None = None
-    qe: bool = False  # each translation's quality estimate (mtkit.runtime.quality): a column, or a json key
+    qe: bool = False  # each translation's quality estimate (mtkit.engines.quality): a column, or a json key
     qe_model: str | None = None  # a reference-free COMET model for it (implies qe); None: the model's confidence
     alignments_out: Path | None = None  # the best translations' word alignments go here, a line per input line
     protect: str | None = None  # a regular expression: its matches (placeholders) carried through by the alignment
@@ -240,7 +239,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
 
     ``constraints`` (JSON lines, one object per input line) and ``glossary`` (TSV) give phrases a
     translation must (``include``, glossary terms) or must not (``exclude``) contain
-    (:mod:`mtkit.runtime.constraints`); CTranslate2 takes only ``exclude``.
+    (:mod:`mtkit.engines.constraints`); CTranslate2 takes only ``exclude``.
 
     Args:
         model_path: a checkpoint or run directory, a list of them (an ensemble), or the
@@ -259,17 +258,17 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             has no more ready); 1 writes each translation as soon as it is ready.
         attention_png: write the cross-attention heatmap of the first non-empty input line there
             (torch engine; the first model of an ensemble); ``attention_layer`` picks one layer.
-        threads: CPU threads for the engine (0: one per CPU other work leaves free, :mod:`mtkit.runtime.threads`).
+        threads: CPU threads for the engine (0: one per CPU other work leaves free, :mod:`mtkit.engines.threads`).
         decode_overrides: decode keys from command-line flags, set on top of ``decode``; errors
             name the flags.
         tgt_lang: the target language of a multilingual model (required when it has several).
     """
     o = options or TranslateOptions()
-    from mtkit.runtime.lines import OUTPUT_FORMATS, format_translation
+    from mtkit.text.lines import OUTPUT_FORMATS, format_translation
 
     overrides = dict(o.decode_overrides)
     output_format = o.output_format
-    from mtkit.runtime.markup import MARKUPS
+    from mtkit.text.markup import MARKUPS
 
     if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
         raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
@@ -378,7 +377,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
 
     scorer = None
     if o.qe_model is not None:  # loaded first: a model that cannot be had fails before any translation
-        from mtkit.runtime.quality import load_qe_model
+        from mtkit.engines.quality import load_qe_model
 
         scorer = load_qe_model(o.qe_model, o.device)
     translator = build_translator(paths, o.engine, o.device, o.precision, o.threads, overrides, o.decode,
@@ -395,7 +394,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     progress = sentence_progress(enabled=not interactive)
     wanted = None
     if per_line is not None or terms is not None:
-        from mtkit.runtime.constraints import constraint_source
+        from mtkit.engines.constraints import constraint_source
 
         wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
     done = words = 0
@@ -418,7 +417,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,
                                                 constraints=wanted)
             if qe:  # COMET-QE scores in groups, one at a time where stdin is read as it comes
-                from mtkit.runtime.quality import with_quality
+                from mtkit.engines.quality import with_quality
 
                 rated = with_quality(translations, scorer, group=1 if "-" in inputs or buffer_size == 1 else 16)
             else:

@@ -388,7 +388,7 @@ class DecodeConfig:
     epsilon: float = 0.0  # with sampling: tokens below this probability dropped (epsilon sampling, Hewitt et al.
     # 2022; Freitag et al. 2023 draw MBR's candidates with 0.02); 0: off
     mbr: Literal["off", "chrf", "bleu", "comet"] = "off"  # minimum-Bayes-risk decoding's utility
-    # (mtkit.runtime.mbr): the candidate of the highest expected chrF / BLEU / COMET against the others
+    # (mtkit.engines.mbr): the candidate of the highest expected chrF / BLEU / COMET against the others
     mbr_candidates: int = 8  # with mbr: hypotheses searched (the beam widened to as many) or samples drawn
     mbr_comet_model: str = "Unbabel/wmt22-comet-da"  # with mbr comet: a reference-based COMET model (hub name
     # or folder; mtkit.metrics.comet)
@@ -468,7 +468,7 @@ def _at_most(config: Any, section: str, names: tuple[str, ...], maximum: int) ->
 _LOW_TEMPERATURE, _HIGH_TEMPERATURE = TEMPERATURE_RANGE
 # Each decode key's rules, in order (the first one broken is named): the one statement of what decoding
 # settings may be, read by the config's check (recipes, --set, the server's per-request settings) and by
-# the commands' and the API's check of their decoding flags before any model loads (mtkit.runtime.factory).
+# the commands' and the API's check of their decoding flags before any model loads (mtkit.engines.factory).
 DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
     "beam": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),
     "nbest": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BEAM, f"at most {MAX_BEAM}")),

@@ -8,7 +8,7 @@ Each sentence may carry phrases (lists of target ids) that its output must conta
 * Exclude: a hypothesis that ends with all but the last piece of an excluded phrase may not
   add that last piece (its log-probability becomes -inf, as search's ``no_repeat_ngram_size``
   bans tokens); a one-piece phrase is never generated. A phrase given with an
-  :class:`mtkit.runtime.constraints.ExcludeMatcher` (an ``ExcludeSet``'s ``matchers``) is matched on
+  :class:`mtkit.engines.constraints.ExcludeMatcher` (an ``ExcludeSet``'s ``matchers``) is matched on
   the text instead: every hypothesis tracks which prefixes of the phrase's text it ends with (written
   by whole pieces), and may not add a piece that would complete the phrase, so that no spelling of
   the phrase, or of a word it begins, gets in.
@@ -94,7 +94,7 @@ class _ExcludeTable:
 
 
 class _ExcludeMatchers:
-    """The phrases of :class:`mtkit.runtime.constraints.ExcludeMatcher` form: per row, which prefixes of
+    """The phrases of :class:`mtkit.engines.constraints.ExcludeMatcher` form: per row, which prefixes of
     each phrase's text it ends with (``active``, (N, E·L): column e·L + k for k characters of phrase e;
     k = 0 is always on), and per sentence the (prefix, piece) pairs that are banned and the (prefix,
     piece, longer prefix) steps, as flat tables padded with entries that are off."""

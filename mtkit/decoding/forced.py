@@ -1,5 +1,5 @@
 """Teacher-forced log-probabilities of given targets, on padded id tensors (the tensor side of
-``mtkit score``; lines, vocabularies and batching by tokens are :mod:`mtkit.runtime.pair_scoring`'s).
+``mtkit score``; lines, vocabularies and batching by tokens are :mod:`mtkit.engines.pair_scoring`'s).
 
 log P(target | source) = Σ_t log P(y_t | y_<t, x), natural log, over the target's pieces and EOS,
 with the model in eval mode (no dropout) and no label smoothing: the distribution greedy and beam

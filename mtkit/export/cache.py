@@ -21,9 +21,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from mtkit.engines.engine import stderr
 from mtkit.errors import MtkitError
 from mtkit.io import read_json_file
-from mtkit.runtime.engine import stderr
 
 FOLDER = ".ctranslate2"
 STAMP = "source.json"
@@ -51,7 +51,7 @@ def _recorded(folder: Path) -> dict | None:
 
 def check_quantization(engine: str, quantization: str | None) -> None:
     """``--quantization`` is for ``--engine ctranslate2``, and one of CTranslate2's weight types."""
-    from mtkit.runtime.ctranslate2_engine import QUANTIZATIONS
+    from mtkit.engines.ctranslate2_engine import QUANTIZATIONS
 
     if quantization is None:
         return
@@ -86,8 +86,8 @@ def candidates(checkpoint: Path, quantization: str | None) -> list[Path]:
 def cached_export(path: str | Path, quantization: str | None = None, log: Callable[[str], None] = stderr) -> Path:
     """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
     of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
-    from mtkit.runtime.checkpoint import resolve_checkpoint
-    from mtkit.runtime.ctranslate2_engine import import_ctranslate2
+    from mtkit.engines.checkpoint import resolve_checkpoint
+    from mtkit.engines.ctranslate2_engine import import_ctranslate2
 
     check_quantization("ctranslate2", quantization)
     import_ctranslate2()  # before torch (the export loads it): imported after, it binds to torch's OpenMP
@@ -120,8 +120,8 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
 def _export(checkpoint: Path, quantization: str | None, stamp: dict, folder: Path, work: Path,
             log: Callable[[str], None]) -> Path:
     """Export into ``work``, record the stamp, then put it at ``folder`` (replacing an outdated export)."""
+    from mtkit.engines.checkpoint import load_model
     from mtkit.export.ctranslate2 import export_model
-    from mtkit.runtime.checkpoint import load_model
 
     log(f"exporting {checkpoint} to CTranslate2 ({stamp['quantization']}) once, into {folder}")
     made = export_model(load_model(checkpoint, "cpu"), work / "model", quantization)

@@ -1,6 +1,6 @@
 """Export to CTranslate2: an mtkit model as a CTranslate2 model folder (``model.bin``, vocabularies, ``mtkit.json``).
 
-The exported folder is translated by :mod:`mtkit.runtime.ctranslate2_engine`.
+The exported folder is translated by :mod:`mtkit.engines.ctranslate2_engine`.
 
 The export describes mtkit's Transformer with CTranslate2's model specs
 (``TransformerSpec.from_config``), sets every weight from the one weight map the fused passes read
@@ -27,7 +27,7 @@ and ``mtkit.json`` (what was exported, and the recipe's decode settings, which
 model its ``pairs``, whose target-language tags ``<2xx>`` are source tokens like any other, and
 its ``tag_side``).
 
-Translating with the result: :mod:`mtkit.runtime.ctranslate2_engine`.
+Translating with the result: :mod:`mtkit.engines.ctranslate2_engine`.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ import tempfile
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, UNK_ID
+from mtkit.engines.ctranslate2_engine import MANIFEST, QUANTIZATIONS, import_ctranslate2
 from mtkit.errors import MtkitError, shown
 from mtkit.io import atomic_directory, naming_output, refuse_non_empty
 from mtkit.kernels.packed import pack
-from mtkit.runtime.ctranslate2_engine import MANIFEST, QUANTIZATIONS, import_ctranslate2
 
 # model.activation -> common_spec.Activation (GELU: erf)
 ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}

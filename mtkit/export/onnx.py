@@ -9,10 +9,10 @@ mtkit's own modules (no optimum, no transformers).
   tokens so far, and ``cross_k.i`` / ``cross_v.i`` (N, h, S, d_k) -> ``logits`` (N, V) for the next token and
   ``new_self_k.i`` / ``new_self_v.i`` (N, h, t + 1, d_k): the key/value cache is explicit, in and out. The
   position of the new token is t, read from the cache's shape. One row per hypothesis: a sentence's beam rows
-  carry its cross keys and values each (:class:`mtkit.runtime.onnx_engine.OnnxModel` repeats them once).
+  carry its cross keys and values each (:class:`mtkit.engines.onnx_engine.OnnxModel` repeats them once).
 
 The folder also holds the SentencePiece model(s) and ``mtkit.json`` (the config: model, decode, data's languages,
-the names of the graphs' inputs and outputs), so that :mod:`mtkit.runtime.onnx_engine` needs nothing else.
+the names of the graphs' inputs and outputs), so that :mod:`mtkit.engines.onnx_engine` needs nothing else.
 The export checks itself: both graphs, run by ONNX Runtime, give mtkit's logits on a probe batch to 1e-4.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
+from mtkit.engines.engine import stderr
+from mtkit.engines.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory, refuse_non_empty
-from mtkit.runtime.engine import stderr
-from mtkit.runtime.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 
 TOLERANCE = 1e-4
 OPSET = 18
@@ -170,7 +170,7 @@ def probe_difference(model, folder: Path) -> float:
     graph with its cache in and out) against mtkit's teacher-forced pass."""
     import torch
 
-    from mtkit.runtime.onnx_engine import OnnxModel
+    from mtkit.engines.onnx_engine import OnnxModel
 
     onnx_model = OnnxModel(folder, threads=1)
     g = torch.Generator().manual_seed(0)

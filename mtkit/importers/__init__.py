@@ -23,7 +23,7 @@ def write_run(imported, out_dir: str | Path) -> Path:
     """
     from mtkit.config import config_to_dict, save_config
     from mtkit.data.vocab import Vocab
-    from mtkit.runtime.checkpoint import model_payload, save_checkpoint
+    from mtkit.engines.checkpoint import model_payload, save_checkpoint
 
     out_dir = Path(out_dir)
     refuse_non_empty(out_dir)

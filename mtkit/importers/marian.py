@@ -179,7 +179,7 @@ def check_config_against_weights(config: Path, model: ModelConfig, src_size: int
     """Refuse every size in config.json that the weight tensors do not have, before anything of that size
     is built (a model of 100000000 layers, a vocabulary permutation of 10^9 ids): one line naming the key,
     its value and what ``weights`` holds. Shapes only: ``shapes`` comes from the file's header."""
-    from mtkit.runtime.checkpoint import MAX_POSITIONS, layer_count
+    from mtkit.engines.checkpoint import MAX_POSITIONS, layer_count
 
     name = weights.name
 

@@ -31,7 +31,7 @@ decoding step      :class:`~mtkit.kernels.packed.            ``Transformer.decod
                    kernels.decoder_step.fused_step`): one
                    matmul for W_Q, W_K, W_V, no module calls;
                    the weights packed once by the engine at
-                   construction (:class:`mtkit.runtime.
+                   construction (:class:`mtkit.engines.
                    inference.InferenceModel`); training and
                    the loss run the modules
 inference matmul   *per call*, :class:`~mtkit.kernels.linear. ``nn.Linear`` (the modules)

@@ -6,7 +6,7 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
 * ``POST /translate``: ``q`` (a string or a list of strings), ``source`` (a code or ``auto``),
   ``target``, ``format`` (``text``, or ``html``: each sentence's inline tags are taken out, the plain
   sentence translated and the tags put back around the words aligned to those they wrapped; block tags
-  cut sentences, script, style and comments are untouched, :mod:`mtkit.runtime.markup`),
+  cut sentences, script, style and comments are untouched, :mod:`mtkit.text.markup`),
   ``alternatives`` (how many more hypotheses to return),
   ``api_key``; as JSON, a form (urlencoded or multipart) or the query string. Answers
   ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and
@@ -31,7 +31,7 @@ queues; 503 when a decoding thread is gone or a queue is not moving), ``GET /met
 --glossary``) applies to every request of both APIs.
 
 Confidence is the mean log-probability per target token (EOS included), in nats: the engines give
-each hypothesis its log-probability as search found it (:class:`mtkit.runtime.engine.Candidate`).
+each hypothesis its log-probability as search found it (:class:`mtkit.engines.engine.Candidate`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ from typing import Any
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
 from pydantic import ValidationError
 
-from mtkit.runtime.lines import clean_output
-from mtkit.runtime.markup import MarkupError, split_markup
 from mtkit.serve import libretranslate as lt
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (
@@ -62,6 +60,8 @@ from mtkit.serve.schemas import (
     validation_message,
 )
 from mtkit.serve.service import Service
+from mtkit.text.lines import clean_output
+from mtkit.text.markup import MarkupError, split_markup
 
 
 def page_file(name: str) -> str:
@@ -124,7 +124,7 @@ def create_app(service: Service):
 
 def aligns(model, kind: str = "html") -> bool:
     """Whether ``model``'s engine gives word alignments (torch, CTranslate2): markup of ``kind`` then keeps its
-    inline tags (:mod:`mtkit.runtime.markup`); plain text needs none."""
+    inline tags (:mod:`mtkit.text.markup`); plain text needs none."""
     return kind != "text" and model.translator.decoder_layers is not None
 
 

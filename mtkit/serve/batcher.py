@@ -35,9 +35,9 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
 from mtkit.config import DecodeConfig
+from mtkit.engines.constraints import Constraints
+from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import counted
-from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.engine import Stopped, Translation
 from mtkit.serve.models import ServedModel
 
 

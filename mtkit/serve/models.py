@@ -1,7 +1,7 @@
 """A served model: a runtime engine, its language pair, name and target.
 
 A request may ask for its own beam size, length penalty or n-best count: they travel with each call
-to the engine (:meth:`mtkit.runtime.engine.Engine.translate`'s ``options``), as does the target
+to the engine (:meth:`mtkit.engines.engine.Engine.translate`'s ``options``), as does the target
 of a multilingual model's pair. The engine is shared by every pair of a model and every decoding
 thread, and never changed.
 """
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from mtkit.config import DecodeConfig
-from mtkit.runtime.engine import Engine
+from mtkit.engines.engine import Engine
 
 # Language names for LibreTranslate's /languages (a code without one is named by its code).
 LANGUAGE_NAMES = {

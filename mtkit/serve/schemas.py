@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mtkit.engines.constraints import Constraints
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.glossary import Glossary
+from mtkit.text.glossary import Glossary
 
 
 class ApiError(Exception):

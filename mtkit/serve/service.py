@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mtkit.config import DecodeConfig, override_section
+from mtkit.engines.constraints import Constraints
+from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.engine import Stopped, Translation
-from mtkit.runtime.glossary import Glossary
 from mtkit.serve.batcher import Batcher, QueueFull
 from mtkit.serve.metrics import Metrics
 from mtkit.serve.models import ServedModel
 from mtkit.serve.schemas import ApiError
+from mtkit.text.glossary import Glossary
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class Service:
         if not any(found):
             return None
         if model.engine == "ctranslate2" and any(c is not None and c.include for c in found):
-            from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
+            from mtkit.engines.ctranslate2_engine import INCLUDE_UNSUPPORTED
 
             raise ApiError(400, f"model {model.name}: {INCLUDE_UNSUPPORTED.replace('--engine ', 'engine ')}")
         return found
@@ -219,12 +219,12 @@ class Service:
                                     f"{self.limits.max_constraint_pieces} per request)")
 
     async def quality(self, translations: list[Translation]) -> list[float | None]:
-        """Each translation's quality estimate (mtkit.runtime.quality): COMET-QE's score of its source and
+        """Each translation's quality estimate (mtkit.engines.quality): COMET-QE's score of its source and
         text with ``--qe-model``, else the model's confidence; None for an empty line or a number that is not
         finite. COMET-QE runs in a worker thread, within ``decode_timeout`` (else a 504)."""
         import math
 
-        from mtkit.runtime.quality import confidence
+        from mtkit.engines.quality import confidence
 
         if self.qe is None:
             found = [confidence(t) for t in translations]

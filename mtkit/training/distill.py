@@ -37,9 +37,9 @@ from pathlib import Path
 
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
+from mtkit.engines.engine import stderr
 from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines
-from mtkit.runtime.engine import stderr
 
 DONE = "done"  # in shards/: written after the last shard, with their number
 SETTINGS = "settings.json"  # in shards/: what made them (made_with)
@@ -210,7 +210,7 @@ def teacher_decoding(config: Config):
     """How the teacher translates: as its own recipe decodes (the decode section stored in the first teacher;
     the distillation recipe's own decode section is the student's), one hypothesis per source, searched
     (never sampled), without MBR."""
-    from mtkit.runtime.checkpoint import stored_config
+    from mtkit.engines.checkpoint import stored_config
 
     return replace(stored_config(config.distill.teacher[0]).decode, nbest=1, sampling=False, mbr="off")
 
@@ -253,8 +253,8 @@ def _check_made_with(config: Config, shards: Path) -> None:
 def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, progress: bool = True) -> Config:
     """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
     those done, and return the student's recipe (:func:`student_config`)."""
+    from mtkit.engines.factory import build_translator
     from mtkit.io import sentence_progress
-    from mtkit.runtime.factory import build_translator
 
     folder = Path(folder)
     shards = folder / "shards"

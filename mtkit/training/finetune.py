@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.config import Config, ModelConfig
+from mtkit.engines.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
 
 REGULARIZATION = ("dropout", "attention_dropout", "activation_dropout")
 # Every model key that changes the function the weights compute (``preset`` only fills the others).
@@ -43,7 +43,7 @@ class Parent:
     """The checkpoint a new run starts from."""
 
     path: Path  # the checkpoint file (a run directory resolved to its checkpoint)
-    ckpt: dict  # as :func:`mtkit.runtime.checkpoint.load_checkpoint` returns it
+    ckpt: dict  # as :func:`mtkit.engines.checkpoint.load_checkpoint` returns it
     config: Config
     sha256: str  # of the file
 

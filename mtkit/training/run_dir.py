@@ -1,4 +1,4 @@
-"""A training's run directory besides the checkpoints' format (:mod:`mtkit.runtime.checkpoint`): its lock
+"""A training's run directory besides the checkpoints' format (:mod:`mtkit.engines.checkpoint`): its lock
 (:class:`RunLock`), the ``last.pt`` / ``best.pt`` links and the partial saves a killed run leaves, the stop
 signals (SIGINT / SIGTERM save the step and stop), the metrics log (``metrics.jsonl``, TensorBoard), and
 the checks of the prepared data it trains on."""
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
+from mtkit.engines.device import resolve_device
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_path
-from mtkit.runtime.device import resolve_device
 
 # What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
 # only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
@@ -84,7 +84,7 @@ class StopSignals:
 
 
 def select_device(name: str, local_rank: int) -> torch.device:
-    """``train.device`` for this rank (``auto``: ``cuda:LOCAL_RANK`` or cpu); see :mod:`mtkit.runtime.device`."""
+    """``train.device`` for this rank (``auto``: ``cuda:LOCAL_RANK`` or cpu); see :mod:`mtkit.engines.device`."""
     return torch.device(resolve_device(name, local_rank, setting="train.device"))
 
 

@@ -25,12 +25,12 @@ from pathlib import Path
 import torch
 
 from mtkit.config import PAD_ID, Config, save_config
+from mtkit.engines.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
+from mtkit.engines.device import device_type
+from mtkit.engines.precision import allow_tf32, autocast, check_precision, grad_scaler
+from mtkit.engines.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.errors import Interrupted, MtkitError, counted
 from mtkit.model import Transformer, count_parameters
-from mtkit.runtime.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
-from mtkit.runtime.device import device_type
-from mtkit.runtime.precision import allow_tf32, autocast, check_precision, grad_scaler
-from mtkit.runtime.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.training import distributed
 from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
 from mtkit.training.ema import ExponentialMovingAverage
@@ -86,7 +86,7 @@ class Trainer:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.progress = self.progress and self.dist.is_main
         # On the CPU, one intra-op thread per CPU that other work leaves free, chosen again at each log
-        # line (mtkit.runtime.threads); a user's OMP_NUM_THREADS, and a torchrun rank's share, stay.
+        # line (mtkit.engines.threads); a user's OMP_NUM_THREADS, and a torchrun rank's share, stay.
         # Never more than torch's own count (its physical cores, where usable_cpus counts logical ones).
         self.threads = (ThreadPolicy(torch.set_num_threads, user_threads(),
                                      usable=min(usable_cpus(), torch.get_num_threads()))
@@ -561,7 +561,7 @@ class Trainer:
         """``checkpoints/ema.pt``: the moving average as a model checkpoint (rank 0), and its validation
         (``event: ema`` in metrics.jsonl)."""
         from mtkit.config import config_to_dict
-        from mtkit.runtime.checkpoint import model_payload, vocab_entry
+        from mtkit.engines.checkpoint import model_payload, vocab_entry
 
         path = save_checkpoint(model_payload(config_to_dict(self.config), self.ema.weights(self.model),
                                              vocab_entry(self.vocab), self.vocab.src_size, self.vocab.tgt_size,

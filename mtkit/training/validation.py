@@ -32,7 +32,7 @@ def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: 
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
     import sacrebleu
 
-    from mtkit.runtime.factory import torch_engine
+    from mtkit.engines.factory import torch_engine
     from mtkit.training.distributed import all_gather_objects
 
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
@@ -66,7 +66,7 @@ def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_
     import numpy as np
     import torch
 
-    from mtkit.runtime.precision import autocast
+    from mtkit.engines.precision import autocast
     from mtkit.training import distributed
     from mtkit.training.batching import collate, make_batches
     from mtkit.training.loss import perplexity

@@ -103,8 +103,8 @@ def test_bad_alignment_flags_are_one_line_errors(tiny, args, message):
 def test_alignments_do_not_depend_on_the_batch(tiny):
     """The teacher-forced pass that aligns pads sources and outputs: a line aligned in a batch of others
     gets the attention it gets alone."""
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.torch_engine import TorchEngine
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.torch_engine import TorchEngine
 
     loaded = load_model(tiny)
     decode = dataclasses.replace(loaded.config.decode, alignments="soft", alignment_threshold=0.05)
@@ -145,7 +145,7 @@ def test_ctranslate2_aligns_as_torch_on_a_trained_model(reverse_run, reverse_dat
 
 
 def test_format_html_and_xml_carry_the_markup_of_each_line(tiny, tmp_path):
-    from mtkit.runtime.markup import _tokens
+    from mtkit.text.markup import _tokens
 
     lines = ['two <b>hundred</b> <a href="/x">five</a>', "<p>seven</p><p>one <i>hundred</i></p>", "", "plain nine",
              "<script>no <b> tags</script> forty"]

@@ -22,8 +22,8 @@ import torch
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
 from mtkit import checkpoint_file
+from mtkit.engines.checkpoint import load_checkpoint, precheck
 from mtkit.errors import MtkitError, shown
-from mtkit.runtime.checkpoint import load_checkpoint, precheck
 
 # ---------------------------------------------------------------- crafting files
 
@@ -148,7 +148,7 @@ def test_the_most_a_pickle_within_budget_can_build_fits_a_fixed_memory_bound(goo
     body = pickle.EMPTY_DICT * n if kind == "objects" else (pickle.EMPTY_DICT + pickle.MEMOIZE) * (n // 2)
     data = pickle.PROTO + b"\x04" + pickle.EMPTY_LIST + pickle.MARK + body + pickle.APPENDS + pickle.STOP
     path = rewrite(good, tmp_path / "costly.pt", data)
-    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.runtime.checkpoint import precheck\n"
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.engines.checkpoint import precheck\n"
             f"try:\n    precheck({str(path)!r})\nexcept MtkitError as e:\n    print(e)\n"
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300,
@@ -304,7 +304,7 @@ def test_zero_stride_views_cannot_stand_for_a_huge_config(tmp_path):
     views of one element. Every tensor the config implies must be there with its shape (the first check
     that fails says which is missing), and views may not describe more bytes than their storages hold."""
     from mtkit.config import config_from_dict, config_to_dict
-    from mtkit.runtime.checkpoint import CHECKPOINT_FORMAT
+    from mtkit.engines.checkpoint import CHECKPOINT_FORMAT
 
     d = 65_536
     config = config_to_dict(config_from_dict({"model": {"d_model": d, "h": 8, "d_ff": d, "encoder_layers": 1,

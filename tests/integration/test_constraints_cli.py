@@ -71,9 +71,9 @@ def test_every_include_in_no_exclude_in_and_the_other_lines_untouched(reverse_ru
 
 def test_nbest_lists_stay_distinct_and_ordered(reverse_run, files):
     from mtkit.config import DecodeConfig
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.torch_engine import TorchEngine
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.constraints import Constraints
+    from mtkit.engines.torch_engine import TorchEngine
 
     _, lines, constraints = files
     wanted = [Constraints(tuple(c.get("include", ())), tuple(c.get("exclude", ()))) for c in constraints]

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("ctranslate2")
 
 # OpenMP's default wait policy and no fixed thread count: mtkit fits its threads to the CPUs other work
-# leaves free (mtkit.runtime.threads), so that a busy machine takes longer, never hangs the test. Two
+# leaves free (mtkit.engines.threads), so that a busy machine takes longer, never hangs the test. Two
 # threads fixed beside one busy process made the 500 updates take 20-100 times as long.
 ENV = {**{k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")},
        "MTKIT_DEBUG": ""}

@@ -20,9 +20,9 @@ from test_export_hf import SENTENCES, TARGETS, tiny_checkpoint  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.decoding import search  # noqa: E402
 from mtkit.decoding.options import SearchOptions  # noqa: E402
+from mtkit.engines.checkpoint import load_model  # noqa: E402
+from mtkit.engines.onnx_engine import OnnxModel  # noqa: E402
 from mtkit.export.onnx import export_model  # noqa: E402
-from mtkit.runtime.checkpoint import load_model  # noqa: E402
-from mtkit.runtime.onnx_engine import OnnxModel  # noqa: E402
 
 
 def padded(rows: list[list[int]]) -> torch.Tensor:
@@ -60,7 +60,7 @@ def test_the_graphs_compute_mtkits_logits_step_by_step_and_search_as_mtkit(tmp_p
         assert (logits - ours[:, i]).abs().max() <= 1e-4
     assert ours.std() > 0.1
     options = SearchOptions(beam=3, nbest=1, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=12)
-    from mtkit.runtime.inference import InferenceModel
+    from mtkit.engines.inference import InferenceModel
 
     reference = InferenceModel(loaded.model)
     for find in (search.greedy_search, search.beam_search):
@@ -80,7 +80,7 @@ def test_the_exported_run_translates_as_mtkit(reverse_run, reverse_data, tmp_pat
                                           "(ONNX: encoder.onnx, decoder_step.onnx)"
     loaded = load_model(reverse_run)
     onnx = OnnxModel(tmp_path / "onnx")
-    from mtkit.runtime.torch_engine import TorchEngine
+    from mtkit.engines.torch_engine import TorchEngine
 
     for beam in (1, 4):
         engine = TorchEngine(loaded, loaded.config.decode)
@@ -238,7 +238,7 @@ def hostile_export(tiny_export, folder: Path, graph: str, make) -> Path:
 
     import onnx
 
-    from mtkit.runtime.onnx_engine import graph_names, read_manifest
+    from mtkit.engines.onnx_engine import graph_names, read_manifest
 
     shutil.copytree(tiny_export, folder)
     names = graph_names(read_manifest(folder)["model"]["decoder_layers"])["encoder" if graph == "encoder.onnx"
@@ -250,9 +250,9 @@ def hostile_export(tiny_export, folder: Path, graph: str, make) -> Path:
 NEVER_ENDS = """
 import sys, time
 from mtkit.errors import MtkitError
-from mtkit.runtime import onnx_engine
-from mtkit.runtime.engine import Stopped
-from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+from mtkit.engines import onnx_engine
+from mtkit.engines.engine import Stopped
+from mtkit.engines.onnx_engine import OnnxEngine, exported_decode
 
 for folder in sys.argv[1:]:
     engine = OnnxEngine(folder, exported_decode(folder))
@@ -346,7 +346,7 @@ def test_a_fifo_or_dev_zero_in_place_of_a_graph_is_one_line(tiny_export, tmp_pat
             (folder / graph).unlink()
             os.mkfifo(folder / graph) if kind == "fifo" else os.symlink("/dev/zero", folder / graph)
             cases.append(folder / graph)
-    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.runtime.onnx_engine import OnnxModel\n"
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.engines.onnx_engine import OnnxModel\n"
             "for path in sys.argv[1:]:\n    try:\n        OnnxModel(path.rsplit('/', 1)[0])\n"
             "    except MtkitError as e:\n        print(e)\n    else:\n        print('loaded')\n")
     done = subprocess.run([sys.executable, "-c", code, *map(str, cases)], capture_output=True, text=True, timeout=120)
@@ -359,7 +359,7 @@ def test_the_onnx_engine_sets_torchs_threads_as_its_sessions(tiny_export):
     thread, also in a thread that translates."""
     import threading
 
-    from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+    from mtkit.engines.onnx_engine import OnnxEngine, exported_decode
 
     before = torch.get_num_threads()
     try:
@@ -400,7 +400,7 @@ def test_translate_and_evaluate_help_name_onnx_exports():
 @pytest.mark.slow
 def test_evaluate_scores_an_onnx_export_with_engine_onnx(tiny_export, tmp_path):
     """``evaluate -m EXPORT`` says to add --engine onnx, and with it translates as the ONNX engine does."""
-    from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+    from mtkit.engines.onnx_engine import OnnxEngine, exported_decode
 
     lines = ["one two", "three four five", "six"]
     (tmp_path / "src.txt").write_text("".join(line + "\n" for line in lines))

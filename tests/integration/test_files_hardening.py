@@ -51,7 +51,7 @@ def test_average_refuses_checkpoints_of_different_vocabularies(reverse_data, tmp
     """Two SentencePiece models of one size once averaged silently (exit 0: the ids mean different
     pieces), and of different sizes ended in a traceback; both are one-line errors, as for an ensemble."""
     from mtkit.config import config_from_dict
-    from mtkit.runtime.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
+    from mtkit.engines.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
     from mtkit.training.trainer import train
 
     data_dir, data = reverse_data
@@ -89,8 +89,8 @@ def test_average_refuses_checkpoints_of_different_vocabularies(reverse_data, tmp
 
 
 def test_average_refuses_parameters_of_other_shapes(reverse_run, tmp_path):
+    from mtkit.engines.checkpoint import load_checkpoint, save_checkpoint
     from mtkit.errors import MtkitError
-    from mtkit.runtime.checkpoint import load_checkpoint, save_checkpoint
     from mtkit.training.average import average_checkpoints
 
     ckpt = load_checkpoint(reverse_run / "checkpoints" / "last.pt")

@@ -137,7 +137,7 @@ def test_a_missing_or_unknown_target_is_a_one_line_error(multi_run, tmp_path):
 
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
 def test_validation_is_logged_per_pair_and_the_checkpoint_lists_its_pairs(multi_run):
-    from mtkit.runtime.checkpoint import load_model
+    from mtkit.engines.checkpoint import load_model
     from mtkit.training.curves import read_metrics
 
     records = read_metrics(multi_run / "metrics.jsonl")
@@ -178,7 +178,7 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     pytest.importorskip("fastapi")
     pytest.importorskip("prometheus_client")
     from mtkit.commands.serve import _served_pairs
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
     from mtkit.serve.app import create_app
     from mtkit.serve.service import Limits, Service
 
@@ -231,7 +231,7 @@ def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_
 
     from mtkit.config import EOS_ID
     from mtkit.data.languages import TaggedVocab
-    from mtkit.runtime.checkpoint import load_model
+    from mtkit.engines.checkpoint import load_model
 
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:40]
     src = tmp_path / "test.en"
@@ -358,8 +358,8 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
     from dataclasses import replace
 
     from mtkit.commands.serve import _served_pairs
-    from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.constraints import Constraints
+    from mtkit.engines.factory import build_translator
     from mtkit.serve.service import Limits, Service
 
     translator = build_translator([multi_run], device="cpu", any_target=True)
@@ -401,7 +401,7 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
 def test_a_single_pair_model_translates_as_before_with_or_without_its_target(reverse_run):
     """No tag reaches a single-pair model: its engine is the one built before --tgt-lang existed, the
     flag may name its one target, and naming another is an error."""
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     translator = build_translator([reverse_run], device="cpu", any_target=True)
     assert translator.vocab_for(None) is translator.vocab and translator.vocab_for("de") is translator.vocab
@@ -480,9 +480,9 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     translates the same."""
     import sacrebleu
 
-    from mtkit.runtime.checkpoint import load_model
-    from mtkit.runtime.factory import build_translator
-    from mtkit.runtime.pair_scoring import PairScorer
+    from mtkit.engines.checkpoint import load_model
+    from mtkit.engines.factory import build_translator
+    from mtkit.engines.pair_scoring import PairScorer
 
     src = (target_data / "test.src.txt").read_text().splitlines()[:60]
     refs = (target_data / "test.tgt.txt").read_text().splitlines()
@@ -533,7 +533,7 @@ def test_fine_tuning_keeps_the_parents_tag_side(target_run, tmp_path):
     from mtkit.commands.prepare import prepare
     from mtkit.data.store import ParallelStore
     from mtkit.data.vocab import Vocab
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
     from mtkit.training.trainer import Trainer, train
 
     data = {"pairs": [demo_pair("de")], "spm": {"vocab_from": str(target_run)}, "workers": 1, "tag_side": "target"}

@@ -180,7 +180,7 @@ def test_inline_tags_follow_the_alignment_in_both_apis(server, expected):
     import html
     import re
 
-    from mtkit.runtime.markup import _tokens
+    from mtkit.text.markup import _tokens
 
     line = list(expected)[0]
     words = line.split()

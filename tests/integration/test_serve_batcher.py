@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from mtkit.config import DecodeConfig
-from mtkit.runtime.engine import Engine
+from mtkit.engines.engine import Engine
 from mtkit.serve.batcher import Batcher, QueueFull
 from mtkit.serve.models import ServedModel
 
@@ -172,7 +172,7 @@ def test_the_server_loads_no_torch_before_an_engine_does():
     """The CTranslate2 engine must run without torch in the process (it runs several times slower with it)."""
     pytest.importorskip("fastapi")
     code = ("import sys, mtkit.cli, mtkit.commands.serve, mtkit.serve.app, mtkit.serve.server, "
-            "mtkit.runtime.ctranslate2_engine\nprint('torch' in sys.modules)")
+            "mtkit.engines.ctranslate2_engine\nprint('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
@@ -181,7 +181,7 @@ def test_the_server_loads_no_torch_before_an_engine_does():
 def test_the_engine_leaves_the_event_loop_a_core_unless_told():
     """--threads 0: the CPUs other work leaves free but one, shared by the decoding threads, at least one each;
     a user's count stays."""
-    from mtkit.runtime.threads import serving_choice
+    from mtkit.engines.threads import serving_choice
 
     for cpus, decoding, threads in ((1, 2, 1), (2, 2, 1), (8, 2, 3), (8, 1, 7), (2, 1, 1)):
         assert serving_choice(decoding)(cpus, 0.0)[0] == threads
@@ -293,7 +293,7 @@ class Clock:
 
 
 def test_a_job_past_its_deadline_stops_between_steps_and_an_abandoned_job_leaves_the_queue():
-    from mtkit.runtime.engine import Stopped
+    from mtkit.engines.engine import Stopped
 
     engine, clock = Stepper(steps=10), Clock()
     batcher = Batcher(served(engine), max_queue=10, threads=1, decode_timeout=5.0, clock=clock)
@@ -384,10 +384,10 @@ def test_the_service_refuses_too_many_phrases_and_answers_504_past_its_deadline(
     pytest.importorskip("prometheus_client")
     import asyncio
 
-    from mtkit.runtime.constraints import Constraints
-    from mtkit.runtime.glossary import Glossary
+    from mtkit.engines.constraints import Constraints
     from mtkit.serve.schemas import ApiError
     from mtkit.serve.service import Limits, Service
+    from mtkit.text.glossary import Glossary
 
     class Pieces(WordVocab):
         def encode_tgt(self, text):
@@ -432,7 +432,7 @@ def test_health_answers_503_while_a_queue_is_not_moving():
     pytest.importorskip("fastapi")
     from starlette.testclient import TestClient
 
-    from mtkit.runtime.engine import Stopped
+    from mtkit.engines.engine import Stopped
     from mtkit.serve.app import create_app
     from mtkit.serve.service import Limits, Service
 

@@ -31,7 +31,7 @@ pytest.importorskip("python_multipart")
 from test_serve_batcher import WordVocab  # noqa: E402 - after the skips
 
 from mtkit.config import DecodeConfig  # noqa: E402
-from mtkit.runtime.engine import Engine  # noqa: E402
+from mtkit.engines.engine import Engine  # noqa: E402
 from mtkit.serve.models import ServedModel  # noqa: E402
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -19,8 +19,8 @@ import torch
 from conftest import reverse_data_config, write_reverse_corpus
 from test_train import losses, make_config, write_recipe
 
+from mtkit.engines.checkpoint import describe, load_checkpoint, load_model, save_checkpoint
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import describe, load_checkpoint, load_model, save_checkpoint
 from mtkit.training.trainer import train
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'

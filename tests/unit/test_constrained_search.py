@@ -24,9 +24,9 @@ from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.options import SearchOptions
 from mtkit.decoding.penalties import length_penalty
 from mtkit.decoding.search import beam_search
+from mtkit.engines.constraints import Constraints
+from mtkit.engines.torch_engine import TorchEngine
 from mtkit.model import Transformer
-from mtkit.runtime.constraints import Constraints
-from mtkit.runtime.torch_engine import TorchEngine
 
 torch.set_num_threads(1)
 V = 40

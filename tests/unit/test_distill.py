@@ -23,7 +23,7 @@ def teacher(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(teacher):
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     return build_translator([teacher], "torch", "cpu", threads=1, log=lambda line: None)
 
@@ -133,7 +133,7 @@ def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_ref
 
 def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tmp_path):
     from mtkit.config import DecodeConfig, config_to_dict
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     teacher = write_tiny_checkpoint(tmp_path / "teacher.pt", {"beam": 3, "max_len_b": 6, "alpha": 0.0})
     raw = recipe(tmp_path, teacher, shard_lines=30)

@@ -17,11 +17,11 @@ from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig
 from mtkit.data.languages import Pair
 from mtkit.data.synthetic import english
 from mtkit.data.vocab import Vocab, train_model
+from mtkit.engines import constraints as constraints_module
+from mtkit.engines.constraints import Constraints, PieceIndex, encode_constraints
+from mtkit.engines.engine import Stopped
+from mtkit.engines.torch_engine import TorchEngine
 from mtkit.model import Transformer
-from mtkit.runtime import constraints as constraints_module
-from mtkit.runtime.constraints import Constraints, PieceIndex, encode_constraints
-from mtkit.runtime.engine import Stopped
-from mtkit.runtime.torch_engine import TorchEngine
 
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=1, decoder_layers=2, dropout=0.0, max_positions=64)
 LINES = [english(n) for n in (5, 17, 342, 999, 40, 77, 610, 123)]

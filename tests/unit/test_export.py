@@ -17,11 +17,11 @@ from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmC
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
 from mtkit.decoding.penalties import length_penalty as search_length_penalty  # noqa: E402
+from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
+from mtkit.engines.torch_engine import TorchEngine  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
-from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
-from mtkit.runtime.torch_engine import TorchEngine  # noqa: E402
 
 torch.set_num_threads(1)
 STEPS = 150
@@ -165,7 +165,7 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
 
 
 def save_tiny_checkpoint(loaded: SimpleNamespace, path: Path) -> Path:
-    from mtkit.runtime.checkpoint import model_payload, save_checkpoint, vocab_entry
+    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return save_checkpoint(model_payload(config_to_dict(loaded.config), loaded.model.state_dict(),
@@ -288,8 +288,8 @@ def test_a_spoiled_manifest_is_one_error_line_from_the_cli(vocab, tmp_path):
 def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tmp_path, monkeypatch, capsys):
     """CTranslate2 fixes its count when it loads a model: mtkit chooses it from the CPUs other work leaves
     free (the reading spans the process's start), says it, and leaves a user's count and int8 models alone."""
-    from mtkit.runtime import factory
-    from mtkit.runtime.threads import LoadProbe
+    from mtkit.engines import factory
+    from mtkit.engines.threads import LoadProbe
 
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

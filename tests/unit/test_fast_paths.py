@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mtkit.config import BOS_ID, PAD_ID, ModelConfig
+from mtkit.engines.inference import InferenceModel
 from mtkit.host_memory import SERVING_CACHE_CAPACITY
 from mtkit.kernels import (
     AUTO,
@@ -42,7 +43,6 @@ from mtkit.kernels import (
 from mtkit.kernels.attention import plain_attention_fast_dropout
 from mtkit.kernels.topk import chunk_size
 from mtkit.model import Transformer
-from mtkit.runtime.inference import InferenceModel
 from mtkit.training.loss import TranslationLoss
 
 

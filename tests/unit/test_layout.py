@@ -100,7 +100,7 @@ def test_commands_never_import_the_cli():
 
 def test_commands_import_no_other_command():
     """Each command is glue over the library, never over another command; the engine factory lives in
-    mtkit.runtime.factory. ``processes`` is no command (it starts processes for train and run), and
+    mtkit.engines.factory. ``processes`` is no command (it starts processes for train and run), and
     ``run`` is the pipeline of prepare, train and evaluate, the one command made of commands."""
     for path in (PACKAGE / "commands").glob("*.py"):
         if path.stem in ("__init__", "processes", "run"):
@@ -125,13 +125,14 @@ LAYERS = [
     {"mtkit.api"},
     {"mtkit.training", "mtkit.export", "mtkit.visualize",
      "mtkit.serve", "mtkit.host_memory", "mtkit.importers"},
-    {"mtkit.runtime"},
+    {"mtkit.text"},
+    {"mtkit.engines"},
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.checkpoint_file", "mtkit"},
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.checkpoint_file", "mtkit.logs", "mtkit"},
 ]
-INFERENCE = ("mtkit.runtime", "mtkit.decoding", "mtkit.export",
+INFERENCE = ("mtkit.engines", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
              "mtkit.commands.score", "mtkit.serve", "mtkit.commands.serve")
 
@@ -216,8 +217,8 @@ def test_inference_never_imports_training():
 
 
 def test_importing_the_inference_path_loads_no_training_module():
-    code = ("import sys, mtkit.runtime.lines, mtkit.runtime, mtkit.runtime.torch_engine, "
-            "mtkit.runtime.ctranslate2_engine, mtkit.runtime.checkpoint\n"
+    code = ("import sys, mtkit.text.lines, mtkit.engines, mtkit.engines.torch_engine, "
+            "mtkit.engines.ctranslate2_engine, mtkit.engines.checkpoint\n"
             "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -241,7 +242,7 @@ def test_training_knows_nothing_of_packing():
     nothing of it and does nothing for it (no version bumps after an optimizer step)."""
     for path in (PACKAGE / "training").glob("*.py"):
         bad = {m for m in mtkit_imports(path)
-               if m.startswith(("mtkit.kernels.packed", "mtkit.kernels.linear", "mtkit.runtime.inference"))}
+               if m.startswith(("mtkit.kernels.packed", "mtkit.kernels.linear", "mtkit.engines.inference"))}
         assert not bad, f"{path.name} imports {bad}"
         assert "increment_version" not in path.read_text(encoding="utf-8"), path.name
 
@@ -260,14 +261,14 @@ ENGINE_CLASSES = {"TorchEngine", "Ctranslate2Engine", "PairScorer"}
 
 def test_engines_are_built_in_one_factory():
     """Every command, the server, evaluate, run, validation and the API build their engines (and forced
-    decoding's scorer) through mtkit.runtime.factory: nothing else calls the classes."""
+    decoding's scorer) through mtkit.engines.factory: nothing else calls the classes."""
     for path in files():
-        if path == PACKAGE / "runtime" / "factory.py":
+        if path == PACKAGE / "engines" / "factory.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         calls = {node.func.id for node in ast.walk(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ENGINE_CLASSES}
-        assert not calls, f"{path.relative_to(PACKAGE.parent)} builds {sorted(calls)} itself; use mtkit.runtime.factory"
+        assert not calls, f"{path.relative_to(PACKAGE.parent)} builds {sorted(calls)} itself; use mtkit.engines.factory"
 
 
 def test_command_functions_take_few_parameters():
@@ -281,10 +282,10 @@ def test_command_functions_take_few_parameters():
 
 
 def test_checkpoints_are_written_and_read_in_one_module():
-    """mtkit.runtime.checkpoint alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
+    """mtkit.engines.checkpoint alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
     average, the importers and the exporters go through it. (The Marian importer reads a Hugging Face
     pytorch_model.bin and COMET a Lightning checkpoint, not checkpoints of ours.)"""
-    allowed = {PACKAGE / "runtime" / "checkpoint.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
+    allowed = {PACKAGE / "engines" / "checkpoint.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
                PACKAGE / "metrics" / "comet.py": {"load"}}
     for path in files():
         tree = ast.parse(path.read_text(encoding="utf-8"))

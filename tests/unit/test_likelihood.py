@@ -1,4 +1,4 @@
-"""Forced decoding (mtkit.decoding.forced, mtkit.runtime.pair_scoring): the teacher-forced pass equals incremental
+"""Forced decoding (mtkit.decoding.forced, mtkit.engines.pair_scoring): the teacher-forced pass equals incremental
 decoding, padding and batching change nothing, every line pair gets its score, in input order."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from mtkit.data.vocab import Vocab, train_model
 from mtkit.decoding import forced
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.forced import pad_pairs, token_log_probs
+from mtkit.engines.pair_scoring import PairScorer
 from mtkit.model import Transformer
-from mtkit.runtime.pair_scoring import PairScorer
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=24)

@@ -1,4 +1,4 @@
-"""Markup carried through translation by word alignment (mtkit.runtime.markup): parsing, placing tags back,
+"""Markup carried through translation by word alignment (mtkit.text.markup): parsing, placing tags back,
 and well-formed output whatever the alignment."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 import regex
 
-from mtkit.runtime.markup import MarkupError, Sentence, _tokens, parse, place, translate_markup
+from mtkit.text.markup import MarkupError, Sentence, _tokens, parse, place, translate_markup
 
 
 def sentences(fragment: str, kind: str = "html") -> list[Sentence]:
@@ -130,7 +130,7 @@ def ancestors(markup: str) -> dict[str, tuple[str, ...]]:
 
 
 def test_placeholders_in_plain_text_are_carried_untranslated_and_unescaped():
-    from mtkit.runtime.markup import protect_lines
+    from mtkit.text.markup import protect_lines
 
     pattern = regex.compile(r"\{\w+\}|%s|<x[^>]*/>")
     lines = ['Hello {name}, you have %s new <x id="1"/> messages & more.', "no placeholders", "{only} %s", ""]
@@ -163,7 +163,7 @@ def test_tags_nested_5000_deep_are_carried_without_recursion(kind):
 
 HEAVY = r"""
 import json, sys, time
-from mtkit.runtime.markup import translate_markup
+from mtkit.text.markup import translate_markup
 
 def identity(lines):
     return [(line, [(k, k) for k in range(len(line.split()))]) for line in lines]
@@ -247,7 +247,7 @@ PLACEHOLDER = regex.compile(r"\{\w+\}|%s")
 
 
 def one(line: str, translation: str, alignment) -> str:
-    from mtkit.runtime.markup import protect_lines
+    from mtkit.text.markup import protect_lines
 
     return protect_lines([line], PLACEHOLDER, lambda sentences: [(translation, alignment)])[0]
 
@@ -300,7 +300,7 @@ def test_any_alignment_puts_each_placeholder_back_once_spaced_as_in_the_source(s
 def test_a_pattern_that_backtracks_without_end_stops_at_its_time_limit():
     import time
 
-    from mtkit.runtime.markup import split_protected
+    from mtkit.text.markup import split_protected
 
     started = time.monotonic()
     with pytest.raises(TimeoutError):

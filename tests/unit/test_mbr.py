@@ -10,8 +10,8 @@ from sacrebleu.metrics import BLEU, CHRF
 
 import mtkit
 from mtkit.config import ConfigError, config_from_dict
+from mtkit.engines.mbr import expected_utilities, mbr_order
 from mtkit.errors import MtkitError
-from mtkit.runtime.mbr import expected_utilities, mbr_order
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoint_format1" / "format1.pt"
 SOURCES = ["india echo lima juliet", "delta kilo bravo", "", "alpha golf lima india foxtrot", "hotel lima",
@@ -104,7 +104,7 @@ def test_translate_json_lines_carry_each_hypothesis_and_its_confidence(model):
     per token, EOS included, as the server's), every n-best hypothesis; an empty line has none."""
     import json
 
-    from mtkit.runtime.lines import format_translation
+    from mtkit.text.lines import format_translation
 
     translations = list(model.engine.translate(SOURCES, options=model.options(beam=3, nbest=3)))
     lines = [format_translation(t, "json", 3) for t in translations]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mtkit.engines.constraints import Constraints, constraint_source, encode_constraints, read_constraints, unmet
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import Constraints, constraint_source, encode_constraints, read_constraints, unmet
-from mtkit.runtime.glossary import Glossary
+from mtkit.text.glossary import Glossary
 
 
 def test_constraints_file_one_object_per_line(tmp_path):
@@ -98,7 +98,7 @@ def test_a_line_holds_a_bounded_number_of_phrases(tmp_path):
     is checked) or with a glossary's matches, is one error naming the file and line, or the input line."""
     import json
 
-    from mtkit.runtime.constraints import MAX_LINE_PHRASES
+    from mtkit.engines.constraints import MAX_LINE_PHRASES
 
     path = tmp_path / "c.jsonl"
     many = [f"w{i}" for i in range(MAX_LINE_PHRASES + 1)]

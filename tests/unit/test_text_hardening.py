@@ -16,12 +16,12 @@ from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.options import SearchOptions
+from mtkit.engines.constraints import Constraints, encode_constraints, read_constraints
+from mtkit.engines.torch_engine import TorchEngine
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.runtime.constraints import Constraints, encode_constraints, read_constraints
-from mtkit.runtime.glossary import Glossary
-from mtkit.runtime.lines import clean_output
-from mtkit.runtime.torch_engine import TorchEngine
+from mtkit.text.glossary import Glossary
+from mtkit.text.lines import clean_output
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
@@ -134,7 +134,7 @@ def test_an_exclude_phrase_keeps_out_every_word_it_begins_in_any_spelling(vocab)
 
 
 def test_the_matcher_lists_the_pieces_that_complete_the_phrase(vocab):
-    from mtkit.runtime.constraints import PieceIndex, matcher
+    from mtkit.engines.constraints import PieceIndex, matcher
 
     piece = {p: i for i, p in enumerate(vocab.tgt_pieces(range(vocab.tgt_size)))}
     m = matcher(PieceIndex(vocab), "▁fünf")
@@ -205,7 +205,7 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
 
 
 def test_scoring_a_pair_with_a_lone_surrogate_is_an_error_naming_the_line(loaded):
-    from mtkit.runtime.pair_scoring import PairScorer
+    from mtkit.engines.pair_scoring import PairScorer
 
     scorer = PairScorer(loaded, log=lambda m: None)
     assert len(list(scorer.score([("fünf", "five")]))) == 1

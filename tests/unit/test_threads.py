@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import write_tiny_checkpoint
 
-from mtkit.runtime.threads import (
+from mtkit.engines.threads import (
     BUSY_SHARE,
     LoadProbe,
     Sample,
@@ -142,7 +142,7 @@ def test_a_servers_decoding_threads_share_the_free_cpus_but_one():
 
 
 def test_the_first_reading_spans_the_process_start(monkeypatch):
-    from mtkit.runtime import threads
+    from mtkit.engines import threads
 
     started = Sample(100.0, 50.0, 1.0)
     monkeypatch.setattr(threads, "STARTED", started)
@@ -161,12 +161,12 @@ def checkpoint(tmp_path_factory):
 def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoint, monkeypatch, capsys):
     """The torch engine's threads: torch's own count on a quiet machine, one fewer per CPU other work holds,
     and the user's OMP_NUM_THREADS untouched (no reading taken); the count and why said on stderr."""
-    from mtkit.runtime import threads
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines import threads
+    from mtkit.engines.factory import build_translator
 
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    from mtkit.runtime import factory
+    from mtkit.engines import factory
 
     monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
     busy = {"others": 1.0}

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from conftest import ListStore
 
 from mtkit.config import TrainConfig, config_from_dict
+from mtkit.engines.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.errors import MtkitError
 from mtkit.kernels.loss import label_smoothed_loss
-from mtkit.runtime.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.training.average import average_checkpoints, average_run
 from mtkit.training.batching import TokenBatchSampler, collate, make_batches
 from mtkit.training.optim import learning_rate

@@ -13,10 +13,10 @@ from mtkit import __version__
 from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
+from mtkit.engines.torch_engine import TorchEngine
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
-from mtkit.runtime.lines import format_translation, read_text_lines
-from mtkit.runtime.torch_engine import TorchEngine
+from mtkit.text.lines import format_translation, read_text_lines
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
@@ -131,7 +131,7 @@ def test_command_end_to_end(loaded, tmp_path):
 def test_ready_lines_of_a_pipe_as_they_arrive():
     import os
 
-    from mtkit.runtime.lines import read_ready_lines
+    from mtkit.text.lines import read_ready_lines
 
     r, w = os.pipe()
     waits = []

@@ -2,7 +2,7 @@
 
 The text form, :class:`Constraints`, is what users give: one JSON object per input line
 (``{"include": ["Kaffeetasse"], "exclude": ["Tasse"]}``, ``{}`` for none; :func:`read_constraints`),
-a glossary's matches (:mod:`mtkit.runtime.glossary`), or a server request. The engines get
+a glossary's matches (:mod:`mtkit.text.glossary`), or a server request. The engines get
 :class:`PieceConstraints`: each phrase encoded with the target SentencePiece model as it appears
 inside a sentence (after a word boundary, with the leading ``▁``), and the text an output must
 contain, which is the phrase as the model writes it (through its normalization: a lowercasing

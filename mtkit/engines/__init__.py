@@ -1,5 +1,6 @@
-"""What training and inference share: the device, mixed precision, loading a checkpoint into
-(model, vocabulary, config), and the engines that translate lines.
+"""The engines: loading a model and running it (what the commands, the server and training share): the
+device, mixed precision, loading a checkpoint into (model, vocabulary, config), and the engines that
+translate lines.
 
     device.py              ``auto`` -> cuda or cpu, once for every command and the trainer
     precision.py           the ``precision`` setting -> autocast context and grad scaler

@@ -27,10 +27,10 @@ import torch
 
 from mtkit.data.languages import decoder_start
 from mtkit.decoding.forced import pad_pairs, token_log_probs
+from mtkit.engines.checkpoint import check_one_vocabulary
+from mtkit.engines.inference import InferenceModel
+from mtkit.engines.precision import check_precision
 from mtkit.errors import MtkitError
-from mtkit.runtime.checkpoint import check_one_vocabulary
-from mtkit.runtime.inference import InferenceModel
-from mtkit.runtime.precision import check_precision
 
 
 @dataclass
@@ -120,7 +120,7 @@ class PairScorer:
         """Σ log P(target + EOS | source) of each (source ids, target ids) pair, without BOS/EOS,
         in the order given; every pair must fit the model (see :attr:`max_len`). ``target``: the
         language whose tag starts the decoder, for a model with target-side tags."""
-        from mtkit.runtime.precision import autocast
+        from mtkit.engines.precision import autocast
 
         start = decoder_start(self.vocab_for(target))
         sums = [0.0] * len(pairs)

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 from mtkit.config import BOS_ID, DecodeConfig
 from mtkit.data.word_alignment import guided_head
+from mtkit.engines.engine import Call, Engine, Stopped, stderr
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Call, Engine, Stopped, stderr
 
 
 @contextmanager
@@ -62,7 +62,7 @@ def run_search(model, src, options, generator=None, kernels="auto") -> list[list
 class TorchEngine(Engine):
     """mtkit's own engine: one model, or an ensemble of models sharing one vocabulary.
 
-    Built, it packs each model's weights for inference (:class:`mtkit.runtime.inference.InferenceModel`,
+    Built, it packs each model's weights for inference (:class:`mtkit.engines.inference.InferenceModel`,
     ``model``: what search decodes with) and is never changed after: a model trained further needs a new
     engine (validation BLEU builds one per validation).
 
@@ -74,7 +74,7 @@ class TorchEngine(Engine):
         seed: the sampling seed (the same input and batch give the same samples).
         min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
-            and the policy fitting the CPU threads between batches (:class:`mtkit.runtime.engine.Engine`).
+            and the policy fitting the CPU threads between batches (:class:`mtkit.engines.engine.Engine`).
     """
 
     def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
@@ -83,8 +83,8 @@ class TorchEngine(Engine):
                  target: str | None = None, threads=None) -> None:
         import torch
 
-        from mtkit.runtime.checkpoint import check_one_vocabulary
-        from mtkit.runtime.precision import check_precision
+        from mtkit.engines.checkpoint import check_one_vocabulary
+        from mtkit.engines.precision import check_precision
 
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]
         if not loaded:
@@ -101,7 +101,7 @@ class TorchEngine(Engine):
         self.seed = seed
         self.decoder_layers = self.models[0].cfg.decoder_layers
         self.guided = guided_head(getattr(first, "config", None))
-        from mtkit.runtime.inference import InferenceModel
+        from mtkit.engines.inference import InferenceModel
 
         # What search decodes with: each model's weights packed once, here, and owned by this engine.
         inference = [InferenceModel(m) for m in self.models]
@@ -125,8 +125,8 @@ class TorchEngine(Engine):
         return dataclasses.replace(found, generator=torch.Generator(device=self.device).manual_seed(self.seed))
 
     def search_constrained_batch(self, batch, constraints, call: Call):
-        """Lexically constrained decoding: see :mod:`mtkit.runtime.torch_constrained`."""
-        from mtkit.runtime.torch_constrained import search_constrained_batch
+        """Lexically constrained decoding: see :mod:`mtkit.engines.torch_constrained`."""
+        from mtkit.engines.torch_constrained import search_constrained_batch
 
         return search_constrained_batch(self, batch, constraints, call)
 
@@ -144,7 +144,7 @@ class TorchEngine(Engine):
                                          start=decoder_start(call.vocab), should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
-        from mtkit.runtime.precision import autocast
+        from mtkit.engines.precision import autocast
 
         with autocast(self.precision, self.device.type):
             return run_search(self.model, self.source_tensor(batch), self.search_options(call), call.generator,
@@ -157,7 +157,7 @@ class TorchEngine(Engine):
         import torch
 
         from mtkit.data.languages import decoder_start
-        from mtkit.runtime.precision import autocast
+        from mtkit.engines.precision import autocast
 
         start = decoder_start(call.vocab)
         tgt = padded_sources([[BOS_ID if start is None else start, *ids] for ids in outputs]).to(self.device)

@@ -1,5 +1,5 @@
 """Translate with a model exported to CTranslate2 (:mod:`mtkit.export.ctranslate2`), behind the engines'
-common pipeline (:class:`mtkit.runtime.engine.Engine`).
+common pipeline (:class:`mtkit.engines.engine.Engine`).
 
 :class:`Ctranslate2Engine` never imports torch: CTranslate2
 bound to torch's OpenMP runtime runs several times slower.
@@ -51,10 +51,10 @@ from pathlib import Path
 
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
 from mtkit.decoding.penalties import length_penalty
+from mtkit.engines.constraints import PieceConstraints
+from mtkit.engines.device import resolve_device
+from mtkit.engines.engine import Call, Engine
 from mtkit.errors import MtkitError, shown
-from mtkit.runtime.constraints import PieceConstraints
-from mtkit.runtime.device import resolve_device
-from mtkit.runtime.engine import Call, Engine
 
 MANIFEST = "mtkit.json"
 # The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
@@ -190,7 +190,7 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
     """Refuse a manifest whose ``model`` sizes (layers, d_model, h, d_ff, max_positions) ``model.bin``
     does not have: one line naming the key and both values."""
     from mtkit.config import config_from_dict
-    from mtkit.runtime.checkpoint import layer_count
+    from mtkit.engines.checkpoint import layer_count
 
     m = config_from_dict({"model": manifest["model"]}).model
     shapes = model_bin_shapes(model_bin)
@@ -231,7 +231,7 @@ class Ctranslate2Engine(Engine):
             ``bf16`` / ``fp16`` ask CTranslate2 for that compute type.
         intra_threads: threads per translation (0: ``chosen_threads``, else CTranslate2's default). An int8
             model on the CPU is given one thread when 0 is asked (fastest on small CPUs).
-        chosen_threads: the count mtkit chose from the CPUs free (:mod:`mtkit.runtime.threads`) for a
+        chosen_threads: the count mtkit chose from the CPUs free (:mod:`mtkit.engines.threads`) for a
             CPU without a user's count, and why: ``(n, why)``.
         min_len: EOS is banned before this many output tokens (0: never).
     """

@@ -1,6 +1,6 @@
 """Translating lines of text: reading input lines, output formats, and translating a list of lines.
 
-The engines (:mod:`mtkit.runtime`) turn lines into :class:`mtkit.runtime.engine.Translation`
+The engines (:mod:`mtkit.engines`) turn lines into :class:`mtkit.engines.engine.Translation`
 objects, one per input line, in input order; this module reads the lines they take
 (:func:`read_text_lines`, :func:`read_ready_lines`), formats what they give
 (:func:`format_translation`), and translates a list of lines with checkpoints
@@ -33,7 +33,7 @@ the output), as Marian prints it: ``text ||| 0-0 1-2`` in ``text``, a last field
 ``nbest`` line, a key ``alignment`` (a list of [source, target] pairs) of each ``json`` hypothesis;
 ``--alignments-out FILE`` writes the best one's there instead, a line per input line.
 
-With ``--qe`` (:mod:`mtkit.runtime.quality`), each translation's quality estimate: ``text<TAB>QE`` (4 decimals,
+With ``--qe`` (:mod:`mtkit.engines.quality`), each translation's quality estimate: ``text<TAB>QE`` (4 decimals,
 empty for an empty line) in ``text``, a key ``qe`` in ``json``.
 """
 
@@ -46,10 +46,10 @@ from pathlib import Path
 from typing import IO
 
 from mtkit.config import DecodeConfig
+from mtkit.engines.constraints import ConstraintSource
+from mtkit.engines.engine import Translation, stderr
 from mtkit.errors import MtkitError
 from mtkit.io import STDIN_NAME, decode_line
-from mtkit.runtime.constraints import ConstraintSource
-from mtkit.runtime.engine import Translation, stderr
 
 OUTPUT_FORMATS = ("text", "tokens", "scores", "nbest", "json")
 
@@ -148,7 +148,7 @@ def _aligned(text: str, c, alignments: bool) -> str:
 def format_translation(t: Translation, output_format: str = "text", nbest: int = 1, qe: bool = False,
                        quality: float | None = None, alignments: bool = True) -> list[str]:
     """The output lines (without newline) of one translation; see the module docstring. ``qe``: with its
-    quality estimate ``quality`` (:mod:`mtkit.runtime.quality`), a column of ``text``, a key of ``json``.
+    quality estimate ``quality`` (:mod:`mtkit.engines.quality`), a column of ``text``, a key of ``json``.
     ``alignments``: with the candidates' word alignments, where they have them (False: written elsewhere)."""
     best = t.best
     if output_format == "text":
@@ -189,7 +189,7 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
     Args:
         decode: the decode settings, from the (first) checkpoint's (None: those as they are).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (an error names ``--device``).
-        constraints: each line's constraints (:mod:`mtkit.runtime.constraints`), if any.
+        constraints: each line's constraints (:mod:`mtkit.engines.constraints`), if any.
         tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
             target, see :func:`mtkit.data.languages.for_config`).
     """
@@ -201,10 +201,10 @@ def translations_of(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
                     log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
                     tgt_lang: str | None = None, engine: str = "torch") -> tuple[list[Translation], bool]:
-    """:func:`translate_lines`'s :class:`~mtkit.runtime.engine.Translation` objects (scores, confidence), from
-    ``engine`` (:data:`mtkit.runtime.factory.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
+    """:func:`translate_lines`'s :class:`~mtkit.engines.engine.Translation` objects (scores, confidence), from
+    ``engine`` (:data:`mtkit.engines.factory.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
     gives a checkpoint's kept export, :func:`mtkit.export.cache.ctranslate2_model`)."""
-    from mtkit.runtime.factory import build_translator
+    from mtkit.engines.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
     translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang, log=log)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from mtkit.engines.engine import Translation
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Translation
 
 
 def confidence(t: Translation) -> float | None:

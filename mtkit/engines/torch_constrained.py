@@ -2,15 +2,15 @@
 :func:`mtkit.decoding.constrained.constrained_beam_search` under the engine's settings.
 
 The sentences without constraints are searched apart, by the engine's own
-:meth:`~mtkit.runtime.torch_engine.TorchEngine.search_batch` (so they translate exactly as in a batch
+:meth:`~mtkit.engines.torch_engine.TorchEngine.search_batch` (so they translate exactly as in a batch
 without constraints, however that search evolves); those with constraints go to the constrained
 search, with beam 1 too (DBA needs candidates beyond the single best). Sampling takes no constraints.
 """
 
 from __future__ import annotations
 
+from mtkit.engines.constraints import PieceConstraints
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import PieceConstraints
 
 
 def search_constrained_batch(translator, batch: list[list[int]], constraints: list[PieceConstraints | None],
@@ -18,16 +18,16 @@ def search_constrained_batch(translator, batch: list[list[int]], constraints: li
     """Per sentence of ``batch`` (source ids ending in EOS), its (target ids, score) pairs, best first.
 
     Args:
-        translator: a :class:`mtkit.runtime.torch_engine.TorchEngine` (its model, device, precision,
-            search options of the call, from :meth:`~mtkit.runtime.torch_engine.TorchEngine.search_options`).
+        translator: a :class:`mtkit.engines.torch_engine.TorchEngine` (its model, device, precision,
+            search options of the call, from :meth:`~mtkit.engines.torch_engine.TorchEngine.search_options`).
         constraints: per sentence, its encoded constraints (None: none).
-        call: the call's settings and vocabulary (:class:`mtkit.runtime.engine.Call`).
+        call: the call's settings and vocabulary (:class:`mtkit.engines.engine.Call`).
     """
     import torch
 
     from mtkit.decoding.constrained import constrained_beam_search
-    from mtkit.runtime.precision import autocast
-    from mtkit.runtime.torch_engine import stoppable
+    from mtkit.engines.precision import autocast
+    from mtkit.engines.torch_engine import stoppable
 
     options = translator.search_options(call)
     if options.sampling:

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor
 
 from mtkit.config import PAD_ID, DecodeConfig
+from mtkit.engines.engine import Call, Engine, Stopped
+from mtkit.engines.threads import ThreadPolicy
 from mtkit.errors import MtkitError
-from mtkit.runtime.engine import Call, Engine, Stopped
-from mtkit.runtime.threads import ThreadPolicy
 
 MANIFEST = "mtkit.json"
 ENCODER = "encoder.onnx"
@@ -318,7 +318,7 @@ class OnnxEngine(Engine):
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         from mtkit.data.languages import decoder_start
         from mtkit.decoding.options import SearchOptions
-        from mtkit.runtime.torch_engine import padded_sources, run_search
+        from mtkit.engines.torch_engine import padded_sources, run_search
 
         src = padded_sources(batch)
         options = SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
-from mtkit.errors import MtkitError, counted
-from mtkit.runtime.engine import stderr
-from mtkit.runtime.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
+from mtkit.engines.engine import stderr
+from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
+from mtkit.errors import MtkitError
 
 ENGINES = ("torch", "ctranslate2", "onnx")
 
@@ -70,42 +70,10 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
 def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
     """Say on stderr (or ``log``) which checkpoints a command runs: ``loaded PATH (step N)``; once their
     settings have passed the checks, so that an error stays the only line."""
-    from mtkit.runtime.checkpoint import describe
+    from mtkit.engines.checkpoint import describe
 
     for model in loaded:
         log(f"loaded {describe(model)}")
-
-
-def read_constraint_options(constraints: Path | None, glossary: Path | None, engine: str = "torch",
-                            sampling: bool = False):
-    """The ``--constraints`` file (a checked list of :class:`Constraints`, one per input line) and the
-    ``--glossary`` (a :class:`Glossary`), None for those not given; an error, before any model loads,
-    for what the engine or the decoding cannot do (include phrases on CTranslate2, sampling)."""
-    if constraints is None and glossary is None:
-        return None, None
-    from mtkit.runtime.constraints import read_constraints
-    from mtkit.runtime.glossary import Glossary
-
-    per_line = read_constraints(constraints) if constraints is not None else None
-    terms = Glossary.read(glossary) if glossary is not None else None
-    if sampling:
-        raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs beam search: "
-                         "drop --sampling")
-    if engine == "ctranslate2":
-        from mtkit.runtime.ctranslate2_engine import INCLUDE_UNSUPPORTED
-
-        include = next((n for n, c in enumerate(per_line or [], 1) if c.include), None)
-        if terms is not None or include is not None:
-            where = "--glossary" if terms is not None else f"--constraints {constraints}: line {include}"
-            raise MtkitError(f"{where}: {INCLUDE_UNSUPPORTED}")
-    return per_line, terms
-
-
-def check_line_counts(per_line: list | None, flag: str, path: Path | None, lines: int | None) -> None:
-    """A constraints file must have one line per input line (``lines``; None: not known yet)."""
-    if per_line is not None and lines is not None and len(per_line) != lines:
-        raise MtkitError(f"{flag} {path}: has {counted(len(per_line), 'line')}, the input {lines}; "
-                         "give one JSON object per input line ({} for none)")
 
 
 def is_exported_model(path: Path) -> bool:
@@ -152,7 +120,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
             the torch engine needs nothing for it).
         threads: CPU threads per translation; 0: one per CPU that other work leaves free
-            (:mod:`mtkit.runtime.threads`, said on stderr), chosen again between batches (torch engine),
+            (:mod:`mtkit.engines.threads`, said on stderr), chosen again between batches (torch engine),
             unless ``OMP_NUM_THREADS`` is set.
         thread_policy: the caller's own choice, already made (a server's, per decoding thread); the torch
             engine applies it between batches.
@@ -164,7 +132,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.runtime.ctranslate2_engine import Ctranslate2Engine, exported_decode
+        from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode
 
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
@@ -183,7 +151,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             log(translator.threads_said)
         return translator
     if engine == "onnx":
-        from mtkit.runtime.onnx_engine import OnnxEngine, exported_decode
+        from mtkit.engines.onnx_engine import OnnxEngine, exported_decode
 
         if len(paths) != 1 or not is_onnx_export(paths[0]):
             raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
@@ -200,8 +168,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         log(f"loaded {translator.description}")
         log(f"threads: {threads} ({why})")
         return translator
-    from mtkit.runtime.checkpoint import precheck
-    from mtkit.runtime.device import resolve_device
+    from mtkit.engines.checkpoint import precheck
+    from mtkit.engines.device import resolve_device
 
     for path in paths:
         if is_exported_model(path):
@@ -227,7 +195,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         # first reading spans the start and the model loading; the engine chooses again between batches.
         policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
                               probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
-    from mtkit.runtime.checkpoint import load_model
+    from mtkit.engines.checkpoint import load_model
 
     loaded = [load_model(p, device) for p in paths]
     said = None  # said after the checks below, so that an error stays the only line
@@ -251,10 +219,10 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
 def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
                  target: str | None = None, threads: ThreadPolicy | None = None, log: Callable[[str], None] = stderr):
-    """The torch engine (:class:`mtkit.runtime.torch_engine.TorchEngine`) on models in memory: loaded
+    """The torch engine (:class:`mtkit.engines.torch_engine.TorchEngine`) on models in memory: loaded
     checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
     training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's)."""
-    from mtkit.runtime.torch_engine import TorchEngine
+    from mtkit.engines.torch_engine import TorchEngine
 
     configs = [getattr(m, "config", None) for m in models]
     languages: tuple[list, tuple[str, str] | None] = ([], None)
@@ -269,9 +237,9 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
 
 
 def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):
-    """Forced decoding (:class:`mtkit.runtime.pair_scoring.PairScorer`) on loaded checkpoints (an ensemble for
+    """Forced decoding (:class:`mtkit.engines.pair_scoring.PairScorer`) on loaded checkpoints (an ensemble for
     several), ``batch_tokens`` padded tokens a batch (None: the first checkpoint's ``decode.batch_tokens``)."""
-    from mtkit.runtime.pair_scoring import PairScorer
+    from mtkit.engines.pair_scoring import PairScorer
 
     return PairScorer(models, device=device, precision=precision,
                       batch_tokens=batch_tokens or models[0].config.decode.batch_tokens)

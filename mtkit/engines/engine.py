@@ -1,12 +1,12 @@
 """The engines' common pipeline: lines in, one :class:`Translation` per line out, in input order.
 
-An engine (:class:`mtkit.runtime.torch_engine.TorchEngine`,
-:class:`mtkit.runtime.ctranslate2_engine.Ctranslate2Engine`) supplies
+An engine (:class:`mtkit.engines.torch_engine.TorchEngine`,
+:class:`mtkit.engines.ctranslate2_engine.Ctranslate2Engine`) supplies
 :meth:`Engine.search_batch`; :class:`Engine`:
 
 * reads its input lazily, ``buffer_size`` lines at a time (never the whole input),
   or what a pipe has delivered so far when it has no more ready (a None in the lines,
-  see :func:`mtkit.runtime.lines.read_ready_lines`);
+  see :func:`mtkit.text.lines.read_ready_lines`);
 * encodes a chunk, sorts it by length, cuts token-budget batches
   (``decode.batch_tokens`` padded source tokens per batch; beam rows come on top),
   and yields the results in input order;
@@ -14,7 +14,7 @@ An engine (:class:`mtkit.runtime.torch_engine.TorchEngine`,
   line gives an empty translation without running the model, and an input longer
   than ``decode.max_input_len`` tokens (or than the model's position table) is
   truncated with a warning on stderr naming its line number, never dropped;
-* with ``constraints`` (:mod:`mtkit.runtime.constraints`), gives the lines that have some to the
+* with ``constraints`` (:mod:`mtkit.engines.constraints`), gives the lines that have some to the
   engine's :meth:`Engine.search_constrained_batch`, and warns, naming the line, when a
   best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an
   include phrase the model cannot write (a character outside its vocabulary) is not forced, is
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
+from mtkit.engines.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
+from mtkit.engines.mbr import mbr_order, search_decoding
 from mtkit.errors import MtkitError, counted
-from mtkit.runtime.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
-from mtkit.runtime.mbr import mbr_order, search_decoding
 
 
 @dataclass
@@ -133,7 +133,7 @@ class Engine:
             one pair, that pair (``(src, tgt)`` or None): which targets a call may ask for.
         tag_side: where a multilingual model's tag goes (``source`` or ``target``, ``data.tag_side``).
         target: the target language a call without one translates into (a multilingual model's).
-        threads: a :class:`mtkit.runtime.threads.ThreadPolicy` fitted before each batch, in the thread that
+        threads: a :class:`mtkit.engines.threads.ThreadPolicy` fitted before each batch, in the thread that
             decodes it (the count changes as other work comes and goes; said through ``log``); None: the
             count stays as it is.
     """
@@ -156,7 +156,7 @@ class Engine:
         self.guided: tuple[int, int] | None = None  # the guided-alignment (layer, head) of a model trained with one
 
     def pieces(self) -> PieceIndex:
-        """The :class:`mtkit.runtime.constraints.PieceIndex` of the target pieces (the same for every
+        """The :class:`mtkit.engines.constraints.PieceIndex` of the target pieces (the same for every
         target: a tag changes the sources, not the pieces), built once, on first use."""
         with self._pieces_lock:
             if self._pieces is None:

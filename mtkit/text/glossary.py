@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from mtkit.data.vocab import check_text
+from mtkit.engines.constraints import Constraints, check_phrase
 from mtkit.errors import MtkitError
-from mtkit.runtime.constraints import Constraints, check_phrase
 
 
 class Glossary:
