@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtkit.checkpoints.io import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
 from mtkit.config import Config, ModelConfig
-from mtkit.engines.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
 from mtkit.errors import MtkitError
 
 REGULARIZATION = ("dropout", "attention_dropout", "activation_dropout")
@@ -43,7 +43,7 @@ class Parent:
     """The checkpoint a new run starts from."""
 
     path: Path  # the checkpoint file (a run directory resolved to its checkpoint)
-    ckpt: dict  # as :func:`mtkit.engines.checkpoint.load_checkpoint` returns it
+    ckpt: dict  # as :func:`mtkit.checkpoints.io.load_checkpoint` returns it
     config: Config
     sha256: str  # of the file
 

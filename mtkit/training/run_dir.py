@@ -1,4 +1,4 @@
-"""A training's run directory besides the checkpoints' format (:mod:`mtkit.engines.checkpoint`): its lock
+"""A training's run directory besides the checkpoints' format (:mod:`mtkit.checkpoints.io`): its lock
 (:class:`RunLock`), the ``last.pt`` / ``best.pt`` links and the partial saves a killed run leaves, the stop
 signals (SIGINT / SIGTERM save the step and stop), the metrics log (``metrics.jsonl``, TensorBoard), and
 the checks of the prepared data it trains on."""

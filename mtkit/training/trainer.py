@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
+from mtkit.checkpoints.io import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
 from mtkit.config import PAD_ID, Config, save_config
-from mtkit.engines.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
 from mtkit.engines.device import device_type
 from mtkit.engines.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.engines.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
@@ -560,8 +560,8 @@ class Trainer:
     def _save_ema(self, record: dict | None) -> Path:
         """``checkpoints/ema.pt``: the moving average as a model checkpoint (rank 0), and its validation
         (``event: ema`` in metrics.jsonl)."""
+        from mtkit.checkpoints.io import model_payload, vocab_entry
         from mtkit.config import config_to_dict
-        from mtkit.engines.checkpoint import model_payload, vocab_entry
 
         path = save_checkpoint(model_payload(config_to_dict(self.config), self.ema.weights(self.model),
                                              vocab_entry(self.vocab), self.vocab.src_size, self.vocab.tgt_size,

@@ -127,10 +127,10 @@ LAYERS = [
      "mtkit.serve", "mtkit.host_memory", "mtkit.importers"},
     {"mtkit.text"},
     {"mtkit.engines"},
-    {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
+    {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.checkpoint_file", "mtkit.logs", "mtkit"},
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit"},
 ]
 INFERENCE = ("mtkit.engines", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
@@ -218,7 +218,7 @@ def test_inference_never_imports_training():
 
 def test_importing_the_inference_path_loads_no_training_module():
     code = ("import sys, mtkit.text.lines, mtkit.engines, mtkit.engines.torch_engine, "
-            "mtkit.engines.ctranslate2_engine, mtkit.engines.checkpoint\n"
+            "mtkit.engines.ctranslate2_engine, mtkit.checkpoints.io\n"
             "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -282,17 +282,17 @@ def test_command_functions_take_few_parameters():
 
 
 def test_checkpoints_are_written_and_read_in_one_module():
-    """mtkit.engines.checkpoint alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
+    """mtkit.checkpoints.io alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
     average, the importers and the exporters go through it. (The Marian importer reads a Hugging Face
     pytorch_model.bin and COMET a Lightning checkpoint, not checkpoints of ours.)"""
-    allowed = {PACKAGE / "engines" / "checkpoint.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
+    allowed = {PACKAGE / "checkpoints" / "io.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
                PACKAGE / "metrics" / "comet.py": {"load"}}
     for path in files():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in ("save", "load")}
         extra = used - allowed.get(path, set())
-        assert not extra, f"{path.relative_to(PACKAGE.parent)} calls torch {sorted(extra)}: use runtime.checkpoint"
+        assert not extra, f"{path.relative_to(PACKAGE.parent)} calls torch {sorted(extra)}: use mtkit.checkpoints.io"
 
 
 def test_each_decode_rule_is_stated_once():
