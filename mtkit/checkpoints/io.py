@@ -192,7 +192,7 @@ def model_payload(config: dict, state: dict, vocab: dict, src_vocab_size: int, t
     """The fields every checkpoint has, in this format: ``config`` (plain data,
     :func:`mtkit.config.config_to_dict`), the model's ``state`` (its names mtkit.model's), ``vocab``
     (:func:`vocab_entry`) and its sizes; ``more``: a training's state, ``averaged_from``, ``imported_from``."""
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     return {"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__, "config": config, "model": state,
             "vocab": vocab, "vocab_sha256": vocab_sha256(vocab), "src_vocab_size": src_vocab_size,

@@ -33,7 +33,7 @@ FORMAT = 2  # what the export holds; 2: its alignment head (mtkit.export.ctransl
 
 def _stamp(checkpoint: Path, quantization: str | None) -> dict:
     """What identifies the export of ``checkpoint`` as the file is now."""
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     st = os.stat(checkpoint)
     return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,

@@ -524,6 +524,6 @@ class CometScorer:
 
 
 def _mtkit_version() -> str:
-    import mtkit
+    from mtkit.version import __version__
 
-    return mtkit.__version__
+    return __version__
