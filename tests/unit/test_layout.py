@@ -6,7 +6,7 @@
 
 Nothing imports a layer above its own (no exception), no two modules import each other, however
 indirectly (:func:`test_no_circles_between_modules`), no package grows past :data:`MAX_PACKAGE_LINES`,
-and every module has its imports at the top but the few that must stay torch-free (:data:`TORCH_FREE`,
+and every module has its imports at the top but those that must stay torch-free (:data:`TORCH_FREE`,
 which import what needs torch where it is used) and an optional extra's import where it is used
 (:data:`OPTIONAL`). Inference never imports training; decoding knows no files, no vocabularies, no engine.
 """
