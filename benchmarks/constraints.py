@@ -78,7 +78,7 @@ def main() -> None:
     import sacrebleu
     import torch
 
-    from mtkit.engines.checkpoint import describe, load_model
+    from mtkit.checkpoints.io import describe, load_model
     from mtkit.engines.constraints import Constraints
     from mtkit.engines.torch_engine import TorchEngine
     from mtkit.host_memory import keep_freed_memory

@@ -133,8 +133,8 @@ def save_random_checkpoint(cfg, vocab, decode, path: Path) -> Path:
     """A randomly initialized model (seed 1) as a checkpoint that ``mtkit translate -m`` loads."""
     import torch
 
+    from mtkit.checkpoints.io import model_payload, save_checkpoint, vocab_entry
     from mtkit.config import Config, config_to_dict
-    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
     from mtkit.model import Transformer
 
     torch.manual_seed(1)
@@ -272,8 +272,8 @@ def prepare(args, work: Path, engines: list[str], lines: list[str]) -> dict:
     checkpoint, and the CTranslate2 exports')."""
     import torch
 
+    from mtkit.checkpoints.io import load_model
     from mtkit.config import EOS_ID, DecodeConfig, ModelConfig
-    from mtkit.engines.checkpoint import load_model
 
     t0 = time.perf_counter()
     shape = SHAPES[args.shape]

@@ -132,7 +132,7 @@ def engine_factory(name: str, plan: dict, threads: int):
     """A function beam -> engine for ``name``, with the engine's model loaded once."""
     n = plan["forced_len"]
     if name == "mtkit":
-        from mtkit.engines.checkpoint import load_model
+        from mtkit.checkpoints.io import load_model
 
         loaded = load_model(plan["checkpoint"])
         return lambda beam: MtkitEngine(loaded, beam, n)

@@ -5,7 +5,7 @@
 Importing the package loads nothing heavy (no torch): the API's names are loaded on first use.
 """
 
-__version__ = "0.1.0"
+from mtkit.version import __version__
 
 _API = ("load", "evaluate", "pipeline", "Model", "Result", "Hypothesis", "TranslationPipeline")
 __all__ = ["__version__", *_API]

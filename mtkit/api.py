@@ -213,7 +213,7 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
         threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
         target: the target language calls translate into by default (a multilingual model's).
     """
-    from mtkit.engines.checkpoint import is_hugging_face_folder
+    from mtkit.checkpoints.io import is_hugging_face_folder
     from mtkit.engines.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
 
     path = Path(path)

@@ -21,8 +21,8 @@ import typer
 from typer.core import TyperGroup
 
 import mtkit.engines.threads  # noqa: F401  (first: its load reading starts with the process)
-from mtkit import __version__
 from mtkit.errors import MtkitError
+from mtkit.version import __version__
 
 
 class _Stop(Exception):

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import socket
 import stat
 import sys
@@ -18,7 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from mtkit.errors import MtkitError, counted
+import yaml
+
+from mtkit.errors import MtkitError, counted, shown
 
 # Errors of a write through an open file (no file name of their own): they are the output's.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
@@ -186,8 +189,6 @@ def refuse_non_empty(path: str | Path) -> None:
 def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory beside ``path`` (which must not exist, or be empty); on success
     it replaces ``path`` in one rename, on any exception it is removed and ``path`` is untouched."""
-    import shutil
-
     path = Path(path)
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
@@ -474,6 +475,24 @@ def read_json_file(path: str | Path, max_bytes: int, what: str, max_depth: int =
     return parse_json(read_bounded(path, max_bytes, what), str(path), max_depth)
 
 
+class _Alias(Exception):
+    """A YAML alias met by :class:`_Unaliased` (1-based line, anchor name)."""
+
+    def __init__(self, line: int, anchor: str) -> None:
+        super().__init__(line, anchor)
+        self.line, self.anchor = line, anchor
+
+
+class _Unaliased(yaml.SafeLoader):
+    """YAML's safe loader, refusing any alias (:func:`read_yaml_file` says why)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise _Alias(event.start_mark.line + 1, event.anchor)
+        return super().compose_node(parent, index)
+
+
 def read_yaml_file(path: str | Path, max_bytes: int, what: str) -> Any:
     """A YAML file of a model folder (a COMET model's ``hparams.yaml``, the ``config.yaml`` of the run an
     export came from), read by :func:`read_bounded` and parsed by YAML's safe loader, aliases refused: an
@@ -481,21 +500,12 @@ def read_yaml_file(path: str | Path, max_bytes: int, what: str) -> Any:
     the result (a check, a message, a copy) would walk it once for each (a "billion laughs" of a KB
     expands to gigabytes); no model's file needs one. Each way it can be wrong (missing, not a regular
     file, too large, not UTF-8, not YAML, an alias, too deep) is one :class:`MtkitError` line naming ``path``."""
-    import yaml
-
-    from mtkit.errors import shown
-
-    class Unaliased(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise MtkitError(f"{path}: line {event.start_mark.line + 1}: a YAML alias of anchor "
-                                 f"{shown(event.anchor)}; mtkit reads none in a model's files")
-            return super().compose_node(parent, index)
-
     data = read_bounded(path, max_bytes, what)
     try:
-        value = yaml.load(data.decode("utf-8"), Loader=Unaliased)  # noqa: S506 (a safe loader)
+        value = yaml.load(data.decode("utf-8"), Loader=_Unaliased)  # noqa: S506 (a safe loader)
+    except _Alias as e:
+        raise MtkitError(f"{path}: line {e.line}: a YAML alias of anchor {shown(e.anchor)}; "
+                         "mtkit reads none in a model's files") from None
     except UnicodeDecodeError as e:
         raise MtkitError(f"{path}: not valid UTF-8 (byte {e.start + 1})") from None
     except RecursionError:  # PyYAML's composer recurses once per level

@@ -18,7 +18,7 @@ only, with no branch on device, dtype or shape.
 
 Parameter names are a file format (checkpoints and exporters read them; layer norms are named by the
 sub-layer they serve): change them only together with ``CHECKPOINT_FORMAT`` and its upgrade step in
-mtkit.engines.checkpoint.
+mtkit.checkpoints.io.
 
 One module for the whole of §3, so that the model reads as the paper does, top to bottom; its
 length is the components and their documented shapes.

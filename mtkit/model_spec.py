@@ -2,7 +2,7 @@
 building a model: the weights described as a schema (as CTranslate2's model specs describe theirs).
 
 Parameter names are a file format (mtkit.model). A checkpoint is checked against this table before a
-model of its config's size is allocated (mtkit.engines.checkpoint), so that every tensor the config
+model of its config's size is allocated (mtkit.checkpoints.io), so that every tensor the config
 implies must be in the file, with its shape; tests/unit/test_model_spec.py holds the table equal to
 ``Transformer(...).state_dict()`` for every option that changes a name or a shape.
 """

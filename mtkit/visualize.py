@@ -9,7 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from mtkit.config import BOS_ID, EOS_ID
+from mtkit.data.languages import decoder_start
+from mtkit.io import atomic_path
 
 
 def cross_attention(model, src_ids: Sequence[int], tgt_ids: Sequence[int], start: int | None = None):
@@ -19,8 +23,6 @@ def cross_attention(model, src_ids: Sequence[int], tgt_ids: Sequence[int], start
     is the decoder position that predicted output token ``t`` (the last row, EOS). ``start``: the
     decoder's first input (None: BOS; a target-side tag).
     """
-    import torch
-
     device = next(model.parameters()).device
     src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)  # (1, S)
     tgt = torch.tensor([[BOS_ID if start is None else start, *tgt_ids]], dtype=torch.long, device=device)  # (1, T+1)
@@ -62,7 +64,6 @@ def save_attention_png(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
     path = Path(path)
-    from mtkit.io import atomic_path
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
@@ -73,8 +74,6 @@ def save_attention_png(weights, src_pieces: Sequence[str], tgt_pieces: Sequence[
 def attention_png(model, vocab, src_ids: Sequence[int], tgt_ids: Sequence[int], path: str | Path,
                   layer: int | None = None) -> Path:
     """The heatmap of one translated sentence (source ids with EOS, output ids without)."""
-    from mtkit.data.languages import decoder_start
-
     weights = cross_attention(model, src_ids, tgt_ids, decoder_start(vocab))
     src_labels = vocab.src_pieces(src_ids)
     tgt_labels = vocab.tgt_pieces(tgt_ids) + [vocab.tgt_pieces([EOS_ID])[0]]

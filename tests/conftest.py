@@ -102,10 +102,10 @@ def write_tiny_checkpoint(path: Path, decode: dict | None = None) -> Path:
     """A tiny untrained mtkit checkpoint (one layer a side) with a real SentencePiece model of number
     words: its outputs do not matter, only that every command loads and runs it. ``decode``: its recipe's
     decode section (the defaults without)."""
+    from mtkit.checkpoints.io import model_payload, save_checkpoint, vocab_entry
     from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
     from mtkit.data.synthetic import english, german
     from mtkit.data.vocab import Vocab, train_model
-    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
     from mtkit.model import Transformer
 
     sentences = [english(n) for n in range(0, 1000, 7)] + [german(n) for n in range(0, 1000, 7)]

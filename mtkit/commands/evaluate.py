@@ -70,11 +70,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mtkit
 from mtkit.errors import MtkitError, counted
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
+from mtkit.version import __version__
 
 SCHEMA_VERSION = 1
 CONFIDENCE = "confidence:mean log-probability per token of the best hypothesis, EOS included (nats)"
@@ -252,7 +252,7 @@ def evaluate(options: EvaluateOptions) -> str:
     else:
         evaluation = Evaluation([label for label, _ in hyps], [label for label, _ in refs], len(hyps[0][1]), [])
     if with_confidence:
-        evaluation.scores.append(mean_score("confidence", confidences, f"{CONFIDENCE}|mtkit:{mtkit.__version__}",
+        evaluation.scores.append(mean_score("confidence", confidences, f"{CONFIDENCE}|mtkit:{__version__}",
                                             hyps[0][0]))
     return render(evaluation, o.as_json)
 
@@ -266,7 +266,7 @@ def _to_json(
     n_samples: int,
 ) -> dict:
     doc: dict = {
-        "mtkit_version": mtkit.__version__,
+        "mtkit_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "hyp": str(hyp_paths[0]),
         "refs": [str(p) for p in ref_paths],

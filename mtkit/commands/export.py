@@ -23,7 +23,7 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     import_ctranslate2()
     import sys
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.engines.factory import say_loaded
     from mtkit.export.ctranslate2 import export_model
 
@@ -40,8 +40,8 @@ def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = N
     import sys
     from dataclasses import replace
 
+    from mtkit.checkpoints.io import load_model
     from mtkit.config import override_section
-    from mtkit.engines.checkpoint import load_model
     from mtkit.engines.factory import say_loaded
     from mtkit.export.huggingface import architecture, export_model
 
@@ -58,7 +58,7 @@ def export_onnx(checkpoint: Path, out_dir: Path) -> None:
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as ONNX graphs (:mod:`mtkit.export.onnx`)."""
     import sys
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.engines.factory import say_loaded
     from mtkit.export.onnx import export_model
 

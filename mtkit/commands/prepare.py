@@ -16,7 +16,7 @@ def checkpoint_vocab(path: str | Path) -> tuple:
     """The SentencePiece model(s) stored in a checkpoint, or in a run directory's checkpoint (picked as
     ``mtkit translate -m RUN`` picks it), for ``data.spm.vocab_from``; errors name the path. An imported
     model's piece table (``vocab.pieces``, mtkit.importers) comes third, as ``Vocab.from_bytes`` takes it."""
-    from mtkit.engines.checkpoint import load_checkpoint, resolve_checkpoint
+    from mtkit.checkpoints.io import load_checkpoint, resolve_checkpoint
 
     try:
         ckpt = load_checkpoint(resolve_checkpoint(path), mmap=True)  # its tensors are never read

@@ -59,7 +59,7 @@ def training_finished(run_dir: Path) -> bool:
 def final_checkpoint(run_dir: Path) -> Path:
     """The run's averaged checkpoint, else its moving average (each unless training went on past it), else its
     best or last."""
-    from mtkit.engines.checkpoint import resolve_checkpoint
+    from mtkit.checkpoints.io import resolve_checkpoint
 
     return resolve_checkpoint(run_dir)
 
@@ -179,7 +179,7 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
     teacher: :func:`~mtkit.training.distill.teacher_decoding`, as it distilled; the student: ``config.decode``):
     BLEU (and lc-tok BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds
     of :func:`fastest`, the weights' size on disk and the peak resident memory."""
-    from mtkit.engines.checkpoint import resolve_checkpoint
+    from mtkit.checkpoints.io import resolve_checkpoint
     from mtkit.export.cache import ctranslate2_model
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.training.distill import teacher_decoding

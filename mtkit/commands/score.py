@@ -136,7 +136,7 @@ def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptio
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)
 
-    from mtkit.engines.checkpoint import load_model, precheck
+    from mtkit.checkpoints.io import load_model, precheck
 
     for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
         precheck(path)  # before torch loads

@@ -20,8 +20,11 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
+import yaml
+
 from mtkit.config.schema import PRESETS, Config, ConfigError, ModelConfig, validate
 from mtkit.errors import MtkitError, shown
+from mtkit.io import MAX_RECIPE_BYTES, atomic_write_text, check_depth, read_bounded
 
 
 def _closest(key: str, valid: typing.Iterable[str]) -> str:
@@ -62,8 +65,6 @@ class Plain(str):
 
 def _implied(value: Plain) -> Any:
     """What YAML would make of a plain scalar (for the schema's bool, int and float fields)."""
-    import yaml
-
     if not value.strip():
         return None
     try:
@@ -163,19 +164,18 @@ def config_from_dict(raw: dict | None) -> Config:
     return config
 
 
-def _raw_loader():
+class _RawLoader(yaml.SafeLoader):
     """A YAML loader whose plain scalars stay :class:`Plain` strings (quoted ones plain ``str``)."""
-    import yaml
 
-    class RawLoader(yaml.SafeLoader):
-        yaml_implicit_resolvers: dict = {}
+    yaml_implicit_resolvers: dict = {}
 
-    def scalar(loader, node):
-        text = loader.construct_scalar(node)
-        return Plain(text) if node.style is None else str(text)
 
-    RawLoader.add_constructor("tag:yaml.org,2002:str", scalar)
-    return RawLoader
+def _scalar(loader: _RawLoader, node: yaml.ScalarNode) -> str:
+    text = loader.construct_scalar(node)
+    return Plain(text) if node.style is None else str(text)
+
+
+_RawLoader.add_constructor("tag:yaml.org,2002:str", _scalar)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -184,8 +184,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     A value in brackets or braces is a YAML flow list or mapping (``train.betas=[0.9,0.98]``), a quoted
     one a string; anything else is taken as typed, ``#`` and all.
     """
-    import yaml
-
     if "=" not in text:
         raise MtkitError(f"--set {text}: expected KEY=VALUE, e.g. train.max_steps=100")
     key, value = text.split("=", 1)
@@ -193,7 +191,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     parsed: Any = Plain(stripped)
     if stripped[:1] in ("[", "{", "'", '"'):
         try:
-            parsed = yaml.load(stripped, Loader=_raw_loader())  # noqa: S506 (a safe loader)
+            parsed = yaml.load(stripped, Loader=_RawLoader)  # noqa: S506 (a safe loader)
         except yaml.YAMLError:
             raise MtkitError(f"--set {text}: malformed value") from None
     return key.strip().split("."), parsed
@@ -218,10 +216,6 @@ def apply_overrides(raw: dict, overrides: typing.Sequence[str]) -> dict:
 
 def read_yaml(path: str | Path) -> dict:
     """Read a YAML mapping (plain scalars as :class:`Plain`); errors name the file and line."""
-    import yaml
-
-    from mtkit.io import MAX_RECIPE_BYTES, check_depth, read_bounded
-
     path = Path(path)
     if path.is_dir():
         raise MtkitError(f"{path}: is a directory, expected a YAML recipe file")
@@ -234,7 +228,7 @@ def read_yaml(path: str | Path) -> dict:
         # Aliases share one object (PyYAML never copies them), and every walk over the result (the
         # depth check, the schema, messages through shown()) visits each object once or is bounded,
         # so a "billion laughs" recipe costs the work of its size.
-        raw = yaml.load(text, Loader=_raw_loader())  # noqa: S506 (a safe loader)
+        raw = yaml.load(text, Loader=_RawLoader)  # noqa: S506 (a safe loader)
         check_depth(raw, str(path))
     except RecursionError:  # PyYAML's composer recurses once per level
         raise MtkitError(f"{path}: nested too deep") from None
@@ -308,10 +302,6 @@ def config_to_dict(config: Any) -> dict:
 
 def save_config(config: Config, path: str | Path) -> None:
     """Write the resolved config as YAML, atomically."""
-    import yaml
-
-    from mtkit.io import atomic_write_text
-
     atomic_write_text(path, yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
 

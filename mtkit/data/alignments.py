@@ -20,16 +20,19 @@ every link of a pair read inside its sentence lengths) with work bounded by the 
 
 from __future__ import annotations
 
+import itertools
 import json
+import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from mtkit.data.word_alignment import parse_pharaoh, symmetrize
+from mtkit.data.store import _load_array
+from mtkit.data.word_alignment import parse_pharaoh, pharaoh, symmetrize
 from mtkit.errors import MtkitError, counted, shown
-from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+from mtkit.io import MAX_CONFIG_BYTES, decode_line, open_binary, read_json_file
 
 EFLOMAL = "eflomal"
 EFLOMAL_BLOCK = 100_000  # pairs aligned together (eflomal holds a block in memory; more pairs, better links)
@@ -58,8 +61,6 @@ def piece_links(word_pairs: Iterable[tuple[int, int]], src_words: Sequence[int],
 def eflomal_blocks(pairs: Iterable[tuple[str, str]], block: int = EFLOMAL_BLOCK
                    ) -> Iterator[tuple[tuple[str, str], str]]:
     """Each pair with its symmetrized eflomal alignment (a Pharaoh line), ``block`` pairs aligned at a time."""
-    import itertools
-
     it = iter(pairs)
     while chunk := list(itertools.islice(it, block)):
         yield from zip(chunk, eflomal_align([s for s, _ in chunk], [t for _, t in chunk]), strict=True)
@@ -68,14 +69,11 @@ def eflomal_blocks(pairs: Iterable[tuple[str, str]], block: int = EFLOMAL_BLOCK
 def eflomal_align(srcs: Sequence[str], tgts: Sequence[str]) -> list[str]:
     """grow-diag-final-and of eflomal's forward and reverse alignments of whitespace words, a Pharaoh line each.
     eflomal's Gibbs sampler takes no seed from outside: two runs may differ in a few links."""
-    import tempfile
-
     try:
         import eflomal
     except ImportError:
         raise MtkitError("data.alignments: eflomal is not installed; pip install 'mtkit[align]' "
                          "(or give a Pharaoh file)") from None
-    from mtkit.data.word_alignment import pharaoh
 
     with tempfile.TemporaryDirectory(prefix="mtkit-eflomal-") as tmp:
         fwd, rev = Path(tmp, "fwd"), Path(tmp, "rev")
@@ -96,8 +94,6 @@ def eflomal_align(srcs: Sequence[str], tgts: Sequence[str]) -> list[str]:
 def file_alignments(pairs: Iterable[tuple[str, str]], path: Path) -> Iterator[tuple[tuple[str, str], str]]:
     """Each pair with its line of the Pharaoh file ``path`` (checked when the pair is encoded); a file with
     fewer or more lines than there are pairs is a one-line error."""
-    from mtkit.io import decode_line, open_binary
-
     with open_binary(path) as f:
         lines = (decode_line(raw, str(path), number).rstrip("\r\n") for number, raw in enumerate(f, start=1))
         count = 0
@@ -160,7 +156,6 @@ class AlignmentStore:
         if type(count) is not int or count != len(pairs):
             raise MtkitError(f"{meta_path}: count {shown(count)}, but the '{split}' store holds "
                              f"{counted(len(pairs), 'pair')}; {_RERUN}")
-        from mtkit.data.store import _load_array
 
         offsets = _load_array(out_dir / f"{split}.align.idx.npy", np.int64, count + 1, meta_path.name, count)
         bin_path = out_dir / f"{split}.align.bin"

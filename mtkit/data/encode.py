@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from mtkit.config import CleanConfig, DataConfig, SourceConfig
+from mtkit.data.alignments import EFLOMAL, LINK_DTYPE, AlignmentWriter, eflomal_blocks, file_alignments, piece_links
 from mtkit.data.cleaning import Deduplicator, length_mask, make_normalizer, pair_hash, within_words
-from mtkit.data.filters import filter_names, make_filters
+from mtkit.data.filters import dual_xent_keep, filter_names, make_filters, with_dual_xent
 from mtkit.data.sources import iter_pairs
 from mtkit.data.store import ParallelStoreWriter, id_dtype
 from mtkit.data.vocab import Vocab
+from mtkit.data.word_alignment import parse_pharaoh
 from mtkit.data.workdir import _pool_context, die_with_parent
 from mtkit.errors import MtkitError
 
@@ -147,9 +150,6 @@ def _encode_chunk(pairs: list[tuple[str, str]], first: int = 0, alignments: list
 def _piece_links(vocab: Vocab, srcs: list[str], tgts: list[str], aligned: list[tuple[str, int]], where: str
                  ) -> tuple[np.ndarray, np.ndarray]:
     """The (source piece, target piece) links of each pair's Pharaoh line: (K, 2) links and (B,) counts."""
-    from mtkit.data.alignments import LINK_DTYPE, piece_links
-    from mtkit.data.word_alignment import parse_pharaoh
-
     found = [piece_links(parse_pharaoh(line, len(s.split()), len(t.split()), f"{where}: line {number}"),
                          vocab.src_words(s), vocab.tgt_text_words(t))
              for s, t, (line, number) in zip(srcs, tgts, aligned, strict=True)]
@@ -169,8 +169,6 @@ def _select(ids: np.ndarray, lens: np.ndarray, keep: np.ndarray) -> tuple[np.nda
 
 
 def _progress(progress: bool, desc: str):
-    from tqdm import tqdm
-
     return tqdm(desc=desc, unit=" pairs", unit_scale=True, disable=not progress, file=sys.stderr,
                 dynamic_ncols=True, mininterval=0.5)
 
@@ -262,8 +260,6 @@ def _encode_train(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, p
     read = 0
     aligner = None
     if data.alignments is not None and own_writer:
-        from mtkit.data.alignments import AlignmentWriter
-
         aligner = AlignmentWriter(out_dir, "train")
 
     def note(rule: str, found: list[dict]) -> None:
@@ -371,8 +367,6 @@ def _task(chunk: list, first: int, where: str) -> tuple:
 
 def _with_dual_xent(items: Iterator, settings, clean: CleanConfig) -> Iterator:
     """The items with each pair's (kept, score) under the dual cross-entropy filter."""
-    from mtkit.data.filters import dual_xent_keep, with_dual_xent
-
     if clean.invalid_utf8 != "error":
         raise MtkitError("data.clean.filters.dual_xent: needs data.clean.invalid_utf8: error (a skipped pair "
                          "would shift every score after it)")
@@ -385,8 +379,6 @@ def _with_dual_xent(items: Iterator, settings, clean: CleanConfig) -> Iterator:
 def _with_alignments(pairs: Iterator[tuple[str, str]], data: DataConfig):
     """The training pairs, each with its Pharaoh line (``data.alignments``: eflomal's, on the normalized pairs,
     or a file's), and what errors call the lines' source."""
-    from mtkit.data.alignments import EFLOMAL, eflomal_blocks, file_alignments
-
     if data.alignments == EFLOMAL:
         normalize = make_normalizer(data.clean)
         return eflomal_blocks((normalize(s), normalize(t)) for s, t in pairs), "eflomal's alignments"

@@ -9,6 +9,7 @@ read from files (:func:`dual_xent_keep`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import unicodedata
@@ -19,6 +20,7 @@ import numpy as np
 
 from mtkit.config import FiltersConfig, LangIdFilter
 from mtkit.errors import MtkitError, counted
+from mtkit.io import read_lines
 
 ORDER = ("nonprinting", "alpha", "repeats", "copy", "numbers", "urls", "langid", "dual_xent")
 
@@ -209,10 +211,6 @@ def filter_names(config: FiltersConfig | None) -> tuple[str, ...]:
 def read_scores(path: Path) -> np.ndarray:
     """The mean log-probability per token of each line of ``mtkit score``'s output (text or JSON), ``(N,)``
     float64; nan where the scorer gave nan. One line of error (file: line) for anything else."""
-    import json
-
-    from mtkit.io import read_lines
-
     if not path.exists():
         raise MtkitError(f"{path}: no such file (`mtkit score` output for data.train)")
     means: list[float] = []

@@ -13,6 +13,7 @@ from pathlib import Path
 from mtkit.config import DataConfig, SourceConfig, config_to_dict
 from mtkit.data.cleaning import make_normalizer, within_words
 from mtkit.data.encode import SPLITS, _append_eval, _encode_train, _Part, _progress, rule_names
+from mtkit.data.languages import Pair, config_pairs, tag_id, tag_piece, targets
 from mtkit.data.store import ParallelStoreWriter, id_dtype
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.data.workdir import log
@@ -88,8 +89,6 @@ def _train_multilingual_vocab(data: DataConfig, workers: int,
     """SentencePiece for a multilingual recipe: one model over every language (or a source and a
     target model), with the pairs' target-language tags reserved as whole pieces of the model of their
     side (``data.tag_side``)."""
-    from mtkit.data.languages import config_pairs, tag_piece, targets
-
     spm_cfg, timings = data.spm, {}
     start = time.perf_counter()
     reservoirs, read = _sample_languages(data, progress)
@@ -121,8 +120,6 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
     tag; fills ``splits``,
     ``dropped`` and ``timings`` and returns the manifest's ``pairs``: languages, tag, sources, and
     per split the segment's ``start`` and ``pairs`` (and for train what cleaning dropped)."""
-    from mtkit.data.languages import Pair, tag_id, tag_piece
-
     dtype = id_dtype(max(vocab.src_size, vocab.tgt_size))
     entries = []
     for p in data.pairs:

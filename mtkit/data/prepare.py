@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import mtkit
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DataConfig, SourceConfig, config_to_dict
 from mtkit.data.encode import SPLITS, _encode_corpora, _encode_eval, _encode_train, _sample_for_spm
 from mtkit.data.filters import check_filters
@@ -51,6 +50,7 @@ from mtkit.data.vocab import Vocab, train_model
 from mtkit.data.workdir import _check_out_dir, _owner, _remove_dead_leftovers, _replace_dir, die_with_parent, log
 from mtkit.errors import MtkitError, counted
 from mtkit.io import atomic_write_text, naming_output
+from mtkit.version import __version__
 
 # ------------------------------------------------------------------ fingerprint
 
@@ -122,7 +122,7 @@ def fingerprint(data: DataConfig, vocab_models: tuple[bytes, bytes | None] | Non
         del corpus["weight"]
     vocab = [hashlib.sha256(m if isinstance(m, bytes) else json.dumps(m).encode()).hexdigest() if m is not None
              else None for m in vocab_models] if vocab_models else None  # (an imported model's piece table third)
-    blob = json.dumps({"version": mtkit.__version__, "data": settings, "files": stamps, "vocab": vocab},
+    blob = json.dumps({"version": __version__, "data": settings, "files": stamps, "vocab": vocab},
                       sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -242,7 +242,7 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
     timings["total"] = round(time.perf_counter() - total_start, 2)
     manifest = {
         "format": MANIFEST_FORMAT,
-        "mtkit_version": mtkit.__version__,
+        "mtkit_version": __version__,
         "fingerprint": fp,
         "src_lang": data.src_lang,
         "tgt_lang": data.tgt_lang,

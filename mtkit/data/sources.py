@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.config import SourceConfig
+from mtkit.data.synthetic import LANGUAGES, demo_pairs
 from mtkit.errors import MtkitError, counted
 from mtkit.io import count_lines, open_regular, read_lines
 
@@ -60,13 +61,10 @@ def iter_pairs(
             raise MtkitError(f"{key}: kind 'hf' needs '{key}.name' (a hub name or a local folder)")
         return _iter_hf(source, src_lang, tgt_lang, split_name)
     if source.kind == "demo":
-        from mtkit.data.synthetic import demo_pairs
-
         if source.size <= 0:
             raise MtkitError(f"{key}.size: must be positive, got {source.size}")
         if not demo_languages:
             return demo_pairs(source.size, source.seed, split_name)
-        from mtkit.data.synthetic import LANGUAGES
 
         for lang in (src_lang, tgt_lang):
             if lang not in LANGUAGES:

@@ -30,8 +30,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpmConfig
+from mtkit.data.word_alignment import piece_words
 from mtkit.errors import MtkitError
-from mtkit.io import MAX_VOCAB_BYTES, read_bounded, read_json_file
+from mtkit.io import MAX_VOCAB_BYTES, atomic_write_bytes, read_bounded, read_json_file
 
 JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
@@ -189,8 +190,6 @@ class Vocab:
 
     def save(self, out_dir: Path) -> list[str]:
         """Write the model file(s) into ``out_dir``; return their names."""
-        from mtkit.io import atomic_write_bytes
-
         src_model, tgt_model = self._models
         extra = []
         if self._pieces is not None:
@@ -319,8 +318,6 @@ class Vocab:
 
     @staticmethod
     def _text_words(sp: spm.SentencePieceProcessor, table: PieceTable | None, text: str) -> list[int]:
-        from mtkit.data.word_alignment import piece_words
-
         code = b""
         if table is not None and text.startswith(">>") and (end := text.find("<<")) != -1:  # PieceTable.encode's
             code = text[: end + 2].encode("utf-8")
@@ -332,8 +329,6 @@ class Vocab:
     def tgt_words(self, ids: Sequence[int]) -> list[int]:
         """The word of :meth:`decode_tgt`'s text (an index into its ``split()``, -1 for none) of each of ``ids``
         (-1 for PAD, BOS and EOS)."""
-        from mtkit.data.word_alignment import piece_words
-
         real = [k for k, i in enumerate(ids) if i not in (PAD_ID, BOS_ID, EOS_ID)]
         if self._tables:
             sp_ids = [self._tgt.piece_to_id(p) for p in self.tgt_pieces(ids[k] for k in real)]

@@ -15,6 +15,7 @@ replaces an earlier output, and children that die with their parent.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import multiprocessing
 import os
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from mtkit.data.store import MANIFEST
 from mtkit.errors import MtkitError
+from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 from mtkit.io import owner as _owner
 from mtkit.io import process_alive as _alive
 
@@ -48,7 +50,6 @@ def die_with_parent(parent: int) -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -93,8 +94,6 @@ _OUTPUT_NAME = re.compile(
 
 def _written_by_mtkit(manifest_path: Path) -> bool:
     """True if ``manifest_path`` is a JSON object with mtkit's ``format`` key (of any version)."""
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
-
     try:
         manifest = read_json_file(manifest_path, MAX_CONFIG_BYTES, "data manifest")
     except MtkitError:

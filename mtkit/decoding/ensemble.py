@@ -3,7 +3,7 @@
 An :class:`Ensemble` follows the model's decoding protocol (``encode``, ``init_cache``,
 ``decode_step`` and a cache with ``reorder`` / ``select_sentences``), so search needs
 no ensemble-specific code. That the models share one vocabulary is the caller's to check
-(:func:`mtkit.engines.checkpoint.check_one_vocabulary`): here there are only ids.
+(:func:`mtkit.checkpoints.io.check_one_vocabulary`): here there are only ids.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The engines: loading a model and running it (what the commands, the server and training share): the
-device, mixed precision, loading a checkpoint into (model, vocabulary, config), and the engines that
-translate lines.
+device, mixed precision, and the engines that translate lines (checkpoints are read and written by
+:mod:`mtkit.checkpoints`).
 
     device.py              ``auto`` -> cuda or cpu, once for every command and the trainer
     precision.py           the ``precision`` setting -> autocast context and grad scaler
-    checkpoint.py          reading checkpoints: checks, run directories, :class:`LoadedModel`; an ensemble's
-                           models share one vocabulary (``check_one_vocabulary``; the model side is
-                           :class:`mtkit.decoding.ensemble.Ensemble`)
     engine.py              :class:`Engine`, the engines' common pipeline (lines in, translations out)
     torch_engine.py        :class:`TorchEngine`: :mod:`mtkit.decoding` on one model or an ensemble
     inference.py           :class:`InferenceModel`: a model as search sees it, its weights packed once, owned

@@ -189,8 +189,8 @@ def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
 def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) -> None:
     """Refuse a manifest whose ``model`` sizes (layers, d_model, h, d_ff, max_positions) ``model.bin``
     does not have: one line naming the key and both values."""
+    from mtkit.checkpoints.io import layer_count
     from mtkit.config import config_from_dict
-    from mtkit.engines.checkpoint import layer_count
 
     m = config_from_dict({"model": manifest["model"]}).model
     shapes = model_bin_shapes(model_bin)

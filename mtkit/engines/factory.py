@@ -70,7 +70,7 @@ def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
 def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
     """Say on stderr (or ``log``) which checkpoints a command runs: ``loaded PATH (step N)``; once their
     settings have passed the checks, so that an error stays the only line."""
-    from mtkit.engines.checkpoint import describe
+    from mtkit.checkpoints.io import describe
 
     for model in loaded:
         log(f"loaded {describe(model)}")
@@ -168,7 +168,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         log(f"loaded {translator.description}")
         log(f"threads: {threads} ({why})")
         return translator
-    from mtkit.engines.checkpoint import precheck
+    from mtkit.checkpoints.io import precheck
     from mtkit.engines.device import resolve_device
 
     for path in paths:
@@ -195,7 +195,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         # first reading spans the start and the model loading; the engine chooses again between batches.
         policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
                               probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
 
     loaded = [load_model(p, device) for p in paths]
     said = None  # said after the checks below, so that an error stays the only line

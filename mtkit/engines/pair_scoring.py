@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+from mtkit.checkpoints.io import check_one_vocabulary
 from mtkit.data.languages import decoder_start
 from mtkit.decoding.forced import pad_pairs, token_log_probs
-from mtkit.engines.checkpoint import check_one_vocabulary
 from mtkit.engines.inference import InferenceModel
 from mtkit.engines.precision import check_precision
 from mtkit.errors import MtkitError

@@ -83,7 +83,7 @@ class TorchEngine(Engine):
                  target: str | None = None, threads=None) -> None:
         import torch
 
-        from mtkit.engines.checkpoint import check_one_vocabulary
+        from mtkit.checkpoints.io import check_one_vocabulary
         from mtkit.engines.precision import check_precision
 
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]

@@ -33,7 +33,7 @@ FORMAT = 2  # what the export holds; 2: its alignment head (mtkit.export.ctransl
 
 def _stamp(checkpoint: Path, quantization: str | None) -> dict:
     """What identifies the export of ``checkpoint`` as the file is now."""
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     st = os.stat(checkpoint)
     return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
@@ -86,7 +86,7 @@ def candidates(checkpoint: Path, quantization: str | None) -> list[Path]:
 def cached_export(path: str | Path, quantization: str | None = None, log: Callable[[str], None] = stderr) -> Path:
     """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
     of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
-    from mtkit.engines.checkpoint import resolve_checkpoint
+    from mtkit.checkpoints.io import resolve_checkpoint
     from mtkit.engines.ctranslate2_engine import import_ctranslate2
 
     check_quantization("ctranslate2", quantization)
@@ -120,7 +120,7 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
 def _export(checkpoint: Path, quantization: str | None, stamp: dict, folder: Path, work: Path,
             log: Callable[[str], None]) -> Path:
     """Export into ``work``, record the stamp, then put it at ``folder`` (replacing an outdated export)."""
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.export.ctranslate2 import export_model
 
     log(f"exporting {checkpoint} to CTranslate2 ({stamp['quantization']}) once, into {folder}")

@@ -205,8 +205,8 @@ def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -
 
 def _write_side_files(loaded, side: Path, quantization: str | None, spec) -> None:
     """The SentencePiece model(s) and mtkit.json in ``side``, registered with ``spec``."""
-    from mtkit import __version__
     from mtkit.config import config_to_dict
+    from mtkit.version import __version__
 
     data = loaded.config.data
     names = loaded.vocab.save(side)

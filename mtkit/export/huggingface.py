@@ -331,8 +331,8 @@ def probe_logits_difference(model, hf_model, ids: Ids) -> float:
 
 def model_card(loaded, arch: str) -> str:
     """README.md: what the model is, how to run it, the recipe, and the run's scores where the run kept them."""
-    from mtkit import __version__
     from mtkit.config import config_to_dict
+    from mtkit.version import __version__
 
     cfg = loaded.config
     m, d = cfg.model, cfg.decode
@@ -388,8 +388,8 @@ def model_card(loaded, arch: str) -> str:
 def manifest(loaded, arch: str) -> dict:
     """``mtkit.json``: what was exported, and the recipe's decode settings whole (``generate()`` has no
     a·source + b bound): ``mtkit import marian`` reads them back, so that import(export(run)) decodes as the run."""
-    from mtkit import __version__
     from mtkit.config import config_to_dict
+    from mtkit.version import __version__
 
     return {"mtkit_version": __version__, "checkpoint": str(loaded.path), "step": loaded.step,
             "architecture": arch, "decode": config_to_dict(loaded.config.decode)}

@@ -119,8 +119,8 @@ def export_model(loaded, out_dir: str | Path, log: Callable[[str], None] = stder
 def _write(loaded, model, tmp: Path, log: Callable[[str], None]) -> float:
     """Trace and save both graphs, the vocabulary and mtkit.json in ``tmp``; the probe's logit difference."""
     torch, EncoderGraph, StepGraph = _modules()
-    from mtkit import __version__
     from mtkit.config import config_to_dict
+    from mtkit.version import __version__
 
     cfg = loaded.config.model
     layers, h, d_k = cfg.decoder_layers, cfg.h, cfg.d_model // cfg.h

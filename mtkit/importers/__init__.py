@@ -21,9 +21,9 @@ def write_run(imported, out_dir: str | Path) -> Path:
     The directory is built beside ``out_dir`` and renamed into place, so a failure leaves nothing
     behind; an existing non-empty ``out_dir`` is an error.
     """
+    from mtkit.checkpoints.io import model_payload, save_checkpoint
     from mtkit.config import config_to_dict, save_config
     from mtkit.data.vocab import Vocab
-    from mtkit.engines.checkpoint import model_payload, save_checkpoint
 
     out_dir = Path(out_dir)
     refuse_non_empty(out_dir)

@@ -179,7 +179,7 @@ def check_config_against_weights(config: Path, model: ModelConfig, src_size: int
     """Refuse every size in config.json that the weight tensors do not have, before anything of that size
     is built (a model of 100000000 layers, a vocabulary permutation of 10^9 ids): one line naming the key,
     its value and what ``weights`` holds. Shapes only: ``shapes`` comes from the file's header."""
-    from mtkit.engines.checkpoint import MAX_POSITIONS, layer_count
+    from mtkit.checkpoints.io import MAX_POSITIONS, layer_count
 
     name = weights.name
 
@@ -230,7 +230,7 @@ def _read_weights(folder: Path) -> dict:
     else:
         # torch.load's weights-only reading runs no code, but would inflate a compressed entry whole and
         # build whatever the pickle describes: the bounded reader of checkpoints sees the file first.
-        from mtkit.checkpoint_file import read_payload
+        from mtkit.checkpoints.file import read_payload
 
         read_payload(path)
     try:

@@ -20,7 +20,7 @@ whose ``hyper_parameters`` (else ``hparams.yaml``) say how they are used:
 The score of a segment is the estimator's output; a system's score is their mean (COMET-DA scores are
 around 0.8 for good systems, not percentages). Loading never runs code from the folder, never reads
 standard input, and costs work bounded by the files' sizes: the checkpoint is read first without torch
-(mtkit.checkpoint_file: stored entries, a bounded pickle of plain data and tensors that fit their
+(mtkit.checkpoints.file: stored entries, a bounded pickle of plain data and tensors that fit their
 storages), then by ``torch.load(weights_only=True)``, memory-mapped; ``hparams.yaml`` is read without
 aliases; the encoder's JSON files are read bounded in size and depth, and one asking for code of its own
 (an ``auto_map``, a ``model_type`` transformers does not know) is refused before transformers, told
@@ -141,11 +141,11 @@ def locate(source: str) -> tuple[Path, Path]:
 
 def read_checkpoint(path: Path) -> dict:
     """The Lightning checkpoint at ``path``: read first without torch, in work bounded by its size
-    (:func:`~mtkit.checkpoint_file.read_payload`, as mtkit's own checkpoints are), then memory-mapped
+    (:func:`~mtkit.checkpoints.file.read_payload`, as mtkit's own checkpoints are), then memory-mapped
     by torch's weights-only unpickler (nothing of it runs); its ``state_dict`` and ``hyper_parameters``."""
     import torch
 
-    from mtkit.checkpoint_file import read_payload
+    from mtkit.checkpoints.file import read_payload
     from mtkit.io import open_regular
 
     with open_regular(path, "no such file") as f:
@@ -524,6 +524,6 @@ class CometScorer:
 
 
 def _mtkit_version() -> str:
-    import mtkit
+    from mtkit.version import __version__
 
-    return mtkit.__version__
+    return __version__

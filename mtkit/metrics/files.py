@@ -19,7 +19,14 @@ from pathlib import Path
 
 from mtkit.errors import MtkitError, counted
 from mtkit.io import STDIN_NAME, decode_line, read_lines, standard_input
-from mtkit.metrics.scores import BootstrapScore, MetricScore, paired_bootstrap, score
+from mtkit.metrics.scores import (
+    BootstrapScore,
+    MetricScore,
+    mean_score,
+    paired_bootstrap,
+    paired_bootstrap_segments,
+    score,
+)
 
 STDIN = STDIN_NAME
 
@@ -169,8 +176,6 @@ def _with_comet(evaluation: Evaluation, hyp_lines: list[list[str]], ref_lines: l
                 sources: list[str] | None, comet) -> Evaluation:
     """``evaluation`` with COMET after its scores and, with several systems, in its paired test (the
     bootstrap on segment scores, :func:`~mtkit.metrics.scores.paired_bootstrap_segments`)."""
-    from mtkit.metrics.scores import mean_score, paired_bootstrap_segments
-
     if len(ref_lines) > 1:
         raise MtkitError("COMET takes one reference per sentence; give one --ref")
     reference = ref_lines[0] if ref_lines else None  # a model that takes none leaves it

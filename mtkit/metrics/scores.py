@@ -43,8 +43,11 @@ Named test sets: :mod:`mtkit.metrics.testsets`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from mtkit.errors import MtkitError, counted
 from mtkit.metrics.tokenized import _sacremoses_version, compound_split_tok, lc_tok, looks_lc_tok
@@ -361,9 +364,6 @@ def paired_bootstrap_segments(systems: Sequence[tuple[str, Sequence[float]]], me
     its segment scores (COMET): the same resamples (sacrebleu's seed, ``SACREBLEU_SEED`` or 12345), mean and
     95% interval (sacrebleu's ``estimate_ci``) and p-value of the difference to the first system, the
     baseline. One :class:`BootstrapScore` per system, baseline first."""
-    import os
-
-    import numpy as np
     from sacrebleu.significance import estimate_ci
 
     seed = os.environ.get("SACREBLEU_SEED", "12345")

@@ -8,6 +8,7 @@ import html
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 
 # Share of reference lines that must survive the lc-tok pipeline unchanged for the
 # stream to count as already tokenized (English official refs: 983/1000, because
@@ -46,8 +47,6 @@ def looks_lc_tok(lines: Sequence[str], lang: str) -> bool:
 
 
 def _sacremoses_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("sacremoses")
     except PackageNotFoundError:  # pragma: no cover - the dependency is declared

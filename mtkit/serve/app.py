@@ -78,7 +78,7 @@ def create_app(service: Service):
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     @asynccontextmanager
     async def lifespan(app):
@@ -168,7 +168,7 @@ def libretranslate_router(service: Service):
     from fastapi import APIRouter
     from fastapi.responses import JSONResponse, Response
 
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     router = APIRouter()
     tags = ["LibreTranslate"]
@@ -323,7 +323,7 @@ def mtkit_router(service: Service):
     from fastapi import APIRouter
     from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     router = APIRouter()
 

@@ -9,9 +9,14 @@ make the exit status 143 / 130: :class:`_Server` does not. A second Ctrl-C stops
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import sys
+from collections.abc import Callable
+
+import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from mtkit.errors import MtkitError
 
@@ -210,45 +215,71 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\
          b"connection: close\r\ncontent-length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n" + _BUSY_BODY)
 
 
-def guarded_protocol(header_timeout: float, max_connections: int):
+class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
     """uvicorn's HTTP protocol (httptools, else h11) that closes a connection whose request headers have
     not all arrived ``header_timeout`` seconds after it opened or after its last response (a slow client
     sending a header line a second), and refuses connections beyond ``max_connections`` at once, so that
-    slow clients cannot hold every file descriptor."""
-    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+    slow clients cannot hold every file descriptor (uvicorn builds one per connection: give it
+    :func:`guarded_protocol`)."""
 
-    class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-        _timer = None
+    _timer = None
 
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                transport.write(_BUSY)
-                transport.close()
-                return
+    def __init__(self, *args, header_timeout: float, max_connections: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout
+        self.max_connections = max_connections
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            transport.write(_BUSY)
+            transport.close()
+            return
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(self.header_timeout, self._expired, self.cycle)
+
+    def _expired(self, cycle) -> None:
+        # No request's headers completed since the timer was armed: uvicorn starts a new cycle for each.
+        if self.cycle is cycle and not self.transport.is_closing():
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
             self._arm()
 
-        def _arm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self.loop.call_later(header_timeout, self._expired, self.cycle)
+    def connection_lost(self, exc) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        super().connection_lost(exc)
 
-        def _expired(self, cycle) -> None:
-            # No request's headers completed since the timer was armed: uvicorn starts a new cycle for each.
-            if self.cycle is cycle and not self.transport.is_closing():
-                self.transport.close()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()
+def guarded_protocol(header_timeout: float, max_connections: int) -> Callable[..., GuardedProtocol]:
+    """What uvicorn calls to build each connection's :class:`GuardedProtocol` (its ``http`` setting)."""
+    return functools.partial(GuardedProtocol, header_timeout=header_timeout, max_connections=max_connections)
 
-        def connection_lost(self, exc) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-            super().connection_lost(exc)
 
-    return GuardedProtocol
+class _Server(uvicorn.Server):
+    """uvicorn's server that says where it serves once it does, and returns on SIGTERM or SIGINT."""
+
+    def __init__(self, config: uvicorn.Config, address: str) -> None:
+        super().__init__(config)
+        self.address = address
+
+    def handle_exit(self, sig, frame) -> None:  # as uvicorn's, without re-raising the signal afterwards
+        if self.should_exit:
+            self.force_exit = True
+        self.should_exit = True
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:  # the app started and the socket accepts: it serves
+            print(f"serving on http://{self.address}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
+                  file=sys.stderr, flush=True)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -277,28 +308,13 @@ def run(app, host: str = "127.0.0.1", port: int = 5000, graceful_timeout: float 
     A connection whose request headers take over ``header_timeout`` seconds is closed, an idle kept-alive
     one after ``keep_alive_timeout``, and connections beyond ``max_connections`` are refused at once;
     uvicorn answers what it rejects at the HTTP level itself (a malformed request line: 400, as text)."""
-    import uvicorn
-
     sock = bind(host, port)
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-
-    class _Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # as uvicorn's, without re-raising the signal afterwards
-            if self.should_exit:
-                self.force_exit = True
-            self.should_exit = True
-
-        async def startup(self, sockets=None) -> None:
-            await super().startup(sockets)
-            if self.started and not self.should_exit:  # the app started and the socket accepts: it serves
-                print(f"serving on http://{shown}:{bound[1]}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
-                      file=sys.stderr, flush=True)
-
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=graceful_timeout, timeout_keep_alive=keep_alive_timeout,
                             http=guarded_protocol(header_timeout, max_connections))
-    server = _Server(config)
+    server = _Server(config, f"{shown}:{bound[1]}")
     try:
         server.run(sockets=[sock])
     except SystemExit:  # uvicorn's exit when the app's startup fails (it has logged why)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtkit.engines.checkpoint import load_checkpoint, model_payload, save_checkpoint, step_checkpoints
+from mtkit.checkpoints.io import load_checkpoint, model_payload, save_checkpoint, step_checkpoints
 from mtkit.errors import MtkitError, counted
 
 
@@ -29,7 +29,7 @@ def average_checkpoints(paths: list[Path], output: Path) -> Path:
             first = ckpt
             total = {k: v.double().clone() if v.is_floating_point() else v for k, v in state.items()}
             continue
-        if ckpt.get("vocab") != first.get("vocab"):  # as an ensemble (mtkit.engines.checkpoint.check_one_vocabulary)
+        if ckpt.get("vocab") != first.get("vocab"):  # as an ensemble (mtkit.checkpoints.io.check_one_vocabulary)
             raise MtkitError(f"{path}: its vocabulary (SentencePiece model) differs from {paths[0]}'s; averaging "
                              "needs checkpoints of one vocabulary (of one run)")
         if state.keys() != total.keys():

@@ -210,7 +210,7 @@ def teacher_decoding(config: Config):
     """How the teacher translates: as its own recipe decodes (the decode section stored in the first teacher;
     the distillation recipe's own decode section is the student's), one hypothesis per source, searched
     (never sampled), without MBR."""
-    from mtkit.engines.checkpoint import stored_config
+    from mtkit.checkpoints.io import stored_config
 
     return replace(stored_config(config.distill.teacher[0]).decode, nbest=1, sampling=False, mbr="off")
 

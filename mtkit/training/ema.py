@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from mtkit.errors import MtkitError
+
 
 class ExponentialMovingAverage:
     """The shadow weights of a model: float32 copies of its floating-point state, by state_dict name."""
@@ -45,8 +47,6 @@ class ExponentialMovingAverage:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a checkpoint's ``ema``; one that does not fit the model is a one-line error."""
-        from mtkit.errors import MtkitError
-
         if not isinstance(state, dict) or set(state) != set(self.shadow) or any(
                 getattr(state[name], "shape", None) != t.shape for name, t in self.shadow.items()):
             raise MtkitError("the checkpoint's ema (moving average of the weights) does not fit this model")

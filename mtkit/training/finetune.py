@@ -29,8 +29,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import Config, ModelConfig
-from mtkit.engines.checkpoint import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
+from mtkit.checkpoints.io import checkpoint_config, load_checkpoint, resolve_checkpoint, vocab_difference
+from mtkit.config import Config, ModelConfig, load_config
+from mtkit.data.vocab import Vocab
 from mtkit.errors import MtkitError
 
 REGULARIZATION = ("dropout", "attention_dropout", "activation_dropout")
@@ -43,7 +44,7 @@ class Parent:
     """The checkpoint a new run starts from."""
 
     path: Path  # the checkpoint file (a run directory resolved to its checkpoint)
-    ckpt: dict  # as :func:`mtkit.engines.checkpoint.load_checkpoint` returns it
+    ckpt: dict  # as :func:`mtkit.checkpoints.io.load_checkpoint` returns it
     config: Config
     sha256: str  # of the file
 
@@ -135,8 +136,6 @@ def resolve_init(config: Config, run_dir: Path, resume: bool | None = None,
         raise MtkitError(f"data.tag_side: {parent.path} was trained with its tags on the {parent_side} side; the "
                          f"recipe says {side}: fine-tune with the parent's tag_side")
     if data_dir is not None:
-        from mtkit.data.vocab import Vocab
-
         check_vocabulary(parent, Vocab.load(data_dir), data_dir)
     model, differences, taken = model_from_parent(config.model, parent.config.model)
     if differences:
@@ -153,8 +152,6 @@ def resolve_init(config: Config, run_dir: Path, resume: bool | None = None,
 def _resumed(config: Config, run_dir: Path) -> Config:
     """``config`` for resuming ``run_dir``: the run's own init record, and its architecture if it
     started from a parent and the recipe leaves the model open (the trainer checks the rest)."""
-    from mtkit.config import load_config
-
     try:
         run = load_config(run_dir / "config.yaml")
     except MtkitError:  # no saved config (nothing to resume): the trainer says what is wrong

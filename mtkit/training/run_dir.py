@@ -1,4 +1,4 @@
-"""A training's run directory besides the checkpoints' format (:mod:`mtkit.engines.checkpoint`): its lock
+"""A training's run directory besides the checkpoints' format (:mod:`mtkit.checkpoints.io`): its lock
 (:class:`RunLock`), the ``last.pt`` / ``best.pt`` links and the partial saves a killed run leaves, the stop
 signals (SIGINT / SIGTERM save the step and stop), the metrics log (``metrics.jsonl``, TensorBoard), and
 the checks of the prepared data it trains on."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import torch
 
+from mtkit.data.store import load_manifest
 from mtkit.engines.device import resolve_device
 from mtkit.errors import MtkitError
-from mtkit.io import atomic_path
+from mtkit.io import atomic_path, atomic_write_text
+from mtkit.training.curves import read_metrics
 
 # What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
 # only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
@@ -29,8 +32,6 @@ PARTIAL_SAVES = {
 
 def check_prepared(data_dir: Path) -> dict:
     """The data directory's manifest, verified (a missing, damaged or newer one is a one-line error)."""
-    from mtkit.data.store import load_manifest
-
     return load_manifest(data_dir)
 
 
@@ -106,9 +107,6 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """On resume, forget what an interrupted run logged after its last checkpoint (and a
         line cut short by a crash, with a warning: :func:`mtkit.training.curves.read_metrics`)."""
-        from mtkit.io import atomic_write_text
-        from mtkit.training.curves import read_metrics
-
         if not (self.enabled and self.path.exists()):
             return
         kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= step]
@@ -136,8 +134,6 @@ class MetricsLog:
 
 def link_atomically(target: Path, link: Path) -> None:
     """Make ``link`` name the same file as ``target`` (a hard link, or a copy where links fail), atomically."""
-    import shutil
-
     with atomic_path(link) as tmp:
         if tmp == link:  # a device or FIFO, written through: never to be unlinked
             with open(target, "rb") as src, open(tmp, "wb") as dst:

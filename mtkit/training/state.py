@@ -1,6 +1,6 @@
 """A training's state in a checkpoint, and the checks and restores of resuming from one.
 
-Besides the fields every checkpoint has (:func:`mtkit.engines.checkpoint.model_payload`: the model, its
+Besides the fields every checkpoint has (:func:`mtkit.checkpoints.io.model_payload`: the model, its
 config and vocabulary), a training's checkpoint holds the optimizer, the scaler, the RNG, the sampler's
 position, the counters a resumed run continues from and a fingerprint of its data.
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from mtkit.checkpoints.io import check_weights_fit, checkpoint_config, model_payload, vocab_difference, vocab_entry
 from mtkit.config import Config, config_to_dict
-from mtkit.engines.checkpoint import check_weights_fit, checkpoint_config, model_payload, vocab_difference, vocab_entry
 from mtkit.errors import MtkitError
 from mtkit.training.batching import SamplerState
 from mtkit.training.finetune import Parent

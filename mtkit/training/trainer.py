@@ -22,17 +22,36 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
 
-from mtkit.config import PAD_ID, Config, save_config
-from mtkit.engines.checkpoint import EMA_FILE, load_checkpoint, save_checkpoint, step_checkpoints
+from mtkit.checkpoints.io import (
+    EMA_FILE,
+    load_checkpoint,
+    model_payload,
+    save_checkpoint,
+    step_checkpoints,
+    vocab_entry,
+)
+from mtkit.config import PAD_ID, Config, config_to_dict, save_config
+from mtkit.data.alignments import AlignmentStore
+from mtkit.data.languages import config_pairs, describe, stored_pairs
+from mtkit.data.store import ParallelStore
+from mtkit.data.vocab import Vocab
 from mtkit.engines.device import device_type
 from mtkit.engines.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.engines.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
 from mtkit.errors import Interrupted, MtkitError, counted
+from mtkit.metrics.comet import CometScorer
 from mtkit.model import Transformer, count_parameters
 from mtkit.training import distributed
-from mtkit.training.batching import Batch, SamplerState, TokenBatchSampler, prefetch
+from mtkit.training.augment import Augmenter
+from mtkit.training.average import average_checkpoints
+from mtkit.training.batching import Batch, PairMixture, SamplerState, TokenBatchSampler, mixture_probabilities, prefetch
+from mtkit.training.bpe_dropout import BPEDropout, scaled_lengths
+from mtkit.training.curves import draw_curves
 from mtkit.training.ema import ExponentialMovingAverage
 from mtkit.training.finetune import Parent, check_vocabulary, resolve_init
 from mtkit.training.loss import TranslationLoss, perplexity
@@ -49,6 +68,7 @@ from mtkit.training.run_dir import (
     select_device,
 )
 from mtkit.training.state import Counters, check_resumable, checkpoint_payload, restore, start_from
+from mtkit.training.validation import validation_bleus, validation_losses
 
 
 @dataclass
@@ -69,9 +89,6 @@ class Trainer:
                  init: Parent | None = None) -> None:
         """``init``: the checkpoint a new run starts from (:func:`mtkit.training.finetune.resolve_init`,
         which also gives the ``config`` that goes with it); it is checked here, before anything is written."""
-        from mtkit.data.store import ParallelStore
-        from mtkit.data.vocab import Vocab
-
         self.config = config
         self.cfg = config.train
         self.data_dir = Path(data_dir)
@@ -96,8 +113,6 @@ class Trainer:
         self.data_fingerprint = data_fingerprint(self.data_dir)
         self.comet = None  # with comet in train.valid_metrics: loaded now, so that a model not to be had fails first
         if "comet" in self.cfg.valid_metrics and self.cfg.bleu_every:
-            from mtkit.metrics.comet import CometScorer
-
             self.comet = CometScorer(self.cfg.valid_comet_model, str(self.device))
         self.pairs = self._check_pairs(manifest)  # a multilingual store's pairs; empty for one pair
         self.corpora = manifest.get("corpora") or []  # a single pair's several corpora (data.corpora)
@@ -135,8 +150,6 @@ class Trainer:
         self.bpe_dropout = None
         self.length_growth = (1.0, 1.0)
         if self.cfg.bpe_dropout > 0:
-            from mtkit.training.bpe_dropout import BPEDropout
-
             self.bpe_dropout = BPEDropout(self.vocab, self.cfg.bpe_dropout, self.cfg.seed,
                                           max_len=config.model.max_positions - 1,
                                           tags=self._source_tags(),
@@ -147,8 +160,6 @@ class Trainer:
                                           for g in growth))
         self.augment = None
         if self.cfg.augment.on:
-            from mtkit.training.augment import Augmenter
-
             self.augment = Augmenter(self.vocab, self.cfg.augment, self.cfg.seed,
                                      max_len=config.model.max_positions - 1, tags=self._source_tags(),
                                      tag_side="tgt" if self.tagged_targets else "src")
@@ -167,8 +178,6 @@ class Trainer:
         guided = self.cfg.guided_alignment
         self.alignments = None  # the training pairs' links (mtkit.data.alignments), for guided alignment
         if guided.weight > 0:
-            from mtkit.data.alignments import AlignmentStore
-
             self.alignments = AlignmentStore.open(self.data_dir, "train", self.train_store)
         self.criterion = TranslationLoss(self.model, self.cfg.label_smoothing, PAD_ID, rdrop_alpha=self.cfg.rdrop_alpha,
                                          kernels=config.kernels,
@@ -177,8 +186,6 @@ class Trainer:
         self.train_model = self.criterion  # model + loss: (src, tgt_in, tgt_out) -> (loss_sum, nll_sum, n)
         self.ddp = None  # the DDP wrapper, kept for no_sync() (a compiled module does not expose it)
         if self.dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
             self.ddp = DDP(self.criterion, device_ids=[self.device.index] if self.device.type == "cuda" else None)
             self.train_model = self.ddp
         if self.cfg.compile:
@@ -189,8 +196,6 @@ class Trainer:
     def _check_pairs(self, manifest: dict) -> list:
         """The prepared data's pairs, which must be the recipe's ``data.pairs`` (the checkpoint records
         them: translation reads its targets and tags there), and ``train.best_pair`` among them."""
-        from mtkit.data.languages import config_pairs, describe, stored_pairs
-
         stored, wanted = stored_pairs(manifest), config_pairs(self.config.data)
         if [p.pair for p in stored] != wanted:
             has = describe([p.pair for p in stored]) or "one pair, untagged"
@@ -211,10 +216,6 @@ class Trainer:
     def _mixture(self):
         """The pairs' shares of each epoch (:func:`mtkit.training.batching.mixture_probabilities`); None
         when they are the pairs' own sizes, which is one pass over the store, as for one pair."""
-        import numpy as np
-
-        from mtkit.training.batching import PairMixture, mixture_probabilities
-
         if self.corpora or self.config.data.corpora:
             return self._corpus_mixture()
         if not self.pairs:
@@ -236,8 +237,6 @@ class Trainer:
 
     def _corpus_mixture(self):
         """``data.corpora``'s shares of each epoch: their weights, normalized (the store holds them in order)."""
-        from mtkit.training.batching import PairMixture, mixture_probabilities
-
         wanted = [c.name for c in self.config.data.corpora]
         stored = [e["name"] for e in self.corpora]
         if wanted != stored:
@@ -256,8 +255,6 @@ class Trainer:
 
     def _set_length_growth(self, growth: tuple[float, float]) -> None:
         """Budget batches for BPE-dropout's longer segmentations (mtkit.training.bpe_dropout)."""
-        from mtkit.training.bpe_dropout import scaled_lengths
-
         self.length_growth = (float(growth[0]), float(growth[1]))
         self.sampler.src_lengths = scaled_lengths(self.train_store.src_lengths, self.length_growth[0])
         self.sampler.tgt_lengths = scaled_lengths(self.train_store.tgt_lengths, self.length_growth[1])
@@ -338,8 +335,6 @@ class Trainer:
     def validate(self, final: bool = False) -> dict:
         """The validation loss, and BLEU every ``train.bleu_every`` steps and at the end. Every rank gets
         the same values (the loss over the whole set, BLEU gathered), so that early-stopping decisions agree."""
-        from mtkit.training.validation import validation_bleus, validation_losses
-
         self.model.eval()
         pairs = [p for p in self.pairs if p.segment("valid") is not None]
         rank, world = self.dist.rank, self.dist.world_size
@@ -441,8 +436,6 @@ class Trainer:
                            tagged_targets=self.tagged_targets, alignments=self.alignments, augment=self.augment)
         bar = None
         if self.progress:
-            from tqdm import tqdm
-
             bar = tqdm(total=cfg.max_steps, initial=self.step, unit="step", dynamic_ncols=True, file=sys.stderr)
         window = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0, "padding": 0.0, "updates": 0, "skipped": 0}
         window_start = time.perf_counter()
@@ -530,8 +523,6 @@ class Trainer:
         ema_record = self._validate_ema() if self.ema is not None else None
         if self.dist.is_main:
             if cfg.average_last > 1:
-                from mtkit.training.average import average_checkpoints
-
                 paths = step_checkpoints(self.run_dir)[-cfg.average_last:]
                 averaged = average_checkpoints(paths, self.ckpt_dir / "averaged.pt")
             if self.ema is not None:
@@ -560,9 +551,6 @@ class Trainer:
     def _save_ema(self, record: dict | None) -> Path:
         """``checkpoints/ema.pt``: the moving average as a model checkpoint (rank 0), and its validation
         (``event: ema`` in metrics.jsonl)."""
-        from mtkit.config import config_to_dict
-        from mtkit.engines.checkpoint import model_payload, vocab_entry
-
         path = save_checkpoint(model_payload(config_to_dict(self.config), self.ema.weights(self.model),
                                              vocab_entry(self.vocab), self.vocab.src_size, self.vocab.tgt_size,
                                              step=self.step, ema_decay=self.cfg.ema_decay), self.ckpt_dir / EMA_FILE)
@@ -659,8 +647,6 @@ class Trainer:
 
     def _draw_curves(self) -> None:
         try:
-            from mtkit.training.curves import draw_curves
-
             draw_curves(self.run_dir / "metrics.jsonl", self.run_dir / "curves.png")
         except ImportError:  # matplotlib is optional for training
             pass

@@ -103,7 +103,7 @@ def test_bad_alignment_flags_are_one_line_errors(tiny, args, message):
 def test_alignments_do_not_depend_on_the_batch(tiny):
     """The teacher-forced pass that aligns pads sources and outputs: a line aligned in a batch of others
     gets the attention it gets alone."""
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.engines.torch_engine import TorchEngine
 
     loaded = load_model(tiny)

@@ -1,6 +1,6 @@
 """Checkpoints from strangers cost work and memory bounded by their size, and fail with one line.
 
-Each crafted file is refused by the torch-free reading (mtkit.checkpoint_file) before torch.load
+Each crafted file is refused by the torch-free reading (mtkit.checkpoints.file) before torch.load
 sees it: memo amplification, a huge integer, nesting 200,000 deep, a zip bomb, views that repeat their
 data where a config asks for 17 GB of weights, special files, fields of the wrong type. The CLI cases run
 under an address-space limit (tests/integration/test_model_file_checks.py's :data:`MEMORY_LIMIT`), and the
@@ -21,8 +21,8 @@ import pytest
 import torch
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
-from mtkit import checkpoint_file
-from mtkit.engines.checkpoint import load_checkpoint, precheck
+from mtkit.checkpoints import file as checkpoint_file
+from mtkit.checkpoints.io import load_checkpoint, precheck
 from mtkit.errors import MtkitError, shown
 
 # ---------------------------------------------------------------- crafting files
@@ -148,7 +148,7 @@ def test_the_most_a_pickle_within_budget_can_build_fits_a_fixed_memory_bound(goo
     body = pickle.EMPTY_DICT * n if kind == "objects" else (pickle.EMPTY_DICT + pickle.MEMOIZE) * (n // 2)
     data = pickle.PROTO + b"\x04" + pickle.EMPTY_LIST + pickle.MARK + body + pickle.APPENDS + pickle.STOP
     path = rewrite(good, tmp_path / "costly.pt", data)
-    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.engines.checkpoint import precheck\n"
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.checkpoints.io import precheck\n"
             f"try:\n    precheck({str(path)!r})\nexcept MtkitError as e:\n    print(e)\n"
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300,
@@ -303,8 +303,8 @@ def test_zero_stride_views_cannot_stand_for_a_huge_config(tmp_path):
     """The issue's 6 MB file: d_model 65,536, the four tensors the earlier check read present as zero-stride
     views of one element. Every tensor the config implies must be there with its shape (the first check
     that fails says which is missing), and views may not describe more bytes than their storages hold."""
+    from mtkit.checkpoints.io import CHECKPOINT_FORMAT
     from mtkit.config import config_from_dict, config_to_dict
-    from mtkit.engines.checkpoint import CHECKPOINT_FORMAT
 
     d = 65_536
     config = config_to_dict(config_from_dict({"model": {"d_model": d, "h": 8, "d_ff": d, "encoder_layers": 1,

@@ -70,8 +70,8 @@ def test_every_include_in_no_exclude_in_and_the_other_lines_untouched(reverse_ru
 
 
 def test_nbest_lists_stay_distinct_and_ordered(reverse_run, files):
+    from mtkit.checkpoints.io import load_model
     from mtkit.config import DecodeConfig
-    from mtkit.engines.checkpoint import load_model
     from mtkit.engines.constraints import Constraints
     from mtkit.engines.torch_engine import TorchEngine
 

@@ -62,8 +62,8 @@ def test_ensemble_size_is_checked():
 
 
 def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp_path):
+    from mtkit.checkpoints.io import load_model
     from mtkit.config import DecodeConfig
-    from mtkit.engines.checkpoint import load_model
     from mtkit.engines.torch_engine import TorchEngine
 
     recipe = tiny_recipe(tmp_path)

@@ -17,10 +17,10 @@ transformers = pytest.importorskip("transformers")
 import torch  # noqa: E402
 from conftest import MODELS, MULTI30K, TINY_MODEL  # noqa: E402
 
+from mtkit.checkpoints.io import load_model, model_payload, save_checkpoint, vocab_entry  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
-from mtkit.engines.checkpoint import load_model, model_payload, save_checkpoint, vocab_entry  # noqa: E402
 from mtkit.export.huggingface import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
 

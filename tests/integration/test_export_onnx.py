@@ -17,10 +17,10 @@ pytest.importorskip("onnxscript")
 import torch  # noqa: E402
 from test_export_hf import SENTENCES, TARGETS, tiny_checkpoint  # noqa: E402
 
+from mtkit.checkpoints.io import load_model  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.decoding import search  # noqa: E402
 from mtkit.decoding.options import SearchOptions  # noqa: E402
-from mtkit.engines.checkpoint import load_model  # noqa: E402
 from mtkit.engines.onnx_engine import OnnxModel  # noqa: E402
 from mtkit.export.onnx import export_model  # noqa: E402
 

@@ -50,8 +50,8 @@ def _prepare(root: Path, files: dict, **spm) -> Path:
 def test_average_refuses_checkpoints_of_different_vocabularies(reverse_data, tmp_path):
     """Two SentencePiece models of one size once averaged silently (exit 0: the ids mean different
     pieces), and of different sizes ended in a traceback; both are one-line errors, as for an ensemble."""
+    from mtkit.checkpoints.io import load_checkpoint, save_checkpoint, step_checkpoints
     from mtkit.config import config_from_dict
-    from mtkit.engines.checkpoint import load_checkpoint, save_checkpoint, step_checkpoints
     from mtkit.training.trainer import train
 
     data_dir, data = reverse_data
@@ -89,7 +89,7 @@ def test_average_refuses_checkpoints_of_different_vocabularies(reverse_data, tmp
 
 
 def test_average_refuses_parameters_of_other_shapes(reverse_run, tmp_path):
-    from mtkit.engines.checkpoint import load_checkpoint, save_checkpoint
+    from mtkit.checkpoints.io import load_checkpoint, save_checkpoint
     from mtkit.errors import MtkitError
     from mtkit.training.average import average_checkpoints
 

@@ -21,8 +21,8 @@ import yaml
 from conftest import TINY_MODEL, WORDS, reverse_data_config
 from test_train import losses, make_config
 
+from mtkit.checkpoints.io import load_checkpoint, load_model
 from mtkit.config import PAD_ID, config_from_dict, load_config
-from mtkit.engines.checkpoint import load_checkpoint, load_model
 from mtkit.errors import MtkitError
 from mtkit.training.optim import learning_rate
 from mtkit.training.trainer import train

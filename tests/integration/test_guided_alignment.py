@@ -119,7 +119,7 @@ def test_guided_training_without_stored_alignments_is_a_one_line_error(tmp_path)
 
 @pytest.mark.slow
 def test_guided_training_resumes_bit_for_bit(tmp_path):
-    from mtkit.engines.checkpoint import load_checkpoint
+    from mtkit.checkpoints.io import load_checkpoint
     from mtkit.training.trainer import train
 
     data_dir, data = prepare(tmp_path, "file", n_train=600)
@@ -172,8 +172,8 @@ def test_guided_training_under_ddp_matches_one_process(tmp_path):
     alignment term included (each rank reads its own batches' links)."""
     import json
 
+    from mtkit.checkpoints.io import load_checkpoint
     from mtkit.config import save_config
-    from mtkit.engines.checkpoint import load_checkpoint
     from mtkit.training.trainer import train
 
     data_dir, data = prepare(tmp_path, "file", n_train=3000)
@@ -197,9 +197,9 @@ def test_guided_training_under_ddp_matches_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_guided_training_in_bf16_learns_to_align(tmp_path):
+    from mtkit.checkpoints.io import load_model
     from mtkit.data.alignments import AlignmentStore
     from mtkit.data.store import ParallelStore
-    from mtkit.engines.checkpoint import load_model
     from mtkit.training.batching import collate
 
     data_dir, data = prepare(tmp_path, "file", n_train=3000)

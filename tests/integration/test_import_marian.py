@@ -16,11 +16,11 @@ sentencepiece = pytest.importorskip("sentencepiece")
 
 import torch  # noqa: E402
 
+from mtkit.checkpoints.io import load_model  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.decoding.options import SearchOptions  # noqa: E402
 from mtkit.decoding.search import beam_search, greedy_search  # noqa: E402
-from mtkit.engines.checkpoint import load_model  # noqa: E402
 
 torch.set_num_threads(1)
 SOURCES = [english(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858, 21, 404, 3, 66, 720, 12, 95, 250, 8, 501)]

@@ -118,8 +118,8 @@ def spoiled_marian(folder: Path, config: dict, generation: dict) -> Path:
 
 def tiny_checkpoint(path: Path, positions: str = "sinusoidal", **model_overrides) -> Path:
     """An mtkit checkpoint of a one-layer model whose stored config then says ``model_overrides``."""
+    from mtkit.checkpoints.io import CHECKPOINT_FORMAT
     from mtkit.config import config_from_dict, config_to_dict
-    from mtkit.engines.checkpoint import CHECKPOINT_FORMAT
     from mtkit.model import Transformer
 
     model = {"d_model": 8, "h": 2, "d_ff": 16, "encoder_layers": 1, "decoder_layers": 1, "max_positions": 32,
@@ -181,7 +181,7 @@ def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     r, _ = run_limited("import", "marian", folder, "-o", tmp_path / "run")
     assert_one_error(r, "source.spm")
     ckpt = tiny_checkpoint(tmp_path / "good.pt")
-    from mtkit.engines.checkpoint import checkpoint_config, load_checkpoint
+    from mtkit.checkpoints.io import checkpoint_config, load_checkpoint
 
     checkpoint_config(load_checkpoint(ckpt), ckpt)  # a checkpoint whose config fits passes the check
 
@@ -222,7 +222,7 @@ def test_a_checkpoint_whose_config_disagrees_is_refused_before_torch_is_imported
     containers and shapes are built), so a file that cannot be loaded fails before torch's own import."""
     options, fragment = CHECKPOINT_CASES[name]
     ckpt = tiny_checkpoint(tmp_path / "model.pt", **options)
-    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.engines.checkpoint import precheck\n"
+    code = ("import sys\nfrom mtkit.errors import MtkitError\nfrom mtkit.checkpoints.io import precheck\n"
             f"try:\n    precheck({str(ckpt)!r})\nexcept MtkitError as e:\n    print(e)\n"
             "print('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120,
@@ -233,7 +233,7 @@ def test_a_checkpoint_whose_config_disagrees_is_refused_before_torch_is_imported
 
 
 def test_the_precheck_reads_the_shapes_torch_loads_and_passes_a_good_checkpoint(tmp_path):
-    from mtkit.engines.checkpoint import _payload_without_torch, load_checkpoint, precheck
+    from mtkit.checkpoints.io import _payload_without_torch, load_checkpoint, precheck
 
     ckpt = tiny_checkpoint(tmp_path / "model.pt")
     precheck(ckpt)  # no error

@@ -137,7 +137,7 @@ def test_a_missing_or_unknown_target_is_a_one_line_error(multi_run, tmp_path):
 
 @pytest.mark.slow  # trains the tiny multilingual model (or the shared reverse one)
 def test_validation_is_logged_per_pair_and_the_checkpoint_lists_its_pairs(multi_run):
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.training.curves import read_metrics
 
     records = read_metrics(multi_run / "metrics.jsonl")
@@ -229,9 +229,9 @@ def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_
     transformers = pytest.importorskip("transformers")
     import torch
 
+    from mtkit.checkpoints.io import load_model
     from mtkit.config import EOS_ID
     from mtkit.data.languages import TaggedVocab
-    from mtkit.engines.checkpoint import load_model
 
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:40]
     src = tmp_path / "test.en"
@@ -480,7 +480,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     translates the same."""
     import sacrebleu
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.engines.factory import build_translator
     from mtkit.engines.pair_scoring import PairScorer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import incremental_logprob
 
-from mtkit.engines.checkpoint import load_model
+from mtkit.checkpoints.io import load_model
 
 pytestmark = pytest.mark.slow  # real processes and a trained model: the fast tier is pytest -m 'not slow'
 

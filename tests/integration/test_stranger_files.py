@@ -252,7 +252,7 @@ def test_values_in_messages_are_bounded(tmp_path):
 def test_every_integer_setting_has_a_maximum():
     """Each integer key of the config at 10^12 is refused by the config's own check, which every path
     that builds a config runs (flags, recipes, checkpoints, imports, manifests). The model's sizes are
-    the exception: each is checked against the tensors that a file holds (runtime.checkpoint's precheck,
+    the exception: each is checked against the tensors that a file holds (mtkit.checkpoints.io's precheck,
     the Marian import, an export's model.bin), which bound them by the file's size."""
     import dataclasses
     import typing

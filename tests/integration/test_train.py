@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import TINY_MODEL
 
+from mtkit.checkpoints.io import load_checkpoint, step_checkpoints
 from mtkit.config import config_from_dict
-from mtkit.engines.checkpoint import load_checkpoint, step_checkpoints
 from mtkit.training.trainer import train
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
@@ -270,7 +270,7 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
     evaluation of the same weights (a fixed number of updates, enough to learn the task)."""
     from tiny_comet import write_tiny_comet
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.metrics.comet import CometScorer
     from mtkit.training.validation import validation_bleu, validation_scores
 
@@ -302,7 +302,7 @@ def test_validation_reports_chrf_and_comet_when_asked(reverse_data, tmp_path):
     scores computed apart; without them, BLEU alone, as before."""
     from tiny_comet import write_tiny_comet
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
     from mtkit.metrics.comet import CometScorer
     from mtkit.training.validation import validation_scores
 
@@ -440,7 +440,7 @@ def test_a_checkpoint_of_the_previous_format_loads_and_resumes(reverse_data, tmp
     before the config had its kernels key: it still loads for translation, and a run resumes from it."""
     import shutil
 
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
 
     data_dir, data = reverse_data
     train(make_config(data, max_steps=2), data_dir, tmp_path / "run", progress=False)
@@ -461,7 +461,7 @@ def test_a_checkpoint_of_the_previous_format_loads_and_resumes(reverse_data, tmp
 
 
 def test_the_moving_average_is_validated_and_translates(reverse_data, tmp_path):
-    from mtkit.engines.checkpoint import load_model
+    from mtkit.checkpoints.io import load_model
 
     data_dir, data = reverse_data
     config = make_config(data, max_steps=30, valid_every=15, ema_decay=0.8)

@@ -19,7 +19,7 @@ import torch
 from conftest import reverse_data_config, write_reverse_corpus
 from test_train import losses, make_config, write_recipe
 
-from mtkit.engines.checkpoint import describe, load_checkpoint, load_model, save_checkpoint
+from mtkit.checkpoints.io import describe, load_checkpoint, load_model, save_checkpoint
 from mtkit.errors import MtkitError
 from mtkit.training.trainer import train
 

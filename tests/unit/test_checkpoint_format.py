@@ -46,7 +46,7 @@ def test_a_format1_checkpoint_scores_as_it_did(model, recorded):
 
 def test_the_fixture_is_format1_with_norms_named_by_position():
     """The file stands for what users hold: keep it as the older code wrote it."""
-    from mtkit.checkpoint_file import read_payload
+    from mtkit.checkpoints.file import read_payload
 
     payload = read_payload(FIXTURE / "format1.pt")
     assert payload["format_version"] == 1
@@ -57,7 +57,7 @@ def test_the_fixture_is_format1_with_norms_named_by_position():
 def test_the_upgrade_names_norms_by_role_and_keeps_the_parameters_order():
     """A resumed format-1 training's Adam moments are kept by parameter index: the upgraded names must come in
     the order of the model's parameters, and each norm must land on its own sub-layer."""
-    from mtkit.engines.checkpoint import CHECKPOINT_FORMAT, checkpoint_config, load_checkpoint
+    from mtkit.checkpoints.io import CHECKPOINT_FORMAT, checkpoint_config, load_checkpoint
     from mtkit.model import Transformer
 
     ckpt = load_checkpoint(FIXTURE / "format1.pt")
@@ -80,8 +80,8 @@ def test_the_upgrade_names_norms_by_role_and_keeps_the_parameters_order():
 def test_averaging_format1_checkpoints_writes_the_current_format(tmp_path, recorded):
     """`mtkit average` reads through the upgrade and writes today's format; the average of a file with itself
     translates as the file does."""
-    from mtkit.checkpoint_file import read_payload
-    from mtkit.engines.checkpoint import CHECKPOINT_FORMAT
+    from mtkit.checkpoints.file import read_payload
+    from mtkit.checkpoints.io import CHECKPOINT_FORMAT
     from mtkit.training.average import average_checkpoints
 
     out = average_checkpoints([FIXTURE / "format1.pt", FIXTURE / "format1.pt"], tmp_path / "averaged.pt")

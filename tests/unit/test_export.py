@@ -165,7 +165,7 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
 
 
 def save_tiny_checkpoint(loaded: SimpleNamespace, path: Path) -> Path:
-    from mtkit.engines.checkpoint import model_payload, save_checkpoint, vocab_entry
+    from mtkit.checkpoints.io import model_payload, save_checkpoint, vocab_entry
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return save_checkpoint(model_payload(config_to_dict(loaded.config), loaded.model.state_dict(),

@@ -1,14 +1,23 @@
-"""Imports go one way: cli → commands → library (training, export, translate, metrics ...) → runtime →
-decoding, data → model → kernels → config; inference never imports training.
+"""Imports go one way, layer by layer (:data:`LAYERS`):
 
-The runtime's torch engine runs search and loads vocabularies, so decoding and data sit below it;
-decoding knows no files, no vocabularies, no engine.
+    cli → commands → {serve, training} → api → {export, importers} → {text, visualize} → engines
+    → {decoding, data, metrics, checkpoints} → {model, model_spec} → kernels
+    → {config, errors, io, hub, logs, version, host_memory}
+
+Nothing imports a layer above its own (no exception), no two modules import each other, however
+indirectly (:func:`test_no_circles_between_modules`), no package grows past :data:`MAX_PACKAGE_LINES`,
+and every module has its imports at the top but those that must stay torch-free (:data:`TORCH_FREE`,
+which import what needs torch where it is used) and an optional extra's import where it is used
+(:data:`OPTIONAL`). Inference never imports training; decoding knows no files, no vocabularies, no engine.
 """
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mtkit"
 
@@ -16,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "mtkit"
 def mtkit_imports(path: Path) -> set[str]:
     """The mtkit modules a file imports (at any level, lazily or not)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(syntax(path)):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("mtkit")}
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mtkit"):
@@ -28,6 +37,12 @@ def mtkit_imports(path: Path) -> set[str]:
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@functools.cache
+def syntax(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def files():
@@ -62,7 +77,7 @@ def test_decoding_sees_only_token_ids_and_the_model_protocol():
     for path in paths:
         bad = {m for m in mtkit_imports(path) if not m.startswith(DECODING_MAY_IMPORT)}
         assert not bad, f"decoding/{path.name} imports {bad}"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(syntax(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             for name in names:
@@ -117,20 +132,21 @@ def test_data_knows_nothing_of_training_or_models():
         assert not bad, f"{path.name} imports {bad}"
 
 
-# Top-level modules and packages, layer by layer from the top: each imports only from its own layer
-# or those below it (mtkit itself, for __version__, sits at the bottom).
+# Top-level modules and packages, layer by layer from the top: each imports only from its own layer or
+# those below it, lazily or not. The package itself (``mtkit/__init__``: ``mtkit.load`` is the API) sits
+# with the API; every module below reads the version from mtkit.version.
 LAYERS = [
     {"mtkit.cli", "mtkit.__main__"},
     {"mtkit.commands"},
-    {"mtkit.api"},
-    {"mtkit.training", "mtkit.export", "mtkit.visualize",
-     "mtkit.serve", "mtkit.host_memory", "mtkit.importers"},
-    {"mtkit.text"},
+    {"mtkit.serve", "mtkit.training"},
+    {"mtkit.api", "mtkit"},  # mtkit.load converts a run for CTranslate2 and imports a Marian folder
+    {"mtkit.export", "mtkit.importers"},
+    {"mtkit.text", "mtkit.visualize"},
     {"mtkit.engines"},
-    {"mtkit.decoding", "mtkit.data", "mtkit.metrics"},
+    {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.checkpoint_file", "mtkit.logs", "mtkit"},
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit.version", "mtkit.host_memory"},
 ]
 INFERENCE = ("mtkit.engines", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
@@ -142,6 +158,7 @@ def top_level(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
+@functools.cache
 def module_file(module: str) -> Path | None:
     """The file of an mtkit module (None for a name imported from a module, e.g. ``mtkit.config.PAD_ID``)."""
     base = PACKAGE.parent.joinpath(*module.split("."))
@@ -151,21 +168,28 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-# The package's lazy re-export of the API (PEP 562 ``__getattr__``: ``mtkit.load`` imports mtkit.api on
-# first use, never when mtkit is imported): the one edge that goes up, by design.
-LAZY_REEXPORTS = {("mtkit", "mtkit.api")}
+def imported_modules(path: Path) -> set[str]:
+    """The mtkit modules a file names in its imports, at any level: ``from mtkit.checkpoints import file``
+    names mtkit.checkpoints.file, ``from mtkit.config import PAD_ID`` names mtkit.config."""
+    found = set()
+    for node in ast.walk(syntax(path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("mtkit")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mtkit"):
+            for a in node.names:
+                found.add(f"{node.module}.{a.name}" if module_file(f"{node.module}.{a.name}") else node.module)
+    return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the mtkit modules it imports (with the packages above them, which Python runs first)."""
+def import_graph(*, with_packages: bool = False) -> dict[str, set[str]]:
+    """Module -> the mtkit modules it imports; with_packages: also the packages above each of them but
+    mtkit itself (which Python runs first: what an import can load)."""
     graph = {}
     for path in files():
         found = set()
-        for m in mtkit_imports(path):
-            if (module_name(path), m) in LAZY_REEXPORTS:
-                continue
+        for m in imported_modules(path):
             parts = m.split(".")
-            found |= {".".join(parts[:k]) for k in range(1, len(parts) + 1) if module_file(".".join(parts[:k]))}
+            found |= ({".".join(parts[:k]) for k in range(2, len(parts) + 1)} | {m}) if with_packages else {m}
         graph[module_name(path)] = found
     return graph
 
@@ -178,14 +202,15 @@ def layer_of(module: str) -> int:
 
 
 def test_imports_go_down_the_layers():
-    for module, imported in import_graph().items():
-        for m in imported:
-            assert layer_of(m) >= layer_of(module), f"{module} imports {m}, a layer above it"
+    """Every import, at the top or in a function: a lazy import up is an arrow up all the same."""
+    up = sorted(f"{module} imports {m}" for module, imported in import_graph().items() for m in imported
+                if layer_of(m) < layer_of(module))
+    assert not up, "imports from a layer below to one above:\n" + "\n".join(up)
 
 
 def test_no_cycles_between_top_level_packages():
     edges: dict[str, set[str]] = {}
-    for module, imported in import_graph().items():
+    for module, imported in import_graph(with_packages=True).items():
         here = top_level(module)
         edges.setdefault(here, set()).update(top_level(m) for m in imported if top_level(m) != here)
     done: set[str] = set()
@@ -203,8 +228,172 @@ def test_no_cycles_between_top_level_packages():
         visit(node, [])
 
 
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, however indirectly (strongly connected components
+    of more than one module; Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "a"}}) == [["a", "b", "c"]]
+
+
+# The torch engine and its constrained decoding import each other (lazily, both ways); the engines'
+# helper folds the pair. When test_the_torch_engine_circle_is_folded passes, delete it and this set.
+ENGINE_CIRCLE = ["mtkit.engines.torch_constrained", "mtkit.engines.torch_engine"]
+
+
+def test_no_circles_between_modules():
+    """No two modules import each other, however indirectly, at the top or in functions (a circle held
+    apart by a lazy import is a circle all the same)."""
+    found = [group for group in circles(import_graph()) if group != ENGINE_CIRCLE]
+    assert not found, "modules that import one another:\n" + "\n".join(" ↔ ".join(g) for g in found)
+
+
+@pytest.mark.xfail(strict=True, reason="the engines' helper folds torch_engine ↔ torch_constrained")
+def test_the_torch_engine_circle_is_folded():
+    assert ENGINE_CIRCLE not in circles(import_graph())
+
+
+MAX_PACKAGE_LINES = 3_100  # ~3k: a room a reader can walk through; past it, split it by job
+
+
+def test_no_package_is_too_big():
+    sizes: dict[str, int] = {}
+    for path in files():
+        if path.parent != PACKAGE:
+            name = top_level(module_name(path))
+            sizes[name] = sizes.get(name, 0) + len(path.read_text(encoding="utf-8").splitlines())
+    big = sorted(f"{name}: {n:,} lines" for name, n in sizes.items() if n > MAX_PACKAGE_LINES)
+    assert not big, f"packages over {MAX_PACKAGE_LINES:,} lines:\n" + "\n".join(big)
+
+
+# The modules that must import without torch: what `import mtkit`, `mtkit --help`, `mtkit translate` and
+# `mtkit evaluate` with `--engine ctranslate2`, and `mtkit serve` of a CTranslate2 model load (torch
+# would cost seconds and, beside CTranslate2, slow it down), and the torch-free checks of a checkpoint
+# (precheck, model_spec). These alone may import inside a function: what needs torch, where it is used.
+TORCH_FREE = {
+    "mtkit", "mtkit.version", "mtkit.cli", "mtkit.logs", "mtkit.errors", "mtkit.io", "mtkit.host_memory",
+    "mtkit.api",
+    "mtkit.commands", "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.serve",
+    "mtkit.serve", "mtkit.serve.app", "mtkit.serve.server", "mtkit.serve.service", "mtkit.serve.schemas",
+    "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
+    "mtkit.export", "mtkit.export.cache",
+    "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
+    "mtkit.engines", "mtkit.engines.engine", "mtkit.engines.ctranslate2_engine", "mtkit.engines.factory",
+    "mtkit.engines.threads", "mtkit.engines.device", "mtkit.engines.constraints", "mtkit.engines.mbr",
+    "mtkit.engines.quality",
+    "mtkit.checkpoints", "mtkit.checkpoints.file", "mtkit.checkpoints.io",
+    "mtkit.data", "mtkit.data.store", "mtkit.data.vocab", "mtkit.data.word_alignment", "mtkit.data.languages",
+    "mtkit.decoding", "mtkit.decoding.penalties",
+    "mtkit.metrics", "mtkit.metrics.files", "mtkit.metrics.scores", "mtkit.metrics.testsets",
+    "mtkit.metrics.tokenized",
+    "mtkit.model_spec",
+    "mtkit.config", "mtkit.config.loader", "mtkit.config.schema",
+}
+# What any module may import where it is used: an extra (pyproject's optional dependencies), a module
+# only some platforms have, or a dependency that costs seconds to import and serves one feature (HF
+# datasets as a corpus, pictures, Moses tokenization), so that a module works without it.
+OPTIONAL = ("ctranslate2", "transformers", "safetensors", "onnx", "onnxscript", "onnxruntime", "huggingface_hub",
+            "lingua", "eflomal", "fastapi", "fastapi_offline", "starlette", "uvicorn", "prometheus_client",
+            "python_multipart", "torch.utils.tensorboard", "fcntl", "resource",
+            "datasets", "matplotlib", "sacremoses")
+
+
+def test_the_torch_free_modules_load_no_torch():
+    assert all(module_file(m) for m in TORCH_FREE), sorted(m for m in TORCH_FREE if not module_file(m))
+    code = ("import importlib, sys\n"
+            f"for m in {sorted(TORCH_FREE)!r}:\n"
+            "    try:\n"
+            "        importlib.import_module(m)\n"
+            "    except ModuleNotFoundError as e:  # a module of an extra not installed here (mtkit.serve's)\n"
+            f"        if not (e.name or '').startswith({OPTIONAL!r}):\n"
+            "            raise\n"
+            "    if 'torch' in sys.modules:\n"
+            "        sys.exit(f'importing {m} loaded torch')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def late_imports(path: Path) -> list[str]:
+    """The imports inside functions of a module (but an optional package's), as ``line: what``."""
+    found = []
+    for fn in ast.walk(syntax(path)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or "."] if isinstance(node, ast.ImportFrom) else [])
+                late = [n for n in names if not any(n == o or n.startswith(o + ".") for o in OPTIONAL)]
+                if late:
+                    found.append(f"{node.lineno}: {', '.join(late)}")
+    return sorted(set(found), key=lambda s: int(s.split(":")[0]))
+
+
+@pytest.mark.xfail(strict=False, reason="finished after the merge (commands, serve, engines, export, importers, "
+                                        "api, text, training.validation/distill, metrics.comet)")
+def test_imports_are_at_the_top_but_in_the_torch_free_modules():
+    """Each module that needs torch anyway imports at the top (nanoGPT, Sockeye): its dependencies show in
+    its first lines, an import error shows at once, and nothing is imported twice."""
+    late = {module_name(p): late_imports(p) for p in files() if module_name(p) not in TORCH_FREE}
+    late = {m: found for m, found in late.items() if found}
+    assert not late, "imports inside functions:\n" + "\n".join(f"{m}: {found}" for m, found in sorted(late.items()))
+
+
+def classes_in_functions(path: Path) -> list[str]:
+    tree = syntax(path)
+    return [f"{fn.name}.{node.name}" for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(fn) if isinstance(node, ast.ClassDef)]
+
+
+@pytest.mark.xfail(strict=False, reason="finished after the merge (export/onnx.py and metrics/comet.py: the "
+                                        "export helper's)")
+def test_no_classes_inside_functions():
+    """A class is defined once, at a module's top: a class built per call is a new type per call (its
+    isinstance checks, pickling and caches see strangers), and hides from readers and tools."""
+    found = {module_name(p): classes_in_functions(p) for p in files()}
+    found = {m: names for m, names in found.items() if names}
+    assert not found, "classes inside functions:\n" + "\n".join(f"{m}: {n}" for m, n in sorted(found.items()))
+
+
 def test_inference_never_imports_training():
-    graph = import_graph()
+    graph = import_graph(with_packages=True)
     for start in (m for m in graph if m.startswith(INFERENCE)):
         seen, todo = set(), [start]
         while todo:  # everything it can load, lazily or not
@@ -218,7 +407,7 @@ def test_inference_never_imports_training():
 
 def test_importing_the_inference_path_loads_no_training_module():
     code = ("import sys, mtkit.text.lines, mtkit.engines, mtkit.engines.torch_engine, "
-            "mtkit.engines.ctranslate2_engine, mtkit.engines.checkpoint\n"
+            "mtkit.engines.ctranslate2_engine, mtkit.checkpoints.io\n"
             "print(sorted(m for m in sys.modules if m.startswith('mtkit.training')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -265,7 +454,7 @@ def test_engines_are_built_in_one_factory():
     for path in files():
         if path == PACKAGE / "engines" / "factory.py":
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = syntax(path)
         calls = {node.func.id for node in ast.walk(tree)
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ENGINE_CLASSES}
         assert not calls, f"{path.relative_to(PACKAGE.parent)} builds {sorted(calls)} itself; use mtkit.engines.factory"
@@ -275,24 +464,24 @@ def test_command_functions_take_few_parameters():
     """Commands are glue: a command function takes a few arguments and one typed options object (ServeOptions,
     TranslateOptions, EvaluateOptions, DataFlags ...), never the CLI's flags one by one."""
     for path in sorted((PACKAGE / "commands").glob("*.py")):
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        for node in syntax(path).body:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                 count = len(node.args.posonlyargs) + len(node.args.args) + len(node.args.kwonlyargs)
                 assert count <= 8, f"commands/{path.name}: {node.name} takes {count} parameters"
 
 
 def test_checkpoints_are_written_and_read_in_one_module():
-    """mtkit.engines.checkpoint alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
+    """mtkit.checkpoints.io alone writes (torch.save) and reads (torch.load) mtkit checkpoints; training,
     average, the importers and the exporters go through it. (The Marian importer reads a Hugging Face
     pytorch_model.bin and COMET a Lightning checkpoint, not checkpoints of ours.)"""
-    allowed = {PACKAGE / "engines" / "checkpoint.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
+    allowed = {PACKAGE / "checkpoints" / "io.py": {"save", "load"}, PACKAGE / "importers" / "marian.py": {"load"},
                PACKAGE / "metrics" / "comet.py": {"load"}}
     for path in files():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = syntax(path)
         used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr in ("save", "load")}
         extra = used - allowed.get(path, set())
-        assert not extra, f"{path.relative_to(PACKAGE.parent)} calls torch {sorted(extra)}: use runtime.checkpoint"
+        assert not extra, f"{path.relative_to(PACKAGE.parent)} calls torch {sorted(extra)}: use mtkit.checkpoints.io"
 
 
 def test_each_decode_rule_is_stated_once():

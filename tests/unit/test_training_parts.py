@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from conftest import ListStore
 
+from mtkit.checkpoints.io import load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.config import TrainConfig, config_from_dict
-from mtkit.engines.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from mtkit.errors import MtkitError
 from mtkit.kernels.loss import label_smoothed_loss
 from mtkit.training.average import average_checkpoints, average_run

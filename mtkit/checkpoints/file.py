@@ -7,7 +7,7 @@ containers, numbers, strings and bytes, and tensors as :class:`Tensor` (a shape 
 Nothing of any module is called: a global outside the few that ``torch.save`` writes for an mtkit
 checkpoint is refused, as are opcodes that would instantiate classes (NEWOBJ, INST, OBJ) or build sets.
 
-Whatever passes is what ``torch.load(weights_only=True)`` is then given (mtkit.engines.checkpoint), so
+Whatever passes is what ``torch.load(weights_only=True)`` is then given (mtkit.checkpoints.io), so
 each bound here is a bound on that load as well:
 
 - the archive: a regular file (a FIFO would hang, ``/dev/zero`` never end); every entry stored, within

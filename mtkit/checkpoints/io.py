@@ -24,7 +24,7 @@ that loading never executes code from the file:
 atomically; training, ``average`` and the importers all write through them, and every reader (inference,
 resuming, fine-tuning, averaging, the exporters) loads through :func:`load_checkpoint`.
 
-Before torch sees a file, it is read without torch (:mod:`mtkit.checkpoint_file`: bounded work,
+Before torch sees a file, it is read without torch (:mod:`mtkit.checkpoints.file`: bounded work,
 nothing run) and its fields are type-checked; :func:`precheck` also checks its config against its tensors'
 names and shapes, before torch is imported. A run directory holds ``checkpoints/step_NNNNNNN.pt`` files,
 ``last.pt``, ``best.pt`` and ``averaged.pt``; :func:`resolve_checkpoint` picks the one a command uses.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.checkpoint_file import read_payload
+from mtkit.checkpoints.file import read_payload
 from mtkit.errors import MtkitError, shown
 from mtkit.io import atomic_path
 
@@ -65,7 +65,7 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = Fa
     ``mmap``: tensors stay on disk until read, for a caller that wants only the config or vocabulary
     of a large checkpoint.
 
-    torch sees only a file that :func:`~mtkit.checkpoint_file.read_payload` has read first, in
+    torch sees only a file that :func:`~mtkit.checkpoints.file.read_payload` has read first, in
     bounded work and without torch (a regular file, a zip archive of stored entries, a pickle of plain
     data and tensors that fit their storages), so that torch.load's own work is bounded as well.
     """
@@ -192,7 +192,7 @@ def model_payload(config: dict, state: dict, vocab: dict, src_vocab_size: int, t
     """The fields every checkpoint has, in this format: ``config`` (plain data,
     :func:`mtkit.config.config_to_dict`), the model's ``state`` (its names mtkit.model's), ``vocab``
     (:func:`vocab_entry`) and its sizes; ``more``: a training's state, ``averaged_from``, ``imported_from``."""
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     return {"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__, "config": config, "model": state,
             "vocab": vocab, "vocab_sha256": vocab_sha256(vocab), "src_vocab_size": src_vocab_size,
@@ -251,9 +251,9 @@ def checkpoint_config(ckpt: dict, path: str | Path):
 
 
 def _payload_without_torch(path: Path) -> Any:
-    """The checkpoint's payload with each tensor as a :class:`~mtkit.checkpoint_file.Tensor`
+    """The checkpoint's payload with each tensor as a :class:`~mtkit.checkpoints.file.Tensor`
     (its shape, no data), read without torch and without running code, in bounded work
-    (mtkit.checkpoint_file); a file that is not so readable raises the one-line MtkitError."""
+    (mtkit.checkpoints.file); a file that is not so readable raises the one-line MtkitError."""
     return read_payload(path)
 
 
@@ -296,7 +296,7 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
     divides ``d_model``: the config's own check.) Then every tensor the config implies
     (:func:`mtkit.model_spec.parameter_shapes`) must be there with its shape, and no other: the model
     then built holds what the file holds (whose tensors hold no more than their storages' bytes,
-    mtkit.checkpoint_file).
+    mtkit.checkpoints.file).
     """
     from mtkit.model_spec import parameter_shapes
 
