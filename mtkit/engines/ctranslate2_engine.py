@@ -53,7 +53,7 @@ from pathlib import Path
 
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
 from mtkit.decoding.penalties import length_penalty
-from mtkit.engines.capabilities import CTRANSLATE2, either, include_refusal
+from mtkit.engines.capabilities import CTRANSLATE2, TORCH, include_refusal
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Call, Engine, EngineOptions
@@ -408,7 +408,7 @@ class Ctranslate2Engine(Engine):
         start = self._start_piece(call.vocab)
         if d.sampling:
             if d.epsilon > 0:
-                raise MtkitError(f"epsilon sampling (--epsilon) needs the {either('epsilon')} engine: "
+                raise MtkitError(f"epsilon sampling (--epsilon) needs the {TORCH.name} engine: "
                                  f"{self.capabilities.title} samples from the top k or the nucleus only")
             n = d.nbest
             if start:

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from mtkit.engines.engine import stderr
 from mtkit.errors import MtkitError
 from mtkit.io import read_json_file
+
+stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
 
 FOLDER = ".ctranslate2"
 STAMP = "source.json"

@@ -224,9 +224,9 @@ def test_health_is_libretranslates_and_mtkits_models_moved_to_v1_models(one, sev
     assert several.json("GET", "/health") == (200, {"status": "ok"})
     status, answer = several.json("GET", "/v1/models")
     assert status == 200 and answer == {"models": [
-        {"name": "en-de", "source": "en", "target": "de", "engine": "torch", "step": None},
-        {"name": "en-fr", "source": "en", "target": "fr", "engine": "torch", "step": None},
-        {"name": "fr-de", "source": "fr", "target": "de", "engine": "torch", "step": None}]}
+        {"name": "en-de", "source": "en", "target": "de", "engine": "torch", "step": None, "alignments": False},
+        {"name": "en-fr", "source": "en", "target": "fr", "engine": "torch", "step": None, "alignments": False},
+        {"name": "fr-de", "source": "fr", "target": "de", "engine": "torch", "step": None, "alignments": False}]}
     assert one.request("POST", "/v1/models", b"")[0] == 405
 
 

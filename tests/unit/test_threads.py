@@ -163,7 +163,9 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
     and the user's OMP_NUM_THREADS untouched (no reading taken); the count and why said on stderr."""
     from mtkit.engines import threads
     from mtkit.engines.factory import build_translator
+    from mtkit.logs import to_stderr
 
+    to_stderr()  # what the library says, on stderr, as the CLI has it
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     from mtkit.engines import factory
