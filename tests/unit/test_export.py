@@ -87,7 +87,7 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
 
     # Teacher-forced scores of arbitrary targets agree too (every weight, every position).
-    translator = ctranslate2.Translator(str(out), threads=CpuThreads(intra=1))
+    translator = ctranslate2.Translator(str(out), intra_threads=1)
     source = [vocab.src_pieces(vocab.encode_src(line)) for line in LINES]
     targets = [vocab.tgt_pieces(vocab.encode_src(LINES[-1 - i])) for i in range(len(LINES))]
     scored = translator.score_batch(source, targets)
@@ -148,6 +148,8 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
         "import sys\n"
         "from mtkit.commands.translate import TranslateOptions, translate\n"
         "from mtkit.config import DecodeConfig\n"
+        "from mtkit.logs import to_stderr\n"
+        "to_stderr()\n"  # what the library says, on stderr, as the CLI has it
         f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(decode=DecodeConfig(beam=2, "
         "max_len_b=4), output_format='text', engine='ctranslate2'))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -291,7 +293,9 @@ def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tm
     free (the reading spans the process's start), says it, and leaves a user's count and int8 models alone."""
     from mtkit.engines import factory
     from mtkit.engines.threads import LoadProbe
+    from mtkit.logs import to_stderr
 
+    to_stderr()  # what the library says, on stderr, as the CLI has it
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
