@@ -54,6 +54,14 @@ class Utilities:
         self._models: dict[str, object] = {}
         self._lock = threading.Lock()
 
+    def __contains__(self, name: str) -> bool:
+        with self._lock:
+            return name in self._models
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._models)
+
     def comet(self, name: str):
         """The COMET model ``name``, loaded now unless this object holds it already."""
         with self._lock:
