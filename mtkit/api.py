@@ -183,8 +183,10 @@ class Model:
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
         :class:`mtkit.engines.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
-        if self._loaded is None:
-            raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
+        if self._loaded is None:  # (the engines without forced scoring keep no loaded checkpoints)
+            from mtkit.engines.capabilities import either
+
+            raise MtkitError(f"score needs the {either('forced_scoring')} engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
             raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")

@@ -1,5 +1,5 @@
 """What each engine can do, declared once: word alignments, include and exclude constraints, devices, the
-weight types of its exports, ensembles, attention maps, epsilon sampling.
+weight types of its exports, ensembles, attention maps, forced scoring, epsilon sampling.
 
 Every caller (the commands, the API, the server and its page, the engines themselves) reads
 :data:`CAPABILITIES` instead of knowing an engine by name, and the messages that refuse what an engine cannot
@@ -28,13 +28,14 @@ class Capabilities:
     quantizations: tuple[str, ...] = ()  # the weight types of its exports (--quantization); (): none
     ensembles: bool = False  # several models at once
     attention_maps: bool = False  # --attention-png (the model's attention, drawn)
+    forced_scoring: bool = False  # the log-probability of a given translation (mtkit score, Model.score)
     epsilon: bool = True  # epsilon sampling (--epsilon)
     alignments_when: str = ""  # what a model needs to give alignments, where not every one does
     no_alignments_why: str = ""  # why it gives none, where it gives none
 
 
 TORCH = Capabilities("torch", "torch", alignments=True, include=True, exclude=True, devices=("cpu", "cuda"),
-                     ensembles=True, attention_maps=True)
+                     ensembles=True, attention_maps=True, forced_scoring=True)
 CTRANSLATE2 = Capabilities(
     "ctranslate2", "CTranslate2", alignments=True, include=False, exclude=True, devices=("cpu", "cuda"),
     quantizations=("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",

@@ -13,7 +13,7 @@ An engine (:class:`mtkit.engines.torch_engine.TorchEngine`,
 * yields exactly one :class:`Translation` per input line: an empty (or all-blank)
   line gives an empty translation without running the model, and an input longer
   than ``decode.max_input_len`` tokens (or than the model's position table) is
-  truncated with a warning on stderr naming its line number, never dropped;
+  truncated with a warning (the ``mtkit`` logger: stderr, in the CLI) naming its line number, never dropped;
 * with ``constraints`` (:mod:`mtkit.engines.constraints`), gives the lines that have some to the
   engine's :meth:`Engine.search_constrained_batch`, and warns, naming the line, when a
   best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an

@@ -31,7 +31,7 @@ def test_each_engine_class_declares_its_own():
     assert ENGINES == ("torch", "ctranslate2", "onnx")
     assert TorchEngine.capabilities is CAPABILITIES["torch"] and OnnxEngine.capabilities is CAPABILITIES["onnx"]
     assert [c.name for c in engines_with("alignments")] == ["torch", "ctranslate2"]
-    assert [c.name for c in engines_with("include")] == ["torch"]
+    assert [c.name for c in engines_with("include")] == [c.name for c in engines_with("forced_scoring")] == ["torch"]
     assert CAPABILITIES["onnx"].devices == ("cpu",) and "int8" in CAPABILITIES["ctranslate2"].quantizations
 
 
