@@ -48,16 +48,23 @@ can do is declared once, in :data:`mtkit.engines.capabilities.CTRANSLATE2`.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
+import numpy as np
+
+from mtkit.config import EOS_ID, UNK_ID, DecodeConfig, config_from_dict, saved_decode
+from mtkit.data.languages import decoder_start, pairs_from_list
+from mtkit.data.vocab import Vocab
 from mtkit.decoding.penalties import length_penalty
 from mtkit.engines.capabilities import CTRANSLATE2, TORCH, include_refusal
+from mtkit.engines.checkpoint import layer_count
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Call, Engine, EngineOptions
 from mtkit.errors import MtkitError, shown
+from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 MANIFEST = "mtkit.json"
 # The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
@@ -102,8 +109,6 @@ def read_manifest(model_dir: Path) -> dict:
     path = model_dir / MANIFEST
     if not path.is_file():
         return {}
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
-
     manifest = read_json_file(path, MAX_CONFIG_BYTES, "model manifest")
     if not isinstance(manifest, dict):
         raise MtkitError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
@@ -114,8 +119,6 @@ def read_manifest(model_dir: Path) -> dict:
 
 
 def _check_manifest_types(manifest: dict, path: Path) -> None:
-    from mtkit.config import config_from_dict
-
     def bad(key: str, expected: str) -> None:
         raise MtkitError(f"{path}: {key} must be {expected}, got {shown(manifest[key])}")
 
@@ -158,8 +161,6 @@ def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
     included, read from the headers without reading the weights (a scalar's shape is its value, for
     ``num_heads``); None for another binary version (CTranslate2 itself checks those). A file cut short
     or not in the format is a one-line error."""
-    import struct
-
     size = path.stat().st_size
     shapes: dict[str, tuple[int, ...]] = {}
     try:
@@ -207,9 +208,6 @@ def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
 def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) -> None:
     """Refuse a manifest whose ``model`` sizes (layers, d_model, h, d_ff, max_positions) ``model.bin``
     does not have: one line naming the key and both values."""
-    from mtkit.config import config_from_dict
-    from mtkit.engines.checkpoint import layer_count
-
     m = config_from_dict({"model": manifest["model"]}).model
     shapes = model_bin_shapes(model_bin)
     if shapes is None:
@@ -235,8 +233,6 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
 
 def exported_decode(model_dir: Path) -> DecodeConfig:
     """The decode settings saved with the exported checkpoint (the defaults when there are none)."""
-    from mtkit.config import saved_decode
-
     return saved_decode(read_manifest(model_dir).get("decode") or None, Path(model_dir) / MANIFEST)
 
 
@@ -260,15 +256,11 @@ class Ctranslate2Engine(Engine):
                  target: str | None = None) -> None:
         ctranslate2 = import_ctranslate2()
         device, precision, intra_threads = options.device, options.precision, threads.intra
-        from mtkit.data.vocab import Vocab
-
         model_dir = Path(model_dir)
         manifest = read_manifest(model_dir)
         vocab = Vocab.load(model_dir)
         max_positions = manifest.get("model", {}).get("max_positions")
         if languages is None:  # the pairs and the tag side it was exported with
-            from mtkit.data.languages import pairs_from_list
-
             data = manifest.get("data") or {}
             single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
             languages = (pairs_from_list(manifest.get("pairs")), single)
@@ -347,8 +339,6 @@ class Ctranslate2Engine(Engine):
                         head: int | None) -> list:
         """As the pipeline's: the output forced as a target prefix, with ``return_attention``, which gives the
         (layer, head) the export declared (:func:`mtkit.export.ctranslate2.alignment_of`); another is an error."""
-        import numpy as np
-
         if (layer, head) != self.exported_alignment:
             kept, kept_head = self.exported_alignment
             which = f"layer {kept}" + (f", head {kept_head}" if kept_head is not None else "'s mean of heads")
@@ -439,8 +429,6 @@ class Ctranslate2Engine(Engine):
     def _start_piece(self, vocab) -> list[str]:
         """``[tag]`` for a multilingual model with its tags on the target side (exported without a fixed
         start token: the target prefix's first token is the start, left out of the results); else []."""
-        from mtkit.data.languages import decoder_start
-
         start = decoder_start(vocab)
         return [] if start is None else vocab.tgt_pieces([start])
 

@@ -40,6 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
+from mtkit.data.languages import for_target
+from mtkit.data.vocab import check_text
+from mtkit.data.word_alignment import check_layer, default_layer, word_alignment
 from mtkit.engines.capabilities import Capabilities, no_alignments
 from mtkit.engines.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 from mtkit.engines.mbr import Utilities, mbr_order, search_decoding
@@ -205,8 +208,6 @@ class Engine:
         pairs, single = self.languages
         if not pairs and target is None:
             return self.vocab
-        from mtkit.data.languages import for_target
-
         return for_target(self.vocab, pairs, single, target, flag, self.tag_side)
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
@@ -237,8 +238,6 @@ class Engine:
     def alignment_source(self, d: DecodeConfig) -> tuple[int, int | None]:
         """The (layer, head) whose attention aligns (head None: the mean of the layer's heads): the layer
         ``d.alignment_layer`` asks for, else the guided-alignment head, else the penultimate layer."""
-        from mtkit.data.word_alignment import check_layer, default_layer
-
         if self.decoder_layers is None:
             raise MtkitError(f"{getattr(self, 'description', type(self).__name__)}: gives no word alignments "
                              f"({no_alignments()})")
@@ -268,8 +267,6 @@ class Engine:
 
     def _align(self, lines: list[str], src: list[list[int]], candidates: list[list[Candidate]], call: Call) -> None:
         """Set each candidate's word ``alignment`` (:mod:`mtkit.data.word_alignment`), batched as search is."""
-        from mtkit.data.word_alignment import word_alignment
-
         d = call.decode
         layer, head = self.alignment_source(d)
         pairs = [(i, c) for i, cands in enumerate(candidates) if src[i] for c in cands]
@@ -327,8 +324,6 @@ class Engine:
         return [t.best.text for t in self.translate(lines, constraints=constraints, options=options, target=target)]
 
     def _encode(self, lines: list[str], start: int, call: Call, warned: _Warnings) -> list[list[int]]:
-        from mtkit.data.vocab import check_text
-
         for i, line in enumerate(lines):
             check_text(line, f"line {start + i + 1}")
         encoded = call.vocab.encode_src_batch(lines)

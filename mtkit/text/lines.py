@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 from mtkit.config import DecodeConfig
+from mtkit.data.word_alignment import pharaoh
 from mtkit.engines.constraints import ConstraintSource
 from mtkit.engines.engine import Translation
 from mtkit.errors import MtkitError
@@ -87,9 +90,6 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
     flushes its output there). Reads with ``os.read``: a buffered reader would hold back
     lines it has already read.
     """
-    import os
-    import select
-
     pending = bytearray()
     number = 0
     while True:
@@ -140,8 +140,6 @@ def _aligned(text: str, c, alignments: bool) -> str:
     """``text``, and `` ||| `` with the Pharaoh alignment of ``c`` when it has one (and ``alignments``)."""
     if not alignments or c.alignment is None:
         return text
-    from mtkit.data.word_alignment import pharaoh
-
     return f"{text} ||| {pharaoh(c.alignment)}".rstrip()
 
 
