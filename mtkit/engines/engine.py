@@ -188,7 +188,8 @@ class Engine:
     def gives_alignments(self) -> bool:
         """Whether this engine gives word alignments: its kind can (:attr:`capabilities`) and its model does (a
         CTranslate2 export declares its alignment head)."""
-        return self.decoder_layers is not None
+        kind_can = self.capabilities is None or self.capabilities.alignments  # (a stand-in declares none)
+        return kind_can and self.decoder_layers is not None
 
     def pieces(self) -> PieceIndex:
         """The :class:`mtkit.engines.constraints.PieceIndex` of the target pieces (the same for every
