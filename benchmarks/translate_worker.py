@@ -42,12 +42,13 @@ TEXT_SIDES = ("text-mtkit", "text-direct")
 
 class MtkitEngine:
     def __init__(self, loaded, beam: int, n: int) -> None:
+        from mtkit.engines.engine import EngineOptions
         from mtkit.engines.torch_engine import TorchEngine
 
         # The checkpoint's forced_eos: "logprob" for mtkit's own, "zero" (generate's) for an imported Marian model.
         decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
                               forced_eos=loaded.config.decode.forced_eos)
-        self.translator = TorchEngine(loaded, decode, min_len=n)
+        self.translator = TorchEngine(loaded, decode, EngineOptions(min_len=n))
         self.call = self.translator.call()
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
@@ -174,10 +175,11 @@ def text_side(name: str, plan: dict, threads: int) -> dict:
     model_dir = Path(plan["ct2"]["fp32"])
     lines, beam, budget = plan["lines"], text["beam"], text["budget"]
     if name == "text-mtkit":
-        from mtkit.engines.ctranslate2_engine import Ctranslate2Engine
+        from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
+        from mtkit.engines.engine import EngineOptions
 
         decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
-        ours = Ctranslate2Engine(model_dir, decode, intra_threads=threads, min_len=n + 1)
+        ours = Ctranslate2Engine(model_dir, decode, EngineOptions(min_len=n + 1), CpuThreads(intra=threads))
 
         def translate() -> list[str]:
             return [t.best.text for t in ours.translate(lines, buffer_size=len(lines))]

@@ -165,10 +165,11 @@ class Model:
                 raise MtkitError(f"constraints: {len(per_line)} given for {len(items)} lines; give one per line")
             per_line = [Constraints.from_json(dict(c), f"constraints[{i}]", MAX_LINE_PHRASES) if c else None
                         for i, c in enumerate(per_line)]
-        if self.kind == "ctranslate2" and (terms is not None or any(c and c.include for c in per_line or [])):
-            from mtkit.engines.ctranslate2_engine import INCLUDE_UNSUPPORTED
+        from mtkit.engines.capabilities import include_refusal
 
-            raise MtkitError(f"{'glossary' if terms is not None else 'constraints'}: {INCLUDE_UNSUPPORTED}")
+        refusal = include_refusal(self.kind)
+        if refusal is not None and (terms is not None or any(c and c.include for c in per_line or [])):
+            raise MtkitError(f"{'glossary' if terms is not None else 'constraints'}: {refusal}")
         return constraint_source(per_line, terms, "constraints")
 
     @staticmethod
@@ -182,8 +183,10 @@ class Model:
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
         :class:`mtkit.engines.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
-        if self._loaded is None:
-            raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
+        if self._loaded is None:  # (the engines without forced scoring keep no loaded checkpoints)
+            from mtkit.engines.capabilities import either
+
+            raise MtkitError(f"score needs the {either('forced_scoring')} engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
             raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")

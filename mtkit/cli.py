@@ -20,7 +20,6 @@ from pathlib import Path
 import typer
 from typer.core import TyperGroup
 
-import mtkit.engines.threads  # noqa: F401  (first: its load reading starts with the process)
 from mtkit.errors import MtkitError
 from mtkit.version import __version__
 
@@ -80,8 +79,10 @@ def root(
 ) -> None:
     if debug:
         os.environ["MTKIT_DEBUG"] = "1"
+    from mtkit.engines.threads import mark_start
     from mtkit.logs import to_stderr
 
+    mark_start()  # the load reading the first thread count reads from (mtkit.engines.threads.since_start)
     to_stderr()  # what the library says (``logging.getLogger("mtkit…")``) goes to stderr, a line each
 
 

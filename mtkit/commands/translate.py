@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from mtkit.config import PRECISIONS, DecodeConfig
+from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
 from mtkit.engines.factory import (
     ENGINES,
     build_translator,
@@ -273,6 +274,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
         raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
     markup = output_format if output_format in MARKUPS else None
+    aligns = o.engine not in CAPABILITIES or CAPABILITIES[o.engine].alignments  # (an unknown engine: refused below)
     protect = None
     if o.protect is not None:
         import regex  # its time limit bounds a pattern that backtracks without end (re has none)
@@ -296,9 +298,10 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
                 what = ("--protect carries placeholders" if protect is not None
                         else f"--format {markup} translates markup")
                 raise MtkitError(f"{what}, a line of it per input line: drop {flag}")
-        if protect is not None and o.engine == "onnx":
-            raise MtkitError("--protect needs word alignments: --engine torch or ctranslate2 (ONNX gives none)")
-        if overrides.get("alignments", "off") == "off" and o.engine != "onnx":
+        if protect is not None and not aligns:
+            raise MtkitError(f"--protect needs word alignments: --engine {either('alignments')} "
+                             f"({'; '.join(f'{c.title} gives none' for c in engines_without('alignments'))})")
+        if overrides.get("alignments", "off") == "off" and aligns:
             overrides["alignments"] = "hard"  # the tags are put back by the alignment (ONNX: between tags only)
     if o.engine not in ENGINES:
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
@@ -324,9 +327,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if aligning and output_format in ("tokens", "scores") and markup is None:
         raise MtkitError(f"--alignments: word alignments go with --format text, nbest or json (or to "
                          f"--alignments-out), not with --format {output_format}")
-    if aligning and o.engine == "onnx":
-        raise MtkitError("--alignments needs --engine torch or ctranslate2 (the ONNX export's graphs give no "
-                         "attention)")
+    if aligning and not aligns:
+        raise MtkitError(f"--alignments needs --engine {either('alignments')} "
+                         f"({'; '.join(c.no_alignments_why for c in engines_without('alignments'))})")
     qe = o.qe or o.qe_model is not None
     if qe and output_format not in (None, "text", "json"):
         raise MtkitError(f"--qe adds a column to --format text or a key to json, not to --format {output_format}")
@@ -362,8 +365,8 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if interactive:
         buffer_size = 1
 
-    if o.engine != "torch" and o.attention_png is not None:
-        raise MtkitError("--attention-png needs --engine torch")
+    if not CAPABILITIES[o.engine].attention_maps and o.attention_png is not None:
+        raise MtkitError(f"--attention-png needs --engine {either('attention_maps')}")
     if o.engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
         from mtkit.export.cache import ctranslate2_model
 
@@ -403,7 +406,7 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         try:
             with _output_stream(o.output) as out:
                 done = _translate_markup(translator, _input_lines(inputs, out.flush), inputs, markup, out,
-                                         buffer_size, progress, protect, aligning=o.engine != "onnx")
+                                         buffer_size, progress, protect, aligning=aligns)
         except BrokenPipeError:
             if o.output is None:
                 discard_stdout()

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit.data.vocab import check_text
 from mtkit.errors import MtkitError, counted
 
 UNK_ID = 1  # mtkit.config's (not imported here: no torch)
@@ -49,8 +50,6 @@ _RESERVED = re.compile(r"<(?:/?s|pad|unk|2[^\s<>]+)>")
 def check_phrase(phrase: str, where: str, what: str = "phrase") -> None:
     """Raise :class:`MtkitError` naming ``where`` for a phrase no translation may be made to hold: one
     with a lone surrogate, or with a reserved piece's text (``</s>``, ``<2de>``: never text)."""
-    from mtkit.data.vocab import check_text
-
     check_text(phrase, f"{where}: {what} {phrase!r}")
     found = _RESERVED.search(phrase)
     if found:

@@ -41,27 +41,52 @@ which only benchmarks use) scores differently: CTranslate2 renormalizes without 
 
 Constraints: ``exclude`` phrases are CTranslate2's ``suppress_sequences`` (so the scores of such a
 sentence are renormalized without the banned pieces, unlike mtkit's search); ``include`` phrases,
-and so glossaries, are an error (:data:`INCLUDE_UNSUPPORTED`): CTranslate2 has no lexically
-constrained search, and its ``target_prefix`` only forces a translation's beginning.
+and so glossaries, are an error (:func:`mtkit.engines.capabilities.include_refusal`): CTranslate2 has no
+lexically constrained search, and its ``target_prefix`` only forces a translation's beginning. What the engine
+can do is declared once, in :data:`mtkit.engines.capabilities.CTRANSLATE2`.
 """
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import EOS_ID, UNK_ID, DecodeConfig
+import numpy as np
+
+from mtkit.checkpoints.io import layer_count
+from mtkit.config import EOS_ID, UNK_ID, DecodeConfig, config_from_dict, saved_decode
+from mtkit.data.languages import decoder_start, pairs_from_list
+from mtkit.data.vocab import Vocab
 from mtkit.decoding.penalties import length_penalty
+from mtkit.engines.capabilities import CTRANSLATE2, TORCH, include_refusal
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.device import resolve_device
-from mtkit.engines.engine import Call, Engine
+from mtkit.engines.engine import Call, Engine, EngineOptions
 from mtkit.errors import MtkitError, shown
+from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 
 MANIFEST = "mtkit.json"
 # The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
-INCLUDE_UNSUPPORTED = ("--engine ctranslate2 cannot force phrases into a translation (include constraints, "
-                       "glossaries): CTranslate2 has no constrained search; use --engine torch "
-                       "(exclude works with both)")
+QUANTIZATIONS = CTRANSLATE2.quantizations
+INCLUDE_UNSUPPORTED = include_refusal(CTRANSLATE2.name)  # the one line refusing include phrases and glossaries
+
+
+@dataclass(frozen=True)
+class CpuThreads:
+    """A CTranslate2 engine's threads, fixed when it loads the model.
+
+    Args:
+        intra: threads per translation (0: ``chosen``, else CTranslate2's default). An int8 model on the CPU
+            is given one thread when 0 is asked (fastest on small CPUs).
+        inter: batches translated at the same time, from several threads (CTranslate2's ``inter_threads``).
+        chosen: the count mtkit chose from the CPUs free (:mod:`mtkit.engines.threads`) for a CPU without a
+            user's count, and why: ``(n, why)``.
+    """
+
+    intra: int = 0
+    inter: int = 1
+    chosen: tuple[int, str] | None = None
 
 
 def import_ctranslate2():
@@ -84,8 +109,6 @@ def read_manifest(model_dir: Path) -> dict:
     path = model_dir / MANIFEST
     if not path.is_file():
         return {}
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
-
     manifest = read_json_file(path, MAX_CONFIG_BYTES, "model manifest")
     if not isinstance(manifest, dict):
         raise MtkitError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
@@ -96,8 +119,6 @@ def read_manifest(model_dir: Path) -> dict:
 
 
 def _check_manifest_types(manifest: dict, path: Path) -> None:
-    from mtkit.config import config_from_dict
-
     def bad(key: str, expected: str) -> None:
         raise MtkitError(f"{path}: {key} must be {expected}, got {shown(manifest[key])}")
 
@@ -140,8 +161,6 @@ def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
     included, read from the headers without reading the weights (a scalar's shape is its value, for
     ``num_heads``); None for another binary version (CTranslate2 itself checks those). A file cut short
     or not in the format is a one-line error."""
-    import struct
-
     size = path.stat().st_size
     shapes: dict[str, tuple[int, ...]] = {}
     try:
@@ -189,9 +208,6 @@ def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
 def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) -> None:
     """Refuse a manifest whose ``model`` sizes (layers, d_model, h, d_ff, max_positions) ``model.bin``
     does not have: one line naming the key and both values."""
-    from mtkit.checkpoints.io import layer_count
-    from mtkit.config import config_from_dict
-
     m = config_from_dict({"model": manifest["model"]}).model
     shapes = model_bin_shapes(model_bin)
     if shapes is None:
@@ -217,8 +233,6 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
 
 def exported_decode(model_dir: Path) -> DecodeConfig:
     """The decode settings saved with the exported checkpoint (the defaults when there are none)."""
-    from mtkit.config import saved_decode
-
     return saved_decode(read_manifest(model_dir).get("decode") or None, Path(model_dir) / MANIFEST)
 
 
@@ -227,34 +241,32 @@ class Ctranslate2Engine(Engine):
 
     Args:
         model_dir: written by :func:`export_model`.
-        precision: ``fp32`` keeps the exported weights' type (e.g. int8 stays int8);
-            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type.
-        intra_threads: threads per translation (0: ``chosen_threads``, else CTranslate2's default). An int8
-            model on the CPU is given one thread when 0 is asked (fastest on small CPUs).
-        chosen_threads: the count mtkit chose from the CPUs free (:mod:`mtkit.engines.threads`) for a
-            CPU without a user's count, and why: ``(n, why)``.
-        min_len: EOS is banned before this many output tokens (0: never).
+        options: the device, the precision (``fp32`` keeps the exported weights' type, e.g. int8 stays int8;
+            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type), ``min_len`` (EOS is banned before
+            this many output tokens; 0: never) and whether it warns (:class:`EngineOptions`).
+        threads: its :class:`CpuThreads`.
+        languages: the pairs (and single pair) of the model; None: those it was exported with.
+        target: the target language a call without one translates into.
     """
 
-    def __init__(self, model_dir: str | Path, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 intra_threads: int = 0, inter_threads: int = 1, min_len: int = 0,
-                 languages: tuple[list, tuple[str, str] | None] | None = None, target: str | None = None,
-                 chosen_threads: tuple[int, str] | None = None) -> None:
-        ctranslate2 = import_ctranslate2()
-        from mtkit.data.vocab import Vocab
+    capabilities = CTRANSLATE2
 
+    def __init__(self, model_dir: str | Path, decode: DecodeConfig, options: EngineOptions = EngineOptions(),
+                 threads: CpuThreads = CpuThreads(), languages: tuple[list, tuple[str, str] | None] | None = None,
+                 target: str | None = None) -> None:
+        ctranslate2 = import_ctranslate2()
+        device, precision, intra_threads = options.device, options.precision, threads.intra
         model_dir = Path(model_dir)
         manifest = read_manifest(model_dir)
         vocab = Vocab.load(model_dir)
         max_positions = manifest.get("model", {}).get("max_positions")
         if languages is None:  # the pairs and the tag side it was exported with
-            from mtkit.data.languages import pairs_from_list
-
             data = manifest.get("data") or {}
             single = (data["src_lang"], data["tgt_lang"]) if data.get("src_lang") and data.get("tgt_lang") else None
             languages = (pairs_from_list(manifest.get("pairs")), single)
         super().__init__(vocab, decode, max_positions, languages=languages,
                          tag_side=manifest.get("tag_side") or "source", target=target)
+        self.warn = options.warn
         compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}.get(precision)
         if compute_type is None:
             raise MtkitError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
@@ -266,17 +278,17 @@ class Ctranslate2Engine(Engine):
         if intra_threads <= 0 and device == "cpu":
             if str(manifest.get("quantization", "")).startswith("int8"):
                 intra_threads, self.threads_said = 1, "threads: 1 (an int8 model: fastest with one)"
-            elif chosen_threads is not None:
-                intra_threads = chosen_threads[0]
-                self.threads_said = f"threads: {chosen_threads[0]} ({chosen_threads[1]})"
+            elif threads.chosen is not None:
+                intra_threads = threads.chosen[0]
+                self.threads_said = f"threads: {threads.chosen[0]} ({threads.chosen[1]})"
         self.intra_threads = intra_threads  # 0: CTranslate2's own count
         try:
             self.translator = ctranslate2.Translator(str(model_dir), device=device, device_index=device_index,
                                                      compute_type=compute_type, intra_threads=intra_threads,
-                                                     inter_threads=inter_threads)
+                                                     inter_threads=threads.inter)
         except (RuntimeError, ValueError) as e:
             raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
-        self.min_len = min_len
+        self.min_len = options.min_len
         source = manifest.get("checkpoint")
         if source and manifest.get("step") is not None:
             source += f" (step {manifest['step']})"
@@ -327,8 +339,6 @@ class Ctranslate2Engine(Engine):
                         head: int | None) -> list:
         """As the pipeline's: the output forced as a target prefix, with ``return_attention``, which gives the
         (layer, head) the export declared (:func:`mtkit.export.ctranslate2.alignment_of`); another is an error."""
-        import numpy as np
-
         if (layer, head) != self.exported_alignment:
             kept, kept_head = self.exported_alignment
             which = f"layer {kept}" + (f", head {kept_head}" if kept_head is not None else "'s mean of heads")
@@ -388,8 +398,8 @@ class Ctranslate2Engine(Engine):
         start = self._start_piece(call.vocab)
         if d.sampling:
             if d.epsilon > 0:
-                raise MtkitError("epsilon sampling (--epsilon) needs the torch engine: CTranslate2 samples from "
-                                 "the top k or the nucleus only")
+                raise MtkitError(f"epsilon sampling (--epsilon) needs the {TORCH.name} engine: "
+                                 f"{self.capabilities.title} samples from the top k or the nucleus only")
             n = d.nbest
             if start:
                 options["target_prefix"] = [start] * (len(source) * n)
@@ -419,8 +429,6 @@ class Ctranslate2Engine(Engine):
     def _start_piece(self, vocab) -> list[str]:
         """``[tag]`` for a multilingual model with its tags on the target side (exported without a fixed
         start token: the target prefix's first token is the start, left out of the results); else []."""
-        from mtkit.data.languages import decoder_start
-
         start = decoder_start(vocab)
         return [] if start is None else vocab.tgt_pieces([start])
 

@@ -13,7 +13,7 @@ An engine (:class:`mtkit.engines.torch_engine.TorchEngine`,
 * yields exactly one :class:`Translation` per input line: an empty (or all-blank)
   line gives an empty translation without running the model, and an input longer
   than ``decode.max_input_len`` tokens (or than the model's position table) is
-  truncated with a warning on stderr naming its line number, never dropped;
+  truncated with a warning (the ``mtkit`` logger: stderr, in the CLI) naming its line number, never dropped;
 * with ``constraints`` (:mod:`mtkit.engines.constraints`), gives the lines that have some to the
   engine's :meth:`Engine.search_constrained_batch`, and warns, naming the line, when a
   best translation lacks an ``include`` phrase (it did not fit in the maximum output length); an
@@ -33,16 +33,22 @@ times slower once torch's OpenMP runtime is loaded and used in the same process)
 from __future__ import annotations
 
 import dataclasses
-import sys
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mtkit.config import EOS_ID, DecodeConfig
+from mtkit.data.languages import for_target
+from mtkit.data.vocab import check_text
+from mtkit.data.word_alignment import check_layer, default_layer, word_alignment
+from mtkit.engines.capabilities import Capabilities, no_alignments
 from mtkit.engines.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
-from mtkit.engines.mbr import mbr_order, search_decoding
+from mtkit.engines.mbr import Utilities, mbr_order, search_decoding
 from mtkit.errors import MtkitError, counted
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -81,11 +87,6 @@ class Translation:
         return self.candidates[0]
 
 
-def stderr(message: str) -> None:
-    """Where the engines and the factory say things by default: a line on stderr."""
-    print(message, file=sys.stderr, flush=True)
-
-
 @dataclass(frozen=True)
 class Call:
     """What one :meth:`Engine.translate` call decodes with, passed to the engine's search:
@@ -117,33 +118,55 @@ class _Warnings:
     unwritable: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine computes, fixed when it is built (the torch and CTranslate2 engines').
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``fp32``, or ``bf16``/``fp16`` (the torch engine's autocast; CTranslate2's compute type).
+        seed: the sampling seed (the same input and batch give the same samples; torch engine).
+        min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
+        warn: say warnings (a truncated line, an unmet phrase, a new thread count) on the ``mtkit`` logger;
+            False for an engine whose warnings nobody reads (validation's).
+    """
+
+    device: str = "cpu"
+    precision: str = "fp32"
+    seed: int = 1
+    min_len: int = 0
+    warn: bool = True
+
+
 class Engine:
     """Lines in, :class:`Translation` objects out, in input order; engines supply :meth:`search_batch`.
 
     Everything fixed is given at construction and never changed after: one engine serves any number
-    of threads at once, each :meth:`translate` call with its own settings and target language.
+    of threads at once, each :meth:`translate` call with its own settings and target language. What it
+    warns about goes to the ``mtkit.engines.engine`` logger (:meth:`say`).
 
     Args:
         vocab: a :class:`mtkit.data.vocab.Vocab` (``encode_src_batch``, ``decode_tgt``, ``tgt_pieces``).
         decode: the default decoding settings (a call may give others); checked ones, as the config, the
             factory's flags and the server's requests make them (:func:`mtkit.config.check_decode`).
         max_positions: the model's position table size, bounding input and output lengths.
-        log: where warnings go (stderr by default).
         languages: a multilingual model's pairs (:class:`mtkit.data.languages.Pair`) and, for a model of
             one pair, that pair (``(src, tgt)`` or None): which targets a call may ask for.
         tag_side: where a multilingual model's tag goes (``source`` or ``target``, ``data.tag_side``).
         target: the target language a call without one translates into (a multilingual model's).
         threads: a :class:`mtkit.engines.threads.ThreadPolicy` fitted before each batch, in the thread that
-            decodes it (the count changes as other work comes and goes; said through ``log``); None: the
+            decodes it (the count changes as other work comes and goes; said as a warning is); None: the
             count stays as it is.
     """
 
+    capabilities: Capabilities | None = None  # what an engine of its kind can do (mtkit.engines.capabilities)
+    warn = True  # whether :meth:`say` says anything (EngineOptions.warn)
+
     def __init__(self, vocab, decode: DecodeConfig, max_positions: int | None = None,
-                 log: Callable[[str], None] = stderr, languages: tuple[list, tuple[str, str] | None] = ([], None),
-                 tag_side: str = "source", target: str | None = None, threads=None) -> None:
+                 languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
+                 target: str | None = None, threads=None) -> None:
         self.vocab = vocab
         self.decode = decode
-        self.log = log
         self.languages = (list(languages[0]), languages[1])
         self.tag_side = tag_side
         self.target = target
@@ -154,6 +177,19 @@ class Engine:
         self._pieces_lock = threading.Lock()
         self.decoder_layers: int | None = None  # for alignments; None: this engine gives none
         self.guided: tuple[int, int] | None = None  # the guided-alignment (layer, head) of a model trained with one
+        self.utilities = Utilities()  # MBR's COMET utilities, loaded on first use and owned here
+
+    def say(self, message: str) -> None:
+        """A warning (or a new thread count), on the ``mtkit`` logger, unless this engine was built not to warn."""
+        if self.warn:
+            logger.info(message)
+
+    @property
+    def gives_alignments(self) -> bool:
+        """Whether this engine gives word alignments: its kind can (:attr:`capabilities`) and its model does (a
+        CTranslate2 export declares its alignment head)."""
+        kind_can = self.capabilities is None or self.capabilities.alignments  # (a stand-in declares none)
+        return kind_can and self.decoder_layers is not None
 
     def pieces(self) -> PieceIndex:
         """The :class:`mtkit.engines.constraints.PieceIndex` of the target pieces (the same for every
@@ -173,8 +209,6 @@ class Engine:
         pairs, single = self.languages
         if not pairs and target is None:
             return self.vocab
-        from mtkit.data.languages import for_target
-
         return for_target(self.vocab, pairs, single, target, flag, self.tag_side)
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
@@ -205,11 +239,9 @@ class Engine:
     def alignment_source(self, d: DecodeConfig) -> tuple[int, int | None]:
         """The (layer, head) whose attention aligns (head None: the mean of the layer's heads): the layer
         ``d.alignment_layer`` asks for, else the guided-alignment head, else the penultimate layer."""
-        from mtkit.data.word_alignment import check_layer, default_layer
-
         if self.decoder_layers is None:
-            raise MtkitError(f"{getattr(self, 'description', type(self).__name__)}: gives no word alignments (a "
-                             "CTranslate2 model exported by mtkit declares its alignment head; ONNX gives none)")
+            raise MtkitError(f"{getattr(self, 'description', type(self).__name__)}: gives no word alignments "
+                             f"({no_alignments()})")
         if d.alignment_layer is not None:
             return check_layer(d.alignment_layer, self.decoder_layers), None
         if self.guided is not None:
@@ -236,8 +268,6 @@ class Engine:
 
     def _align(self, lines: list[str], src: list[list[int]], candidates: list[list[Candidate]], call: Call) -> None:
         """Set each candidate's word ``alignment`` (:mod:`mtkit.data.word_alignment`), batched as search is."""
-        from mtkit.data.word_alignment import word_alignment
-
         d = call.decode
         layer, head = self.alignment_source(d)
         pairs = [(i, c) for i, cands in enumerate(candidates) if src[i] for c in cands]
@@ -295,8 +325,6 @@ class Engine:
         return [t.best.text for t in self.translate(lines, constraints=constraints, options=options, target=target)]
 
     def _encode(self, lines: list[str], start: int, call: Call, warned: _Warnings) -> list[list[int]]:
-        from mtkit.data.vocab import check_text
-
         for i, line in enumerate(lines):
             check_text(line, f"line {start + i + 1}")
         encoded = call.vocab.encode_src_batch(lines)
@@ -307,7 +335,7 @@ class Engine:
                 out.append([])
                 continue
             if len(ids) + 1 > max_src_len:
-                self.log(f"warning: line {start + i + 1}: {len(ids) + 1} source tokens (with EOS), "
+                self.say(f"warning: line {start + i + 1}: {len(ids) + 1} source tokens (with EOS), "
                          f"truncated to {max_src_len} (decode.max_input_len or the model's max_positions)")
                 ids = ids[: max_src_len - 1]
             out.append(list(ids) + [EOS_ID])
@@ -319,7 +347,7 @@ class Engine:
         if warned.max_len or int(d.max_len_a * src_len + d.max_len_b) >= 1:
             return
         warned.max_len = True
-        self.log(f"warning: line {number}: the maximum output length max_len_a·S + max_len_b = "
+        self.say(f"warning: line {number}: the maximum output length max_len_a·S + max_len_b = "
                  f"{d.max_len_a:g}·{src_len} + {d.max_len_b} is below 1, so its output is cut to one token "
                  "(see --max-len-a/--max-len-b); other such lines are not reported")
 
@@ -352,7 +380,7 @@ class Engine:
             call.check_stop()
             said = self.threads.fit() if self.threads is not None else None
             if said is not None:
-                self.log(said)
+                self.say(said)
             if any(wanted[i] for i in batch):
                 found = self.search_constrained_batch([src[i] for i in batch], [wanted[i] for i in batch], search)
             else:
@@ -367,7 +395,7 @@ class Engine:
                 for ids, score, logprob in results[i]
             ]
             if mbr:  # by expected utility; those that hold the include phrases still first
-                ranked = mbr_order(candidates, call.decode.mbr, line, call.decode.mbr_comet_model)
+                ranked = mbr_order(candidates, call.decode, line, self.utilities)
                 if wanted[i] is not None:
                     ranked.sort(key=lambda c, w=wanted[i]: bool(unmet(w, c.text)))
                 candidates = ranked[: call.decode.nbest]
@@ -382,7 +410,7 @@ class Engine:
             for phrase, why in unwritable.items():
                 if phrase not in warned.unwritable:
                     warned.unwritable.add(phrase)
-                    self.log(f"warning: line {start + i + 1}: include phrase {phrase!r}: {why} "
+                    self.say(f"warning: line {start + i + 1}: include phrase {phrase!r}: {why} "
                              "(later lines with it are not reported)")
             yield Translation(start + i, line, src[i], candidates, missing + list(unwritable), unwritable)
 
@@ -395,4 +423,4 @@ class Engine:
                else f"not met within the maximum output length of {counted(limit, 'piece')}")
         if src_len == 0:
             why = "an empty line is not translated"
-        self.log(f"warning: line {number}: the translation lacks {', '.join(map(repr, missing))} ({why})")
+        self.say(f"warning: line {number}: the translation lacks {', '.join(map(repr, missing))} ({why})")

@@ -8,16 +8,19 @@ engine never loads it.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
-from mtkit.engines.engine import stderr
+from mtkit.engines.capabilities import CAPABILITIES, ENGINES
+from mtkit.engines.engine import EngineOptions
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 from mtkit.errors import MtkitError
 
-ENGINES = ("torch", "ctranslate2", "onnx")
+__all__ = ["ENGINES", "build_translator", "torch_engine"]
+stderr = logging.getLogger(__name__).info  # where the factory says things by default (the CLI prints them on stderr)
 
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p", "epsilon")
 
@@ -132,7 +135,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode
+        from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine, exported_decode
 
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
@@ -141,9 +144,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         # fixes its count when it loads the model.
         chosen = (choose_threads(usable_cpus(), since_start().others())
                   if threads <= 0 and user_threads() is None else None)
-        translator = Ctranslate2Engine(paths[0], decode, device=device, precision=precision,
-                                       intra_threads=threads, inter_threads=parallel, target=tgt_lang,
-                                       chosen_threads=chosen)
+        translator = Ctranslate2Engine(paths[0], decode, EngineOptions(device, precision),
+                                       CpuThreads(threads, parallel, chosen), target=tgt_lang)
         if not any_target:
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
         log(f"loaded {translator.description}")
@@ -155,8 +157,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
         if len(paths) != 1 or not is_onnx_export(paths[0]):
             raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
-        if device not in ("auto", "cpu"):
-            raise MtkitError(f"--device {device}: the ONNX engine runs on the CPU")
+        if device != "auto" and device not in CAPABILITIES[engine].devices:  # the CPU only
+            raise MtkitError(f"--device {device}: the {CAPABILITIES[engine].title} engine runs on the CPU")
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
@@ -208,7 +210,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     if callable(decode):
         decode = decode(loaded[0].config.decode)
     decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
-    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy, log)
+    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy)
     if not any_target:
         translator.vocab_for(tgt_lang)
     say_loaded(loaded, log)
@@ -218,10 +220,11 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
 
 
 def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 target: str | None = None, threads: ThreadPolicy | None = None, log: Callable[[str], None] = stderr):
+                 target: str | None = None, threads: ThreadPolicy | None = None, warn: bool = True):
     """The torch engine (:class:`mtkit.engines.torch_engine.TorchEngine`) on models in memory: loaded
     checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
-    training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's)."""
+    training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's; ``warn``
+    False: its warnings unsaid)."""
     from mtkit.engines.torch_engine import TorchEngine
 
     configs = [getattr(m, "config", None) for m in models]
@@ -232,8 +235,8 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
 
         languages = (same_pairs(configs), single_pair(configs[0].data))
         tag_side = configs[0].data.tag_side
-    return TorchEngine(models, decode, device=device, precision=precision, languages=languages, tag_side=tag_side,
-                       target=target, threads=threads, log=log)
+    return TorchEngine(models, decode, EngineOptions(device, precision, warn=warn), languages, tag_side, target,
+                       threads)
 
 
 def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):

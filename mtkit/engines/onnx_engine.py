@@ -17,6 +17,7 @@ error of a run is one line naming the graph file.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import threading
 import time
@@ -27,10 +28,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from mtkit.config import PAD_ID, DecodeConfig
+from mtkit.config import PAD_ID, DecodeConfig, saved_decode
+from mtkit.data.languages import decoder_start, pairs_from_list
+from mtkit.data.vocab import Vocab
+from mtkit.decoding.options import SearchOptions
+from mtkit.engines.capabilities import ONNX
 from mtkit.engines.engine import Call, Engine, Stopped
 from mtkit.engines.threads import ThreadPolicy
+from mtkit.engines.torch_engine import padded_sources, run_search
 from mtkit.errors import MtkitError
+from mtkit.io import MAX_CONFIG_BYTES, open_regular, read_json_file
 
 MANIFEST = "mtkit.json"
 ENCODER = "encoder.onnx"
@@ -55,8 +62,6 @@ def graph_names(layers: int) -> dict:
 
 def read_manifest(folder: Path) -> dict:
     """An ONNX export's ``mtkit.json``, read in bounded work, with the fields the engine uses type-checked."""
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
-
     path = Path(folder) / MANIFEST
     # Present (a FIFO or a device too: read_json_file and OnnxModel refuse those, naming them, unopened).
     if not os.path.lexists(Path(folder) / STEP) or not os.path.lexists(path):
@@ -169,8 +174,6 @@ class OnnxModel:
             import onnxruntime as ort
         except ImportError:
             raise MtkitError("the ONNX engine needs onnxruntime (pip install 'mtkit[onnx]')") from None
-        from mtkit.io import open_regular
-
         self.ort = ort
         self.folder = folder = Path(folder)
         self.manifest = read_manifest(folder)
@@ -271,8 +274,6 @@ class OnnxModel:
 
 def exported_decode(folder: Path) -> DecodeConfig:
     """The recipe's decode settings an ONNX export keeps in its mtkit.json, through the recipe's checks."""
-    from mtkit.config import saved_decode
-
     return saved_decode(read_manifest(folder).get("decode"), Path(folder) / MANIFEST)
 
 
@@ -282,11 +283,10 @@ class OnnxEngine(Engine):
     ``threads`` > 0 is torch's count too, set now and in each thread that translates (torch keeps one per
     thread), so that torch's threads never outnumber the CPUs the count was chosen for."""
 
+    capabilities = ONNX
+
     def __init__(self, folder: str | Path, decode: DecodeConfig, threads: int = 0, target: str | None = None,
                  seed: int = 1) -> None:
-        from mtkit.data.languages import pairs_from_list
-        from mtkit.data.vocab import Vocab
-
         folder = Path(folder)
         self.model = OnnxModel(folder, threads)
         manifest = self.model.manifest
@@ -308,18 +308,12 @@ class OnnxEngine(Engine):
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
         """As the pipeline's, with a generator of its own seeded with ``seed`` when it samples."""
-        import dataclasses
-
         found = super().call(options, target)
         if not found.decode.sampling:
             return found
         return dataclasses.replace(found, generator=torch.Generator().manual_seed(self.seed))
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
-        from mtkit.data.languages import decoder_start
-        from mtkit.decoding.options import SearchOptions
-        from mtkit.engines.torch_engine import padded_sources, run_search
-
         src = padded_sources(batch)
         options = SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,
                                             start=decoder_start(call.vocab), should_stop=call.should_stop)

@@ -18,19 +18,22 @@ Not to be confused with :mod:`mtkit.metrics.files` (sacreBLEU scores of hypothes
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from mtkit.checkpoints.io import check_one_vocabulary
-from mtkit.data.languages import decoder_start
+from mtkit.data.languages import decoder_start, for_config
+from mtkit.data.vocab import check_text
 from mtkit.decoding.forced import pad_pairs, token_log_probs
 from mtkit.engines.inference import InferenceModel
-from mtkit.engines.precision import check_precision
+from mtkit.engines.precision import autocast, check_precision
 from mtkit.errors import MtkitError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,10 +51,6 @@ class PairScore:
         return self.logprob / self.tokens
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 class PairScorer:
     """Line pairs in, one :class:`PairScore` per pair out, in input order.
 
@@ -62,15 +61,13 @@ class PairScorer:
         precision: ``fp32``, or ``bf16``/``fp16`` autocast for the model (the log-softmax stays fp32).
         batch_tokens: a batch holds at most this many padded tokens of its longer side
             (rows × max(source, target) length, with EOS; at least one pair).
-        log: where warnings go (stderr by default).
 
     A pair whose source or target (with EOS) is longer than the model's position table cannot
-    be scored: it gets NaN and a warning naming its line (truncating it would report the score
+    be scored: it gets NaN and a warning naming its line (on the ``mtkit`` logger) (truncating it would report the score
     of another sentence).
     """
 
-    def __init__(self, models, device: str = "cpu", precision: str = "fp32", batch_tokens: int = 4000,
-                 log: Callable[[str], None] = _stderr) -> None:
+    def __init__(self, models, device: str = "cpu", precision: str = "fp32", batch_tokens: int = 4000) -> None:
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]
         if not loaded:
             raise MtkitError("no model to score with")
@@ -84,7 +81,6 @@ class PairScorer:
         self.config = getattr(first, "config", None)
         self.precision = precision
         self.batch_tokens = batch_tokens
-        self.log = log
         self.models = [m.model.to(self.device).eval() for m in loaded]
         self.encoders = [InferenceModel(m) for m in self.models]  # the encoder pass search runs (packed once)
         self.max_len = min(m.cfg.max_positions for m in self.models)  # tokens with EOS, on either side
@@ -94,8 +90,6 @@ class PairScorer:
         None: its only one, or a single-pair model's): tagged as the model was trained."""
         if self.config is None:
             return self.vocab
-        from mtkit.data.languages import for_config
-
         return for_config(self.vocab, self.config, target)
 
     # ------------------------------------------------------------------ ids
@@ -120,8 +114,6 @@ class PairScorer:
         """Σ log P(target + EOS | source) of each (source ids, target ids) pair, without BOS/EOS,
         in the order given; every pair must fit the model (see :attr:`max_len`). ``target``: the
         language whose tag starts the decoder, for a model with target-side tags."""
-        from mtkit.engines.precision import autocast
-
         start = decoder_start(self.vocab_for(target))
         sums = [0.0] * len(pairs)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
@@ -154,8 +146,6 @@ class PairScorer:
             yield from self._score_chunk(chunk, start, vocab, target)
 
     def _score_chunk(self, lines: list[tuple[str, str]], start: int, vocab, target: str | None) -> Iterator[PairScore]:
-        from mtkit.data.vocab import check_text
-
         for i, (s, t) in enumerate(lines):  # not Unicode text: SentencePiece cannot encode it
             check_text(s, f"line {start + i + 1}: source")
             check_text(t, f"line {start + i + 1}: target")
@@ -166,7 +156,7 @@ class PairScorer:
             lengths = (("source", len(s) + 1), ("target", len(t) + 1))
             too_long = [f"{side} has {n} tokens with EOS" for side, n in lengths if n > self.max_len]
             if too_long:
-                self.log(f"warning: line {start + i + 1}: {' and '.join(too_long)}, more than the model's "
+                logger.info(f"warning: line {start + i + 1}: {' and '.join(too_long)}, more than the model's "
                          f"max_positions ({self.max_len}); its score is nan")
             else:
                 fits.append(i)

@@ -14,8 +14,9 @@ CPU that is free keeps the fair share.
   threads, one CPU left to the HTTP side.
 * :class:`ThreadPolicy`: the count of long work (training, an engine between batches, a server's
   decoding threads), chosen again at most every ``min_interval`` seconds.
-* :func:`since_start`: a probe whose first reading was taken when this module was imported (the CLI
-  imports it first), so that a command's first choice reads the whole time it took to start.
+* :func:`mark_start`, :func:`since_start`: a probe whose first reading was taken when the program started
+  (the CLI calls :func:`mark_start` first thing), so that a command's first choice reads the whole time it
+  took to start; a program that never marks its start reads from the probe's making.
 
 Nothing here is timed against a clock in tests: the readers take their inputs as arguments.
 """
@@ -116,12 +117,19 @@ class LoadProbe:
         return max(0.0, ((now.machine - last.machine) - (now.own - last.own)) / (now.wall - last.wall))
 
 
-STARTED: Sample | None = LoadProbe.sample()  # when this module was first imported
+STARTED: Sample | None = None  # the reading :func:`mark_start` took (None: none taken)
+
+
+def mark_start() -> None:
+    """Take the reading that :func:`since_start` probes read from: what a program (the CLI, the server) calls
+    as it starts. Importing this module takes none: a library sets no such state unless asked."""
+    global STARTED
+    STARTED = LoadProbe.sample()
 
 
 def since_start(max_age: float = 60.0) -> LoadProbe:
-    """A probe reading from :data:`STARTED` (a process that started over ``max_age`` seconds ago: from
-    now, as what it did then says little of now)."""
+    """A probe reading from :data:`STARTED` (none taken, or a process that started over ``max_age`` seconds
+    ago: from now, as what it did then says little of now)."""
     if STARTED is not None and time.monotonic() - STARTED.wall <= max_age:
         return LoadProbe(STARTED)
     return LoadProbe()

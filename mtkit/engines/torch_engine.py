@@ -1,25 +1,42 @@
-"""mtkit's own engine: :mod:`mtkit.decoding` on one model, or an ensemble of models sharing one vocabulary.
+"""mtkit's own engine: :mod:`mtkit.decoding` on one model, or an ensemble of models sharing one vocabulary,
+with its constrained decoding (constraints, glossaries) as one more search of the engine.
 
-No torch at load time (it is imported when a :class:`TorchEngine` is built), so that importing
-the runtime never loads it.
+The lines without constraints of a batch that has some are searched apart, by the engine's own
+:meth:`TorchEngine.search_batch` (so they translate exactly as in a batch without constraints, however that
+search evolves); those with constraints go to :func:`mtkit.decoding.constrained.constrained_beam_search`,
+with beam 1 too (DBA needs candidates beyond the single best). Sampling takes no constraints.
+
+Torch is imported at load time: the factory imports this module only to build a torch engine (the
+CTranslate2 path never loads it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from mtkit.config import BOS_ID, DecodeConfig
+import torch
+
+from mtkit.checkpoints.io import check_one_vocabulary
+from mtkit.config import BOS_ID, PAD_ID, DecodeConfig
+from mtkit.data.languages import decoder_start
 from mtkit.data.word_alignment import guided_head
-from mtkit.engines.engine import Call, Engine, Stopped, stderr
+from mtkit.decoding import search
+from mtkit.decoding.constrained import constrained_beam_search
+from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.options import SearchOptions, SearchStopped
+from mtkit.engines.capabilities import TORCH
+from mtkit.engines.constraints import PieceConstraints
+from mtkit.engines.engine import Call, Engine, EngineOptions, Stopped
+from mtkit.engines.inference import InferenceModel
+from mtkit.engines.precision import autocast, check_precision
 from mtkit.errors import MtkitError
 
 
 @contextmanager
 def stoppable() -> Iterator[None]:
     """Search's :class:`~mtkit.decoding.options.SearchStopped` as the pipeline's :class:`Stopped`."""
-    from mtkit.decoding.options import SearchStopped
-
     try:
         yield
     except SearchStopped as e:
@@ -28,10 +45,6 @@ def stoppable() -> Iterator[None]:
 
 def padded_sources(batch: list[list[int]]):
     """Source ids (each ending in EOS) as one (B, S) CPU tensor, padded with PAD."""
-    import torch
-
-    from mtkit.config import PAD_ID
-
     src = torch.full((len(batch), max(len(ids) for ids in batch)), PAD_ID, dtype=torch.long)
     for row, ids in enumerate(batch):
         src[row, : len(ids)] = torch.tensor(ids)
@@ -42,10 +55,6 @@ def run_search(model, src, options, generator=None, kernels="auto") -> list[list
     """mtkit's search on ``model`` (the protocol of :mod:`mtkit.decoding.options`) for ``src`` (B, S):
     sampling (``nbest`` samples a sentence), greedy search, or beam search, as ``options`` say; per sentence
     its (target ids, score, log-probability) triples, best first. The torch and ONNX engines' one search."""
-    import torch
-
-    from mtkit.decoding import search
-
     with stoppable(), torch.inference_mode():
         if options.sampling:
             n = options.nbest
@@ -69,96 +78,90 @@ class TorchEngine(Engine):
     Args:
         models: a LoadedModel-like (``.model``, ``.vocab``) or a list of them (an ensemble).
         decode: the decoding settings (beam, alpha, lengths, sampling ...).
-        device: ``cpu``, ``cuda`` or ``cuda:N``; the models are moved there.
-        precision: ``fp32``, or ``bf16``/``fp16`` under autocast (fp16 needs CUDA).
-        seed: the sampling seed (the same input and batch give the same samples).
-        min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
+        options: the device (the models are moved there), the precision (``fp32``, or ``bf16``/``fp16``
+            under autocast; fp16 needs CUDA), the sampling seed, ``min_len`` and whether it warns
+            (:class:`mtkit.engines.engine.EngineOptions`).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
             and the policy fitting the CPU threads between batches (:class:`mtkit.engines.engine.Engine`).
     """
 
-    def __init__(self, models, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 seed: int = 1, log: Callable[[str], None] = stderr, min_len: int = 0,
+    capabilities = TORCH
+
+    def __init__(self, models, decode: DecodeConfig, options: EngineOptions = EngineOptions(),
                  languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
                  target: str | None = None, threads=None) -> None:
-        import torch
-
-        from mtkit.checkpoints.io import check_one_vocabulary
-        from mtkit.engines.precision import check_precision
-
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]
         if not loaded:
             raise MtkitError("no model to translate with")
         first = loaded[0]
         check_one_vocabulary(loaded)
-        self.device = torch.device(device)
-        check_precision(precision, self.device.type, "precision")
+        self.device = torch.device(options.device)
+        check_precision(options.precision, self.device.type, "precision")
         max_positions = min(getattr(getattr(m.model, "cfg", None), "max_positions", 1 << 30) for m in loaded)
-        super().__init__(first.vocab, decode, max_positions, log, languages, tag_side, target, threads)
-        self.precision = precision
-        self.min_len = min_len
+        super().__init__(first.vocab, decode, max_positions, languages, tag_side, target, threads)
+        self.warn = options.warn
+        self.precision = options.precision
+        self.min_len = options.min_len
+        self.seed = options.seed
         self.models = [m.model.to(self.device).eval() for m in loaded]
-        self.seed = seed
         self.decoder_layers = self.models[0].cfg.decoder_layers
         self.guided = guided_head(getattr(first, "config", None))
-        from mtkit.engines.inference import InferenceModel
-
         # What search decodes with: each model's weights packed once, here, and owned by this engine.
         inference = [InferenceModel(m) for m in self.models]
-        if len(inference) == 1:
-            self.model = inference[0]
-        else:
-            from mtkit.decoding.ensemble import Ensemble
-
-            self.model = Ensemble(inference)
+        self.model = inference[0] if len(inference) == 1 else Ensemble(inference)
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
         """As the pipeline's, with a random generator of its own seeded with ``seed`` when it samples
         (so that a call's samples depend on its input alone, whatever other threads do)."""
-        import dataclasses
-
-        import torch
-
         found = super().call(options, target)
         if not found.decode.sampling:
             return found
         return dataclasses.replace(found, generator=torch.Generator(device=self.device).manual_seed(self.seed))
 
-    def search_constrained_batch(self, batch, constraints, call: Call):
-        """Lexically constrained decoding: see :mod:`mtkit.engines.torch_constrained`."""
-        from mtkit.engines.torch_constrained import search_constrained_batch
-
-        return search_constrained_batch(self, batch, constraints, call)
-
     def source_tensor(self, batch: list[list[int]]):
         """Source ids (each ending in EOS) as one (B, S) tensor on the engine's device, padded with PAD."""
         return padded_sources(batch).to(self.device)
 
-    def search_options(self, call: Call):
+    def search_options(self, call: Call) -> SearchOptions:
         """The :class:`~mtkit.decoding.options.SearchOptions` of a call: its decode settings, capped by the
         model's position table, the engine's ``min_len``, and the call's decoder start (a target-side tag)."""
-        from mtkit.data.languages import decoder_start
-        from mtkit.decoding.options import SearchOptions
-
         return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
                                          start=decoder_start(call.vocab), should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
-        from mtkit.engines.precision import autocast
-
         with autocast(self.precision, self.device.type):
             return run_search(self.model, self.source_tensor(batch), self.search_options(call), call.generator,
                               self.models[0].kernels)
+
+    def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
+                                 call: Call) -> list[list[tuple[list[int], float, float]]]:
+        """Lexically constrained decoding (see the module docstring): per sentence of ``batch`` (source ids
+        ending in EOS) with its encoded constraints (None: none), its (target ids, score, log-probability)
+        triples, best first."""
+        options = self.search_options(call)
+        if options.sampling:
+            raise MtkitError("constraints and glossaries need beam search: drop --sampling")
+        plain = [i for i, c in enumerate(constraints) if not c]
+        forced = [i for i, c in enumerate(constraints) if c]
+        results: list[list[tuple[list[int], float, float]]] = [[] for _ in batch]
+        if plain:
+            for i, hyps in zip(plain, self.search_batch([batch[i] for i in plain], call)):
+                results[i] = hyps
+        if not forced:
+            return results
+        src = self.source_tensor([batch[i] for i in forced])
+        with stoppable(), torch.inference_mode(), autocast(self.precision, self.device.type):
+            found = constrained_beam_search(
+                self.model, src, [constraints[i].include for i in forced], [constraints[i].exclude for i in forced],
+                options, kernels=getattr(self.models[0], "kernels", "auto"))
+        for i, hyps in zip(forced, found):
+            results[i] = [(h.tokens, h.score, h.logprob) for h in hyps]
+        return results
 
     def attention_batch(self, sources: list[list[int]], outputs: list[list[int]], call: Call, layer: int,
                         head: int | None) -> list:
         """As the pipeline's: one teacher-forced pass of the (first) model through the reference attention,
         up to ``layer``."""
-        import torch
-
-        from mtkit.data.languages import decoder_start
-        from mtkit.engines.precision import autocast
-
         start = decoder_start(call.vocab)
         tgt = padded_sources([[BOS_ID if start is None else start, *ids] for ids in outputs]).to(self.device)
         with torch.inference_mode(), autocast(self.precision, self.device.type):

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from mtkit.engines.engine import stderr
 from mtkit.errors import MtkitError
 from mtkit.io import read_json_file
+
+stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
 
 FOLDER = ".ctranslate2"
 STAMP = "source.json"
@@ -50,15 +52,18 @@ def _recorded(folder: Path) -> dict | None:
 
 
 def check_quantization(engine: str, quantization: str | None) -> None:
-    """``--quantization`` is for ``--engine ctranslate2``, and one of CTranslate2's weight types."""
-    from mtkit.engines.ctranslate2_engine import QUANTIZATIONS
+    """``--quantization`` is for an engine whose exports have weight types (``--engine ctranslate2``), and one
+    of them (:mod:`mtkit.engines.capabilities`)."""
+    from mtkit.engines.capabilities import CAPABILITIES, either
 
     if quantization is None:
         return
-    if engine != "ctranslate2":
-        raise MtkitError("--quantization needs --engine ctranslate2 (which exports a checkpoint on first use)")
-    if quantization not in QUANTIZATIONS:
-        raise MtkitError(f"--quantization {quantization}: expected one of {', '.join(QUANTIZATIONS)}")
+    weights = CAPABILITIES[engine].quantizations if engine in CAPABILITIES else ()
+    if not weights:
+        raise MtkitError(f"--quantization needs --engine {either('quantizations')} (which exports a checkpoint on "
+                         "first use)")
+    if quantization not in weights:
+        raise MtkitError(f"--quantization {quantization}: expected one of {', '.join(weights)}")
 
 
 def _may_write(folder: Path) -> bool:

@@ -19,14 +19,16 @@ The export checks itself: both graphs, run by ONNX Runtime, give mtkit's logits 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID
-from mtkit.engines.engine import stderr
 from mtkit.engines.onnx_engine import ENCODER, MANIFEST, STEP, graph_names
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_directory, refuse_non_empty
+
+stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
 
 TOLERANCE = 1e-4
 OPSET = 18

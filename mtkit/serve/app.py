@@ -125,7 +125,7 @@ def create_app(service: Service):
 def aligns(model, kind: str = "html") -> bool:
     """Whether ``model``'s engine gives word alignments (torch, CTranslate2): markup of ``kind`` then keeps its
     inline tags (:mod:`mtkit.text.markup`); plain text needs none."""
-    return kind != "text" and model.translator.decoder_layers is not None
+    return kind != "text" and model.translator.gives_alignments
 
 
 def markup_items(items: list[str], kind: str, model, field: str, single: bool) -> list:
@@ -346,7 +346,7 @@ def mtkit_router(service: Service):
                 where = "text" if isinstance(req.text, str) else f"text[{i}]"
                 raise ApiError(400, f"{where} holds a line break: send one sentence per item")
         service.check_size([[item] for item in items])
-        if req.alignments and model.translator.decoder_layers is None:
+        if req.alignments and not model.translator.gives_alignments:
             raise ApiError(400, f"model {model.name}: its engine ({model.engine}) gives no alignments")
         decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha,
                                             "length_penalty": req.length_penalty, "nbest": req.nbest,
@@ -403,10 +403,11 @@ def mtkit_router(service: Service):
         sentences = await asyncio.to_thread(rebuilt)  # off the event loop, as the parsing
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
-    @router.get("/v1/models", summary="The models served: name, languages, engine, training step", tags=["mtkit"])
+    @router.get("/v1/models", summary="The models served: name, languages, engine, training step, whether it "
+                "gives word alignments", tags=["mtkit"])
     async def models():
         return {"models": [{"name": m.name, "source": m.src_lang, "target": m.tgt_lang, "engine": m.engine,
-                            "step": m.step} for m in service.models]}
+                            "step": m.step, "alignments": m.translator.gives_alignments} for m in service.models]}
 
     @router.get("/v1/health", summary="The models, their steps and queues; 503 when a queue is not moving",
                 tags=["mtkit"])

@@ -193,10 +193,11 @@ class Service:
             found = [self.glossary.constraints(line).merged(c) for line, c in zip(lines, found)]
         if not any(found):
             return None
-        if model.engine == "ctranslate2" and any(c is not None and c.include for c in found):
-            from mtkit.engines.ctranslate2_engine import INCLUDE_UNSUPPORTED
+        from mtkit.engines.capabilities import include_refusal
 
-            raise ApiError(400, f"model {model.name}: {INCLUDE_UNSUPPORTED.replace('--engine ', 'engine ')}")
+        refusal = include_refusal(model.engine)
+        if refusal is not None and any(c is not None and c.include for c in found):
+            raise ApiError(400, f"model {model.name}: {refusal.replace('--engine ', 'engine ')}")
         return found
 
     def check_phrases(self, model: ServedModel, found: list[Constraints | None]) -> None:

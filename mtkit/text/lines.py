@@ -41,13 +41,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 from mtkit.config import DecodeConfig
+from mtkit.data.word_alignment import pharaoh
 from mtkit.engines.constraints import ConstraintSource
-from mtkit.engines.engine import Translation, stderr
+from mtkit.engines.engine import Translation
 from mtkit.errors import MtkitError
 from mtkit.io import STDIN_NAME, decode_line
 
@@ -87,9 +90,6 @@ def read_ready_lines(fd: int, before_wait: Callable[[], None] | None = None,
     flushes its output there). Reads with ``os.read``: a buffered reader would hold back
     lines it has already read.
     """
-    import os
-    import select
-
     pending = bytearray()
     number = 0
     while True:
@@ -140,8 +140,6 @@ def _aligned(text: str, c, alignments: bool) -> str:
     """``text``, and `` ||| `` with the Pharaoh alignment of ``c`` when it has one (and ``alignments``)."""
     if not alignments or c.alignment is None:
         return text
-    from mtkit.data.word_alignment import pharaoh
-
     return f"{text} ||| {pharaoh(c.alignment)}".rstrip()
 
 
@@ -179,11 +177,10 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
 
 def translate_lines(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
-                    tgt_lang: str | None = None) -> tuple[list[str], bool]:
+                    constraints: ConstraintSource | None = None, tgt_lang: str | None = None) -> tuple[list[str], bool]:
     """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
     list of them: an ensemble), and whether the model's target vocabulary lowercases
-    (``data.spm.lowercase``). Logs which checkpoints it loaded, once the settings have passed
+    (``data.spm.lowercase``). Says which checkpoints it loaded (the ``mtkit`` logger), once the settings have passed
     their checks (so that an error stays the only line).
 
     Args:
@@ -193,19 +190,19 @@ def translate_lines(model_path: Path | list[Path], lines: list[str],
         tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
             target, see :func:`mtkit.data.languages.for_config`).
     """
-    translations, lowercases = translations_of(model_path, lines, decode, device, log, constraints, tgt_lang)
+    translations, lowercases = translations_of(model_path, lines, decode, device, constraints, tgt_lang)
     return [t.best.text for t in translations], lowercases
 
 
 def translations_of(model_path: Path | list[Path], lines: list[str],
                     decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    log: Callable[[str], None] = stderr, constraints: ConstraintSource | None = None,
-                    tgt_lang: str | None = None, engine: str = "torch") -> tuple[list[Translation], bool]:
+                    constraints: ConstraintSource | None = None, tgt_lang: str | None = None,
+                    engine: str = "torch") -> tuple[list[Translation], bool]:
     """:func:`translate_lines`'s :class:`~mtkit.engines.engine.Translation` objects (scores, confidence), from
-    ``engine`` (:data:`mtkit.engines.factory.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
+    ``engine`` (:data:`mtkit.engines.capabilities.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
     gives a checkpoint's kept export, :func:`mtkit.export.cache.ctranslate2_model`)."""
     from mtkit.engines.factory import build_translator
 
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang, log=log)
+    translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang)
     return list(translator.translate(lines, constraints=constraints)), translator.vocab.lowercases("tgt")

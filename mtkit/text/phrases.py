@@ -24,13 +24,14 @@ def read_constraint_options(constraints: Path | None, glossary: Path | None, eng
     if sampling:
         raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs beam search: "
                          "drop --sampling")
-    if engine == "ctranslate2":
-        from mtkit.engines.ctranslate2_engine import INCLUDE_UNSUPPORTED
+    from mtkit.engines.capabilities import include_refusal
 
+    refusal = include_refusal(engine)  # an engine that takes exclude phrases only
+    if refusal is not None:
         include = next((n for n, c in enumerate(per_line or [], 1) if c.include), None)
         if terms is not None or include is not None:
             where = "--glossary" if terms is not None else f"--constraints {constraints}: line {include}"
-            raise MtkitError(f"{where}: {INCLUDE_UNSUPPORTED}")
+            raise MtkitError(f"{where}: {refusal}")
     return per_line, terms
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -37,9 +38,10 @@ from pathlib import Path
 
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
-from mtkit.engines.engine import stderr
 from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines
+
+stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
 
 DONE = "done"  # in shards/: written after the last shard, with their number
 SETTINGS = "settings.json"  # in shards/: what made them (made_with)

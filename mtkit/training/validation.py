@@ -40,7 +40,7 @@ def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: 
     if lines is not None:
         sources, references = sources[lines[0] : lines[1]], references[lines[0] : lines[1]]
     translator = torch_engine([SimpleNamespace(model=model, vocab=vocab)], replace(decode, beam=beam, nbest=1),
-                              str(device), log=lambda message: None)
+                              str(device), warn=False)
     mine = translator.translate_text(sources[rank::world_size])
     segments = (comet.score(sources[rank::world_size], mine, references[rank::world_size], progress=False)
                 if "comet" in metrics else [])

@@ -273,6 +273,15 @@ def test_mbr_with_comet_picks_the_candidate_comet_expects_best(comet, kiwi, tmp_
             assert [h.text for h in c.hypotheses][0] == ranked[0]
     with pytest.raises(MtkitError, match="MBR's COMET utility scores candidates against each other"):
         model.translate(sources[:1], mbr="comet", mbr_candidates=3, mbr_comet_model=str(kiwi))
+    # The COMET model is the engine's, which loaded it: another engine holds none; a bounded number is kept.
+    assert str(comet) in model.engine.utilities and str(kiwi) not in model.engine.utilities
+    other = mtkit.load(fixture, threads=1)
+    assert len(other.engine.utilities) == 0
+    other.engine.utilities.LIMIT = 1
+    second = write_tiny_comet(tmp_path / "second-comet-da", "regression_metric", seed=1)
+    for name in (comet, second):
+        other.translate(sources[:2], mbr="comet", mbr_candidates=3, mbr_comet_model=str(name))
+    assert str(second) in other.engine.utilities and len(other.engine.utilities) == 1
     refused = mtkit_cli("translate", "-m", str(fixture), "--mbr-comet-model", str(comet))
     assert refused.returncode == 1
     assert refused.stderr == "error: --mbr-comet-model needs --mbr comet (the model of its utility)\n"

@@ -77,7 +77,7 @@ def test_nbest_lists_stay_distinct_and_ordered(reverse_run, files):
 
     _, lines, constraints = files
     wanted = [Constraints(tuple(c.get("include", ())), tuple(c.get("exclude", ()))) for c in constraints]
-    translator = TorchEngine(load_model(reverse_run), DecodeConfig(beam=4, nbest=3), log=lambda message: None)
+    translator = TorchEngine(load_model(reverse_run), DecodeConfig(beam=4, nbest=3))
     found = list(translator.translate(lines, constraints=lambda i, line: wanted[i]))
     assert len(found) == len(lines)
     for t, c in zip(found, wanted):

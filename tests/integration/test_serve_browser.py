@@ -94,3 +94,35 @@ def test_the_openapi_docs_render_without_internet(reverse_run, tmp_path, browser
         assert any("/v1/translate" in p for p in operations), operations
     finally:
         assert server.stop() == 0, server.log.read_text()
+
+
+def test_the_page_asks_for_alignments_where_the_models_engine_gives_them(browser):
+    """The page reads whether a model's engine gives word alignments from /v1/models (never from the
+    engine's name): it asks for them, and shows the source words to hover, for a model whose engine gives
+    them; for one whose engine gives none it asks for none, and its translation still comes."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from test_serve_libretranslate import AligningReverse, Reverse, Running
+
+    from mtkit.serve.models import ServedModel
+
+    server = Running([ServedModel("plain", Reverse(), "en", "de"), ServedModel("aligned", AligningReverse(), "en",
+                                                                                "fr")])
+    try:
+        assert [m["alignments"] for m in server.json("GET", "/v1/models")[1]["models"]] == [False, True]
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait = WebDriverWait(browser, 120)  # a bound on a hung page, not a timing assertion
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#pair option")) == 2)
+        browser.find_element(By.ID, "input").send_keys("a b c")
+        for name, shown in (("plain", False), ("aligned", True), ("plain", False)):
+            Select(browser.find_element(By.ID, "pair")).select_by_value(name)
+            browser.execute_script("document.getElementById('status').textContent = ''")
+            browser.find_element(By.ID, "go").click()
+            wait.until(lambda d: d.find_element(By.ID, "status").text.endswith("ms")
+                       or "error" in d.find_element(By.ID, "status").get_attribute("class"))
+            status = browser.find_element(By.ID, "status")
+            assert "error" not in status.get_attribute("class"), (name, status.text)
+            assert browser.find_element(By.ID, "output").text == "c b a"
+            assert browser.find_element(By.ID, "source-box").is_displayed() == shown, name
+    finally:
+        server.stop()

@@ -205,7 +205,7 @@ def test_the_page_and_its_script_hold_what_scrapers_read(one):
     ``GET /js/app.js``. mtkit's page keeps working: its script is that file."""
     import re
 
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     status, headers, page = one.request("GET", "/")
     assert status == 200 and headers["content-type"].startswith("text/html") and b"<textarea" in page
@@ -224,9 +224,9 @@ def test_health_is_libretranslates_and_mtkits_models_moved_to_v1_models(one, sev
     assert several.json("GET", "/health") == (200, {"status": "ok"})
     status, answer = several.json("GET", "/v1/models")
     assert status == 200 and answer == {"models": [
-        {"name": "en-de", "source": "en", "target": "de", "engine": "torch", "step": None},
-        {"name": "en-fr", "source": "en", "target": "fr", "engine": "torch", "step": None},
-        {"name": "fr-de", "source": "fr", "target": "de", "engine": "torch", "step": None}]}
+        {"name": "en-de", "source": "en", "target": "de", "engine": "torch", "step": None, "alignments": False},
+        {"name": "en-fr", "source": "en", "target": "fr", "engine": "torch", "step": None, "alignments": False},
+        {"name": "fr-de", "source": "fr", "target": "de", "engine": "torch", "step": None, "alignments": False}]}
     assert one.request("POST", "/v1/models", b"")[0] == 405
 
 

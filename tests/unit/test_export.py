@@ -17,7 +17,8 @@ from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmC
 from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.data.vocab import Vocab, train_model  # noqa: E402
 from mtkit.decoding.penalties import length_penalty as search_length_penalty  # noqa: E402
-from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
+from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
+from mtkit.engines.engine import EngineOptions  # noqa: E402
 from mtkit.engines.torch_engine import TorchEngine  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
@@ -80,7 +81,7 @@ def test_exported_model_translates_and_scores_like_mtkit(vocab, tmp_path, shape)
 
     decode = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=12)
     ours = list(TorchEngine(loaded, decode).translate(LINES))
-    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, threads=CpuThreads(intra=1)).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert len({tuple(t.best.ids) for t in ours}) > 3  # the outputs really vary
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
@@ -109,7 +110,7 @@ def test_beam_search_through_ctranslate2(vocab, tmp_path, penalty, max_len):
     decode = DecodeConfig(beam=4, alpha=0.6 if penalty == "gnmt" else 1.0, length_penalty=penalty,
                           max_len_a=max_len[0], max_len_b=max_len[1], nbest=2)
     ours = list(TorchEngine(loaded, decode).translate(LINES))
-    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, threads=CpuThreads(intra=1)).translate(LINES))
     assert [t.best.ids for t in theirs] == [t.best.ids for t in ours]
     assert [t.best.score for t in theirs] == pytest.approx([t.best.score for t in ours], abs=1e-3)
     assert all(len(t.candidates) == 2 for t in theirs)
@@ -147,6 +148,8 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
         "import sys\n"
         "from mtkit.commands.translate import TranslateOptions, translate\n"
         "from mtkit.config import DecodeConfig\n"
+        "from mtkit.logs import to_stderr\n"
+        "to_stderr()\n"  # what the library says, on stderr, as the CLI has it
         f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(decode=DecodeConfig(beam=2, "
         "max_len_b=4), output_format='text', engine='ctranslate2'))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
@@ -203,7 +206,7 @@ def test_maximum_length_is_mtkits(vocab, tmp_path):
 
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     for a, b in ((1.0, 50), (0.5, 0), (1.2, -3), (0.0, 12), (2.0, 100)):
-        translator = Ctranslate2Engine(out, DecodeConfig(max_len_a=a, max_len_b=b), intra_threads=1)
+        translator = Ctranslate2Engine(out, DecodeConfig(max_len_a=a, max_len_b=b), threads=CpuThreads(intra=1))
         for n in (1, 2, 5, 17, 40):
             src = torch.tensor([[5] * (n - 1) + [EOS_ID]])
             limit = int(max_lengths(src, a, b, translator.max_out_len)[0])
@@ -216,8 +219,8 @@ def test_forced_lengths(vocab, tmp_path):
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
     decode = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=6)
-    ours = list(TorchEngine(loaded, decode, min_len=6).translate(LINES))
-    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1, min_len=6).translate(LINES))
+    ours = list(TorchEngine(loaded, decode, EngineOptions(min_len=6)).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, EngineOptions(min_len=6), CpuThreads(intra=1)).translate(LINES))
     assert {len(t.best.ids) for t in ours} == {len(t.best.ids) for t in theirs} == {6}
 
 
@@ -225,7 +228,7 @@ def test_sampling_through_ctranslate2_keeps_every_sample_within_its_limit(vocab,
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
     decode = DecodeConfig(sampling=True, nbest=5, beam=2, top_k=10, max_len_a=0.5, max_len_b=0)
-    for t in Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES):
+    for t in Ctranslate2Engine(out, decode, threads=CpuThreads(intra=1)).translate(LINES):
         assert len(t.candidates) == 5
         assert all(len(c.ids) <= max(1, int(0.5 * len(t.src_ids))) for c in t.candidates)
         assert [c.score for c in t.candidates] == sorted((c.score for c in t.candidates), reverse=True)
@@ -290,7 +293,9 @@ def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tm
     free (the reading spans the process's start), says it, and leaves a user's count and int8 models alone."""
     from mtkit.engines import factory
     from mtkit.engines.threads import LoadProbe
+    from mtkit.logs import to_stderr
 
+    to_stderr()  # what the library says, on stderr, as the CLI has it
     out = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "ct2")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
@@ -317,7 +322,7 @@ def test_the_api_loads_an_exported_folder_with_ctranslate2(vocab, tmp_path):
     model = mtkit.load(out, device="cpu", threads=1)
     assert model.kind == "ctranslate2"
     decode = exported_decode(out)
-    theirs = list(Ctranslate2Engine(out, decode, intra_threads=1).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, threads=CpuThreads(intra=1)).translate(LINES))
     ours = model.translate(LINES)
     assert [r.text for r in ours] == [t.best.text for t in theirs]
     assert [r.score for r in ours] == pytest.approx([t.best.score for t in theirs])
@@ -343,7 +348,7 @@ def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(
     made = (first / "model.bin").stat().st_mtime_ns
     assert cached_export(tmp_path / "run", None, said.append) == first and not said[-1].startswith("exporting")
     assert (first / "model.bin").stat().st_mtime_ns == made
-    engine = Ctranslate2Engine(first, loaded.config.decode, intra_threads=1)
+    engine = Ctranslate2Engine(first, loaded.config.decode, threads=CpuThreads(intra=1))
     assert [t.best.text for t in engine.translate(LINES)] == [
         t.best.text for t in TorchEngine(loaded, loaded.config.decode).translate(LINES)]
     import mtkit
@@ -355,7 +360,7 @@ def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(
     changed = tiny_model(vocab, **SHAPES["pre-learned-untied"])  # another model under the same name
     save_tiny_checkpoint(changed, last)
     assert cached_export(tmp_path / "run", None, said.append) == first and said[-1].startswith("exporting")
-    again = Ctranslate2Engine(first, loaded.config.decode, intra_threads=1)
+    again = Ctranslate2Engine(first, loaded.config.decode, threads=CpuThreads(intra=1))
     assert [t.best.text for t in again.translate(LINES)] == [
         t.best.text for t in TorchEngine(changed, loaded.config.decode).translate(LINES)]
     assert sorted(p.name for p in first.parent.iterdir()) == ["last.float32"]  # no temporaries left

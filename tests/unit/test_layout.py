@@ -275,21 +275,11 @@ def test_circles_are_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e", "a"}}) == [["a", "b", "c"]]
 
 
-# The torch engine and its constrained decoding import each other (lazily, both ways); the engines'
-# helper folds the pair. When test_the_torch_engine_circle_is_folded passes, delete it and this set.
-ENGINE_CIRCLE = ["mtkit.engines.torch_constrained", "mtkit.engines.torch_engine"]
-
-
 def test_no_circles_between_modules():
     """No two modules import each other, however indirectly, at the top or in functions (a circle held
     apart by a lazy import is a circle all the same)."""
-    found = [group for group in circles(import_graph()) if group != ENGINE_CIRCLE]
+    found = circles(import_graph())
     assert not found, "modules that import one another:\n" + "\n".join(" ↔ ".join(g) for g in found)
-
-
-@pytest.mark.xfail(strict=True, reason="the engines' helper folds torch_engine ↔ torch_constrained")
-def test_the_torch_engine_circle_is_folded():
-    assert ENGINE_CIRCLE not in circles(import_graph())
 
 
 MAX_PACKAGE_LINES = 3_100  # ~3k: a room a reader can walk through; past it, split it by job
@@ -319,7 +309,7 @@ TORCH_FREE = {
     "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
     "mtkit.engines", "mtkit.engines.engine", "mtkit.engines.ctranslate2_engine", "mtkit.engines.factory",
     "mtkit.engines.threads", "mtkit.engines.device", "mtkit.engines.constraints", "mtkit.engines.mbr",
-    "mtkit.engines.quality",
+    "mtkit.engines.quality", "mtkit.engines.capabilities",
     "mtkit.checkpoints", "mtkit.checkpoints.file", "mtkit.checkpoints.io",
     "mtkit.data", "mtkit.data.store", "mtkit.data.vocab", "mtkit.data.word_alignment", "mtkit.data.languages",
     "mtkit.decoding", "mtkit.decoding.penalties",

@@ -96,12 +96,13 @@ def loaded():
     return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
 
 
-def test_one_score_per_line_pair_in_input_order(loaded):
+def test_one_score_per_line_pair_in_input_order(loaded, caplog):
+    caplog.set_level("INFO", logger="mtkit")  # the scorer's warnings: the mtkit logger's
     lines = [(english(n), german(n)) for n in (5, 342, 17, 999)] + [("", ""), ("   ", "")]
-    warnings = []
     long_line = " ".join(english(n) for n in range(900, 910))  # far beyond max_positions
     lines.insert(2, (english(3), long_line))
-    found = list(PairScorer(loaded, batch_tokens=30, log=warnings.append).score(lines, chunk_size=3))
+    found = list(PairScorer(loaded, batch_tokens=30).score(lines, chunk_size=3))
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("mtkit")]
     assert [s.index for s in found] == list(range(len(lines)))
     vocab = loaded.vocab
     for s, (_src, tgt) in zip(found, lines):

@@ -9,7 +9,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 import mtkit
-from mtkit.config import ConfigError, config_from_dict
+from mtkit.config import ConfigError, DecodeConfig, config_from_dict
 from mtkit.engines.mbr import expected_utilities, mbr_order
 from mtkit.errors import MtkitError
 
@@ -32,7 +32,7 @@ def test_mbr_orders_by_expected_utility(utility):
         def __init__(self, text):
             self.text = text
 
-    ranked = [c.text for c in mbr_order([C(t) for t in texts], utility)]
+    ranked = [c.text for c in mbr_order([C(t) for t in texts], DecodeConfig(mbr=utility))]
     scores = judged(texts, utility)
     assert expected_utilities(texts, utility) == pytest.approx(scores)
     assert ranked == [texts[i] for i in sorted(range(len(texts)), key=lambda i: -scores[i])]

@@ -43,8 +43,8 @@ def loaded(vocab):
     return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
 
 
-def translate(loaded, lines, wanted, log, **decode):
-    translator = TorchEngine(loaded, DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode}), log=log)
+def translate(loaded, lines, wanted, **decode):
+    translator = TorchEngine(loaded, DecodeConfig(**{"beam": 4, "max_len_b": 12, **decode}))
     return list(translator.translate(lines, constraints=lambda i, line: wanted[i]))
 
 
@@ -52,12 +52,13 @@ def translate(loaded, lines, wanted, log, **decode):
 
 
 @pytest.mark.parametrize("beam", [1, 4])
-def test_a_phrase_the_model_cannot_write_is_never_forced_and_warned_about_once(loaded, beam):
-    messages: list[str] = []
+def test_a_phrase_the_model_cannot_write_is_never_forced_and_warned_about_once(loaded, beam, caplog):
+    caplog.set_level("INFO", logger="mtkit")  # the engine's warnings: the mtkit logger's
     lines = [english(5), english(17), english(342)]
     wanted = [Constraints(include=("SIEBZIG", "hundert")), Constraints(include=("1,000", "😀")),
               Constraints(include=("SIEBZIG",))]
-    found = translate(loaded, lines, wanted, messages.append, beam=beam)
+    found = translate(loaded, lines, wanted, beam=beam)
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("mtkit")]
     assert all("⁇" not in c.text for t in found for c in t.candidates)
     assert "hundert" in found[0].best.text  # the writable phrase is still forced
     assert found[0].unmet == ["SIEBZIG"] and found[2].unmet == ["SIEBZIG"]
@@ -66,9 +67,9 @@ def test_a_phrase_the_model_cannot_write_is_never_forced_and_warned_about_once(l
     warned = [m for m in messages if "cannot write" in m]
     assert len(warned) == 3, messages  # once per phrase: SIEBZIG on line 1 only
     assert warned[0].startswith("warning: line 1: include phrase 'SIEBZIG': the model cannot write 'S'")
-    nothing = translate(loaded, lines[:1], [Constraints(include=("\u200b",))], messages.append, beam=beam)
+    nothing = translate(loaded, lines[:1], [Constraints(include=("\u200b",))], beam=beam)
     assert nothing[0].unmet == ["\u200b"] and "writes nothing" in nothing[0].unwritable["\u200b"]
-    plain = translate(loaded, lines[1:2], [None], messages.append, beam=beam)
+    plain = translate(loaded, lines[1:2], [None], beam=beam)
     assert found[1].best.ids == plain[0].best.ids  # nothing writable left: searched as without constraints
 
 
@@ -149,12 +150,12 @@ def test_the_matcher_lists_the_pieces_that_complete_the_phrase(vocab):
 
 def test_excluded_words_stay_out_of_real_translations(loaded):
     lines = [english(n) for n in (5, 15, 55, 505, 515, 555, 105, 342, 999, 40)]
-    plain = translate(loaded, lines, [None] * len(lines), lambda m: None, beam=4, max_len_b=10)
+    plain = translate(loaded, lines, [None] * len(lines), beam=4, max_len_b=10)
     # The first four letters of each translation's longest word: the word must go, and every word so begun.
     prefixes = [max(t.best.text.split() or ["-"], key=len)[:4] for t in plain]
     wanted = [Constraints(exclude=(p,)) if len(p) == 4 else None for p in prefixes]
     for beam in (1, 4):
-        found = translate(loaded, lines, wanted, lambda m: None, beam=beam, max_len_b=10)
+        found = translate(loaded, lines, wanted, beam=beam, max_len_b=10)
         for t, c in zip(found, wanted):
             for phrase in c.exclude if c else ():
                 assert not any(w.startswith(phrase) for w in t.best.text.split()), (phrase, t.best.text)
@@ -199,7 +200,7 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
 
     assert first_lone_surrogate("abc") is None and first_lone_surrogate("ab\udc80c") == 2
     assert first_lone_surrogate("a😀b") is None
-    translator = TorchEngine(loaded, DecodeConfig(beam=2, max_len_b=4), log=lambda m: None)
+    translator = TorchEngine(loaded, DecodeConfig(beam=2, max_len_b=4))
     with pytest.raises(MtkitError, match=r"^line 2: character 3 is a lone surrogate \(U\+D800\)"):
         list(translator.translate(["fine", "ab\ud800"]))
 
@@ -207,7 +208,7 @@ def test_a_lone_surrogate_is_found_and_a_line_holding_one_is_an_error(loaded):
 def test_scoring_a_pair_with_a_lone_surrogate_is_an_error_naming_the_line(loaded):
     from mtkit.engines.pair_scoring import PairScorer
 
-    scorer = PairScorer(loaded, log=lambda m: None)
+    scorer = PairScorer(loaded)
     assert len(list(scorer.score([("fünf", "five")]))) == 1
     with pytest.raises(MtkitError, match=r"^line 2: target: character 1 is a lone surrogate"):
         list(scorer.score([("fünf", "five"), ("sechs", "\udc80six")]))

@@ -2,6 +2,8 @@
 tested on given readings (nothing here is timed)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -163,7 +165,9 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
     and the user's OMP_NUM_THREADS untouched (no reading taken); the count and why said on stderr."""
     from mtkit.engines import threads
     from mtkit.engines.factory import build_translator
+    from mtkit.logs import to_stderr
 
+    to_stderr()  # what the library says, on stderr, as the CLI has it
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     from mtkit.engines import factory
@@ -194,3 +198,15 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
         assert translator.threads is None  # nothing chosen between batches either
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_start_reading_is_taken_when_the_program_asks_never_at_import():
+    """Importing the module takes no reading (a library sets no state unless asked); mark_start, which the
+    CLI calls first, takes the one since_start reads from; without it a probe reads from its making."""
+    code = ("import mtkit.engines.threads as t\n"
+            "print(t.STARTED is None, t.since_start().last is not None)\n"
+            "t.mark_start()\n"
+            "print(t.since_start().last is t.STARTED is not None)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]

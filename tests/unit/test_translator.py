@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mtkit import __version__
 from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
@@ -17,6 +16,7 @@ from mtkit.engines.torch_engine import TorchEngine
 from mtkit.errors import MtkitError
 from mtkit.model import Transformer
 from mtkit.text.lines import format_translation, read_text_lines
+from mtkit.version import __version__
 
 torch.set_num_threads(1)
 CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
@@ -54,7 +54,8 @@ def test_input_order_restored(loaded):
     assert [t.best.ids for t in translate(loaded, LINES)] == one_by_one
 
 
-def test_messy_input_stays_line_aligned(loaded, capsys):
+def test_messy_input_stays_line_aligned(loaded, caplog):
+    caplog.set_level("INFO", logger="mtkit")  # the engine's warnings: the mtkit logger's
     raw = b"".join([
         b"five\n",
         b"\n",  # empty
@@ -73,7 +74,7 @@ def test_messy_input_stays_line_aligned(loaded, capsys):
     assert [t.index for t in results] == list(range(7))
     assert results[1].best.text == "" and results[2].best.text == ""
     assert len(results[5].src_ids) == 10
-    assert "line 6" in capsys.readouterr().err
+    assert "line 6" in caplog.text
     for fmt in ("text", "tokens", "scores"):
         out = "".join(line + "\n" for t in results for line in format_translation(t, fmt))
         assert len(out.splitlines()) == 7
@@ -172,13 +173,15 @@ def test_a_pause_in_the_input_ends_the_chunk(loaded):
     assert [t.best.ids for t in translator.translate(lines())] == reference
 
 
-def test_an_output_limit_below_one_token_warns_once(loaded, capsys):
+def test_an_output_limit_below_one_token_warns_once(loaded, caplog):
+    caplog.set_level("INFO", logger="mtkit")  # the engine's warnings: the mtkit logger's
     results = translate(loaded, LINES[:4], max_len_a=0.0, max_len_b=-2)
     assert all(len(t.best.ids) <= 1 for t in results)
-    err = capsys.readouterr().err
+    err = caplog.text
     assert err.count("warning:") == 1 and "line 1" in err and "--max-len-b" in err
+    caplog.clear()
     translate(loaded, LINES[:4], max_len_a=0.0, max_len_b=1)
-    assert "warning" not in capsys.readouterr().err
+    assert "warning" not in caplog.text
 
 
 def test_command_checks_everything_before_loading_the_model(tmp_path):

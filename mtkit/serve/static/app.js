@@ -24,7 +24,7 @@ async function translate() {
   const lines = $("input").value.split(/\r?\n/);
   const body = { text: lines, model: $("pair").value };
   const model = models.find((m) => m.name === body.model);
-  if (model && model.engine !== "onnx") body.alignments = true;  // the ONNX engine gives none
+  if (model && model.alignments) body.alignments = true;  // where its engine gives them (/v1/models)
   const beam = parseInt($("beam").value, 10);
   if (beam > 0) body.beam = beam;
   const key = $("key").value.trim();
