@@ -28,11 +28,12 @@ import torch
 from torch import Tensor
 
 from mtkit.config import PAD_ID, DecodeConfig
+from mtkit.engines import manifest as manifest_file
 from mtkit.engines.engine import Call, Engine, Stopped
 from mtkit.engines.threads import ThreadPolicy
 from mtkit.errors import MtkitError
 
-MANIFEST = "mtkit.json"
+MANIFEST = manifest_file.NAME
 ENCODER = "encoder.onnx"
 STEP = "decoder_step.onnx"
 
@@ -55,14 +56,12 @@ def graph_names(layers: int) -> dict:
 
 def read_manifest(folder: Path) -> dict:
     """An ONNX export's ``mtkit.json``, read in bounded work, with the fields the engine uses type-checked."""
-    from mtkit.io import MAX_CONFIG_BYTES, read_json_file
-
     path = Path(folder) / MANIFEST
     # Present (a FIFO or a device too: read_json_file and OnnxModel refuse those, naming them, unopened).
     if not os.path.lexists(Path(folder) / STEP) or not os.path.lexists(path):
         raise MtkitError(f"{folder}: not an mtkit ONNX export (no {STEP} or {MANIFEST}); make one with "
                          "'mtkit export onnx'")
-    manifest = read_json_file(path, MAX_CONFIG_BYTES, "ONNX export manifest")
+    manifest = manifest_file.read(folder, "ONNX export manifest")
     model = manifest.get("model") if isinstance(manifest, dict) else None
     if not isinstance(model, dict):
         raise MtkitError(f"{path}: no 'model' object")
