@@ -390,21 +390,23 @@ class HuggingfaceExport(Exporter):
     def __init__(self, loaded) -> None:
         self.loaded = loaded
         self.model = self.hf_model = self.ids = None  # mtkit's model, the Hugging Face one, its ids: prepare's
+        self.transformers = None  # the module, once required
 
     def refusals(self) -> list[str]:
         return refusals(self.loaded.config)
 
     def require(self) -> None:
         try:
-            import transformers  # noqa: F401
+            import transformers
         except ImportError:
             raise MtkitError("exporting to Hugging Face needs transformers (pip install 'mtkit[hf]')") from None
+        self.transformers = transformers
 
     def prepare(self) -> None:
-        import transformers
         from transformers import AutoModelForSeq2SeqLM, GenerationConfig
         from transformers.utils import logging as hf_logging
 
+        version = self.transformers.__version__
         loaded = self.loaded
         self.model = model = loaded.model.float().eval()
         self.ids = ids = exported_ids(loaded)
@@ -417,7 +419,7 @@ class HuggingfaceExport(Exporter):
         missing = [k for k in own if k not in state and "embed_positions" not in k]
         extra = [k for k in state if k not in own]
         if missing or extra:
-            raise MtkitError(f"transformers {transformers.__version__}'s {type(hf_model).__name__} has other "
+            raise MtkitError(f"transformers {version}'s {type(hf_model).__name__} has other "
                              f"weights than the export writes (missing {missing[:3]}, unexpected {extra[:3]})")
         with torch.no_grad():
             for name, t in state.items():
@@ -430,7 +432,7 @@ class HuggingfaceExport(Exporter):
             generation.validate(strict=True)
         except ValueError as e:
             said = " ".join(line.strip("- ") for line in str(e).splitlines()[1:2])
-            raise MtkitError(f"transformers {transformers.__version__} refuses the generation settings: "
+            raise MtkitError(f"transformers {version} refuses the generation settings: "
                              f"{said}") from None
         hf_model.generation_config = generation
         self.hf_model = hf_model
@@ -446,12 +448,10 @@ class HuggingfaceExport(Exporter):
 
     def check(self, folder: Path) -> None:
         """The Hugging Face model's logits on a probe batch are mtkit's to :data:`TOLERANCE`."""
-        import transformers
-
         diff = probe_logits_difference(self.model, self.hf_model, self.ids)
         if not diff <= TOLERANCE:
             raise MtkitError(f"the exported {type(self.hf_model).__name__}'s logits differ from mtkit's by "
-                             f"{diff:.3g} (transformers {transformers.__version__}); nothing written")
+                             f"{diff:.3g} (transformers {self.transformers.__version__}); nothing written")
 
 
 def export_model(loaded, out_dir: str | Path) -> Path:
