@@ -193,13 +193,13 @@ class Ctranslate2Export(Exporter):
         self.spec = spec
 
     def write(self, folder: Path) -> None:
-        self.spec.save(str(folder))
-        loaded = self.loaded
+        loaded = self.loaded  # the small files first: a full disk is met (and named) at spm.model, as before
         manifest.write(folder, manifest.record(
             loaded, spm=loaded.vocab.save(folder), quantization=self.quantization,
             model=config_to_dict(loaded.config.model), decode=config_to_dict(loaded.config.decode),
             alignment=dict(zip(("layer", "head"), alignment_of(loaded.config), strict=True)),
             **manifest.languages(loaded.config.data)))
+        self.spec.save(str(folder))  # model.bin, config.json and the vocabularies: none of the names above
 
 
 def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -> Path:
