@@ -239,7 +239,7 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
 
         try:
             check_quantization(engine, quantization)
-            path = ctranslate2_model(path, quantization, logger.info)
+            path = ctranslate2_model(path, quantization)
         except MtkitError as e:
             raise _python_names(e) from None
     found: dict = {}

@@ -204,7 +204,7 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
             if engine == "torch":
                 size = sum(resolve_checkpoint(m, note=False).stat().st_size for m in models)
             else:
-                exported = ctranslate2_model(models[0], None if weights == "fp32" else weights, lambda line: None)
+                exported = ctranslate2_model(models[0], None if weights == "fp32" else weights, quiet=True)
                 size = (exported / "model.bin").stat().st_size
             rows.append({"model": role, "engine": engine, "weights": weights, "beam": d.beam,
                          "scores": _bleu(config, hyp, ref_path, lowercase), "size_bytes": size,

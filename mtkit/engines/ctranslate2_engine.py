@@ -59,14 +59,13 @@ from mtkit.config import EOS_ID, UNK_ID, DecodeConfig, config_from_dict, saved_d
 from mtkit.data.languages import decoder_start, pairs_from_list
 from mtkit.data.vocab import Vocab
 from mtkit.decoding.penalties import length_penalty
+from mtkit.engines import manifest as manifest_file
 from mtkit.engines.capabilities import CTRANSLATE2, TORCH, include_refusal
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Call, Engine, EngineOptions
-from mtkit.errors import MtkitError, shown
-from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+from mtkit.errors import MtkitError
 
-MANIFEST = "mtkit.json"
 # The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
 QUANTIZATIONS = CTRANSLATE2.quantizations
 INCLUDE_UNSUPPORTED = include_refusal(CTRANSLATE2.name)  # the one line refusing include phrases and glossaries
@@ -100,60 +99,20 @@ def import_ctranslate2():
 
 def read_manifest(model_dir: Path) -> dict:
     """The ``mtkit.json`` of an exported model directory ({} for a model exported by other tools), its
-    fields type-checked and its model config checked against what ``model.bin`` holds
-    (:func:`check_manifest_against_model`): a manifest that disagrees is a one-line error naming the key."""
+    fields type-checked (:func:`mtkit.engines.manifest.read_object`) and its model config checked against what
+    ``model.bin`` holds (:func:`check_manifest_against_model`): a manifest that disagrees is a one-line error
+    naming the key."""
     model_dir = Path(model_dir)
     if not (model_dir / "model.bin").is_file():
         raise MtkitError(f"{model_dir}: not a CTranslate2 model directory (no model.bin); "
                          "create one with 'mtkit export ctranslate2'")
-    path = model_dir / MANIFEST
+    path = model_dir / manifest_file.NAME
     if not path.is_file():
         return {}
-    manifest = read_json_file(path, MAX_CONFIG_BYTES, "model manifest")
-    if not isinstance(manifest, dict):
-        raise MtkitError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    _check_manifest_types(manifest, path)
+    manifest = manifest_file.read_object(model_dir, "model manifest")
     if manifest.get("model") is not None:
         check_manifest_against_model(manifest, path, model_dir / "model.bin")
     return manifest
-
-
-def _check_manifest_types(manifest: dict, path: Path) -> None:
-    def bad(key: str, expected: str) -> None:
-        raise MtkitError(f"{path}: {key} must be {expected}, got {shown(manifest[key])}")
-
-    for key, kind, expected in (("mtkit_version", str, "a string"), ("checkpoint", str, "a string"),
-                                ("quantization", str, "a string")):
-        if manifest.get(key) is not None and not isinstance(manifest[key], kind):
-            bad(key, expected)
-    step = manifest.get("step")
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
-        bad("step", "an integer")
-    spm = manifest.get("spm")
-    if spm is not None and (not isinstance(spm, list) or not all(isinstance(n, str) for n in spm)):
-        bad("spm", "a list of file names")
-    pairs = manifest.get("pairs")
-    if pairs is not None and (not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs)):
-        bad("pairs", "a list of [source, target] language pairs")
-    if manifest.get("tag_side") is not None and manifest["tag_side"] not in ("source", "target"):
-        bad("tag_side", "'source' or 'target'")
-    alignment = manifest.get("alignment")
-    if alignment is not None and not (
-            isinstance(alignment, dict) and set(alignment) == {"layer", "head"}
-            and all(v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 16)
-                    for v in alignment.values()) and alignment["layer"] is not None):
-        bad("alignment", "{layer: N, head: N or null}")
-    for section in ("model", "decode"):
-        value = manifest.get(section)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            bad(section, "a mapping")
-        try:
-            config_from_dict({section: value})
-        except MtkitError as e:
-            raise MtkitError(f"{path}: {e}") from None
 
 
 def model_bin_shapes(path: Path) -> dict[str, tuple[int, ...]] | None:
@@ -233,7 +192,7 @@ def check_manifest_against_model(manifest: dict, path: Path, model_bin: Path) ->
 
 def exported_decode(model_dir: Path) -> DecodeConfig:
     """The decode settings saved with the exported checkpoint (the defaults when there are none)."""
-    return saved_decode(read_manifest(model_dir).get("decode") or None, Path(model_dir) / MANIFEST)
+    return saved_decode(read_manifest(model_dir).get("decode") or None, Path(model_dir) / manifest_file.NAME)
 
 
 class Ctranslate2Engine(Engine):

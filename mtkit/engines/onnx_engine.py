@@ -32,14 +32,15 @@ from mtkit.config import PAD_ID, DecodeConfig, saved_decode
 from mtkit.data.languages import decoder_start, pairs_from_list
 from mtkit.data.vocab import Vocab
 from mtkit.decoding.options import SearchOptions
+from mtkit.engines import manifest as manifest_file
 from mtkit.engines.capabilities import ONNX
 from mtkit.engines.engine import Call, Engine, Stopped
 from mtkit.engines.threads import ThreadPolicy
 from mtkit.engines.torch_engine import padded_sources, run_search
 from mtkit.errors import MtkitError
-from mtkit.io import MAX_CONFIG_BYTES, open_regular, read_json_file
+from mtkit.io import open_regular
 
-MANIFEST = "mtkit.json"
+MANIFEST = manifest_file.NAME
 ENCODER = "encoder.onnx"
 STEP = "decoder_step.onnx"
 
@@ -67,7 +68,7 @@ def read_manifest(folder: Path) -> dict:
     if not os.path.lexists(Path(folder) / STEP) or not os.path.lexists(path):
         raise MtkitError(f"{folder}: not an mtkit ONNX export (no {STEP} or {MANIFEST}); make one with "
                          "'mtkit export onnx'")
-    manifest = read_json_file(path, MAX_CONFIG_BYTES, "ONNX export manifest")
+    manifest = manifest_file.read(folder, "ONNX export manifest")
     model = manifest.get("model") if isinstance(manifest, dict) else None
     if not isinstance(model, dict):
         raise MtkitError(f"{path}: no 'model' object")

@@ -19,13 +19,16 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
+from mtkit.checkpoints.io import load_model, resolve_checkpoint
+from mtkit.engines.ctranslate2_engine import import_ctranslate2
 from mtkit.errors import MtkitError
+from mtkit.export.protocol import replace_directory
 from mtkit.io import read_json_file
+from mtkit.version import __version__
 
-stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
+logger = logging.getLogger(__name__)
 
 FOLDER = ".ctranslate2"
 STAMP = "source.json"
@@ -35,7 +38,6 @@ FORMAT = 2  # what the export holds; 2: its alignment head (mtkit.export.ctransl
 
 def _stamp(checkpoint: Path, quantization: str | None) -> dict:
     """What identifies the export of ``checkpoint`` as the file is now."""
-    from mtkit.version import __version__
 
     st = os.stat(checkpoint)
     return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
@@ -88,11 +90,9 @@ def candidates(checkpoint: Path, quantization: str | None) -> list[Path]:
     return [checkpoint.parent / FOLDER / name, user_cache() / key / name]
 
 
-def cached_export(path: str | Path, quantization: str | None = None, log: Callable[[str], None] = stderr) -> Path:
+def cached_export(path: str | Path, quantization: str | None = None, quiet: bool = False) -> Path:
     """The CTranslate2 export of the checkpoint ``path`` (a file or run directory), made now unless an export
-    of the checkpoint as it is now is kept (:data:`FOLDER`); says on ``log`` which it is."""
-    from mtkit.checkpoints.io import resolve_checkpoint
-    from mtkit.engines.ctranslate2_engine import import_ctranslate2
+    of the checkpoint as it is now is kept (:data:`FOLDER`); says which it is (``quiet``: says nothing)."""
 
     check_quantization("ctranslate2", quantization)
     import_ctranslate2()  # before torch (the export loads it): imported after, it binds to torch's OpenMP
@@ -101,7 +101,8 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
     places = candidates(checkpoint, quantization)
     for folder in places:
         if _recorded(folder) == stamp:
-            log(f"CTranslate2 export of {checkpoint} ({stamp['quantization']}): {folder}")
+            if not quiet:
+                logger.info(f"CTranslate2 export of {checkpoint} ({stamp['quantization']}): {folder}")
             return folder
     problems = []
     for folder in places:
@@ -115,7 +116,7 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
             problems.append(f"{folder.parent}: {e.strerror or e}")
             continue
         try:
-            return _export(checkpoint, quantization, stamp, folder, work, log)
+            return _export(checkpoint, quantization, stamp, folder, work, quiet)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     raise MtkitError(f"{checkpoint}: nowhere to keep its CTranslate2 export ({'; '.join(problems)}); export it "
@@ -123,22 +124,20 @@ def cached_export(path: str | Path, quantization: str | None = None, log: Callab
 
 
 def _export(checkpoint: Path, quantization: str | None, stamp: dict, folder: Path, work: Path,
-            log: Callable[[str], None]) -> Path:
-    """Export into ``work``, record the stamp, then put it at ``folder`` (replacing an outdated export)."""
-    from mtkit.checkpoints.io import load_model
+            quiet: bool) -> Path:
+    """Export into ``work`` (the exporters' steps: :mod:`mtkit.export.protocol`), record the stamp, then put it
+    at ``folder`` in one rename (replacing an outdated export)."""
+    # The exporter imports torch: after CTranslate2 (above), and never on the path that finds a kept export.
     from mtkit.export.ctranslate2 import export_model
 
-    log(f"exporting {checkpoint} to CTranslate2 ({stamp['quantization']}) once, into {folder}")
+    if not quiet:
+        logger.info(f"exporting {checkpoint} to CTranslate2 ({stamp['quantization']}) once, into {folder}")
     made = export_model(load_model(checkpoint, "cpu"), work / "model", quantization)
     (made / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
-    if folder.exists():
-        os.replace(folder, work / "outdated")  # a directory is not replaced by a rename onto it
-    os.replace(made, folder)
-    return folder
+    return replace_directory(made, folder, work / "outdated")
 
 
-def ctranslate2_model(path: str | Path, quantization: str | None = None,
-                      log: Callable[[str], None] = stderr) -> Path:
+def ctranslate2_model(path: str | Path, quantization: str | None = None, quiet: bool = False) -> Path:
     """What ``--engine ctranslate2 -m PATH`` translates: a CTranslate2 model folder (its ``model.bin``; mtkit's
     exports, or another tool's) as it is, a checkpoint or run directory through its kept export
     (:func:`cached_export`)."""
@@ -147,4 +146,4 @@ def ctranslate2_model(path: str | Path, quantization: str | None = None,
             raise MtkitError(f"--quantization {quantization}: {path} is exported already, with the quantization "
                              "it was exported with; give the checkpoint or run directory instead")
         return Path(path)
-    return cached_export(path, quantization, log)
+    return cached_export(path, quantization, quiet)

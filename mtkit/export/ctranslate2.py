@@ -32,15 +32,16 @@ Translating with the result: :mod:`mtkit.engines.ctranslate2_engine`.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
-from mtkit.config import BOS_ID, EOS_ID, UNK_ID
-from mtkit.engines.ctranslate2_engine import MANIFEST, QUANTIZATIONS, import_ctranslate2
+import numpy as np
+
+from mtkit.config import BOS_ID, EOS_ID, UNK_ID, config_to_dict
+from mtkit.data.word_alignment import default_layer, guided_head
+from mtkit.engines import manifest
+from mtkit.engines.ctranslate2_engine import QUANTIZATIONS, import_ctranslate2
 from mtkit.errors import MtkitError, shown
-from mtkit.io import atomic_directory, naming_output, refuse_non_empty
+from mtkit.export.protocol import Exporter, export
 from mtkit.kernels.packed import pack
 
 # model.activation -> common_spec.Activation (GELU: erf)
@@ -54,16 +55,12 @@ def alignment_of(config) -> tuple[int, int | None]:
     """The (layer, head) whose cross-attention an export gives as CTranslate2's ``return_attention`` (head
     None: the mean of the layer's heads): the guided-alignment head of a model trained with one, else the
     penultimate layer's mean (:mod:`mtkit.data.word_alignment`)."""
-    from mtkit.data.word_alignment import default_layer, guided_head
-
     return guided_head(config) or (default_layer(config.model.decoder_layers), None)
 
 
 def _head_first(attention, head: int, h: int) -> None:
     """Swap head ``head`` of a CTranslate2 cross-attention spec with head 0 (CTranslate2 aligns with its first
     ``alignment_heads`` heads); the heads' order changes nothing else."""
-    import numpy as np
-
     def swap(a, axis: int, blocks: int) -> None:
         d_k = a.shape[axis] // (blocks * h)
         order = np.arange(a.shape[axis]).reshape(blocks, h, d_k)
@@ -86,8 +83,6 @@ def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[i
     import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
-    from mtkit.data.word_alignment import default_layer
-
     cfg = model.cfg
     pre_norm = cfg.norm == "pre"
     layer, head = alignment or (default_layer(cfg.decoder_layers), None)
@@ -109,8 +104,6 @@ def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[i
 
     def set_linear(ls, *linears):
         """One CTranslate2 linear from one or more (stacked along the output) packed linears."""
-        import numpy as np
-
         ls.weight = np.concatenate([arr(m.weight) for m in linears], axis=0)
         if linears[0].bias is not None:
             ls.bias = np.concatenate([arr(m.bias) for m in linears], axis=0)
@@ -130,8 +123,8 @@ def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[i
     for ls, lw in zip(enc.layer, w.encoder):
         set_linear(ls.self_attention.linear[0], lw.self_qkv)
         set_linear(ls.self_attention.linear[1], lw.self_out)
-        set_norm(ls.self_attention.layer_norm, lw.norms[0])
-        set_ffn(ls.ffn, lw, lw.norms[1])
+        set_norm(ls.self_attention.layer_norm, lw.self_attn_norm)
+        set_ffn(ls.ffn, lw, lw.feed_forward_norm)
     if w.encoder_norm is not None:
         set_norm(enc.layer_norm, w.encoder_norm)
 
@@ -141,12 +134,12 @@ def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[i
     for ls, lw in zip(dec.layer, w.decoder):
         set_linear(ls.self_attention.linear[0], lw.self_qkv)
         set_linear(ls.self_attention.linear[1], lw.self_out)
-        set_norm(ls.self_attention.layer_norm, lw.norms[0])
+        set_norm(ls.self_attention.layer_norm, lw.self_attn_norm)
         set_linear(ls.attention.linear[0], lw.cross_query)
         set_linear(ls.attention.linear[1], lw.cross_key, lw.cross_value)
         set_linear(ls.attention.linear[2], lw.cross_out)
-        set_norm(ls.attention.layer_norm, lw.norms[1])
-        set_ffn(ls.ffn, lw, lw.norms[2])
+        set_norm(ls.attention.layer_norm, lw.cross_attn_norm)
+        set_ffn(ls.ffn, lw, lw.feed_forward_norm)
     if head:
         _head_first(dec.layer[layer].attention, head, cfg.h)
     if w.decoder_norm is not None:
@@ -169,61 +162,51 @@ def build_spec(model, vocab, start_from_prefix: bool = False, alignment: tuple[i
     return spec
 
 
-def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -> Path:
-    """Write ``loaded`` (a LoadedModel: model, vocab, config, path) as a CTranslate2 model in ``out_dir``.
+class Ctranslate2Export(Exporter):
+    """The export of ``loaded`` (a LoadedModel: model, vocab, config, path) as a CTranslate2 model folder, in
+    ``quantization`` (None: float32), by the exporters' steps (:func:`mtkit.export.protocol.export`): the spec
+    built, validated by CTranslate2 and quantized in memory, then saved with the SentencePiece model(s) and
+    ``mtkit.json``."""
 
-    The directory is built beside ``out_dir`` and renamed into place, so a failed export
-    leaves nothing behind; an existing non-empty ``out_dir`` is an error.
-    """
-    import_ctranslate2()
-    out_dir = Path(out_dir)
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        raise MtkitError(f"unknown quantization {shown(quantization)}; expected one of {', '.join(QUANTIZATIONS)}")
-    refuse_non_empty(out_dir)
-    data = loaded.config.data
-    spec = build_spec(loaded.model, loaded.vocab, start_from_prefix=bool(data.pairs) and data.tag_side == "target",
-                      alignment=alignment_of(loaded.config))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        side_dir = tempfile.TemporaryDirectory(prefix=".spm.", dir=out_dir.parent)
-    except OSError as e:  # a folder mtkit may not write in: the user's path, never a candidate temporary's
-        raise OSError(e.errno, e.strerror, str(out_dir)) from None
-    with side_dir as side:
-        try:
-            _write_side_files(loaded, Path(side), quantization, spec)
-        except OSError as e:  # a full disk names the output (OUT/spm.model), not the temporary
-            raise naming_output(e, side, out_dir) from None
+    target = "CTranslate2"
+
+    def __init__(self, loaded, quantization: str | None = None) -> None:
+        self.loaded, self.quantization = loaded, quantization
+        self.spec = None
+
+    def refuse(self) -> None:
+        import_ctranslate2()
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise MtkitError(f"unknown quantization {shown(self.quantization)}; expected one of "
+                             f"{', '.join(QUANTIZATIONS)}")
+
+    def prepare(self) -> None:
+        data = self.loaded.config.data
+        spec = build_spec(self.loaded.model, self.loaded.vocab,
+                          start_from_prefix=bool(data.pairs) and data.tag_side == "target",
+                          alignment=alignment_of(self.loaded.config))
         try:
             spec.validate()
         except ValueError as e:
             raise MtkitError(f"CTranslate2 refused the model: {e}") from None
-        spec.optimize(quantization=quantization)
-        with atomic_directory(out_dir) as tmp_dir:  # its errors name out_dir
-            spec.save(str(tmp_dir))
-    return out_dir
+        spec.optimize(quantization=self.quantization)
+        self.spec = spec
+
+    def write(self, folder: Path) -> None:
+        loaded = self.loaded  # the small files first: a full disk is met (and named) at spm.model, as before
+        manifest.write(folder, manifest.record(
+            loaded, spm=loaded.vocab.save(folder), quantization=self.quantization,
+            model=config_to_dict(loaded.config.model), decode=config_to_dict(loaded.config.decode),
+            alignment=dict(zip(("layer", "head"), alignment_of(loaded.config), strict=True)),
+            **manifest.languages(loaded.config.data)))
+        self.spec.save(str(folder))  # model.bin, config.json and the vocabularies: none of the names above
 
 
-def _write_side_files(loaded, side: Path, quantization: str | None, spec) -> None:
-    """The SentencePiece model(s) and mtkit.json in ``side``, registered with ``spec``."""
-    from mtkit.config import config_to_dict
-    from mtkit.version import __version__
+def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -> Path:
+    """Write ``loaded`` (a LoadedModel: model, vocab, config, path) as a CTranslate2 model in ``out_dir``
+    (:class:`Ctranslate2Export`).
 
-    data = loaded.config.data
-    names = loaded.vocab.save(side)
-    manifest = {
-        "mtkit_version": __version__,
-        "checkpoint": str(loaded.path),
-        "step": getattr(loaded, "step", None),
-        "spm": names,
-        "quantization": quantization,
-        "model": config_to_dict(loaded.config.model),
-        "decode": config_to_dict(loaded.config.decode),
-        "alignment": dict(zip(("layer", "head"), alignment_of(loaded.config), strict=True)),
-    }
-    pairs = [[p.src_lang, p.tgt_lang] for p in loaded.config.data.pairs]
-    if pairs:  # a multilingual model: its sources (or its decoder) start with a tag (mtkit.data.languages)
-        manifest["pairs"] = pairs
-        manifest["tag_side"] = data.tag_side
-    Path(side, MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    for name in [*names, MANIFEST]:
-        spec.register_file(os.path.join(side, name))
+    The directory is built beside ``out_dir`` and renamed into place, so a failed export
+    leaves nothing behind; an existing non-empty ``out_dir`` is an error.
+    """
+    return export(Ctranslate2Export(loaded, quantization), out_dir)

@@ -33,16 +33,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from mtkit.errors import MtkitError
-from mtkit.io import atomic_directory, refuse_non_empty
+import torch
 
-MANIFEST = "mtkit.json"  # the export's record and the recipe's decode settings (read back by mtkit import marian)
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, config_to_dict
+from mtkit.data.languages import tag_piece
+from mtkit.engines import manifest
+from mtkit.errors import MtkitError
+from mtkit.export.protocol import Exporter, export, file_modes
+from mtkit.importers.marian import LOGIT_FLOOR
+from mtkit.kernels.linear import PackedLinear
+from mtkit.kernels.packed import pack
+from mtkit.version import __version__
+
 TOLERANCE = 1e-4  # the largest logit difference the export accepts between the two models
 SPECIAL_NAMES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}  # mtkit -> transformers' ACT2FN (gelu: erf)
@@ -102,10 +108,6 @@ def exported_ids(loaded) -> Ids:
     (logit held at the importer's floor) is dropped and Marian's layout comes back, eos 0, unk 1, the pieces in
     their order, the decoder's start (mtkit's BOS slot) as the pad id after them, as OPUS-MT folders have it
     (:mod:`mtkit.importers.marian` describes the import this inverts)."""
-    import torch
-
-    from mtkit.importers.marian import LOGIT_FLOOR
-
     bias = loaded.model.output_projection.bias
     bias = None if bias is None else bias.detach()
     if loaded.vocab.pieces() is None or bias is None or float(bias[PAD_ID]) > LOGIT_FLOOR / 2:
@@ -127,8 +129,6 @@ def exported_ids(loaded) -> Ids:
 def residual_order(cfg):
     """The permutation of the residual stream's dimensions that turns mtkit's position table into the
     sines-then-cosines one of MarianMT and Pegasus: identity for ``sinusoid_layout: concatenated``."""
-    import torch
-
     d = cfg.d_model
     if cfg.sinusoid_layout == "concatenated":
         return torch.arange(d)
@@ -138,10 +138,6 @@ def residual_order(cfg):
 def hf_state(model, ids: Ids) -> dict:
     """mtkit's weights under Hugging Face's names (``model.`` prefixed, as the ConditionalGeneration classes
     name them), the residual stream permuted (:func:`residual_order`); read through the one weight map."""
-    import torch
-
-    from mtkit.kernels.packed import pack
-
     w = pack(model, reorder=False)
     p = residual_order(model.cfg)
 
@@ -165,8 +161,6 @@ def hf_state(model, ids: Ids) -> dict:
             put(f"{prefix}.{name}", reads(lin))
         put(f"{prefix}.out_proj", writes(o))
 
-    from mtkit.kernels.linear import PackedLinear
-
     def split(stacked):
         ws, bs = stacked.weight.chunk(3), stacked.bias.chunk(3)
         return [PackedLinear(wi, bi, False) for wi, bi in zip(ws, bs)]
@@ -174,19 +168,19 @@ def hf_state(model, ids: Ids) -> dict:
     for i, layer in enumerate(w.encoder):
         pre = f"model.encoder.layers.{i}"
         attention(f"{pre}.self_attn", *split(layer.self_qkv), layer.self_out)
-        norm(f"{pre}.self_attn_layer_norm", layer.norms[0])
+        norm(f"{pre}.self_attn_layer_norm", layer.self_attn_norm)
         put(f"{pre}.fc1", reads(layer.ffn_in))
         put(f"{pre}.fc2", writes(layer.ffn_out))
-        norm(f"{pre}.final_layer_norm", layer.norms[1])
+        norm(f"{pre}.final_layer_norm", layer.feed_forward_norm)
     for i, layer in enumerate(w.decoder):
         pre = f"model.decoder.layers.{i}"
         attention(f"{pre}.self_attn", *split(layer.self_qkv), layer.self_out)
-        norm(f"{pre}.self_attn_layer_norm", layer.norms[0])
+        norm(f"{pre}.self_attn_layer_norm", layer.self_attn_norm)
         attention(f"{pre}.encoder_attn", layer.cross_query, layer.cross_key, layer.cross_value, layer.cross_out)
-        norm(f"{pre}.encoder_attn_layer_norm", layer.norms[1])
+        norm(f"{pre}.encoder_attn_layer_norm", layer.cross_attn_norm)
         put(f"{pre}.fc1", reads(layer.ffn_in))
         put(f"{pre}.fc2", writes(layer.ffn_out))
-        norm(f"{pre}.final_layer_norm", layer.norms[2])
+        norm(f"{pre}.final_layer_norm", layer.feed_forward_norm)
     if w.encoder_norm is not None:
         norm("model.encoder.layer_norm", w.encoder_norm)
         norm("model.decoder.layer_norm", w.decoder_norm)
@@ -284,8 +278,6 @@ def write_tokenizer(loaded, ids: Ids, folder: Path) -> None:
     ``tokenizer_config.json``."""
     from transformers import MarianTokenizer
 
-    from mtkit.data.languages import tag_piece
-
     vocab, data = loaded.vocab, loaded.config.data
     tags = {tag_piece(p.tgt_lang): f">>{p.tgt_lang}<<" for p in data.pairs}
     src_text, tgt_text = vocab.text_models()
@@ -308,8 +300,6 @@ def write_tokenizer(loaded, ids: Ids, folder: Path) -> None:
 def probe_logits_difference(model, hf_model, ids: Ids) -> float:
     """The largest |logit| difference between mtkit's model and the Hugging Face one, teacher-forced on a
     fixed probe batch of two sentences of random ids (one padded)."""
-    import torch
-
     config = hf_model.config
     sizes = config.vocab_size, getattr(config, "decoder_vocab_size", None) or config.vocab_size
     g = torch.Generator().manual_seed(0)
@@ -331,8 +321,6 @@ def probe_logits_difference(model, hf_model, ids: Ids) -> float:
 
 def model_card(loaded, arch: str) -> str:
     """README.md: what the model is, how to run it, the recipe, and the run's scores where the run kept them."""
-    from mtkit.config import config_to_dict
-    from mtkit.version import __version__
 
     cfg = loaded.config
     m, d = cfg.model, cfg.decode
@@ -385,74 +373,89 @@ def model_card(loaded, arch: str) -> str:
     return "\n".join(lines)
 
 
-def manifest(loaded, arch: str) -> dict:
+def record(loaded, arch: str) -> dict:
     """``mtkit.json``: what was exported, and the recipe's decode settings whole (``generate()`` has no
     a·source + b bound): ``mtkit import marian`` reads them back, so that import(export(run)) decodes as the run."""
-    from mtkit.config import config_to_dict
-    from mtkit.version import __version__
+    return manifest.record(loaded, architecture=arch, decode=config_to_dict(loaded.config.decode))
 
-    return {"mtkit_version": __version__, "checkpoint": str(loaded.path), "step": loaded.step,
-            "architecture": arch, "decode": config_to_dict(loaded.config.decode)}
+
+class HuggingfaceExport(Exporter):
+    """The export of ``loaded`` (a LoadedModel) as a Hugging Face model folder, by the exporters' steps
+    (:func:`mtkit.export.protocol.export`): refused, in one line each, for options no architecture expresses
+    and a missing ``transformers``; the Hugging Face model built and its weights set in memory, saved with its
+    tokenizer, model card and ``mtkit.json``, then its logits checked against mtkit's."""
+
+    target = "Hugging Face"
+
+    def __init__(self, loaded) -> None:
+        self.loaded = loaded
+        self.model = self.hf_model = self.ids = None  # mtkit's model, the Hugging Face one, its ids: prepare's
+        self.transformers = None  # the module, once required
+
+    def refusals(self) -> list[str]:
+        return refusals(self.loaded.config)
+
+    def require(self) -> None:
+        try:
+            import transformers
+        except ImportError:
+            raise MtkitError("exporting to Hugging Face needs transformers (pip install 'mtkit[hf]')") from None
+        self.transformers = transformers
+
+    def prepare(self) -> None:
+        from transformers import AutoModelForSeq2SeqLM, GenerationConfig
+        from transformers.utils import logging as hf_logging
+
+        version = self.transformers.__version__
+        loaded = self.loaded
+        self.model = model = loaded.model.float().eval()
+        self.ids = ids = exported_ids(loaded)
+        sizes = [len(r) if r is not None else n for r, n in ((ids.src_rows, loaded.vocab.src_size),
+                                                             (ids.tgt_rows, loaded.vocab.tgt_size))]
+        config = hf_config(loaded.config, ids, *sizes)
+        hf_model = AutoModelForSeq2SeqLM.from_config(config).eval()
+        state = hf_state(model, ids)
+        own = hf_model.state_dict()
+        missing = [k for k in own if k not in state and "embed_positions" not in k]
+        extra = [k for k in state if k not in own]
+        if missing or extra:
+            raise MtkitError(f"transformers {version}'s {type(hf_model).__name__} has other "
+                             f"weights than the export writes (missing {missing[:3]}, unexpected {extra[:3]})")
+        with torch.no_grad():
+            for name, t in state.items():
+                if own[name].shape != t.shape:
+                    raise MtkitError(f"{name}: {tuple(t.shape)} where {type(hf_model).__name__} has "
+                                     f"{tuple(own[name].shape)}")
+                own[name].copy_(t)
+        generation = GenerationConfig(**generation_settings(loaded.config, ids))
+        try:
+            generation.validate(strict=True)
+        except ValueError as e:
+            said = " ".join(line.strip("- ") for line in str(e).splitlines()[1:2])
+            raise MtkitError(f"transformers {version} refuses the generation settings: "
+                             f"{said}") from None
+        hf_model.generation_config = generation
+        self.hf_model = hf_model
+        hf_logging.disable_progress_bar()  # its shard-writing bar: mtkit says what it wrote, once
+
+    def write(self, folder: Path) -> None:
+        loaded, arch = self.loaded, architecture(self.loaded.config)
+        self.hf_model.save_pretrained(str(folder))
+        write_tokenizer(loaded, self.ids, folder)
+        (folder / "README.md").write_text(model_card(loaded, arch), encoding="utf-8")
+        manifest.write(folder, record(loaded, arch))
+        file_modes(folder)  # safetensors writes 0600: the folder's files as any other output
+
+    def check(self, folder: Path) -> None:
+        """The Hugging Face model's logits on a probe batch are mtkit's to :data:`TOLERANCE`."""
+        diff = probe_logits_difference(self.model, self.hf_model, self.ids)
+        if not diff <= TOLERANCE:
+            raise MtkitError(f"the exported {type(self.hf_model).__name__}'s logits differ from mtkit's by "
+                             f"{diff:.3g} (transformers {self.transformers.__version__}); nothing written")
 
 
 def export_model(loaded, out_dir: str | Path) -> Path:
-    """Write ``loaded`` (a LoadedModel) as a Hugging Face model folder ``out_dir`` (built beside it and renamed
-    into place: a failed export leaves nothing). Refused, in one line each: options no architecture expresses,
-    a non-empty ``out_dir``, a missing ``transformers``."""
-    out_dir = Path(out_dir)
-    problems = refusals(loaded.config)
-    if problems:
-        raise MtkitError("cannot export to Hugging Face: " + "; ".join(problems))
-    refuse_non_empty(out_dir)
-    try:
-        import transformers  # noqa: F401
-        from transformers import AutoModelForSeq2SeqLM, GenerationConfig
-    except ImportError:
-        raise MtkitError("exporting to Hugging Face needs transformers (pip install 'mtkit[hf]')") from None
-    import torch
-
-    model = loaded.model.float().eval()
-    arch = architecture(loaded.config)
-    ids = exported_ids(loaded)
-    sizes = [len(r) if r is not None else n for r, n in ((ids.src_rows, loaded.vocab.src_size),
-                                                         (ids.tgt_rows, loaded.vocab.tgt_size))]
-    config = hf_config(loaded.config, ids, *sizes)
-    hf_model = AutoModelForSeq2SeqLM.from_config(config).eval()
-    state = hf_state(model, ids)
-    own = hf_model.state_dict()
-    missing = [k for k in own if k not in state and "embed_positions" not in k]
-    extra = [k for k in state if k not in own]
-    if missing or extra:
-        raise MtkitError(f"transformers {transformers.__version__}'s {type(hf_model).__name__} has other weights "
-                         f"than the export writes (missing {missing[:3]}, unexpected {extra[:3]})")
-    with torch.no_grad():
-        for name, t in state.items():
-            if own[name].shape != t.shape:
-                raise MtkitError(f"{name}: {tuple(t.shape)} where {type(hf_model).__name__} has "
-                                 f"{tuple(own[name].shape)}")
-            own[name].copy_(t)
-    generation = GenerationConfig(**generation_settings(loaded.config, ids))
-    try:
-        generation.validate(strict=True)
-    except ValueError as e:
-        said = " ".join(line.strip("- ") for line in str(e).splitlines()[1:2])
-        raise MtkitError(f"transformers {transformers.__version__} refuses the generation settings: {said}") from None
-    hf_model.generation_config = generation
-    diff = probe_logits_difference(model, hf_model, ids)
-    if not diff <= TOLERANCE:
-        raise MtkitError(f"the exported {type(hf_model).__name__}'s logits differ from mtkit's by {diff:.3g} "
-                         f"(transformers {transformers.__version__}); nothing written")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # its shard-writing bar: mtkit says what it wrote, once
-    with atomic_directory(out_dir) as tmp:
-        hf_model.save_pretrained(str(tmp))
-        write_tokenizer(loaded, ids, tmp)
-        (tmp / "README.md").write_text(model_card(loaded, arch), encoding="utf-8")
-        (tmp / MANIFEST).write_text(json.dumps(manifest(loaded, arch), indent=2) + "\n", encoding="utf-8")
-        umask = os.umask(0)
-        os.umask(umask)
-        for path in tmp.iterdir():  # safetensors writes 0600: the folder's files as any other output
-            path.chmod(0o666 & ~umask)
-    return out_dir
+    """Write ``loaded`` (a LoadedModel) as a Hugging Face model folder ``out_dir`` (:class:`HuggingfaceExport`:
+    built beside it, checked and renamed into place: a failed export leaves nothing). Refused, in one line
+    each: options no architecture expresses, a non-empty ``out_dir``, a missing ``transformers``."""
+    return export(HuggingfaceExport(loaded), out_dir)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtkit.checkpoints.io import model_payload, save_checkpoint
+from mtkit.config import config_to_dict, save_config
+from mtkit.data.vocab import Vocab
 from mtkit.io import atomic_directory, refuse_non_empty
 
 CHECKPOINT = "averaged.pt"  # the name a run directory gives a model without training state
@@ -21,10 +24,6 @@ def write_run(imported, out_dir: str | Path) -> Path:
     The directory is built beside ``out_dir`` and renamed into place, so a failure leaves nothing
     behind; an existing non-empty ``out_dir`` is an error.
     """
-    from mtkit.checkpoints.io import model_payload, save_checkpoint
-    from mtkit.config import config_to_dict, save_config
-    from mtkit.data.vocab import Vocab
-
     out_dir = Path(out_dir)
     refuse_non_empty(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

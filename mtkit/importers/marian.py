@@ -42,11 +42,13 @@ size it claims is built.
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mtkit.checkpoints.file import read_payload
+from mtkit.checkpoints.io import MAX_POSITIONS, layer_count
 from mtkit.config import (
     BOS_ID,
     MAX_LENGTH,
@@ -59,14 +61,18 @@ from mtkit.config import (
     config_to_dict,
     saved_decode,
 )
+from mtkit.data.vocab import Vocab
+from mtkit.engines import manifest as manifest_file
 from mtkit.errors import MtkitError, shown
+from mtkit.hub import hub_folder
 from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, parse_json, read_bounded, read_json_file
+
+logger = logging.getLogger(__name__)
 
 LOGIT_FLOOR = -1e4  # the extra slot's logit: exp() of it is 0 in fp32, and fp16 and bf16 still hold it
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 REQUIRED = ("config.json", "source.spm", "target.spm", "vocab.json")
-MANIFEST = "mtkit.json"  # what mtkit export hf keeps beside the Hugging Face files (mtkit.export.huggingface)
 MODEL_TYPES = {"marian": "post", "pegasus": "pre"}  # Hugging Face's model_type -> mtkit's model.norm
 
 
@@ -179,8 +185,6 @@ def check_config_against_weights(config: Path, model: ModelConfig, src_size: int
     """Refuse every size in config.json that the weight tensors do not have, before anything of that size
     is built (a model of 100000000 layers, a vocabulary permutation of 10^9 ids): one line naming the key,
     its value and what ``weights`` holds. Shapes only: ``shapes`` comes from the file's header."""
-    from mtkit.checkpoints.io import MAX_POSITIONS, layer_count
-
     name = weights.name
 
     def refuse(key: str, value: Any, has: str) -> None:
@@ -230,8 +234,6 @@ def _read_weights(folder: Path) -> dict:
     else:
         # torch.load's weights-only reading runs no code, but would inflate a compressed entry whole and
         # build whatever the pickle describes: the bounded reader of checkpoints sees the file first.
-        from mtkit.checkpoints.file import read_payload
-
         read_payload(path)
     try:
         if path.suffix == ".safetensors":
@@ -359,8 +361,6 @@ def _decode_config(gen: Fields, model: ModelConfig) -> DecodeConfig:
 def marian_folder(source: str) -> Path:
     """``source`` itself when it is a directory; otherwise a hub name (``Helsinki-NLP/opus-mt-en-de``),
     downloaded through ``huggingface_hub`` into its cache and read from there."""
-    from mtkit.hub import hub_folder
-
     return hub_folder(source, ["*.json", "*.spm", *WEIGHTS], "Helsinki-NLP/opus-mt-en-de", "import")
 
 
@@ -384,9 +384,9 @@ def read_marian(folder: str | Path) -> Imported:
     tok = Fields((_read_json(tok_path) if tok_path.exists() else {}, tok_path))
     model_cfg = _model_config(hf, config_path)
     decode = _decode_config(gen, model_cfg)  # every field typed before any work
-    manifest = folder / MANIFEST
+    manifest = folder / manifest_file.NAME
     if manifest.exists():  # mtkit export hf's: the recipe's decode settings whole (a·source + b, the penalty)
-        decode = saved_decode(_read_json(manifest, what="mtkit export manifest").get("decode"), manifest)
+        decode = saved_decode(manifest_file.read_object(folder, "mtkit export manifest").get("decode"), manifest)
 
     pad = hf.get("pad_token_id", "an integer", 58100)
     eos = hf.get("eos_token_id", "an integer", 0)
@@ -503,8 +503,6 @@ def read_marian(folder: str | Path) -> Imported:
         raise MtkitError(f"{folder}: share_encoder_decoder_embeddings is set but the embeddings differ")
 
     pieces = {"src": src_pieces, "tgt": tgt_pieces if separate else None}
-    from mtkit.data.vocab import Vocab
-
     for name, model_bytes in (("source.spm", src_bytes), ("target.spm", tgt_bytes)):
         try:
             Vocab.from_bytes(model_bytes, None, pieces)
@@ -518,7 +516,7 @@ def read_marian(folder: str | Path) -> Imported:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     early = gen.choice("early_stopping", (False, True, "never"))
     if early is not True and decode.beam > 1:
-        print(f"note: {gen.where('early_stopping').name}: early_stopping is {early!r}; mtkit's beam search "
-              "stops a sentence once it holds `beam` finished hypotheses (early_stopping=True)", file=sys.stderr)
+        logger.info(f"note: {gen.where('early_stopping').name}: early_stopping is {early!r}; mtkit's beam search "
+                    "stops a sentence once it holds `beam` finished hypotheses (early_stopping=True)")
     return Imported(config=config, state=state, vocab={"src": src_bytes, "tgt": tgt_bytes, "pieces": pieces},
                     src_vocab_size=V_src, tgt_vocab_size=V_tgt, source=str(folder))

@@ -57,7 +57,7 @@ def fused_step(w: InferenceWeights, tokens: Tensor, cache):
     x = F.embedding(tokens, emb.tokens) * emb.scale + emb.positions[cache.step]  # (N, d)
     layers = []
     for lw, lc in zip(w.decoder, cache.layers):
-        (n0w, n0b), (n1w, n1b), (n2w, n2b) = lw.norms
+        (n0w, n0b), (n1w, n1b), (n2w, n2b) = lw.self_attn_norm, lw.cross_attn_norm, lw.feed_forward_norm
         # masked self-attention: the new position sees every cached one (all are in its past)
         y = F.layer_norm(x, (d,), n0w, n0b, eps) if w.pre_norm else x
         q, k, v = lw.self_qkv(y).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)

@@ -28,7 +28,7 @@ def fused_encode(w: InferenceWeights, src: Tensor, src_mask: Tensor) -> Tensor:
     activation = ACTIVATIONS[w.activation]
     x = x.reshape(B * S, d)
     for lw in w.encoder:
-        (n0w, n0b), (n1w, n1b) = lw.norms
+        (n0w, n0b), (n1w, n1b) = lw.self_attn_norm, lw.feed_forward_norm
         y = F.layer_norm(x, (d,), n0w, n0b, eps) if w.pre_norm else x
         q, k, v = lw.self_qkv(y).view(B, S, 3, h, d_k).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, h, S, d_k)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=src_mask)  # (B, h, S, d_k)

@@ -4,8 +4,9 @@
 its projections (W_Q, W_K and W_V of self-attention stacked into one (3·d_model, d_model) matrix),
 its LayerNorms, the embeddings and position tables, the output projection. Three readers, no other
 map: the fused encoder (:func:`mtkit.kernels.encoder.fused_encode`), the fused decoding step
-(:func:`mtkit.kernels.decoder_step.fused_step`) and the CTranslate2 exporter
-(:func:`mtkit.export.ctranslate2.build_spec`).
+(:func:`mtkit.kernels.decoder_step.fused_step`) and the exporters (:func:`mtkit.export.ctranslate2.build_spec`,
+:func:`mtkit.export.huggingface.hf_state`). Every weight is named by its role, after the model's own
+parameter names (``self_attn_norm``, ``cross_attn_norm``, ``feed_forward_norm``), never by position.
 
 The map takes the model duck-typed, by the attributes of its checkpoint names (this package imports
 nothing of mtkit but the config). Its tensors are the parameters themselves, or concatenations of
@@ -40,7 +41,8 @@ class EncoderLayerWeights:
     self_out: PackedLinear  # W_O
     ffn_in: PackedLinear  # W_1 (d_ff, d_model)
     ffn_out: PackedLinear  # W_2 (d_model, d_ff)
-    norms: tuple[Norm, Norm]  # the two sub-layers' LayerNorms
+    self_attn_norm: Norm  # the sub-layers' LayerNorms, named as the model's parameters (STYLE rule 13)
+    feed_forward_norm: Norm
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,9 @@ class DecoderLayerWeights:
     cross_out: PackedLinear
     ffn_in: PackedLinear
     ffn_out: PackedLinear
-    norms: tuple[Norm, Norm, Norm]  # the three sub-layers' LayerNorms
+    self_attn_norm: Norm  # the three sub-layers' LayerNorms, named as the model's parameters
+    cross_attn_norm: Norm
+    feed_forward_norm: Norm
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def pack(model, reorder: bool = True) -> InferenceWeights:
             self_out=_linear(layer.self_attn.w_o, reorder),
             ffn_in=_linear(layer.feed_forward.w_1, reorder),
             ffn_out=_linear(layer.feed_forward.w_2, reorder),
-            norms=(_norm(layer.self_attn_norm), _norm(layer.feed_forward_norm)),
+            self_attn_norm=_norm(layer.self_attn_norm),
+            feed_forward_norm=_norm(layer.feed_forward_norm),
         )
         for layer in model.encoder.layers
     )
@@ -121,7 +126,9 @@ def pack(model, reorder: bool = True) -> InferenceWeights:
             cross_out=_linear(layer.cross_attn.w_o, reorder),
             ffn_in=_linear(layer.feed_forward.w_1, reorder),
             ffn_out=_linear(layer.feed_forward.w_2, reorder),
-            norms=(_norm(layer.self_attn_norm), _norm(layer.cross_attn_norm), _norm(layer.feed_forward_norm)),
+            self_attn_norm=_norm(layer.self_attn_norm),
+            cross_attn_norm=_norm(layer.cross_attn_norm),
+            feed_forward_norm=_norm(layer.feed_forward_norm),
         )
         for layer in model.decoder.layers
     )

@@ -35,7 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
+from mtkit.checkpoints.file import read_payload
 from mtkit.errors import MtkitError, counted, shown
+from mtkit.hub import hub_folder
+from mtkit.io import (
+    MAX_CONFIG_BYTES,
+    MAX_VOCAB_BYTES,
+    open_regular,
+    read_bounded,
+    read_json_file,
+    read_yaml_file,
+    sentence_progress,
+)
+from mtkit.version import __version__
 
 DEFAULT_MODEL = "Unbabel/wmt22-comet-da"  # reference-based, the one papers and mozilla/translations report
 KINDS = ("regression_metric", "referenceless_regression_metric", "unified_metric")
@@ -112,8 +127,6 @@ def _hparams(raw: Any, where: str) -> CometHparams:
 
 def read_hparams_file(path: Path) -> dict:
     """``hparams.yaml``: a bounded read, YAML's safe loader without aliases, one error line naming the file."""
-    from mtkit.io import read_yaml_file
-
     raw = read_yaml_file(path, MAX_HPARAMS_BYTES, "COMET hparams.yaml")
     if not isinstance(raw, dict):
         raise MtkitError(f"{path}: expected a mapping of hyper-parameters")
@@ -123,8 +136,6 @@ def read_hparams_file(path: Path) -> dict:
 def locate(source: str) -> tuple[Path, Path]:
     """``hparams.yaml`` and ``checkpoints/model.ckpt`` of a COMET model given as a folder, its checkpoint
     file, or a hub name (downloaded)."""
-    from mtkit.hub import hub_folder
-
     path = Path(source)
     if path.is_file():  # FOLDER/checkpoints/model.ckpt, as unbabel-comet takes it
         folder, ckpt = path.parent.parent, path
@@ -143,11 +154,6 @@ def read_checkpoint(path: Path) -> dict:
     """The Lightning checkpoint at ``path``: read first without torch, in work bounded by its size
     (:func:`~mtkit.checkpoints.file.read_payload`, as mtkit's own checkpoints are), then memory-mapped
     by torch's weights-only unpickler (nothing of it runs); its ``state_dict`` and ``hyper_parameters``."""
-    import torch
-
-    from mtkit.checkpoints.file import read_payload
-    from mtkit.io import open_regular
-
     with open_regular(path, "no such file") as f:
         if f.read(len(LFS_POINTER)) == LFS_POINTER:
             raise MtkitError(f"{path}: a Git LFS pointer, not the checkpoint (fetch it: git lfs pull)")
@@ -186,8 +192,6 @@ def check_encoder(folder: Path) -> None:
     of transformers' own names a model of its own code), the SentencePiece model no larger than one is."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, read_bounded, read_json_file
-
     for name in ENCODER_JSON:
         path = folder / name
         if not path.exists():
@@ -210,8 +214,6 @@ def check_encoder(folder: Path) -> None:
 def sparsemax(z):
     """Sparsemax (Martins & Astudillo 2016) of a vector: the Euclidean projection onto the simplex, which,
     unlike softmax, gives weights of exactly 0 (entmax's ``sparsemax``, as unbabel-comet mixes layers)."""
-    import torch
-
     ordered, _ = torch.sort(z, descending=True)
     k = torch.arange(1, z.numel() + 1, dtype=z.dtype, device=z.device)
     cumulative = ordered.cumsum(0) - 1
@@ -220,72 +222,85 @@ def sparsemax(z):
     return torch.clamp(z - tau, min=0)
 
 
-def _network(hp: CometHparams, encoder_config, device):
-    """The COMET module, parameter names as unbabel-comet's (``encoder.model``, ``layerwise_attention``,
-    ``estimator.ff``), built on ``device`` (``meta``: shapes only)."""
-    import torch
-    from torch import nn
+# The COMET module, its parameter names as unbabel-comet's (encoder.model, layerwise_attention, estimator.ff).
 
-    class LayerMix(nn.Module):
-        """unbabel-comet's LayerwiseAttention at inference: gamma · Σ_k w_k · layer_k, w = softmax or
-        sparsemax of one scalar per layer; with layer_norm, each layer normalized per sentence over its
-        tokens and features first."""
 
-        def __init__(self, layers: int):
-            super().__init__()
-            self.scalar_parameters = nn.ParameterList([nn.Parameter(torch.zeros(1)) for _ in range(layers)])
-            self.gamma = nn.Parameter(torch.ones(1))
+class LayerMix(nn.Module):
+    """unbabel-comet's LayerwiseAttention at inference: gamma · Σ_k w_k · layer_k, w = softmax or sparsemax of
+    one scalar per layer (``hp.layer_transformation``); with ``hp.layer_norm``, each layer normalized per
+    sentence over its tokens and features first."""
 
-        def forward(self, tensors, mask):
-            weights = torch.cat(list(self.scalar_parameters))
-            weights = sparsemax(weights) if hp.layer_transformation == "sparsemax" else torch.softmax(weights, 0)
-            if hp.layer_norm:
-                m = mask.float().unsqueeze(-1)
-                count = mask.float().sum(1) * tensors[0].size(-1)
-                normed = []
-                for t in tensors:
-                    mean = (t * m).flatten(1).sum(1) / count
-                    var = (((t * m) - mean.view(-1, 1, 1)) * m).pow(2).flatten(1).sum(1) / count
-                    normed.append((t - mean.view(-1, 1, 1)) / torch.sqrt(var + 1e-12).view(-1, 1, 1))
-                tensors = normed
-            return self.gamma * sum(w * t for w, t in zip(weights, tensors))
+    def __init__(self, hp: CometHparams, layers: int):
+        super().__init__()
+        self.hp = hp
+        self.scalar_parameters = nn.ParameterList([nn.Parameter(torch.zeros(1)) for _ in range(layers)])
+        self.gamma = nn.Parameter(torch.ones(1))
 
-    class FeedForward(nn.Module):
-        def __init__(self, in_dim: int):
-            super().__init__()
-            sizes = [in_dim, *hp.hidden_sizes]
-            modules: list[nn.Module] = []
-            for a, b in zip(sizes, sizes[1:]):
-                modules += [nn.Linear(a, b), getattr(nn, hp.activations)(), nn.Dropout(0.0)]
-            modules.append(nn.Linear(sizes[-1], 1))
-            if hp.final_activation is not None:
-                modules.append(getattr(nn, hp.final_activation)())
-            self.ff = nn.Sequential(*modules)
+    def forward(self, tensors, mask):
+        """tensors: the encoder's hidden states, each (B, T, d); mask (B, T) -> (B, T, d)."""
+        hp = self.hp
+        weights = torch.cat(list(self.scalar_parameters))
+        weights = sparsemax(weights) if hp.layer_transformation == "sparsemax" else torch.softmax(weights, 0)
+        if hp.layer_norm:
+            m = mask.float().unsqueeze(-1)
+            count = mask.float().sum(1) * tensors[0].size(-1)
+            normed = []
+            for t in tensors:
+                mean = (t * m).flatten(1).sum(1) / count
+                var = (((t * m) - mean.view(-1, 1, 1)) * m).pow(2).flatten(1).sum(1) / count
+                normed.append((t - mean.view(-1, 1, 1)) / torch.sqrt(var + 1e-12).view(-1, 1, 1))
+            tensors = normed
+        return self.gamma * sum(w * t for w, t in zip(weights, tensors))
 
-        def forward(self, x):
-            return self.ff(x)
 
-    class Encoder(nn.Module):
-        def __init__(self):
-            super().__init__()
-            if hp.encoder_model == "XLM-RoBERTa-XL":
-                from transformers import XLMRobertaXLModel as Model
-            else:
-                from transformers import XLMRobertaModel as Model
-            self.model = Model(encoder_config, add_pooling_layer=False)
+class FeedForward(nn.Module):
+    """The estimator: ``hp.hidden_sizes`` linear layers with ``hp.activations``, then one output (and
+    ``hp.final_activation``)."""
 
-    class Comet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder = Encoder()
-            if hp.layer == "mix":
-                self.layerwise_attention = LayerMix(encoder_config.num_hidden_layers + 1)
-            units = encoder_config.hidden_size
-            self.estimator = FeedForward(units * {"regression_metric": 6, "referenceless_regression_metric": 4,
+    def __init__(self, hp: CometHparams, in_dim: int):
+        super().__init__()
+        sizes = [in_dim, *hp.hidden_sizes]
+        modules: list[nn.Module] = []
+        for a, b in zip(sizes, sizes[1:]):
+            modules += [nn.Linear(a, b), getattr(nn, hp.activations)(), nn.Dropout(0.0)]
+        modules.append(nn.Linear(sizes[-1], 1))
+        if hp.final_activation is not None:
+            modules.append(getattr(nn, hp.final_activation)())
+        self.ff = nn.Sequential(*modules)
+
+    def forward(self, x):
+        return self.ff(x)
+
+
+class Encoder(nn.Module):
+    """The XLM-R encoder (``encoder.model``), without its pooler."""
+
+    def __init__(self, hp: CometHparams, encoder_config):
+        super().__init__()
+        if hp.encoder_model == "XLM-RoBERTa-XL":
+            from transformers import XLMRobertaXLModel as Model  # transformers: the comet extra, imported when used
+        else:
+            from transformers import XLMRobertaModel as Model
+        self.model = Model(encoder_config, add_pooling_layer=False)
+
+
+class Comet(nn.Module):
+    """The encoder, the layer mix (where ``hp.layer`` is ``mix``) and the estimator of a COMET model."""
+
+    def __init__(self, hp: CometHparams, encoder_config):
+        super().__init__()
+        self.encoder = Encoder(hp, encoder_config)
+        if hp.layer == "mix":
+            self.layerwise_attention = LayerMix(hp, encoder_config.num_hidden_layers + 1)
+        units = encoder_config.hidden_size
+        self.estimator = FeedForward(hp, units * {"regression_metric": 6, "referenceless_regression_metric": 4,
                                                   "unified_metric": 1}[hp.kind])
 
+
+def _network(hp: CometHparams, encoder_config, device) -> Comet:
+    """The COMET module built on ``device`` (``meta``: shapes only)."""
     with torch.device(device):
-        return Comet()
+        return Comet(hp, encoder_config)
 
 
 def _check_config(config, hp: CometHparams, state: dict, where: str) -> None:
@@ -339,8 +354,6 @@ class CometScorer:
     """
 
     def __init__(self, source: str = DEFAULT_MODEL, device: str = "auto"):
-        import torch
-
         try:
             import transformers
             from transformers import AutoConfig, AutoTokenizer
@@ -397,10 +410,6 @@ class CometScorer:
               progress: bool = True) -> list[float]:
         """One score per hypothesis, in order. Segments are batched by length (padding does not change a
         score); ``progress``: a bar on a terminal."""
-        import torch
-
-        from mtkit.io import sentence_progress
-
         n = len(hypotheses)
         if self.needs_sources and (sources is None or len(sources) != n):
             raise MtkitError(f"COMET {self.name} needs the sources (--src), one per hypothesis"
@@ -429,8 +438,6 @@ class CometScorer:
     def pairwise(self, source: str, texts: Sequence[str]) -> list[list[float]]:
         """``[i][j]``: the score of ``texts[i]`` as the translation of ``source`` with ``texts[j]`` as its
         reference (a regression_metric model): each sentence encoded once, the estimator run N² times."""
-        import torch
-
         if self.hparams.kind != "regression_metric":
             raise MtkitError(f"COMET {self.name}: scoring against each other needs a reference-based model")
         with torch.inference_mode():
@@ -460,8 +467,6 @@ class CometScorer:
     def _estimate(self, mt, src, ref=None) -> list[float]:
         """The estimator on a regression model's features: ``[mt; ref; mt⊙ref; |mt−ref|; mt⊙src; |mt−src|]``,
         or without a reference ``[mt; src; mt⊙src; |mt−src|]``."""
-        import torch
-
         features = (mt, src, mt * src, torch.abs(mt - src))
         if ref is not None:
             features = (mt, ref, mt * ref, torch.abs(mt - ref), mt * src, torch.abs(mt - src))
@@ -505,8 +510,6 @@ class CometScorer:
     def _joined(self, parts: list) -> tuple:
         """Each row's segments joined as unbabel-comet's ``concat_sequences`` joins them (``<s> a </s></s> b
         </s>``), cut to the encoder's positions where they do not fit, padded; ids and attention mask."""
-        import torch
-
         pad, cls, sep = (self.tokenizer.pad_token_id, self.tokenizer.cls_token_id, self.tokenizer.sep_token_id)
         rows = []
         for i in range(parts[0].size(0)):
@@ -524,6 +527,4 @@ class CometScorer:
 
 
 def _mtkit_version() -> str:
-    from mtkit.version import __version__
-
     return __version__

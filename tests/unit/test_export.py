@@ -161,7 +161,7 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     from mtkit.export.cache import cached_export
 
     ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "run" / "last.pt")
-    cached_export(ckpt, None, lambda line: None)  # then a run on the checkpoint finds its export: no torch either
+    cached_export(ckpt, None, quiet=True)  # then a run on the checkpoint finds its export: no torch either
     done = subprocess.run([sys.executable, "-c", code.replace(repr(str(out)), repr(str(ckpt)))], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, done.stderr
@@ -334,19 +334,30 @@ def test_the_api_loads_an_exported_folder_with_ctranslate2(vocab, tmp_path):
         model.translate(LINES[:1], glossary={"one": "eins"})
 
 
-def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(vocab, tmp_path, monkeypatch):
+def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(vocab, tmp_path, monkeypatch,
+                                                                                 caplog):
     """--engine ctranslate2 on a run directory: exported on first use beside the checkpoint, the export kept while
-    the checkpoint stays as it is, made again (in place) when training or averaging rewrites it."""
+    the checkpoint stays as it is, made again (in place) when training or averaging rewrites it; each said on the
+    mtkit logger, which ``quiet`` silences."""
+    import logging
+
     from mtkit.export.cache import FOLDER, cached_export, ctranslate2_model
+
+    caplog.set_level(logging.INFO, logger="mtkit")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name.startswith("mtkit.export")]
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     last = save_tiny_checkpoint(loaded, tmp_path / "run" / "checkpoints" / "last.pt")
-    said: list[str] = []
-    first = ctranslate2_model(tmp_path / "run", None, said.append)
-    assert first == last.parent / FOLDER / "last.float32" and said[-1].startswith("exporting")
+    first = ctranslate2_model(tmp_path / "run", None)
+    assert first == last.parent / FOLDER / "last.float32" and said()[-1].startswith("exporting")
     made = (first / "model.bin").stat().st_mtime_ns
-    assert cached_export(tmp_path / "run", None, said.append) == first and not said[-1].startswith("exporting")
+    assert cached_export(tmp_path / "run", None) == first and said()[-1] == (
+        f"CTranslate2 export of {last} (float32): {first}")
+    count = len(said())
+    assert ctranslate2_model(tmp_path / "run", None, quiet=True) == first and len(said()) == count
     assert (first / "model.bin").stat().st_mtime_ns == made
     engine = Ctranslate2Engine(first, loaded.config.decode, threads=CpuThreads(intra=1))
     assert [t.best.text for t in engine.translate(LINES)] == [
@@ -359,13 +370,13 @@ def test_a_run_directory_is_exported_once_and_again_when_its_checkpoint_changes(
 
     changed = tiny_model(vocab, **SHAPES["pre-learned-untied"])  # another model under the same name
     save_tiny_checkpoint(changed, last)
-    assert cached_export(tmp_path / "run", None, said.append) == first and said[-1].startswith("exporting")
+    assert cached_export(tmp_path / "run", None) == first and said()[-1].startswith("exporting")
     again = Ctranslate2Engine(first, loaded.config.decode, threads=CpuThreads(intra=1))
     assert [t.best.text for t in again.translate(LINES)] == [
         t.best.text for t in TorchEngine(changed, loaded.config.decode).translate(LINES)]
     assert sorted(p.name for p in first.parent.iterdir()) == ["last.float32"]  # no temporaries left
 
-    int8 = cached_export(tmp_path / "run", "int8", said.append)
+    int8 = cached_export(tmp_path / "run", "int8")
     assert int8.name == "last.int8" and (first / "model.bin").stat().st_size > (int8 / "model.bin").stat().st_size
 
 
@@ -375,9 +386,9 @@ def test_an_export_that_cannot_go_beside_the_checkpoint_goes_to_the_users_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     ckpt = save_tiny_checkpoint(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "models" / "m.pt")
     (ckpt.parent / FOLDER).write_text("not a folder")  # as a read-only model folder refuses it (root ignores modes)
-    out = cached_export(ckpt, None, lambda line: None)
+    out = cached_export(ckpt, None, quiet=True)
     assert out.parent.parent == tmp_path / "cache" / "mtkit" / "ctranslate2" and out.name == "m.float32"
-    assert cached_export(ckpt, None, lambda line: None) == out
+    assert cached_export(ckpt, None, quiet=True) == out
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -372,8 +372,6 @@ def classes_in_functions(path: Path) -> list[str]:
             for node in ast.walk(fn) if isinstance(node, ast.ClassDef)]
 
 
-@pytest.mark.xfail(strict=False, reason="finished after the merge (export/onnx.py and metrics/comet.py: the "
-                                        "export helper's)")
 def test_no_classes_inside_functions():
     """A class is defined once, at a module's top: a class built per call is a new type per call (its
     isinstance checks, pickling and caches see strangers), and hides from readers and tools."""
