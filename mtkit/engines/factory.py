@@ -1,6 +1,6 @@
-"""The engine factory: decoding flags checked and applied, constraint files read, and the engine built
-that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch :class:`TorchEngine` on
-checkpoints, an ensemble for several, or a CTranslate2 one on an exported directory).
+"""The engine factory, :mod:`mtkit.api`'s private helper (nothing else imports it: tests/unit/test_layout.py):
+decoding flags checked and applied, and the engine built that :func:`mtkit.api.load` gives every caller (a
+torch :class:`TorchEngine` on checkpoints, an ensemble for several, a CTranslate2 or ONNX one on an export).
 
 Errors name the flag (``--nbest``), not the config key. No torch at import time: the ``ctranslate2``
 engine never loads it.
@@ -100,7 +100,7 @@ def _exported(decode, saved: Callable[[Path], DecodeConfig], path: Path) -> Deco
 
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
-                     threads: int = 0, overrides: dict | None = None,
+                     threads: int | None = 0, overrides: dict | None = None,
                      decode: DecodeConfig | Callable[[DecodeConfig], DecodeConfig] | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
                      any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
@@ -119,7 +119,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         any_target: leave the target open (``serve``, which gives it per call).
         parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
             the torch engine needs nothing for it).
-        threads: CPU threads per translation; 0: one per CPU that other work leaves free
+        threads: CPU threads per translation; None: torch's count left as the process has it (CTranslate2's
+            and ONNX Runtime's pools their own); 0: one per CPU that other work leaves free
             (:mod:`mtkit.engines.threads`, said on stderr), chosen again between batches (torch engine),
             unless ``OMP_NUM_THREADS`` is set.
         thread_policy: the caller's own choice, already made (a server's, per decoding thread); the torch
@@ -137,6 +138,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
+        threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
         # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
         # fixes its count when it loads the model.
         chosen = (choose_threads(usable_cpus(), since_start().others())
@@ -160,13 +162,17 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
-        # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work leaves free.
-        threads, why = choose_threads(usable_cpus(), since_start().others(), user_threads(threads))
-        translator = OnnxEngine(paths[0], decode, threads=threads, target=tgt_lang)
+        why = None
+        if threads is not None:  # None: ONNX Runtime's own count, and torch's left as the process has it
+            # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work
+            # leaves free.
+            threads, why = choose_threads(usable_cpus(), since_start().others(), user_threads(threads))
+        translator = OnnxEngine(paths[0], decode, threads=threads or 0, target=tgt_lang)
         if not any_target:
             translator.vocab_for(tgt_lang)
         log(f"loaded {translator.description}")
-        log(f"threads: {threads} ({why})")
+        if why is not None:
+            log(f"threads: {threads} ({why})")
         return translator
     from mtkit.engines.checkpoint import precheck
     from mtkit.engines.device import resolve_device
@@ -187,6 +193,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     policy = thread_policy
     if policy is not None:
         torch.set_num_threads(policy.current or torch.get_num_threads())
+    elif threads is None:  # not asked: torch's count stays as the process has it
+        pass
     elif threads > 0:
         torch.set_num_threads(threads)
     elif device == "cpu" and user_threads() is None:
@@ -201,7 +209,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
         said = policy.check()
-    elif device == "cpu" and thread_policy is None:
+    elif device == "cpu" and thread_policy is None and threads is not None:
         said = f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})"
     if inspect is not None:
         inspect(loaded)
