@@ -114,7 +114,7 @@ class EvaluateOptions:
     hyp: list[Path] = field(default_factory=list)
     ref: list[Path] = field(default_factory=list)
     model: list[Path] | None = None
-    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.engines.factory.ENGINES)
+    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.api.ENGINES)
     src: Path | None = None
     testset: str | None = None
     langpair: str | None = None
