@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from mtkit.config import DecodeConfig
 from mtkit.engines.engine import Engine, Translation
 from mtkit.engines.factory import (  # the factory is this module's helper: nothing else imports it
     ENGINES,
+    LoadOptions,
     apply_decode_flags,
     build_translator,
     check_decode_flags,
@@ -97,54 +98,6 @@ class Result:
 def _python_names(error: MtkitError) -> MtkitError:
     """The CLI's message with keyword names for flags: ``--nbest`` -> ``nbest``."""
     return MtkitError(re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_"), str(error)))
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How :func:`load` (and :func:`load_models`, the commands' and the server's door) loads a model.
-
-    Attributes:
-        engine: ``torch``, ``ctranslate2`` or ``onnx`` (None: the one the path is for).
-        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
-        precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA).
-        threads: CPU threads. None (the library's default): the process's count is left as it is; 0: one per
-            CPU that other work leaves free (or ``OMP_NUM_THREADS``), chosen again between batches by the
-            torch engine (what the CLI asks for); N: N. Only 0 and N change torch's count for the process.
-        thread_policy: a server's choice, already made (:class:`mtkit.engines.threads.ThreadPolicy`, per
-            decoding thread): the torch engine applies it between batches.
-        target: the target language calls translate into by default (a multilingual model's).
-        any_target: without ``target``, leave it open (each call gives it; a server); False: the model must
-            have one target (``translate --tgt-lang`` is required otherwise).
-        quantization: with ``engine="ctranslate2"`` on a run directory or checkpoint, its export's weights.
-        parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``).
-        decode: the decoding settings (None: the (first) checkpoint's, or the exported ones; a function makes
-            them from those).
-        overrides: the decoding flags set on top of ``decode`` (errors name the flags).
-        check: called with the loaded checkpoints before anything is said (a caller's own checks).
-        task: ``translate`` (the engine; forced decoding's scorer is derived once, on first :meth:`Model.score`)
-            or ``score`` (forced decoding only, built now: no search engine, no thread setting).
-        batch_tokens: with ``task="score"``, padded tokens a batch (None: the checkpoint's).
-        qe_model: a reference-free COMET model for quality estimation (a hub name or folder, loaded first,
-            before the engine; or one loaded already, which a server's models share).
-        comet_model: a COMET model to score translations with (``evaluate``'s metric comet), loaded first.
-    """
-
-    engine: str | None = None
-    device: str = "auto"
-    precision: str = "fp32"
-    threads: int | None = None
-    thread_policy: Any = None
-    target: str | None = None
-    any_target: bool = True
-    quantization: str | None = None
-    parallel: int = 1
-    decode: Any = None
-    overrides: Any = None
-    check: Callable[[list], None] | None = None
-    task: str = "translate"
-    batch_tokens: int | None = None
-    qe_model: Any = None
-    comet_model: str | None = None
 
 
 class Model:
@@ -370,9 +323,7 @@ def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
         if o.check is not None:
             o.check(loaded)
 
-    translator = build_translator(paths, engine, o.device, o.precision, o.threads, o.overrides, o.decode, inspect,
-                                  tgt_lang=o.target, any_target=o.any_target and o.target is None,
-                                  parallel=o.parallel, thread_policy=o.thread_policy, log=logger.info)
+    translator = build_translator(paths, dataclasses.replace(o, engine=engine), inspect, logger.info)
     return Model(translator, paths[0] if len(paths) == 1 else None, engine, loaded=found.get("loaded"), settings=o,
                  qe=qe, comet=comet)
 
