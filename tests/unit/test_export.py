@@ -145,6 +145,8 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     (tmp_path / "in.txt").write_text("five\n\nsix\n", encoding="utf-8")
     code = (
         "import sys\n"
+        "from mtkit.logs import to_stderr\n"
+        "to_stderr()  # as the CLI does: what was loaded is said through the mtkit logger\n"
         "from mtkit.commands.translate import TranslateOptions, translate\n"
         "from mtkit.config import DecodeConfig\n"
         f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(decode=DecodeConfig(beam=2, "
