@@ -130,8 +130,8 @@ def main() -> None:
 
     import sacrebleu
 
+    from mtkit.api import LoadOptions, load_models
     from mtkit.data.word_alignment import default_layer, scores
-    from mtkit.engines.factory import build_translator
 
     t = time.perf_counter()
     reference, lexicon = eflomal_reference(args.multi30k, args.test, "en", "de")
@@ -149,7 +149,8 @@ def main() -> None:
     engines = {}
     for spec in args.models:
         name, _, path = spec.partition("=")
-        engine = build_translator([Path(path)], "torch", "cpu", log=lambda _: None)
+        engine = load_models([Path(path)], LoadOptions(engine="torch", device="cpu", threads=0,
+                                                       any_target=False)).engine  # says nothing: no handler
         engines[name] = engine
         how = f"guided head (layer {engine.guided[0]}, head {engine.guided[1]})" if engine.guided else \
             f"layer {default_layer(engine.decoder_layers)} mean"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,24 @@ from typing import Any
 
 from mtkit.config import DecodeConfig
 from mtkit.engines.engine import Engine, Translation
+from mtkit.engines.factory import (  # the factory is this module's helper: nothing else imports it
+    ENGINES,
+    LoadOptions,
+    apply_decode_flags,
+    build_translator,
+    check_decode_flags,
+    forced_scorer,
+    is_exported_model,
+    is_onnx_export,
+    say_loaded,
+    torch_engine,
+)
 from mtkit.errors import MtkitError
 
-logger = logging.getLogger("mtkit")
+__all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
+           "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline", "check_decode_flags"]
+
+logger = logging.getLogger(__name__)
 
 # The decoding options a call may set (DecodeConfig's keys; the checks and messages are the CLI's).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
@@ -85,17 +101,23 @@ def _python_names(error: MtkitError) -> MtkitError:
 
 
 class Model:
-    """A loaded model (see :func:`load`): :meth:`translate`, :meth:`score`. Never changed by a call."""
+    """A loaded model (see :func:`load`): :meth:`translate`, :meth:`score`. Never changed by a call: it owns
+    its engine, forced decoding's scorer and its COMET models (quality estimation, ``evaluate``'s metric),
+    built when it is loaded (the scorer of a translating model on its first use, once, under a lock: what
+    any call sees is the same)."""
 
-    def __init__(self, engine: Engine, path: Path, kind: str, loaded: list | None = None,
-                 device: str = "cpu", precision: str = "fp32") -> None:
+    def __init__(self, engine: Engine | None, path: Path | None, kind: str, *, loaded: list | None = None,
+                 settings: LoadOptions | None = None, scorer: Any = None, qe: Any = None, comet: Any = None) -> None:
         self.engine = engine
         self.path = path
         self.kind = kind  # "torch", "ctranslate2" or "onnx"
-        self._loaded = loaded  # the torch engine's LoadedModels (forced decoding needs them)
-        self._device = device
-        self._precision = precision
-        self._scorer = None
+        self.settings = settings or LoadOptions()
+        self.checkpoints = list(loaded) if loaded is not None else None  # the torch engine's LoadedModels
+        self.qe = qe  # a reference-free CometScorer (LoadOptions.qe_model), or None
+        self.comet = comet  # a CometScorer (LoadOptions.comet_model), or None
+        self._device = str(getattr(engine, "device", None) or getattr(scorer, "device", None) or "cpu")
+        self._scorer = scorer
+        self._scorer_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"mtkit.Model({str(self.path)!r}, engine={self.kind!r})"
@@ -103,19 +125,40 @@ class Model:
     @property
     def decode(self) -> DecodeConfig:
         """The model's own decoding settings (what a call without options uses)."""
-        return self.engine.decode
+        return self._engine().decode
+
+    @property
+    def lowercases(self) -> bool:
+        """Whether the model's target vocabulary lowercases (``data.spm.lowercase``)."""
+        return self._engine().vocab.lowercases("tgt")
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise MtkitError("this model was loaded to score (task 'score'): load it to translate")
+        return self.engine
+
+    @property
+    def scorer(self):
+        """Forced decoding (:class:`mtkit.engines.pair_scoring.PairScorer`; the torch engine): built with the
+        model (``task="score"``), else derived once from its checkpoints on first use."""
+        if self._scorer is None:
+            if self.checkpoints is None:
+                raise MtkitError("score needs the torch engine (a checkpoint or run directory)")
+            with self._scorer_lock:
+                if self._scorer is None:
+                    self._scorer = forced_scorer(self.checkpoints, self._device, self.settings.precision,
+                                                 self._engine().decode.batch_tokens)
+        return self._scorer
 
     def options(self, **options: Any) -> DecodeConfig:
         """The model's decoding settings with ``options`` set, checked as the CLI's flags are."""
-        from mtkit.engines.factory import apply_decode_flags, check_decode_flags
-
         unknown = sorted(set(options) - set(DECODE_OPTIONS))
         if unknown:
             raise MtkitError(f"unknown option {unknown[0]!r}; expected one of {', '.join(DECODE_OPTIONS)}")
         given = {k: v for k, v in options.items() if v is not None}
         try:
             check_decode_flags(given)
-            return apply_decode_flags(self.engine.decode, given)
+            return apply_decode_flags(self.decode, given)
         except MtkitError as e:
             raise _python_names(e) from None
 
@@ -140,8 +183,8 @@ class Model:
         decode = self.options(**options)
         source = self._constraints(items, glossary, constraints, decode)
         results = [self._result(t, decode)
-                   for t in self.engine.translate(items, buffer_size=max(1, len(items)), constraints=source,
-                                                  options=decode, target=target)]
+                   for t in self._engine().translate(items, buffer_size=max(1, len(items)), constraints=source,
+                                                     options=decode, target=target)]
         return results[0] if single else results
 
     def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):
@@ -183,22 +226,20 @@ class Model:
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
         :class:`mtkit.engines.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
-        if self._loaded is None:  # (the engines without forced scoring keep no loaded checkpoints)
+        if self.checkpoints is None and self._scorer is None:  # (engines without forced scoring keep no checkpoints)
             from mtkit.engines.capabilities import either
 
             raise MtkitError(f"score needs the {either('forced_scoring')} engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
             raise MtkitError(f"score: {len(sources)} sources but {len(targets)} targets")
-        if self._scorer is None:
-            from mtkit.engines.factory import forced_scorer
-
-            self._scorer = forced_scorer(self._loaded, self._device, self._precision, self.engine.decode.batch_tokens)
-        return list(self._scorer.score(zip(sources, targets), chunk_size=max(1, len(sources)), target=target))
+        return list(self.scorer.score(zip(sources, targets), chunk_size=max(1, len(sources)), target=target))
 
 
-def load(path: str | Path, engine: str | None = None, device: str = "auto", precision: str = "fp32",
-         threads: int = 0, target: str | None = None, quantization: str | None = None) -> Model:
+_LOAD_KEYWORDS = ("engine", "device", "precision", "threads", "target", "quantization")
+
+
+def load(path: str | Path, **settings: Any) -> Model:
     """Load a model to translate with.
 
     Args:
@@ -206,6 +247,7 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
             export ctranslate2`` (the CTranslate2 engine) or ``mtkit export onnx`` (ONNX Runtime), or a Marian
             model in the Hugging Face layout (a folder ``mtkit export hf`` wrote, an OPUS-MT model), imported on
             load as ``mtkit import marian`` imports it (the torch engine), as :func:`pipeline` does.
+        settings: keywords, as :class:`LoadOptions` names them:
         engine: ``torch``, ``ctranslate2`` or ``onnx`` (None: the one ``path`` is for); ``ctranslate2`` on a run
             directory or checkpoint exports it on first use and keeps the export beside it
             (:mod:`mtkit.export.cache`).
@@ -213,50 +255,120 @@ def load(path: str | Path, engine: str | None = None, device: str = "auto", prec
             (``int8``, ``int16``, ``float16`` …; None: float32).
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA).
-        threads: CPU threads (0: one per CPU that other work leaves free, or ``OMP_NUM_THREADS``).
+        threads: CPU threads (None: torch's count is left as the process has it; 0: one per CPU that other
+            work leaves free, or ``OMP_NUM_THREADS``; N: N).
         target: the target language calls translate into by default (a multilingual model's).
     """
-    from mtkit.checkpoints.io import is_hugging_face_folder
-    from mtkit.engines.factory import ENGINES, build_translator, is_exported_model, is_onnx_export
+    unknown = sorted(set(settings) - set(_LOAD_KEYWORDS))
+    if unknown:
+        raise MtkitError(f"unknown setting {unknown[0]!r}; expected one of {', '.join(_LOAD_KEYWORDS)}")
+    return _load(Path(path), LoadOptions(**settings))
 
-    path = Path(path)
+
+def _load(path: Path, o: LoadOptions) -> Model:
+    """:func:`load` with its settings: the path checked, a Hugging Face folder imported, errors naming keywords."""
+    from mtkit.checkpoints.io import is_hugging_face_folder
+
     if not path.exists():
         raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
     if is_hugging_face_folder(path):
-        if engine not in (None, "torch") or quantization is not None:
+        if o.engine not in (None, "torch") or o.quantization is not None:
             raise MtkitError(f"{path}: a Hugging Face model folder loads with the torch engine; for "
-                             f"{engine or 'ctranslate2'}, import it first (mtkit import marian {path} -o RUN) and "
-                             "load RUN")
-        return _load_marian(str(path), device, precision, threads, target)
+                             f"{o.engine or 'ctranslate2'}, import it first (mtkit import marian {path} -o RUN) "
+                             "and load RUN")
+        return _load_marian(str(path), o)
+    engine = o.engine
     if engine is None:
         engine = "ctranslate2" if is_exported_model(path) else "onnx" if is_onnx_export(path) else "torch"
     if engine not in ENGINES:
         raise MtkitError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    if threads < 0:
-        raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {threads}")
-    if engine == "ctranslate2" or quantization is not None:
-        from mtkit.export.cache import check_quantization, ctranslate2_model
-
-        try:
-            check_quantization(engine, quantization)
-            path = ctranslate2_model(path, quantization)
-        except MtkitError as e:
-            raise _python_names(e) from None
-    found: dict = {}
-
-    def keep(loaded: list) -> None:
-        found["loaded"] = loaded
-
+    if o.threads is not None and o.threads < 0:
+        raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {o.threads}")
     try:
-        translator = build_translator([path], engine, device, precision, threads, inspect=keep, tgt_lang=target,
-                                      any_target=target is None, log=logger.info)
+        if engine != "ctranslate2" and o.quantization is not None:
+            from mtkit.export.cache import check_quantization
+
+            check_quantization(engine, o.quantization)
+        return load_models([path], dataclasses.replace(o, engine=engine, any_target=o.target is None))
     except MtkitError as e:
         raise _python_names(e) from None
-    return Model(translator, path, engine, found.get("loaded"), str(getattr(translator, "device", "cpu")),
-                 precision)
 
 
-def _load_marian(source: str, device: str, precision: str, threads: int, target: str | None) -> Model:
+def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
+    """The commands', the server's and training's door: ``paths`` (one model, or an ensemble of checkpoints)
+    loaded as ``options`` say, checked as the CLI checks them (errors name its flags); what was loaded, and the
+    thread count, said to the ``mtkit`` logger. Torch's thread count changes only when asked
+    (:attr:`LoadOptions.threads`, :attr:`LoadOptions.thread_policy`)."""
+    o = options
+    paths = [Path(p) for p in paths]
+    engine = o.engine or "torch"
+    qe = comet = None
+    if o.qe_model is not None:  # loaded first: a model that cannot be had fails before any translation
+        if isinstance(o.qe_model, str):
+            from mtkit.engines.quality import load_qe_model
+
+            qe = load_qe_model(o.qe_model, o.device)
+        else:
+            qe = o.qe_model
+    if o.comet_model is not None:
+        comet = comet_scorer(o.comet_model, o.device)
+    if o.task == "score":
+        return _scoring_model(paths, o, qe, comet)
+    if engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
+        from mtkit.export.cache import check_quantization, ctranslate2_model
+
+        check_quantization(engine, o.quantization)
+        paths = [ctranslate2_model(paths[0], o.quantization)]
+    found: dict = {}
+
+    def inspect(loaded: list) -> None:
+        found["loaded"] = loaded
+        if o.check is not None:
+            o.check(loaded)
+
+    translator = build_translator(paths, dataclasses.replace(o, engine=engine), inspect, logger.info)
+    return Model(translator, paths[0] if len(paths) == 1 else None, engine, loaded=found.get("loaded"), settings=o,
+                 qe=qe, comet=comet)
+
+
+def _scoring_model(paths: list[Path], o: LoadOptions, qe: Any, comet: Any) -> Model:
+    """A model for forced decoding only (``task="score"``): the checkpoints and their scorer, no search engine."""
+    from mtkit.checkpoints.io import load_model, precheck
+    from mtkit.data.languages import same_pairs
+    from mtkit.engines.device import resolve_device
+
+    for path in paths:
+        precheck(path)  # before torch loads
+    device = resolve_device(o.device)
+    if o.precision == "fp16" and not device.startswith("cuda"):
+        raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
+    loaded = [load_model(p, device) for p in paths]
+    scorer = forced_scorer(loaded, device, o.precision, o.batch_tokens)
+    same_pairs([m.config for m in loaded])
+    if not (o.any_target and o.target is None):
+        scorer.vocab_for(o.target)  # a wrong target is an error before any line is read
+    say_loaded(loaded, logger.info)
+    return Model(None, paths[0] if len(paths) == 1 else None, "torch", loaded=loaded, settings=o, scorer=scorer,
+                 qe=qe, comet=comet)
+
+
+def from_model(model: Any, vocab: Any, decode: DecodeConfig, device: str = "cpu") -> Model:
+    """A model in memory (training's, for validation: its ``Transformer`` and the run's vocabulary, which
+    tags sources as the call needs) behind the torch engine, with ``decode``'s settings; says nothing."""
+    from types import SimpleNamespace
+
+    engine = torch_engine([SimpleNamespace(model=model, vocab=vocab)], decode, str(device), warn=False)
+    return Model(engine, None, "torch", settings=LoadOptions(device=str(device)))
+
+
+def comet_scorer(name: str, device: str = "auto"):
+    """A COMET model (:class:`mtkit.metrics.comet.CometScorer`; a hub name or a folder) on ``device``."""
+    from mtkit.metrics.comet import CometScorer
+
+    return CometScorer(name, device)
+
+
+def _load_marian(source: str, o: LoadOptions) -> Model:
     """A Marian model in the Hugging Face layout (a folder, or a hub name), imported as ``mtkit import marian``
     imports it (nothing of the folder runs: its JSON, SentencePiece models and weights are read and checked)
     into a temporary run directory, and loaded from there with the torch engine."""
@@ -267,7 +379,7 @@ def _load_marian(source: str, device: str, precision: str, threads: int, target:
 
     imported = read_marian(marian_folder(source))
     with tempfile.TemporaryDirectory(prefix="mtkit-import-") as tmp:
-        loaded = load(write_run(imported, Path(tmp) / "run"), "torch", device, precision, threads, target)
+        loaded = _load(write_run(imported, Path(tmp) / "run"), dataclasses.replace(o, engine="torch"))
     loaded.path = Path(source)
     return loaded
 
@@ -336,7 +448,7 @@ class TranslationPipeline:
 
 
 def pipeline(task: str = "translation", model: str | Path | None = None, device: int | str | None = None,
-             threads: int = 0) -> TranslationPipeline:
+             threads: int | None = None) -> TranslationPipeline:
     """A drop-in for ``transformers.pipeline("translation", model=...)``, which transformers 5 removed.
 
     Args:
@@ -346,7 +458,7 @@ def pipeline(task: str = "translation", model: str | Path | None = None, device:
             ``Helsinki-NLP/opus-mt-en-de``, downloaded through ``huggingface_hub``), imported on load as
             ``mtkit import marian`` imports it.
         device: transformers' ``-1`` (CPU) or a CUDA index, or mtkit's ``auto`` / ``cpu`` / ``cuda:N``.
-        threads: CPU threads (0: one per CPU that other work leaves free).
+        threads: CPU threads (None: torch's count is left as it is; 0: one per CPU that other work leaves free).
     """
     if not re.fullmatch(r"translation(_[A-Za-z-]+_to_[A-Za-z-]+)?", task):
         raise MtkitError(f"task {task!r}: mtkit's pipeline translates (task 'translation')")
@@ -358,5 +470,5 @@ def pipeline(task: str = "translation", model: str | Path | None = None, device:
         device = "cpu" if device < 0 else f"cuda:{device}"
     path = Path(model)
     if not path.exists():  # a hub name
-        return TranslationPipeline(_load_marian(str(model), device, "fp32", threads, None))
-    return TranslationPipeline(load(path, None, device, threads=threads))
+        return TranslationPipeline(_load_marian(str(model), LoadOptions(device=device, threads=threads)))
+    return TranslationPipeline(load(path, device=device, threads=threads))

@@ -64,12 +64,12 @@ are for comparison with older papers and are not comparable with sacreBLEU.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit.api import ENGINES, LoadOptions, check_decode_flags, comet_scorer, load_models
 from mtkit.errors import MtkitError, counted
 from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
@@ -114,7 +114,7 @@ class EvaluateOptions:
     hyp: list[Path] = field(default_factory=list)
     ref: list[Path] = field(default_factory=list)
     model: list[Path] | None = None
-    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.engines.factory.ENGINES)
+    engine: str = "torch"  # what runs --model: torch, ctranslate2 or onnx (mtkit.api.ENGINES)
     src: Path | None = None
     testset: str | None = None
     langpair: str | None = None
@@ -160,8 +160,6 @@ def evaluate(options: EvaluateOptions) -> str:
         raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
     if o.model is not None and o.hyp:
         raise MtkitError("give either --hyp or --model, not both")
-    from mtkit.engines.factory import ENGINES
-
     if o.engine not in ENGINES:
         raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
     if o.model is None and o.engine != "torch":
@@ -201,22 +199,20 @@ def evaluate(options: EvaluateOptions) -> str:
         if lang is None and o.model is not None and o.ref:
             suffix = Path(o.ref[0]).suffix.lstrip(".")
             lang = o.tgt_lang or (suffix if len(suffix) == 2 else None)
-    comet = None
-    if with_comet:  # loaded before any translation: a model that cannot be had fails at once
-        from mtkit.metrics.comet import DEFAULT_MODEL, CometScorer
+    comet_model = None
+    if with_comet:
+        from mtkit.metrics.comet import DEFAULT_MODEL
 
-        comet = CometScorer(o.comet_model or DEFAULT_MODEL, o.device)
+        comet_model = o.comet_model or DEFAULT_MODEL
+    comet = None
     if o.model is None:
+        if comet_model is not None:  # loaded before anything is read: a model that cannot be had fails at once
+            comet = comet_scorer(comet_model, o.device)
         if not o.hyp:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         hyps = read_named(o.hyp)
     else:
-        from mtkit.engines.factory import (
-            apply_decode_flags,
-            check_decode_flags,
-        )
         from mtkit.engines.quality import confidence
-        from mtkit.text.lines import translations_of
         from mtkit.text.phrases import check_line_counts, read_constraint_options
 
         src_lines = sources
@@ -228,14 +224,15 @@ def evaluate(options: EvaluateOptions) -> str:
             from mtkit.engines.constraints import constraint_source
 
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
-        with_flags = functools.partial(apply_decode_flags, overrides=o.decode_overrides)
-        model = list(o.model) if isinstance(o.model, (list, tuple)) else [o.model]
-        if o.engine == "ctranslate2" and len(model) == 1:  # a checkpoint's kept export, as translate takes it
-            from mtkit.export.cache import ctranslate2_model
-
-            model = [ctranslate2_model(model[0])]
-        translations, folds_case = translations_of(model, src_lines, with_flags, o.device, constraints=wanted,
-                                                   tgt_lang=o.tgt_lang, engine=o.engine)
+        paths = list(o.model) if isinstance(o.model, (list, tuple)) else [o.model]
+        # The COMET model first (before any translation), then a checkpoint's kept CTranslate2 export (as
+        # translate takes it), then the engine.
+        model = load_models(paths, LoadOptions(engine=o.engine, device=o.device, threads=0, target=o.tgt_lang,
+                                               any_target=False, overrides=o.decode_overrides,
+                                               comet_model=comet_model))
+        comet = model.comet
+        translations = list(model.engine.translate(src_lines, constraints=wanted))
+        folds_case = model.lowercases
         hypotheses = [t.best.text for t in translations]
         confidences = [confidence(t) for t in translations]
         if folds_case and not lowercase:

@@ -6,7 +6,10 @@ No torch or ctranslate2 at import time: this module is loaded when the CLI start
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 
 def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None = None) -> None:
@@ -23,12 +26,11 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     import_ctranslate2()
     import sys
 
-    from mtkit.checkpoints.io import load_model
-    from mtkit.engines.factory import say_loaded
+    from mtkit.checkpoints.io import describe, load_model
     from mtkit.export.ctranslate2 import export_model
 
     loaded = load_model(checkpoint, "cpu")
-    say_loaded([loaded])
+    logger.info(f"loaded {describe(loaded)}")  # the CLI says it on stderr
     out = export_model(loaded, out_dir, quantization)
     print(f"exported {loaded.path} to {out} (CTranslate2, {quantization or 'float32'})", file=sys.stderr)
 
@@ -40,16 +42,15 @@ def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = N
     import sys
     from dataclasses import replace
 
-    from mtkit.checkpoints.io import load_model
+    from mtkit.checkpoints.io import describe, load_model
     from mtkit.config import override_section
-    from mtkit.engines.factory import say_loaded
     from mtkit.export.huggingface import architecture, export_model
 
     loaded = load_model(checkpoint, "cpu")
     if decode_overrides:
         decode = override_section(loaded.config.decode, "decode", decode_overrides)
         loaded = replace(loaded, config=replace(loaded.config, decode=decode))
-    say_loaded([loaded])
+    logger.info(f"loaded {describe(loaded)}")  # the CLI says it on stderr
     out = export_model(loaded, out_dir)
     print(f"exported {loaded.path} to {out} (Hugging Face, {architecture(loaded.config)})", file=sys.stderr)
 
@@ -58,11 +59,10 @@ def export_onnx(checkpoint: Path, out_dir: Path) -> None:
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as ONNX graphs (:mod:`mtkit.export.onnx`)."""
     import sys
 
-    from mtkit.checkpoints.io import load_model
-    from mtkit.engines.factory import say_loaded
+    from mtkit.checkpoints.io import describe, load_model
     from mtkit.export.onnx import export_model
 
     loaded = load_model(checkpoint, "cpu")
-    say_loaded([loaded])
+    logger.info(f"loaded {describe(loaded)}")  # the CLI says it on stderr
     out = export_model(loaded, out_dir)
     print(f"exported {loaded.path} to {out} (ONNX: encoder.onnx, decoder_step.onnx)", file=sys.stderr)

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from mtkit.api import LoadOptions, load_models
 from mtkit.config import Config, load_config
 from mtkit.errors import MtkitError, counted
 
@@ -56,6 +57,16 @@ def training_finished(run_dir: Path) -> bool:
     return bool(records) and records[-1].get("event") == "end"
 
 
+def translate_lines(checkpoints: list[Path], lines: list[str], config: Config,
+                    target: str | None = None) -> tuple[list[str], bool]:
+    """Detokenized translations of ``lines`` by ``checkpoints`` (one, or an ensemble) with the recipe's decode
+    section (with any --set; not the one saved in the checkpoint), into ``target`` (a multilingual recipe's
+    pair's), and whether the model's target vocabulary lowercases (``data.spm.lowercase``)."""
+    model = load_models(checkpoints, LoadOptions(engine="torch", threads=0, target=target, any_target=False,
+                                                 decode=config.decode))
+    return [t.best.text for t in model.engine.translate(lines)], model.lowercases
+
+
 def final_checkpoint(run_dir: Path) -> Path:
     """The run's averaged checkpoint, else its moving average (each unless training went on past it), else its
     best or last."""
@@ -71,7 +82,6 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     from mtkit.commands.train import train
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import score_files
-    from mtkit.text.lines import translate_lines
 
     config: Config = load_config(recipe, overrides)
     work = Path(work)
@@ -126,7 +136,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     _say(f"translate {len(sources)} test sentences with {described} (beam {config.decode.beam}, "
          f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
     # The recipe's decode section (with any --set) decides, not the one saved in the checkpoint.
-    hypotheses, lowercase = translate_lines(checkpoints, sources, lambda saved: config.decode)
+    hypotheses, lowercase = translate_lines(checkpoints, sources, config)
     hyp_path = work / "test.hyp"
     atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
     stages.done("translate")
@@ -302,7 +312,6 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
     from mtkit.data.store import load_manifest
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import score_files
-    from mtkit.text.lines import translate_lines
 
     ev = config.eval
     sources_all = list(read_lines(data_dir / "test.src.txt")) if (data_dir / "test.src.txt").is_file() else []
@@ -318,7 +327,7 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
         sources, references = sources_all[start : start + count], references_all[start : start + count]
         _say(f"translate {count} {name} test sentences into {lang} with {described} (beam {config.decode.beam}, "
              f"{config.decode.length_penalty} length penalty α {config.decode.alpha})")
-        hypotheses, lowercase = translate_lines(checkpoints, sources, lambda saved: config.decode, tgt_lang=lang)
+        hypotheses, lowercase = translate_lines(checkpoints, sources, config, lang)
         hyp_path, ref_path = work / f"test.{name}.hyp", work / f"test.{name}.ref"
         atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
         atomic_write_text(ref_path, "".join(line + "\n" for line in references))

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtkit.api import LoadOptions, check_decode_flags, load_models
 from mtkit.config import PRECISIONS
 from mtkit.errors import MtkitError, counted
 from mtkit.io import discard_stdout, sentence_progress
@@ -97,8 +98,6 @@ class ScoreOptions:
 
     def check(self) -> None:
         """One error line, naming the flag, for the first setting out of its range."""
-        from mtkit.engines.factory import check_decode_flags
-
         if self.output_format not in FORMATS:
             raise MtkitError(f"--format {self.output_format}: expected one of {', '.join(FORMATS)}")
         if self.precision not in PRECISIONS:
@@ -136,24 +135,12 @@ def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptio
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)
 
-    from mtkit.checkpoints.io import load_model, precheck
-
-    for path in model_path if isinstance(model_path, (list, tuple)) else [model_path]:
-        precheck(path)  # before torch loads
-    from mtkit.engines.device import resolve_device
-    from mtkit.engines.factory import forced_scorer, say_loaded
-
-    device = resolve_device(o.device)
-    if o.precision == "fp16" and not device.startswith("cuda"):
-        raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    loaded = [load_model(p, device) for p in paths]
-    scorer = forced_scorer(loaded, device, o.precision, o.batch_tokens)
-    from mtkit.data.languages import same_pairs
-
-    same_pairs([m.config for m in loaded])
-    scorer.vocab_for(o.tgt_lang)  # a wrong --tgt-lang is an error before any line is read
-    say_loaded(loaded)
+    # Forced decoding only (no search engine; torch's threads as the process has them).
+    model = load_models(paths, LoadOptions(engine="torch", device=o.device, precision=o.precision,
+                                           target=o.tgt_lang, any_target=False, task="score",
+                                           batch_tokens=o.batch_tokens))
+    scorer = model.scorer
 
     progress = sentence_progress()
     out = standard_output()

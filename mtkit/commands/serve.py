@@ -2,7 +2,7 @@
 
 Each ``-m`` is a model of its own (a checkpoint or run directory; with ``--engine ctranslate2``
 an exported directory), built as ``mtkit translate`` builds its engine
-(:func:`mtkit.engines.factory.build_translator`), and named by its path. Its language pair is
+(:func:`mtkit.api.load_models`), and named by its path. Its language pair is
 its config's ``data.src_lang`` / ``data.tgt_lang`` (for an exported model: those of the run it
 was exported from, when its ``config.yaml`` is still there); ``--src-lang`` / ``--tgt-lang`` set
 them for every model. A multilingual model (``data.pairs``) serves each of its pairs, as ``NAME:en-de``
@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit.api import ENGINES, LoadOptions, check_decode_flags, load_models
 from mtkit.config import PRECISIONS
-from mtkit.engines.factory import ENGINES, build_translator, check_decode_flags
 from mtkit.errors import MtkitError
 from mtkit.text.phrases import read_constraint_options
 
@@ -258,16 +258,16 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     from mtkit.serve.service import Limits, Service
 
     served = []
+    load = LoadOptions(engine=o.engine, device=o.device, precision=o.precision, threads=o.threads,
+                       thread_policy=policy, any_target=True, parallel=o.decoding_threads, overrides=overrides,
+                       qe_model=qe)  # exported above: the folders are CTranslate2's (quantization is theirs)
     for name, path in zip(names, paths):
+        model = load_models([path], load)
+        translator = model.engine
         found: dict = {}
-
-        def inspect(loaded: list, found=found) -> None:
-            found["src"], found["tgt"] = loaded[0].config.data.src_lang, loaded[0].config.data.tgt_lang
-            found["step"] = loaded[0].step
-
-        translator = build_translator([path], o.engine, o.device, o.precision, o.threads, overrides,
-                                      inspect=inspect, any_target=True, parallel=o.decoding_threads,
-                                      thread_policy=policy)
+        if model.checkpoints:
+            data = model.checkpoints[0].config.data
+            found["src"], found["tgt"], found["step"] = data.src_lang, data.tgt_lang, model.checkpoints[0].step
         if o.engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
             from mtkit.engines.ctranslate2_engine import read_manifest

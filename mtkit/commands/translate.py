@@ -30,13 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from mtkit.api import ENGINES, LoadOptions, check_decode_flags, load_models
 from mtkit.config import PRECISIONS, DecodeConfig
 from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
-from mtkit.engines.factory import (
-    ENGINES,
-    build_translator,
-    check_decode_flags,
-)
 from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import discard_stdout, sentence_progress
 from mtkit.text.phrases import check_line_counts, read_constraint_options
@@ -367,10 +363,6 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
 
     if not CAPABILITIES[o.engine].attention_maps and o.attention_png is not None:
         raise MtkitError(f"--attention-png needs --engine {either('attention_maps')}")
-    if o.engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
-        from mtkit.export.cache import ctranslate2_model
-
-        paths = [ctranslate2_model(paths[0], o.quantization)]
 
     def check_attention_layer(loaded: list) -> None:
         layers = loaded[0].model.cfg.decoder_layers
@@ -378,13 +370,13 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             raise MtkitError(f"--attention-layer {o.attention_layer}: the model has {layers} decoder layers "
                              f"(0 to {layers - 1}, or -{layers} to -1 from the end)")
 
-    scorer = None
-    if o.qe_model is not None:  # loaded first: a model that cannot be had fails before any translation
-        from mtkit.engines.quality import load_qe_model
-
-        scorer = load_qe_model(o.qe_model, o.device)
-    translator = build_translator(paths, o.engine, o.device, o.precision, o.threads, overrides, o.decode,
-                                  check_attention_layer, tgt_lang=o.tgt_lang)
+    # The QE model first (one that cannot be had fails before any translation), then a checkpoint's kept
+    # CTranslate2 export (--engine ctranslate2), then the engine; torch's threads as --threads asks.
+    model = load_models(paths, LoadOptions(engine=o.engine, device=o.device, precision=o.precision,
+                                           threads=o.threads, target=o.tgt_lang, any_target=False,
+                                           quantization=o.quantization, decode=o.decode, overrides=overrides,
+                                           check=check_attention_layer, qe_model=o.qe_model))
+    translator, scorer = model.engine, model.qe
     first_model = translator.models[0] if o.engine == "torch" else None
 
     nbest = translator.decode.nbest

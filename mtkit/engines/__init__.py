@@ -12,7 +12,8 @@ translate lines.
                            constrained decoding (constraints, glossaries) included
     inference.py           :class:`InferenceModel`: a model as search sees it, its weights packed once, owned
     ctranslate2_engine.py  :class:`Ctranslate2Engine`: an exported model in CTranslate2 (never imports torch)
-    factory.py             the one place engines are built (CLI, server, evaluate, run, validation, the API)
+    factory.py             the one place engines are built: :mod:`mtkit.api`'s private helper (the CLI, the server,
+                           evaluate, run, validation and distillation load through the API)
     threads.py             how many CPU threads to compute with (what other work leaves free); the start
                            reading a program takes with ``mark_start``
     mbr.py                 minimum-Bayes-risk decoding; the COMET utilities an engine owns

@@ -1,6 +1,6 @@
-"""The engine factory: decoding flags checked and applied, constraint files read, and the engine built
-that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch :class:`TorchEngine` on
-checkpoints, an ensemble for several, or a CTranslate2 one on an exported directory).
+"""The engine factory, :mod:`mtkit.api`'s private helper (nothing else imports it: tests/unit/test_layout.py):
+decoding flags checked and applied, and the engine built that :func:`mtkit.api.load` gives every caller (a
+torch :class:`TorchEngine` on checkpoints, an ensemble for several, a CTranslate2 or ONNX one on an export).
 
 Errors name the flag (``--nbest``), not the config key. No torch at import time: the ``ctranslate2``
 engine never loads it.
@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
 from mtkit.engines.capabilities import CAPABILITIES, ENGINES
@@ -102,34 +104,74 @@ def _exported(decode, saved: Callable[[Path], DecodeConfig], path: Path) -> Deco
     return decode or saved(path)
 
 
-def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
-                     threads: int = 0, overrides: dict | None = None,
-                     decode: DecodeConfig | Callable[[DecodeConfig], DecodeConfig] | None = None,
-                     inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
-                     any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
-                     log: Callable[[str], None] = stderr):
-    """The engine that ``translate`` (and ``serve``) runs: a torch :class:`TorchEngine` on checkpoints (an
-    ensemble for several), or a CTranslate2 one on an exported directory; says on stderr what it loaded.
+@dataclass(frozen=True)
+class LoadOptions:
+    """How :func:`mtkit.api.load` (and :func:`mtkit.api.load_models`, the commands', the server's and
+    training's door) loads a model (:mod:`mtkit.api` gives it as ``mtkit.api.LoadOptions``).
 
-    Args:
-        decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones); a
-            function makes them from those.
-        overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
-        inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
-            checks, or what it reads of them (their configs).
-        tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine's default target,
-            whose tag then leads each source (or the decoder).
-        any_target: leave the target open (``serve``, which gives it per call).
-        parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``;
-            the torch engine needs nothing for it).
-        threads: CPU threads per translation; 0: one per CPU that other work leaves free
-            (:mod:`mtkit.engines.threads`, said on stderr), chosen again between batches (torch engine),
-            unless ``OMP_NUM_THREADS`` is set.
-        thread_policy: the caller's own choice, already made (a server's, per decoding thread); the torch
-            engine applies it between batches.
-        log: where what was loaded, the thread count and the engine's warnings are said (stderr).
+    Attributes:
+        engine: ``torch``, ``ctranslate2`` or ``onnx`` (None: the one the path is for).
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``fp32``, ``bf16`` or ``fp16`` (CUDA).
+        threads: CPU threads. None (the library's default): the process's count is left as it is; 0: one per
+            CPU that other work leaves free (or ``OMP_NUM_THREADS``), chosen again between batches by the
+            torch engine (what the CLI asks for); N: N. Only 0 and N change torch's count for the process.
+        thread_policy: a server's choice, already made (:class:`mtkit.engines.threads.ThreadPolicy`, per
+            decoding thread): the torch engine applies it between batches.
+        target: the target language calls translate into by default (a multilingual model's).
+        any_target: without ``target``, leave it open (each call gives it; a server); False: the model must
+            have one target (``translate --tgt-lang`` is required otherwise).
+        quantization: with ``engine="ctranslate2"`` on a run directory or checkpoint, its export's weights.
+        parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``).
+        decode: the decoding settings (None: the (first) checkpoint's, or the exported ones; a function makes
+            them from those).
+        overrides: the decoding flags set on top of ``decode`` (errors name the flags).
+        check: called with the loaded checkpoints before anything is said (a caller's own checks).
+        task: ``translate`` (the engine; forced decoding's scorer is derived once, on first
+            :meth:`mtkit.api.Model.score`)
+            or ``score`` (forced decoding only, built now: no search engine, no thread setting).
+        batch_tokens: with ``task="score"``, padded tokens a batch (None: the checkpoint's).
+        qe_model: a reference-free COMET model for quality estimation (a hub name or folder, loaded first,
+            before the engine; or one loaded already, which a server's models share).
+        comet_model: a COMET model to score translations with (``evaluate``'s metric comet), loaded first.
     """
-    overrides = dict(overrides or {})
+
+    engine: str | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    threads: int | None = None
+    thread_policy: Any = None
+    target: str | None = None
+    any_target: bool = True
+    quantization: str | None = None
+    parallel: int = 1
+    decode: Any = None
+    overrides: Any = None
+    check: Callable[[list], None] | None = None
+    task: str = "translate"
+    batch_tokens: int | None = None
+    qe_model: Any = None
+    comet_model: str | None = None
+
+
+def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[[list], None] | None = None,
+                     log: Callable[[str], None] = stderr):
+    """The engine that ``options`` describe (``engine``, ``device``, ``precision``, ``threads`` …, see
+    :class:`LoadOptions`): a torch :class:`TorchEngine` on checkpoints (an ensemble for several), a CTranslate2
+    one on an exported directory, an ONNX one on an ONNX export; says (``log``) what it loaded.
+
+    ``inspect`` is called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
+    checks, or what it reads of them (their configs); ``log`` takes what was loaded, the thread count and the
+    engine's warnings (stderr). Threads (``options.threads``): None leaves torch's count as the process has it
+    (CTranslate2's and ONNX Runtime's pools are their own); 0 is one per CPU that other work leaves free
+    (:mod:`mtkit.engines.threads`, said), chosen again between batches (torch engine), unless
+    ``OMP_NUM_THREADS`` is set; ``thread_policy`` is a caller's choice already made (a server's).
+    """
+    o = options
+    engine, device, precision, threads, decode = o.engine or "torch", o.device, o.precision, o.threads, o.decode
+    tgt_lang, parallel, thread_policy = o.target, o.parallel, o.thread_policy
+    any_target = o.any_target and o.target is None  # a target given is checked
+    overrides = dict(o.overrides or {})
     if engine == "ctranslate2":
         if len(paths) != 1:
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
@@ -140,6 +182,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
+        threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
         # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
         # fixes its count when it loads the model.
         chosen = (choose_threads(usable_cpus(), since_start().others())
@@ -162,13 +205,17 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
         if thread_policy is not None:
             threads = thread_policy.current or 0
-        # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work leaves free.
-        threads, why = choose_threads(usable_cpus(), since_start().others(), user_threads(threads))
-        translator = OnnxEngine(paths[0], decode, threads=threads, target=tgt_lang)
+        why = None
+        if threads is not None:  # None: ONNX Runtime's own count, and torch's left as the process has it
+            # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work
+            # leaves free.
+            threads, why = choose_threads(usable_cpus(), since_start().others(), user_threads(threads))
+        translator = OnnxEngine(paths[0], decode, threads=threads or 0, target=tgt_lang)
         if not any_target:
             translator.vocab_for(tgt_lang)
         log(f"loaded {translator.description}")
-        log(f"threads: {threads} ({why})")
+        if why is not None:
+            log(f"threads: {threads} ({why})")
         return translator
     from mtkit.checkpoints.io import precheck
     from mtkit.engines.device import resolve_device
@@ -189,6 +236,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     policy = thread_policy
     if policy is not None:
         torch.set_num_threads(policy.current or torch.get_num_threads())
+    elif threads is None:  # not asked: torch's count stays as the process has it
+        pass
     elif threads > 0:
         torch.set_num_threads(threads)
     elif device == "cpu" and user_threads() is None:
@@ -203,7 +252,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
         said = policy.check()
-    elif device == "cpu" and thread_policy is None:
+    elif device == "cpu" and thread_policy is None and threads is not None:
         said = f"threads: {torch.get_num_threads()} (set by {'--threads' if threads > 0 else 'OMP_NUM_THREADS'})"
     if inspect is not None:
         inspect(loaded)

@@ -1,10 +1,9 @@
-"""Translating lines of text: reading input lines, output formats, and translating a list of lines.
+"""Translating lines of text: reading input lines and output formats.
 
-The engines (:mod:`mtkit.engines`) turn lines into :class:`mtkit.engines.engine.Translation`
-objects, one per input line, in input order; this module reads the lines they take
-(:func:`read_text_lines`, :func:`read_ready_lines`), formats what they give
-(:func:`format_translation`), and translates a list of lines with checkpoints
-(:func:`translate_lines`).
+The engines (:mod:`mtkit.engines`, loaded through :func:`mtkit.api.load`) turn lines into
+:class:`mtkit.engines.engine.Translation` objects, one per input line, in input order; this module reads
+the lines they take (:func:`read_text_lines`, :func:`read_ready_lines`) and formats what they give
+(:func:`format_translation`).
 
 This module imports no torch at load time, so that the CTranslate2 path never
 loads it (CTranslate2 runs several times slower once torch's OpenMP runtime is
@@ -44,12 +43,9 @@ import math
 import os
 import select
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import IO
 
-from mtkit.config import DecodeConfig
 from mtkit.data.word_alignment import pharaoh
-from mtkit.engines.constraints import ConstraintSource
 from mtkit.engines.engine import Translation
 from mtkit.errors import MtkitError
 from mtkit.io import STDIN_NAME, decode_line
@@ -173,36 +169,3 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
         return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet), **extra},
                            ensure_ascii=False)]
     raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
-
-
-def translate_lines(model_path: Path | list[Path], lines: list[str],
-                    decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    constraints: ConstraintSource | None = None, tgt_lang: str | None = None) -> tuple[list[str], bool]:
-    """Detokenized translations of ``lines`` (one per line) with a checkpoint or run directory (or a
-    list of them: an ensemble), and whether the model's target vocabulary lowercases
-    (``data.spm.lowercase``). Says which checkpoints it loaded (the ``mtkit`` logger), once the settings have passed
-    their checks (so that an error stays the only line).
-
-    Args:
-        decode: the decode settings, from the (first) checkpoint's (None: those as they are).
-        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (an error names ``--device``).
-        constraints: each line's constraints (:mod:`mtkit.engines.constraints`), if any.
-        tgt_lang: the target language of a multilingual model (``--tgt-lang``; optional when it has one
-            target, see :func:`mtkit.data.languages.for_config`).
-    """
-    translations, lowercases = translations_of(model_path, lines, decode, device, constraints, tgt_lang)
-    return [t.best.text for t in translations], lowercases
-
-
-def translations_of(model_path: Path | list[Path], lines: list[str],
-                    decode: Callable[[DecodeConfig], DecodeConfig] | None = None, device: str = "auto",
-                    constraints: ConstraintSource | None = None, tgt_lang: str | None = None,
-                    engine: str = "torch") -> tuple[list[Translation], bool]:
-    """:func:`translate_lines`'s :class:`~mtkit.engines.engine.Translation` objects (scores, confidence), from
-    ``engine`` (:data:`mtkit.engines.capabilities.ENGINES`; ``ctranslate2`` takes a CTranslate2 folder: the caller
-    gives a checkpoint's kept export, :func:`mtkit.export.cache.ctranslate2_model`)."""
-    from mtkit.engines.factory import build_translator
-
-    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    translator = build_translator(paths, engine, device, decode=decode, tgt_lang=tgt_lang)
-    return list(translator.translate(lines, constraints=constraints)), translator.vocab.lowercases("tgt")

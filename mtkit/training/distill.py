@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+from mtkit.api import LoadOptions, load_models
 from mtkit.config import Config, SourceConfig
 from mtkit.data.sources import iter_pairs
 from mtkit.errors import MtkitError, counted, shown
@@ -255,7 +256,6 @@ def _check_made_with(config: Config, shards: Path) -> None:
 def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, progress: bool = True) -> Config:
     """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
     those done, and return the student's recipe (:func:`student_config`)."""
-    from mtkit.engines.factory import build_translator
     from mtkit.io import sentence_progress
 
     folder = Path(folder)
@@ -271,7 +271,9 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
     count = _shards_done(shards)
     if count is None:
         teacher = [Path(p) for p in settings.teacher]
-        engine = build_translator(teacher, "torch", decode=teacher_decoding(config), log=log)
+        # What was loaded goes to the mtkit logger (the CLI says it on stderr); the thread count as the CLI's.
+        engine = load_models(teacher, LoadOptions(engine="torch", threads=0, any_target=False,
+                                                  decode=teacher_decoding(config))).engine
         bar = sentence_progress(enabled=progress)
 
         def translate(lines: list[str]) -> list:

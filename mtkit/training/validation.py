@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
+from mtkit.api import from_model
 from mtkit.config import DecodeConfig
 from mtkit.io import read_lines
 
@@ -32,15 +32,13 @@ def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: 
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
     import sacrebleu
 
-    from mtkit.engines.factory import torch_engine
     from mtkit.training.distributed import all_gather_objects
 
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
     references = list(read_lines(Path(data_dir) / "valid.tgt.txt"))
     if lines is not None:
         sources, references = sources[lines[0] : lines[1]], references[lines[0] : lines[1]]
-    translator = torch_engine([SimpleNamespace(model=model, vocab=vocab)], replace(decode, beam=beam, nbest=1),
-                              str(device), warn=False)
+    translator = from_model(model, vocab, replace(decode, beam=beam, nbest=1), str(device)).engine
     mine = translator.translate_text(sources[rank::world_size])
     segments = (comet.score(sources[rank::world_size], mine, references[rank::world_size], progress=False)
                 if "comet" in metrics else [])

@@ -32,6 +32,15 @@ TRAIN = {"max_tokens": 1000, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup"
          "save_every": 0, "max_steps": 400, "seed": 3}
 
 
+def loaded_engine(paths: list[Path], **settings):
+    """The torch engine as the commands load it through the API (threads as the CLI chooses them; without
+    ``any_target``, the target given, or the model's only one, checked)."""
+    from mtkit.api import LoadOptions, load_models
+
+    settings.setdefault("any_target", False)
+    return load_models(paths, LoadOptions(engine="torch", device="cpu", threads=0, **settings)).engine
+
+
 def prepared(data: dict, tmp_path_factory, name: str) -> Path:
     from mtkit.commands.prepare import prepare
 
@@ -178,11 +187,10 @@ def test_the_server_lists_the_pairs_and_the_target_picks_the_tag(multi_run, mult
     pytest.importorskip("fastapi")
     pytest.importorskip("prometheus_client")
     from mtkit.commands.serve import _served_pairs
-    from mtkit.engines.factory import build_translator
     from mtkit.serve.app import create_app
     from mtkit.serve.service import Limits, Service
 
-    translator = build_translator([multi_run], device="cpu", any_target=True)
+    translator = loaded_engine([multi_run], any_target=True)
     served = _served_pairs("multi", multi_run, translator, "torch", "", None, None)
     assert [(m.name, m.src_lang, m.tgt_lang) for m in served] == [("multi:en-de", "en", "de"),
                                                                    ("multi:en-fr", "en", "fr")]
@@ -359,10 +367,9 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
 
     from mtkit.commands.serve import _served_pairs
     from mtkit.engines.constraints import Constraints
-    from mtkit.engines.factory import build_translator
     from mtkit.serve.service import Limits, Service
 
-    translator = build_translator([multi_run], device="cpu", any_target=True)
+    translator = loaded_engine([multi_run], any_target=True)
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:10]
     plain = {target: translator.translate_text(lines, target=target) for target in ("de", "fr")}
     excluded = {target: [Constraints(exclude=(out.split()[0],)) if out else None for out in found]
@@ -401,16 +408,15 @@ def test_one_engine_translates_for_several_threads_at_once_exactly_as_serially(m
 def test_a_single_pair_model_translates_as_before_with_or_without_its_target(reverse_run):
     """No tag reaches a single-pair model: its engine is the one built before --tgt-lang existed, the
     flag may name its one target, and naming another is an error."""
-    from mtkit.engines.factory import build_translator
 
-    translator = build_translator([reverse_run], device="cpu", any_target=True)
+    translator = loaded_engine([reverse_run], any_target=True)
     assert translator.vocab_for(None) is translator.vocab and translator.vocab_for("de") is translator.vocab
     lines = ["alpha bravo charlie", "", "delta echo"]
-    chosen = build_translator([reverse_run], device="cpu", tgt_lang="de")
+    chosen = loaded_engine([reverse_run], target="de")
     assert chosen.vocab.encode_src_batch(lines) == translator.vocab.encode_src_batch(lines)
     assert chosen.translate_text(lines) == translator.translate_text(lines)
     with pytest.raises(MtkitError, match=r"^--tgt-lang fr: the model translates en-de only$"):
-        build_translator([reverse_run], device="cpu", tgt_lang="fr")
+        loaded_engine([reverse_run], target="fr")
 
 
 # ------------------------------------------------- the tag as the decoder's first token (data.tag_side)
@@ -481,7 +487,6 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     import sacrebleu
 
     from mtkit.checkpoints.io import load_model
-    from mtkit.engines.factory import build_translator
     from mtkit.engines.pair_scoring import PairScorer
 
     src = (target_data / "test.src.txt").read_text().splitlines()[:60]
@@ -489,7 +494,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     own = {"de": refs[:60], "fr": refs[60:120]}
     outputs = {}
     for lang in ("de", "fr"):
-        translator = build_translator([target_run], device="cpu", tgt_lang=lang)
+        translator = loaded_engine([target_run], target=lang)
         assert translator.vocab_for(lang).encode_src(src[0]) == translator.vocab.encode_src(src[0])  # no source tag
         outputs[lang] = translator.translate_text(src)
     for lang, other in (("de", "fr"), ("fr", "de")):
@@ -498,8 +503,8 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
         assert closer >= 54, f"{lang}: {closer}/60 outputs closer to their own language"
         assert sacrebleu.corpus_chrf(outputs[lang], [own[lang]]).score > 50
 
-    greedy = build_translator([target_run], device="cpu", tgt_lang="fr",
-                              overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
+    greedy = loaded_engine([target_run], target="fr",
+                           overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
     found = list(greedy.translate(src[:10]))
     scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
     pairs = [(scorer.vocab_for("fr").encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
@@ -533,7 +538,6 @@ def test_fine_tuning_keeps_the_parents_tag_side(target_run, tmp_path):
     from mtkit.commands.prepare import prepare
     from mtkit.data.store import ParallelStore
     from mtkit.data.vocab import Vocab
-    from mtkit.engines.factory import build_translator
     from mtkit.training.trainer import Trainer, train
 
     data = {"pairs": [demo_pair("de")], "spm": {"vocab_from": str(target_run)}, "workers": 1, "tag_side": "target"}
@@ -542,7 +546,7 @@ def test_fine_tuning_keeps_the_parents_tag_side(target_run, tmp_path):
     assert ParallelStore.open(tmp_path / "data", "train").tgt(0)[0] == vocab.tgt_piece_id("<2de>")
     train_cfg = {**TRAIN, "max_steps": 20, "valid_every": 0, "bleu_every": 0, "init_from": str(target_run)}
     train(config_from_dict({"data": data, "train": train_cfg}), tmp_path / "data", tmp_path / "run", progress=False)
-    assert build_translator([tmp_path / "run"], device="cpu").translate_text(["seventy", ""])[1] == ""
+    assert loaded_engine([tmp_path / "run"]).translate_text(["seventy", ""])[1] == ""
     source_side = config_from_dict({"data": {**data, "tag_side": "source"}, "train": train_cfg})
     with pytest.raises(MtkitError, match=r"data\.tag_side: .* prepared with the tags on the target side"):
         Trainer(source_side, tmp_path / "data", tmp_path / "other")

@@ -115,7 +115,7 @@ def test_load_says_what_it_loaded_to_the_mtkit_logger(tmp_path, caplog):
     path = write_tiny_checkpoint(tmp_path / "tiny.pt")
     with caplog.at_level(logging.INFO, logger="mtkit"):
         m = mtkit.load(path, device="cpu", threads=1)
-    said = [r.getMessage() for r in caplog.records if r.name == "mtkit"]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("mtkit")]
     assert f"loaded {path} (step 1)" in said and "threads: 1 (set by --threads)" in said
     assert m.kind == "torch" and repr(m) == f"mtkit.Model({str(path)!r}, engine='torch')"
     with pytest.raises(MtkitError, match="no such checkpoint"):
@@ -149,3 +149,62 @@ def test_the_pipeline_answers_as_transformers_did(model):
         pipe("one", do_sample=True)
     with pytest.raises(MtkitError, match="task 'summarization'"):
         mtkit.pipeline("summarization", model=model.path)
+
+
+def test_load_leaves_the_process_thread_count_alone_unless_asked(tmp_path):
+    """The library owns no process state: mtkit.load with its defaults (threads=None) neither sets torch's
+    thread count nor installs a policy that sets it between batches; threads=N asks for N."""
+    import torch
+
+    path = write_tiny_checkpoint(tmp_path / "tiny.pt")
+    before = torch.get_num_threads()
+    odd = 3 if before != 3 else 2
+    torch.set_num_threads(odd)
+    try:
+        loaded = mtkit.load(path, device="cpu")
+        assert torch.get_num_threads() == odd
+        loaded.translate(LINES, beam=2)
+        assert torch.get_num_threads() == odd  # nor does a call
+        mtkit.load(path, device="cpu", threads=1)  # asked
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_scoring_model_scores_as_the_translating_one(model, tmp_path):
+    """task='score' (the score command's) builds forced decoding's scorer in load and no search engine; a
+    translating model derives the same scorer once, whichever thread asks first."""
+    import threading
+
+    from mtkit.api import LoadOptions, load_models
+
+    path = write_tiny_checkpoint(tmp_path / "tiny.pt")
+    scoring = load_models([path], LoadOptions(engine="torch", device="cpu", task="score", any_target=False))
+    assert scoring.engine is None and scoring.scorer is not None
+    with pytest.raises(MtkitError, match="loaded to score"):
+        scoring.translate("one")
+    translating = mtkit.load(path, device="cpu", threads=1)
+    seen = []
+    workers = [threading.Thread(target=lambda: seen.append(translating.scorer)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len({id(s) for s in seen}) == 1 and translating.scorer is seen[0]
+    sources, targets = LINES[:3], [r.text for r in translating.translate(LINES[:3], beam=2)]
+    assert ([s.logprob for s in scoring.score(sources, targets)]
+            == [s.logprob for s in translating.score(sources, targets)])
+
+
+def test_a_model_in_memory_translates_as_its_checkpoint(model):
+    """from_model (validation's door): training's Transformer and vocabulary behind the torch engine."""
+    from mtkit.api import from_model
+
+    checkpoint = model.checkpoints[0]
+    wrapped = from_model(checkpoint.model, checkpoint.vocab, model.decode, "cpu")
+    assert [r.text for r in wrapped.translate(LINES, beam=2)] == [r.text for r in model.translate(LINES, beam=2)]
+
+
+def test_load_refuses_an_unknown_setting(tmp_path):
+    with pytest.raises(MtkitError, match=r"^unknown setting 'beam'; expected one of engine, device"):
+        mtkit.load(tmp_path, beam=2)

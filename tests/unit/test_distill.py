@@ -23,9 +23,9 @@ def teacher(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(teacher):
-    from mtkit.engines.factory import build_translator
+    from mtkit.api import LoadOptions, load_models
 
-    return build_translator([teacher], "torch", "cpu", threads=1, log=lambda line: None)
+    return load_models([teacher], LoadOptions(engine="torch", device="cpu", threads=1, any_target=False)).engine
 
 
 def recipe(tmp_path: Path, teacher: Path, **distill) -> dict:
@@ -132,8 +132,8 @@ def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_ref
 
 
 def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tmp_path):
+    from mtkit.api import LoadOptions, load_models
     from mtkit.config import DecodeConfig, config_to_dict
-    from mtkit.engines.factory import build_translator
 
     teacher = write_tiny_checkpoint(tmp_path / "teacher.pt", {"beam": 3, "max_len_b": 6, "alpha": 0.0})
     raw = recipe(tmp_path, teacher, shard_lines=30)
@@ -141,7 +141,7 @@ def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tm
     distill(config_from_dict(raw), folder, lambda line: None, progress=False)
     made = json.loads((folder / "shards" / "settings.json").read_text())["decode"]
     assert made == config_to_dict(DecodeConfig(beam=3, max_len_b=6, alpha=0.0))
-    own = build_translator([teacher], "torch", "cpu", threads=1, log=lambda line: None)
+    own = load_models([teacher], LoadOptions(engine="torch", device="cpu", threads=1, any_target=False)).engine
     sources = Path(raw["data"]["train"]["src"]).read_text().splitlines()
     assert [row[0] for row in read_shards(folder / "shards", 3)] == [t.best.text for t in own.translate(sources)]
     said: list[str] = []  # the student's decoding is not the teacher's: another one keeps the translations

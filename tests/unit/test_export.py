@@ -146,6 +146,8 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
     (tmp_path / "in.txt").write_text("five\n\nsix\n", encoding="utf-8")
     code = (
         "import sys\n"
+        "from mtkit.logs import to_stderr\n"
+        "to_stderr()  # as the CLI does: what was loaded is said through the mtkit logger\n"
         "from mtkit.commands.translate import TranslateOptions, translate\n"
         "from mtkit.config import DecodeConfig\n"
         "from mtkit.logs import to_stderr\n"
@@ -301,17 +303,19 @@ def test_the_exported_engine_takes_one_thread_per_free_cpu_unless_told(vocab, tm
     monkeypatch.setattr(factory, "usable_cpus", lambda: 2)
     busy = {"others": 1.0}
     monkeypatch.setattr(LoadProbe, "others", lambda self, now="now": busy["others"])
-    translator = factory.build_translator([out], engine="ctranslate2", device="cpu")
+    ct2 = factory.LoadOptions(engine="ctranslate2", device="cpu", threads=0, any_target=False)  # the CLI's
+    translator = factory.build_translator([out], ct2)
     assert translator.intra_threads == 1
     assert "threads: 1 (2 usable CPUs, 1.0 busy with other work)" in capsys.readouterr().err
     busy["others"] = 0.0
-    assert factory.build_translator([out], engine="ctranslate2", device="cpu").intra_threads == 2
-    assert factory.build_translator([out], engine="ctranslate2", device="cpu", threads=3).intra_threads == 3
+    assert factory.build_translator([out], ct2).intra_threads == 2
+    three = factory.LoadOptions(engine="ctranslate2", device="cpu", threads=3, any_target=False)
+    assert factory.build_translator([out], three).intra_threads == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert factory.build_translator([out], engine="ctranslate2", device="cpu").intra_threads == 0  # OpenMP's: 1
+    assert factory.build_translator([out], ct2).intra_threads == 0  # OpenMP's: 1
     monkeypatch.delenv("OMP_NUM_THREADS")
     int8 = export_model(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]), tmp_path / "int8", quantization="int8")
-    assert factory.build_translator([int8], engine="ctranslate2", device="cpu").intra_threads == 1
+    assert factory.build_translator([int8], ct2).intra_threads == 1
     assert "threads: 1 (an int8 model: fastest with one)" in capsys.readouterr().err
 
 

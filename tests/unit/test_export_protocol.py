@@ -97,7 +97,7 @@ def test_replace_directory_puts_the_new_folder_in_place_of_the_old(tmp_path):
 
 
 def test_a_manifest_records_what_was_exported_first_then_the_exporters_fields(tmp_path):
-    from mtkit import __version__
+    from mtkit.version import __version__
 
     loaded = SimpleNamespace(path=tmp_path / "run" / "averaged.pt", step=1200)
     record = manifest.record(loaded, spm=["spm.model"], quantization=None)

@@ -496,3 +496,46 @@ def test_each_decode_rule_is_stated_once():
             if isinstance(node, ast.Compare) and {"nbest", "beam"} <= names(node):
                 raise AssertionError(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} compares nbest with beam; "
                                      "the rule is mtkit.config.check_decode's")
+
+
+# ---------------------------------------------------------------- mtkit.api, the one front door
+
+ENGINE_BUILDERS = {"TorchEngine", "Ctranslate2Engine", "OnnxEngine", "PairScorer", "torch_engine", "forced_scorer",
+                   "build_translator"}
+
+
+def test_only_the_api_imports_the_engine_factory():
+    """mtkit.engines.factory is mtkit.api's private helper: every other module gets its engines from the API."""
+    for path in files():
+        if path == PACKAGE / "api.py":
+            continue
+        bad = {m for m in mtkit_imports(path) if m.startswith("mtkit.engines.factory")}
+        assert not bad, f"{path.relative_to(PACKAGE.parent)} imports {sorted(bad)}; use mtkit.api (load_models)"
+
+
+def test_engines_are_built_only_by_the_api_and_the_engines():
+    """Outside mtkit/api.py and mtkit/engines/, nothing constructs an engine or forced decoding's scorer, nor
+    calls the factory's builders (by name or as an attribute)."""
+    for path in files():
+        if path == PACKAGE / "api.py" or path.parent == PACKAGE / "engines":
+            continue
+        called = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name in ENGINE_BUILDERS:
+                    called.add(name)
+        assert not called, f"{path.relative_to(PACKAGE.parent)} calls {sorted(called)}; use mtkit.api"
+
+
+def test_the_commands_the_server_validation_and_distillation_use_the_api():
+    """Those that translate or score with a model import mtkit.api (the door), and build nothing themselves."""
+    users = [PACKAGE / "commands" / f"{name}.py" for name in ("translate", "score", "evaluate", "run", "serve")]
+    users += [PACKAGE / "training" / "validation.py", PACKAGE / "training" / "distill.py"]
+    for path in users:
+        assert "mtkit.api" in mtkit_imports(path), f"{path.relative_to(PACKAGE.parent)} does not use mtkit.api"
+    # The server's modules take the engines the serve command loaded through the API: none builds one.
+    for path in sorted((PACKAGE / "serve").glob("*.py")):
+        found = {m for m in mtkit_imports(path) if m.startswith(("mtkit.engines.factory", "mtkit.checkpoints.io"))}
+        assert not found, f"{path.relative_to(PACKAGE.parent)} imports {sorted(found)}"

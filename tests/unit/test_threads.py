@@ -164,8 +164,10 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
     """The torch engine's threads: torch's own count on a quiet machine, one fewer per CPU other work holds,
     and the user's OMP_NUM_THREADS untouched (no reading taken); the count and why said on stderr."""
     from mtkit.engines import threads
-    from mtkit.engines.factory import build_translator
+    from mtkit.engines.factory import LoadOptions, build_translator
     from mtkit.logs import to_stderr
+
+    options = LoadOptions(device="cpu", threads=0, any_target=False)  # the CLI's choice (the API's: None)
 
     to_stderr()  # what the library says, on stderr, as the CLI has it
     before = torch.get_num_threads()
@@ -177,7 +179,7 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
     monkeypatch.setattr(threads.LoadProbe, "others", lambda self, now="now": busy["others"])
     try:
         torch.set_num_threads(2)
-        translator = build_translator([checkpoint], device="cpu")
+        translator = build_translator([checkpoint], options)
         assert torch.get_num_threads() == 1
         assert "threads: 1 (2 usable CPUs, 1.0 busy with other work)" in capsys.readouterr().err
         # between batches the engine chooses again (here at once: no interval), in the thread that decodes
@@ -188,12 +190,12 @@ def test_translate_takes_fewer_threads_only_when_other_work_holds_cpus(checkpoin
         assert "threads: 2 (2 usable CPUs, 0.0 busy with other work)" in capsys.readouterr().err
         busy["others"] = 0.1
         torch.set_num_threads(2)
-        build_translator([checkpoint], device="cpu")
+        build_translator([checkpoint], options)
         assert torch.get_num_threads() == 2
         assert "threads: 2 (2 usable CPUs, 0.1 busy with other work)" in capsys.readouterr().err
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
         busy["others"] = 2.0
-        translator = build_translator([checkpoint], device="cpu")
+        translator = build_translator([checkpoint], options)
         assert torch.get_num_threads() == 2 and "threads: 2 (set by OMP_NUM_THREADS)" in capsys.readouterr().err
         assert translator.threads is None  # nothing chosen between batches either
     finally:
