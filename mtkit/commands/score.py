@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.config import PRECISIONS
+from mtkit.config import PRECISIONS, DecodeOptions
 from mtkit.errors import MtkitError, counted
 from mtkit.io import discard_stdout, sentence_progress
 
@@ -97,14 +97,12 @@ class ScoreOptions:
 
     def check(self) -> None:
         """One error line, naming the flag, for the first setting out of its range."""
-        from mtkit.engines.factory import check_decode_flags
-
         if self.output_format not in FORMATS:
             raise MtkitError(f"--format {self.output_format}: expected one of {', '.join(FORMATS)}")
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
         if self.batch_tokens is not None:
-            check_decode_flags({"batch_tokens": self.batch_tokens})  # the decoding batches' rule
+            DecodeOptions(batch_tokens=self.batch_tokens).check()  # the decoding batches' rule
 
 
 def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptions | None = None) -> None:

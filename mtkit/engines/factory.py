@@ -1,6 +1,6 @@
-"""The engine factory: decoding flags checked and applied, constraint files read, and the engine built
-that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch :class:`TorchEngine` on
-checkpoints, an ensemble for several, or a CTranslate2 one on an exported directory).
+"""The engine factory: the engine that ``translate``, ``serve``, ``evaluate`` and the benchmarks run (a torch
+:class:`TorchEngine` on checkpoints, an ensemble for several, or a CTranslate2 one on an exported directory),
+with the call's decoding options (:class:`mtkit.config.DecodeOptions`) set on its settings.
 
 Errors name the flag (``--nbest``), not the config key. No torch at import time: the ``ctranslate2``
 engine never loads it.
@@ -12,59 +12,12 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
+from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.engine import stderr
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 from mtkit.errors import MtkitError
 
 ENGINES = ("torch", "ctranslate2", "onnx")
-
-_SAMPLING_ONLY = ("temperature", "top_k", "top_p", "epsilon")
-
-
-def flag_name(key: str) -> str:
-    """The command-line flag of a decode key: ``top_p`` -> ``--top-p``."""
-    return "--" + key.replace("_", "-")
-
-
-def _as_flags(message: str, overrides: dict) -> str:
-    """A config error's message naming the flags that were given: ``decode.nbest`` -> ``--nbest``."""
-    return re.sub(r"\bdecode\.(\w+)", lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0),
-                  message)
-
-
-def check_decode_flags(overrides: dict) -> None:
-    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range (the config's rules,
-    :func:`mtkit.config.check_decode`), before any model loads; ``--nbest`` above the model's beam is
-    found once its settings are known (:func:`apply_decode_flags`)."""
-    for key, value in overrides.items():
-        if isinstance(value, float):
-            check_finite(flag_name(key), value)
-    try:
-        check_decode(overrides)
-    except ConfigError as e:
-        raise MtkitError(_as_flags(str(e), overrides)) from None
-
-
-def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
-    """``decode`` with the decoding flags set, through the config's own checks.
-
-    An error about a key that came from a flag names the flag (``--nbest: must be between 1
-    and --beam (4), got 5``), not the config key (``decode.nbest``); options that only shape
-    sampling need sampling on.
-    """
-    from mtkit.config import override_section
-
-    try:
-        decode = override_section(decode, "decode", overrides)
-    except MtkitError as e:
-        raise MtkitError(_as_flags(str(e), overrides)) from None
-    sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
-    if sampling_only and not decode.sampling:
-        raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
-    if "mbr_comet_model" in overrides and decode.mbr != "comet":
-        raise MtkitError(f"{flag_name('mbr_comet_model')} needs --mbr comet (the model of its utility)")
-    return decode
 
 
 def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
@@ -100,7 +53,7 @@ def _exported(decode, saved: Callable[[Path], DecodeConfig], path: Path) -> Deco
 
 
 def build_translator(paths: list[Path], engine: str = "torch", device: str = "auto", precision: str = "fp32",
-                     threads: int = 0, overrides: dict | None = None,
+                     threads: int = 0, options: DecodeOptions | None = None,
                      decode: DecodeConfig | Callable[[DecodeConfig], DecodeConfig] | None = None,
                      inspect: Callable[[list], None] | None = None, tgt_lang: str | None = None,
                      any_target: bool = False, parallel: int = 1, thread_policy: ThreadPolicy | None = None,
@@ -111,7 +64,8 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
     Args:
         decode: the decoding settings; None takes the (first) checkpoint's (or the exported ones); a
             function makes them from those.
-        overrides: decode keys from command-line flags, set on top of ``decode``; errors name the flags.
+        options: the decoding options of the call (command-line flags), set on top of ``decode``; errors name
+            the flags.
         inspect: called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
             checks, or what it reads of them (their configs).
         tgt_lang: the target language of a multilingual model (``--tgt-lang``): the engine's default target,
@@ -126,7 +80,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             engine applies it between batches.
         log: where what was loaded, the thread count and the engine's warnings are said (stderr).
     """
-    overrides = dict(overrides or {})
+    options = options or DecodeOptions()
     if engine == "ctranslate2":
         if len(paths) != 1:
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
@@ -134,7 +88,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
         from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode
 
-        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
+        decode = options.apply(_exported(decode, exported_decode, paths[0]))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
@@ -157,7 +111,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
             raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
         if device not in ("auto", "cpu"):
             raise MtkitError(f"--device {device}: the ONNX engine runs on the CPU")
-        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
+        decode = options.apply(_exported(decode, exported_decode, paths[0]))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         # ONNX Runtime fixes its count when it loads the graphs: the user's, else one per CPU other work leaves free.
@@ -207,7 +161,7 @@ def build_translator(paths: list[Path], engine: str = "torch", device: str = "au
         inspect(loaded)
     if callable(decode):
         decode = decode(loaded[0].config.decode)
-    decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
+    decode = options.apply(decode or loaded[0].config.decode)
     translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy, log)
     if not any_target:
         translator.vocab_for(tgt_lang)

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from mtkit.config import DecodeConfig, override_section
+from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import MtkitError
@@ -166,18 +166,16 @@ class Service:
             raise ApiError(400, f"give target: this server translates {self.pairs()}")
         return found[0]
 
-    def decode_for(self, model: ServedModel, changes: dict) -> DecodeConfig:
-        """The model's decode settings with a request's changes, through the config's own checks."""
-        changes = {k: v for k, v in changes.items() if v is not None}
-        if "nbest" in changes and "beam" not in changes:  # a longer n-best list widens the model's beam
-            changes["beam"] = max(changes["nbest"], model.decode.beam)
-        beam = changes.get("beam", model.decode.beam)
+    def decode_for(self, model: ServedModel, options: DecodeOptions) -> DecodeConfig:
+        """The model's decode settings with a request's options, through the config's own checks (a 400 naming
+        the field)."""
+        if options.nbest is not None and options.beam is None:  # a longer n-best list widens the model's beam
+            options = options.replace(beam=max(options.nbest, model.decode.beam))
+        beam = model.decode.beam if options.beam is None else options.beam
         if beam > self.limits.max_beam:
             raise ApiError(400, f"beam must be at most {self.limits.max_beam} on this server, got {beam}")
-        if not changes:
-            return model.decode
         try:
-            return override_section(model.decode, "decode", changes)
+            return options.set_on(model.decode)
         except MtkitError as e:
             raise ApiError(400, str(e).replace("decode.", "")) from None
 

@@ -14,6 +14,7 @@ import pytest
 
 import mtkit
 from mtkit.commands.evaluate import SCHEMA_VERSION, evaluate_files
+from mtkit.config import DecodeOptions
 from mtkit.errors import MtkitError
 
 REFS = [
@@ -304,7 +305,7 @@ def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatc
     monkeypatch.setattr(mtkit.metrics, "load_testset", lambda name, langpair: (sources, [REFS]))
     monkeypatch.chdir(tmp_path)
     options = dict(ref=[], src=None, testset="wmt14/full", langpair="en-de", hyp_out=None, metrics=["bleu"],
-                   chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode_overrides={},
+                   chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode=DecodeOptions(),
                    device="cpu")
     before = _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent)
     doc = json.loads(evaluate(EvaluateOptions(hyp=[files["hyp"]], model=None, **options)))

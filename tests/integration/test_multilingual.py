@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import TINY_MODEL
 
-from mtkit.config import config_from_dict
+from mtkit.config import DecodeOptions, config_from_dict
 from mtkit.errors import MtkitError
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
@@ -165,7 +165,7 @@ def test_evaluate_translates_into_the_target_it_is_given(multi_run, multi_data, 
     common = {"hyp": [], "ref": [tmp_path / "test.fr"], "model": [multi_run], "src": tmp_path / "test.en",
               "testset": None, "langpair": None, "hyp_out": None, "metrics": ["chrf"], "chrf_plus": False,
               "lc_tok": False, "compound_split": False, "lang": None, "as_json": True,
-              "decode_overrides": {"beam": 1}, "device": "cpu"}
+              "decode": DecodeOptions(beam=1), "device": "cpu"}
     into = {lang: json.loads(evaluate(EvaluateOptions(**common, tgt_lang=lang)))["scores"][0]["score"]
             for lang in ("fr", "de")}
     assert into["fr"] > into["de"] + 20
