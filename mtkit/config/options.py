@@ -89,8 +89,8 @@ DecodeOptions = dataclasses.make_dataclass(
     [(f.name, f"{f.type} | None", dataclasses.field(default=None)) for f in dataclasses.fields(DecodeConfig)],
     bases=(_Checked,),
     frozen=True,
-    module=__name__,
 )
+DecodeOptions.__module__ = __name__
 DecodeOptions.__doc__ = """The decoding options of one call (a command's flags, a request's fields, an API call's
 keywords): :class:`~mtkit.config.DecodeConfig`'s fields, each None for the model's own setting.
 :meth:`check` them before a model loads, :meth:`apply` them to the model's settings."""
