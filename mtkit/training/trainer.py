@@ -19,7 +19,7 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -338,18 +338,18 @@ class Trainer:
     def validate(self, final: bool = False) -> dict:
         """The validation loss, and BLEU every ``train.bleu_every`` steps and at the end. Every rank gets
         the same values (the loss over the whole set, BLEU gathered), so that early-stopping decisions agree."""
-        from mtkit.training.validation import validation_bleus, validation_losses
+        from mtkit.training.validation import Scoring, validation_bleus, validation_losses
 
         self.model.eval()
         pairs = [p for p in self.pairs if p.segment("valid") is not None]
-        rank, world = self.dist.rank, self.dist.world_size
         record = validation_losses(self.criterion, self.valid_store, pairs, max_tokens=self.cfg.max_tokens,
                                    tagged_targets=self.tagged_targets, precision=self.cfg.precision,
-                                   device=self.device, rank=rank, world_size=world)
+                                   device=self.device, dist=self.dist)
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
-            record.update(validation_bleus(self.model, self.vocab, self.data_dir, self.config.decode,
-                                           self.cfg.bleu_beam, self.device, pairs, self.config.data.tag_side,
-                                           rank, world, self.cfg.valid_metrics, self.comet))
+            decode = replace(self.config.decode, beam=self.cfg.bleu_beam)
+            record.update(validation_bleus(self.model, self.vocab, self.data_dir, decode, self.device, pairs,
+                                           self.config.data.tag_side,
+                                           Scoring(self.cfg.valid_metrics, self.comet, self.dist)))
         return record
 
     def is_better(self, record: dict) -> bool | None:
