@@ -273,13 +273,14 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     """sacreBLEU scores of detokenized ``hypotheses`` against raw ``references`` (one list per reference
     stream, or one list of lines: a single reference each): a list of
     :class:`mtkit.metrics.scores.MetricScore` (``metric``, ``score``, ``signature``), one per metric.
-    ``options`` as :func:`mtkit.metrics.scores.score` takes them (``chrf_plus``, ``lowercase_tok``, ``lang`` …)."""
-    from mtkit.metrics.scores import score
+    ``options``: the fields of :class:`mtkit.metrics.scores.MetricOptions` (``chrf_plus``, ``lowercase_tok``,
+    ``lang`` …)."""
+    from mtkit.metrics.scores import MetricOptions, score
 
     refs = list(references)
     if refs and isinstance(refs[0], str):
         refs = [refs]
-    return score(list(hypotheses), refs, list(metrics), **options)
+    return score(list(hypotheses), refs, list(metrics), MetricOptions(**options))
 
 
 class TranslationPipeline:

@@ -72,7 +72,7 @@ from pathlib import Path
 import mtkit
 from mtkit.config import DecodeOptions
 from mtkit.errors import MtkitError, counted
-from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
+from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
 
@@ -80,18 +80,18 @@ SCHEMA_VERSION = 1
 CONFIDENCE = "confidence:mean log-probability per token of the best hypothesis, EOS included (nats)"
 
 
-def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], chrf_plus: bool, lc_tok: bool,
-                   as_json: bool, **options) -> str:
+def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], options: MetricOptions,
+                   as_json: bool, n_samples: int = 1000) -> str:
     """Score hypothesis files against reference files (:func:`mtkit.metrics.files.score_files`); the table or
     JSON text to print."""
-    return render(score_files(hyp_paths, ref_paths, metrics, chrf_plus, lc_tok, **options), as_json)
+    return render(score_files(hyp_paths, ref_paths, metrics, options, n_samples), as_json)
 
 
-def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], chrf_plus: bool, lc_tok: bool,
-                   as_json: bool, **options) -> str:
+def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], options: MetricOptions,
+                   as_json: bool, n_samples: int = 1000) -> str:
     """Score hypothesis lines against reference lines (:func:`mtkit.metrics.files.score_lines`); the table or
     JSON text to print."""
-    return render(score_lines(hyps, refs, metrics, chrf_plus, lc_tok, **options), as_json)
+    return render(score_lines(hyps, refs, metrics, options, n_samples=n_samples), as_json)
 
 
 def render(evaluation: Evaluation, as_json: bool) -> str:
@@ -260,8 +260,10 @@ def evaluate(options: EvaluateOptions) -> str:
         hyps = [(str(o.hyp_out) if o.hyp_out is not None else ", ".join(map(str, o.model)), hypotheses)]
     metrics = [m for m in o.metrics if m.lower() != "confidence"]
     if metrics:
-        evaluation = score_lines(hyps, refs, metrics, o.chrf_plus, o.lc_tok, compound_split=o.compound_split,
-                                 lang=lang, lowercase=lowercase, sources=sources, comet=comet)
+        evaluation = score_lines(hyps, refs, metrics, MetricOptions(chrf_plus=o.chrf_plus, lowercase_tok=o.lc_tok,
+                                                                    compound_split=o.compound_split, lang=lang,
+                                                                    lowercase=lowercase),
+                                 sources=sources, comet=comet)
     else:
         evaluation = Evaluation([label for label, _ in hyps], [label for label, _ in refs], len(hyps[0][1]), [])
     if o.with_confidence:
