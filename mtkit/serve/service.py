@@ -17,7 +17,7 @@ from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import MtkitError
-from mtkit.serve.batcher import Batcher, QueueFull
+from mtkit.serve.batcher import Batcher, BatchPolicy, QueueFull
 from mtkit.serve.metrics import Metrics
 from mtkit.serve.models import ServedModel
 from mtkit.serve.schemas import ApiError
@@ -65,12 +65,11 @@ class Service:
         self.api_keys = api_keys
         self.glossary = glossary
         self.metrics = Metrics()
+        policy = BatchPolicy(limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens, limits.decoding_threads,
+                             limits.decode_timeout, stall_after=2 * limits.decode_timeout)
         self.batchers = {
-            m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
-                            on_batch=self.metrics.batch_done,
-                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n),
-                            threads=limits.decoding_threads, decode_timeout=limits.decode_timeout,
-                            stall_after=2 * limits.decode_timeout)
+            m.name: Batcher(m, policy, on_batch=self.metrics.batch_done,
+                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n))
             for m in models
         }
         self.ready = False
