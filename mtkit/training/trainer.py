@@ -48,7 +48,7 @@ from mtkit.training.run_dir import (
     remove_partial_saves,
     select_device,
 )
-from mtkit.training.state import Counters, check_resumable, checkpoint_payload, restore, start_from
+from mtkit.training.state import Counters, Updaters, check_resumable, checkpoint_payload, restore, start_from
 
 
 @dataclass
@@ -264,8 +264,8 @@ class Trainer:
 
     def state_dict(self, position: SamplerState) -> dict:
         counters = Counters(self.step, self.elapsed, self.best, self.bad_validations, self.length_growth)
-        return checkpoint_payload(self.config, self.model, self.optimizer, self.scaler, self.vocab,
-                                  self.data_fingerprint, position, counters, self.ema)
+        return checkpoint_payload(self.config, self.model, Updaters(self.optimizer, self.scaler, self.ema), self.vocab,
+                                  self.data_fingerprint, position, counters)
 
     def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
         """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
