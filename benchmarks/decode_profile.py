@@ -123,12 +123,12 @@ def main() -> None:
     keep_freed_memory()  # as the mtkit command does
     import torch
 
+    from mtkit.config import DecodeOptions
     from mtkit.engines.factory import build_translator
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = {"beam": args.beam} if args.beam else None
-    translator = build_translator([args.model], "torch", "cpu", "fp32", args.threads, overrides)
+    translator = build_translator([args.model], "torch", "cpu", "fp32", args.threads, DecodeOptions(beam=args.beam))
     lines = args.input.read_text(encoding="utf-8").splitlines()[: args.sentences]
     ids = [s for s in translator._encode(lines, 0) if s]  # with EOS, as translate() gives them to the search
     print(f"{args.model}: beam {translator.decode.beam}, {torch.get_num_threads()} threads, "
