@@ -274,7 +274,8 @@ class TranslateOptions:
 
     def check(self) -> None:
         """One error line, naming the flag, for the first setting out of its range or combination that cannot be
-        (the decoding options through :meth:`DecodeOptions.check`); in the order the flags are documented."""
+        (the decoding options through :meth:`DecodeOptions.check`), in a fixed order: the format, the markup, the
+        engine and its settings, then the decoding options and what they go with."""
         from mtkit.text.lines import OUTPUT_FORMATS
         from mtkit.text.markup import MARKUPS
 
