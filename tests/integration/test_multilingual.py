@@ -499,7 +499,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
         assert sacrebleu.corpus_chrf(outputs[lang], [own[lang]]).score > 50
 
     greedy = build_translator([target_run], device="cpu", tgt_lang="fr",
-                              overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
+                              options=DecodeOptions(beam=1, alpha=0.0, length_penalty="gnmt"))
     found = list(greedy.translate(src[:10]))
     scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
     pairs = [(scorer.vocab_for("fr").encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]
