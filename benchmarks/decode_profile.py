@@ -124,12 +124,13 @@ def main() -> None:
     import torch
 
     from mtkit.api import LoadOptions, load_models
+    from mtkit.config import DecodeOptions
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    overrides = {"beam": args.beam} if args.beam else None
     translator = load_models([args.model], LoadOptions(engine="torch", device="cpu", threads=args.threads,
-                                                       any_target=False, overrides=overrides)).engine
+                                                       any_target=False,
+                                                       decode_options=DecodeOptions(beam=args.beam))).engine
     lines = args.input.read_text(encoding="utf-8").splitlines()[: args.sentences]
     ids = [s for s in translator._encode(lines, 0) if s]  # with EOS, as translate() gives them to the search
     print(f"{args.model}: beam {translator.decode.beam}, {torch.get_num_threads()} threads, "

@@ -26,14 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import DecodeConfig
+from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.engine import Engine, Translation
 from mtkit.engines.factory import (  # the factory is this module's helper: nothing else imports it
     ENGINES,
     LoadOptions,
-    apply_decode_flags,
     build_translator,
-    check_decode_flags,
     forced_scorer,
     is_exported_model,
     is_onnx_export,
@@ -43,11 +41,12 @@ from mtkit.engines.factory import (  # the factory is this module's helper: noth
 from mtkit.errors import MtkitError
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
-           "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline", "check_decode_flags"]
+           "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline"]
 
 logger = logging.getLogger(__name__)
 
-# The decoding options a call may set (DecodeConfig's keys; the checks and messages are the CLI's).
+# The decoding options a call may set (DecodeOptions' fields, but forced_eos; the checks and messages are the
+# CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
                   "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold")
@@ -155,10 +154,10 @@ class Model:
         unknown = sorted(set(options) - set(DECODE_OPTIONS))
         if unknown:
             raise MtkitError(f"unknown option {unknown[0]!r}; expected one of {', '.join(DECODE_OPTIONS)}")
-        given = {k: v for k, v in options.items() if v is not None}
+        given = DecodeOptions(**options)  # None: the model's own setting
         try:
-            check_decode_flags(given)
-            return apply_decode_flags(self.decode, given)
+            given.check()
+            return given.apply(self.decode)
         except MtkitError as e:
             raise _python_names(e) from None
 
@@ -389,13 +388,14 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     """sacreBLEU scores of detokenized ``hypotheses`` against raw ``references`` (one list per reference
     stream, or one list of lines: a single reference each): a list of
     :class:`mtkit.metrics.scores.MetricScore` (``metric``, ``score``, ``signature``), one per metric.
-    ``options`` as :func:`mtkit.metrics.scores.score` takes them (``chrf_plus``, ``lowercase_tok``, ``lang`` …)."""
-    from mtkit.metrics.scores import score
+    ``options``: the fields of :class:`mtkit.metrics.scores.MetricOptions` (``chrf_plus``, ``lowercase_tok``,
+    ``lang`` …)."""
+    from mtkit.metrics.scores import MetricOptions, score
 
     refs = list(references)
     if refs and isinstance(refs[0], str):
         refs = [refs]
-    return score(list(hypotheses), refs, list(metrics), **options)
+    return score(list(hypotheses), refs, list(metrics), MetricOptions(**options))
 
 
 class TranslationPipeline:
@@ -426,15 +426,15 @@ class TranslationPipeline:
                              "max_length, num_beams and num_return_sequences")
         single = isinstance(inputs, str)
         lines = [inputs] if single else list(inputs)
-        options: dict[str, Any] = {"beam": num_beams, "nbest": num_return_sequences}
+        options = DecodeOptions(beam=num_beams, nbest=num_return_sequences)
         if max_length is not None:
             if max_length < 2:
                 raise MtkitError(f"max_length: must be at least 2 (the start token and one more), got {max_length}")
-            options.update(max_len_a=0.0, max_len_b=max_length - 2)
+            options = options.replace(max_len_a=0.0, max_len_b=max_length - 2)
         size = max(1, batch_size or len(lines) or 1)
         results: list[Result] = []
         for start in range(0, len(lines), size):
-            results += self.model.translate(lines[start:start + size], **options)
+            results += self.model.translate(lines[start:start + size], **options.given())
         answers = [[{"translation_text": h.text} for h in self._padded(r.hypotheses, num_return_sequences)]
                    for r in results]
         if num_return_sequences == 1:

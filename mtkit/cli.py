@@ -282,20 +282,19 @@ def translate(
     """
     from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as run_translate
+    from mtkit.config import DecodeOptions
 
-    overrides = {
-        "beam": 1 if greedy else beam, "alpha": alpha, "length_penalty": length_penalty, "nbest": nbest,
-        "max_len_a": max_len_a, "max_len_b": max_len_b,
-        "batch_tokens": batch_tokens, "no_repeat_ngram_size": no_repeat_ngram_size,
-        "sampling": True if sampling else None, "temperature": temperature, "top_k": top_k, "top_p": top_p, "epsilon": epsilon,
-        "mbr": mbr, "mbr_candidates": mbr_candidates, "mbr_comet_model": mbr_comet_model,
-        "alignments": "soft" if alignment_threshold is not None else "hard" if alignments else None,
-        "alignment_threshold": alignment_threshold, "alignment_layer": alignment_layer,
-    }
     run_translate(list(model), list(inputs or ["-"]), TranslateOptions(
         output=output, output_format=output_format, device=device, precision=precision, engine=engine,
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
-        decode_overrides={k: v for k, v in overrides.items() if v is not None}, constraints=constraints,
+        decode=DecodeOptions(
+            beam=1 if greedy else beam, alpha=alpha, length_penalty=length_penalty, nbest=nbest, max_len_a=max_len_a,
+            max_len_b=max_len_b, batch_tokens=batch_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
+            sampling=True if sampling else None, temperature=temperature, top_k=top_k, top_p=top_p, epsilon=epsilon,
+            mbr=mbr, mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model,
+            alignments="soft" if alignment_threshold is not None else "hard" if alignments else None,
+            alignment_threshold=alignment_threshold, alignment_layer=alignment_layer,
+        ), constraints=constraints,
         glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
         alignments_out=alignments_out, protect=protect,
     ))
@@ -339,9 +338,9 @@ def export_hf(
       mtkit export hf runs/en-de hf-en-de
     """
     from mtkit.commands.export import export_hf as run_export
+    from mtkit.config import DecodeOptions
 
-    overrides = {"beam": beam, "alpha": alpha, "length_penalty": length_penalty}
-    run_export(checkpoint, out_dir, {k: v for k, v in overrides.items() if v is not None})
+    run_export(checkpoint, out_dir, DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty))
 
 
 @export_app.command("onnx")
@@ -431,15 +430,14 @@ def evaluate(
     """
     from mtkit.commands.evaluate import EvaluateOptions
     from mtkit.commands.evaluate import evaluate as run_evaluate
+    from mtkit.config import DecodeOptions
 
     text = run_evaluate(EvaluateOptions(
         hyp=list(hyp or []), ref=list(ref or []), model=list(model) if model else None, src=src, testset=testset,
         langpair=langpair, hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
         chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
-        decode_overrides={k: v for k, v in {"beam": beam, "alpha": alpha, "length_penalty": length_penalty,
-                                            "mbr": mbr, "mbr_candidates": mbr_candidates,
-                                            "mbr_comet_model": mbr_comet_model}.items()
-                          if v is not None}, device=device, engine=engine,
+        decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, mbr=mbr,
+                             mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model), device=device, engine=engine,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))
     typer.echo(text)
@@ -566,14 +564,14 @@ def serve(
     """
     from mtkit.commands.serve import ServeOptions
     from mtkit.commands.serve import serve as run_serve
+    from mtkit.config import DecodeOptions
 
-    overrides = {"beam": beam, "alpha": alpha, "length_penalty": length_penalty, "max_len_a": max_len_a,
-                 "max_len_b": max_len_b, "batch_tokens": batch_tokens}
     run_serve(list(model), ServeOptions(
         engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
-        decode_overrides={k: v for k, v in overrides.items() if v is not None}, src_lang=src_lang, tgt_lang=tgt_lang,
+        decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a,
+                             max_len_b=max_len_b, batch_tokens=batch_tokens), src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue,
-        batch_tokens=batch_tokens, max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
+        max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
         max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
         header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections, cors=cors, max_phrases=max_phrases, decode_timeout=decode_timeout,

@@ -69,9 +69,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtkit.api import ENGINES, LoadOptions, check_decode_flags, comet_scorer, load_models
+from mtkit.api import ENGINES, LoadOptions, comet_scorer, load_models
+from mtkit.config import DecodeOptions
 from mtkit.errors import MtkitError, counted
-from mtkit.metrics import BleuScore, BootstrapScore, MetricScore
+from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore
 from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
 from mtkit.version import __version__
@@ -80,18 +81,18 @@ SCHEMA_VERSION = 1
 CONFIDENCE = "confidence:mean log-probability per token of the best hypothesis, EOS included (nats)"
 
 
-def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], chrf_plus: bool, lc_tok: bool,
-                   as_json: bool, **options) -> str:
+def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[str], options: MetricOptions,
+                   as_json: bool, n_samples: int = 1000) -> str:
     """Score hypothesis files against reference files (:func:`mtkit.metrics.files.score_files`); the table or
     JSON text to print."""
-    return render(score_files(hyp_paths, ref_paths, metrics, chrf_plus, lc_tok, **options), as_json)
+    return render(score_files(hyp_paths, ref_paths, metrics, options, n_samples), as_json)
 
 
-def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], chrf_plus: bool, lc_tok: bool,
-                   as_json: bool, **options) -> str:
+def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], options: MetricOptions,
+                   as_json: bool, n_samples: int = 1000) -> str:
     """Score hypothesis lines against reference lines (:func:`mtkit.metrics.files.score_lines`); the table or
     JSON text to print."""
-    return render(score_lines(hyps, refs, metrics, chrf_plus, lc_tok, **options), as_json)
+    return render(score_lines(hyps, refs, metrics, options, n_samples=n_samples), as_json)
 
 
 def render(evaluation: Evaluation, as_json: bool) -> str:
@@ -125,13 +126,74 @@ class EvaluateOptions:
     compound_split: bool = False
     lang: str | None = None
     as_json: bool = False
-    decode_overrides: dict = field(default_factory=dict)
+    decode: DecodeOptions = field(default_factory=DecodeOptions)  # --model's decoding flags (--beam, --mbr ...)
     device: str = "auto"
     lowercase: bool = False
     constraints: Path | None = None
     glossary: Path | None = None
     tgt_lang: str | None = None
     comet_model: str | None = None  # with the metric comet (None: mtkit.metrics.comet.DEFAULT_MODEL)
+
+    @property
+    def with_comet(self) -> bool:
+        """Whether the metrics hold COMET."""
+        return any(m.lower() == "comet" for m in self.metrics)
+
+    @property
+    def with_confidence(self) -> bool:
+        """Whether the metrics hold the model's confidence."""
+        return any(m.lower() == "confidence" for m in self.metrics)
+
+    def check(self) -> None:
+        """One error line, naming the flag, for the first setting out of its range or combination that cannot be
+        (``--model``'s decoding options through :meth:`mtkit.config.DecodeOptions.check`), before anything is
+        read or loaded."""
+        if not self.metrics:  # `--metrics ''` or `--metrics ,`
+            raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet, "
+                             "confidence")
+        unknown = [m for m in self.metrics if m.lower() not in (*METRICS, "comet", "confidence")]
+        if unknown:
+            raise MtkitError(f"--metrics: unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}, comet, "
+                             "confidence")
+        if self.with_confidence and self.model is None:
+            raise MtkitError("the metric confidence is the translating model's own: it needs --model")
+        if self.comet_model is not None and not self.with_comet:
+            raise MtkitError("--comet-model needs the metric comet (--metrics bleu,chrf,comet)")
+        if self.with_comet and self.model is None and self.testset is None and self.src is None:
+            raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
+        if self.model is not None and self.hyp:
+            raise MtkitError("give either --hyp or --model, not both")
+        if self.engine not in ENGINES:
+            raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
+        if self.model is None and self.engine != "torch":
+            raise MtkitError(f"--engine {self.engine} needs --model (it runs the model that translates)")
+        if self.model is None and self.tgt_lang is not None:
+            raise MtkitError("--tgt-lang needs --model (it picks the language the model translates into)")
+        if self.model is None and (self.constraints is not None or self.glossary is not None):
+            raise MtkitError(f"{'--constraints' if self.constraints is not None else '--glossary'} needs --model "
+                             "(it constrains the model's translations)")
+        if sum(str(p) == "-" for p in [*self.hyp, *self.ref]) > 1:
+            raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
+        if self.hyp_out is not None:
+            if self.model is None:
+                raise MtkitError("--hyp-out needs --model (it writes the model's translations)")
+            if Path(self.hyp_out).is_dir():
+                raise MtkitError(f"--hyp-out {self.hyp_out}: is a directory; give a file path")
+        if self.testset is not None:
+            if not self.langpair:
+                raise MtkitError("--testset needs --langpair, e.g. --langpair en-de")
+            if self.src is not None or self.ref:
+                raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
+        else:
+            # quality estimation: the model's confidence, or COMET with a model that takes no reference
+            reference_free = all(m.lower() in ("comet", "confidence") for m in self.metrics)
+            if self.model is not None and (self.src is None or not (self.ref or reference_free)):
+                raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
+            if not self.ref and not reference_free:
+                raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or "
+                                 "--testset")
+        if self.model is not None:
+            self.decode.check()
 
 
 def evaluate(options: EvaluateOptions) -> str:
@@ -143,64 +205,22 @@ def evaluate(options: EvaluateOptions) -> str:
     from mtkit.io import atomic_write_text, read_lines
     from mtkit.metrics.files import read_named
 
-    if not o.metrics:  # `--metrics ''` or `--metrics ,`
-        raise MtkitError("--metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet, "
-                         "confidence")
-    unknown = [m for m in o.metrics if m.lower() not in (*METRICS, "comet", "confidence")]
-    if unknown:
-        raise MtkitError(f"--metrics: unknown metric {unknown[0]!r}; choose from {', '.join(METRICS)}, comet, "
-                         "confidence")
-    with_comet = any(m.lower() == "comet" for m in o.metrics)
-    with_confidence = any(m.lower() == "confidence" for m in o.metrics)
-    if with_confidence and o.model is None:
-        raise MtkitError("the metric confidence is the translating model's own: it needs --model")
-    if o.comet_model is not None and not with_comet:
-        raise MtkitError("--comet-model needs the metric comet (--metrics bleu,chrf,comet)")
-    if with_comet and o.model is None and o.testset is None and o.src is None:
-        raise MtkitError("the metric comet needs the sources: give --src (or --testset)")
-    if o.model is not None and o.hyp:
-        raise MtkitError("give either --hyp or --model, not both")
-    if o.engine not in ENGINES:
-        raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
-    if o.model is None and o.engine != "torch":
-        raise MtkitError(f"--engine {o.engine} needs --model (it runs the model that translates)")
-    if o.model is None and o.tgt_lang is not None:
-        raise MtkitError("--tgt-lang needs --model (it picks the language the model translates into)")
-    if o.model is None and (o.constraints is not None or o.glossary is not None):
-        raise MtkitError(f"{'--constraints' if o.constraints is not None else '--glossary'} needs --model "
-                         "(it constrains the model's translations)")
-    if sum(str(p) == "-" for p in [*o.hyp, *o.ref]) > 1:
-        raise MtkitError("only one of the --hyp/--ref files can be '-' (stdin)")
-    if o.hyp_out is not None:
-        if o.model is None:
-            raise MtkitError("--hyp-out needs --model (it writes the model's translations)")
-        if Path(o.hyp_out).is_dir():
-            raise MtkitError(f"--hyp-out {o.hyp_out}: is a directory; give a file path")
+    o.check()
     if o.testset is not None:
         from mtkit.metrics import load_testset
 
-        if not o.langpair:
-            raise MtkitError("--testset needs --langpair, e.g. --langpair en-de")
-        if o.src is not None or o.ref:
-            raise MtkitError("--testset brings its own sources and references; drop --src/--ref")
         sources, references = load_testset(o.testset, o.langpair)
         refs = [(f"{o.testset}:{o.langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
                 for k, stream in enumerate(references)]
         lang = lang or o.langpair.split("-")[1]
     else:
-        # quality estimation: the model's confidence, or COMET with a model that takes no reference
-        reference_free = all(m.lower() in ("comet", "confidence") for m in o.metrics)
-        if o.model is not None and (o.src is None or not (o.ref or reference_free)):
-            raise MtkitError("--model needs --src and --ref (or --testset and --langpair)")
-        if not o.ref and not reference_free:
-            raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         refs = read_named(o.ref)
         sources = list(read_lines(o.src)) if o.src is not None else None
         if lang is None and o.model is not None and o.ref:
             suffix = Path(o.ref[0]).suffix.lstrip(".")
             lang = o.tgt_lang or (suffix if len(suffix) == 2 else None)
     comet_model = None
-    if with_comet:
+    if o.with_comet:
         from mtkit.metrics.comet import DEFAULT_MODEL
 
         comet_model = o.comet_model or DEFAULT_MODEL
@@ -216,7 +236,6 @@ def evaluate(options: EvaluateOptions) -> str:
         from mtkit.text.phrases import check_line_counts, read_constraint_options
 
         src_lines = sources
-        check_decode_flags(o.decode_overrides)
         per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine)
         check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
         wanted = None
@@ -228,7 +247,7 @@ def evaluate(options: EvaluateOptions) -> str:
         # The COMET model first (before any translation), then a checkpoint's kept CTranslate2 export (as
         # translate takes it), then the engine.
         model = load_models(paths, LoadOptions(engine=o.engine, device=o.device, threads=0, target=o.tgt_lang,
-                                               any_target=False, overrides=o.decode_overrides,
+                                               any_target=False, decode_options=o.decode,
                                                comet_model=comet_model))
         comet = model.comet
         translations = list(model.engine.translate(src_lines, constraints=wanted))
@@ -244,11 +263,13 @@ def evaluate(options: EvaluateOptions) -> str:
         hyps = [(str(o.hyp_out) if o.hyp_out is not None else ", ".join(map(str, o.model)), hypotheses)]
     metrics = [m for m in o.metrics if m.lower() != "confidence"]
     if metrics:
-        evaluation = score_lines(hyps, refs, metrics, o.chrf_plus, o.lc_tok, compound_split=o.compound_split,
-                                 lang=lang, lowercase=lowercase, sources=sources, comet=comet)
+        evaluation = score_lines(hyps, refs, metrics, MetricOptions(chrf_plus=o.chrf_plus, lowercase_tok=o.lc_tok,
+                                                                    compound_split=o.compound_split, lang=lang,
+                                                                    lowercase=lowercase),
+                                 sources=sources, comet=comet)
     else:
         evaluation = Evaluation([label for label, _ in hyps], [label for label, _ in refs], len(hyps[0][1]), [])
-    if with_confidence:
+    if o.with_confidence:
         evaluation.scores.append(mean_score("confidence", confidences, f"{CONFIDENCE}|mtkit:{__version__}",
                                             hyps[0][0]))
     return render(evaluation, o.as_json)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from mtkit.config import DecodeOptions
+
 logger = logging.getLogger(__name__)
 
 
@@ -35,21 +37,19 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     print(f"exported {loaded.path} to {out} (CTranslate2, {quantization or 'float32'})", file=sys.stderr)
 
 
-def export_hf(checkpoint: Path, out_dir: Path, decode_overrides: dict | None = None) -> None:
+def export_hf(checkpoint: Path, out_dir: Path, decode: DecodeOptions | None = None) -> None:
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as a Hugging Face model folder
-    (:mod:`mtkit.export.huggingface`); ``decode_overrides`` (beam, alpha, length_penalty, ...) replace the
-    recipe's decode settings that ``generation_config.json`` carries."""
+    (:mod:`mtkit.export.huggingface`); the options ``decode`` sets (beam, alpha, length_penalty, ...) replace
+    the recipe's decode settings that ``generation_config.json`` carries."""
     import sys
     from dataclasses import replace
 
     from mtkit.checkpoints.io import describe, load_model
-    from mtkit.config import override_section
     from mtkit.export.huggingface import architecture, export_model
 
     loaded = load_model(checkpoint, "cpu")
-    if decode_overrides:
-        decode = override_section(loaded.config.decode, "decode", decode_overrides)
-        loaded = replace(loaded, config=replace(loaded.config, decode=decode))
+    if decode is not None and decode.given():
+        loaded = replace(loaded, config=replace(loaded.config, decode=decode.set_on(loaded.config.decode)))
     logger.info(f"loaded {describe(loaded)}")  # the CLI says it on stderr
     out = export_model(loaded, out_dir)
     print(f"exported {loaded.path} to {out} (Hugging Face, {architecture(loaded.config)})", file=sys.stderr)

@@ -81,6 +81,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     from mtkit.commands.prepare import prepare
     from mtkit.commands.train import train
     from mtkit.io import atomic_write_text, read_lines
+    from mtkit.metrics import MetricOptions
     from mtkit.metrics.files import score_files
 
     config: Config = load_config(recipe, overrides)
@@ -144,12 +145,12 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     lang = config.data.tgt_lang
     if lowercase:
         _say("the model's vocabulary lowercases its output (data.spm.lowercase): BLEU and chrF are case-insensitive")
-    evaluation = score_files([hyp_path], [ref_path], ev.metrics, lang=lang, lowercase=lowercase)
+    evaluation = score_files([hyp_path], [ref_path], ev.metrics, MetricOptions(lang=lang, lowercase=lowercase))
     if ev.lc_tok_ref:
-        lc = score_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang)
+        lc = score_files([hyp_path], [Path(ev.lc_tok_ref)], ["bleu"], MetricOptions(lowercase_tok=True, lang=lang))
         evaluation.scores += [s for s in lc.scores if s.metric != "BLEU"]
     if ev.compound_split:
-        cs = score_files([hyp_path], [ref_path], ["bleu"], compound_split=True, lang=lang)
+        cs = score_files([hyp_path], [ref_path], ["bleu"], MetricOptions(compound_split=True, lang=lang))
         evaluation.scores += [s for s in cs.scores if s.metric != "BLEU"]
     scores = to_document(evaluation)
     stages.done("score")
@@ -252,13 +253,15 @@ def fastest(args: list[str], src_path: Path) -> dict:
 
 def _bleu(config: Config, hyp: Path, ref_path: Path, lowercase: bool) -> dict[str, float]:
     """sacreBLEU of ``hyp`` and, with ``eval.lc_tok_ref``, lc-tok BLEU (``BLEU-lc-tok``)."""
+    from mtkit.metrics import MetricOptions
     from mtkit.metrics.files import score_files
 
     lang = config.data.tgt_lang
-    scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"], lang=lang,
-                                                      lowercase=lowercase).scores}
+    scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"],
+                                                      MetricOptions(lang=lang, lowercase=lowercase)).scores}
     if config.eval.lc_tok_ref:
-        lc = score_files([hyp], [Path(config.eval.lc_tok_ref)], ["bleu"], lc_tok=True, lang=lang).scores
+        lc = score_files([hyp], [Path(config.eval.lc_tok_ref)], ["bleu"],
+                         MetricOptions(lowercase_tok=True, lang=lang)).scores
         scores.update({s.metric: s.score for s in lc if s.metric != "BLEU"})
     return scores
 
@@ -311,6 +314,7 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
     from mtkit.data.languages import stored_pairs
     from mtkit.data.store import load_manifest
     from mtkit.io import atomic_write_text, read_lines
+    from mtkit.metrics import MetricOptions
     from mtkit.metrics.files import score_files
 
     ev = config.eval
@@ -331,9 +335,9 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
         hyp_path, ref_path = work / f"test.{name}.hyp", work / f"test.{name}.ref"
         atomic_write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
         atomic_write_text(ref_path, "".join(line + "\n" for line in references))
-        evaluation = score_files([hyp_path], [ref_path], ev.metrics, lang=lang, lowercase=lowercase)
+        evaluation = score_files([hyp_path], [ref_path], ev.metrics, MetricOptions(lang=lang, lowercase=lowercase))
         lc_ref = Path(lc_refs[name]) if lc_refs.get(name) else ref_path
-        lc = score_files([hyp_path], [lc_ref], ["bleu"], lc_tok=True, lang=lang)
+        lc = score_files([hyp_path], [lc_ref], ["bleu"], MetricOptions(lowercase_tok=True, lang=lang))
         evaluation.scores += [s for s in lc.scores if s.metric != "BLEU"]
         scores["pairs"][name] = to_document(evaluation)
         print(f"test set {name}: {ref_path} ({counted(count, 'sentence')}), "

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtkit.api import LoadOptions, check_decode_flags, load_models
-from mtkit.config import PRECISIONS
+from mtkit.api import LoadOptions, load_models
+from mtkit.config import PRECISIONS, DecodeOptions
 from mtkit.errors import MtkitError, counted
 from mtkit.io import discard_stdout, sentence_progress
 
@@ -103,7 +103,7 @@ class ScoreOptions:
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
         if self.batch_tokens is not None:
-            check_decode_flags({"batch_tokens": self.batch_tokens})  # the decoding batches' rule
+            DecodeOptions(batch_tokens=self.batch_tokens).check()  # the decoding batches' rule
 
 
 def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptions | None = None) -> None:

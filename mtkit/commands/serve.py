@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mtkit.api import ENGINES, LoadOptions, check_decode_flags, load_models
-from mtkit.config import PRECISIONS
+from mtkit.api import ENGINES, LoadOptions, load_models
+from mtkit.config import PRECISIONS, DecodeOptions
 from mtkit.errors import MtkitError
 from mtkit.text.phrases import read_constraint_options
 
@@ -153,14 +153,14 @@ class ServeOptions:
     device: str = "auto"
     precision: str = "fp32"
     threads: int = 0
-    decode_overrides: dict = field(default_factory=dict)
+    decode: DecodeOptions = field(default_factory=DecodeOptions)  # the default decoding (--beam ...): requests may ask
+    # for another; --batch-tokens is also the source tokens per merge of requests
     src_lang: str | None = None
     tgt_lang: str | None = None
     api_keys: Path | None = None
     max_wait_ms: float = 0.0
     decoding_threads: int = 2
     max_queue: int = 256
-    batch_tokens: int | None = None
     max_body_bytes: int = 1 << 20
     max_chars: int = 20_000
     max_sentences: int = 128
@@ -179,7 +179,9 @@ class ServeOptions:
     qe_model: str | None = None
 
     def check(self) -> None:
-        """One error line for the first setting out of its range."""
+        """One error line for the first setting out of its range (the decoding options through
+        :meth:`mtkit.config.DecodeOptions.check`)."""
+        batch_tokens = self.decode.batch_tokens
         if self.engine not in ENGINES:
             raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
         if self.quantization is not None:
@@ -191,7 +193,7 @@ class ServeOptions:
         for flag, value, low in (("--max-queue", self.max_queue, 1), ("--max-body-bytes", self.max_body_bytes, 1),
                                  ("--max-chars", self.max_chars, 1), ("--max-sentences", self.max_sentences, 1),
                                  ("--max-beam", self.max_beam, 1), ("--threads", self.threads, 0),
-                                 ("--batch-tokens", self.batch_tokens if self.batch_tokens is not None else 1, 1)):
+                                 ("--batch-tokens", 1 if batch_tokens is None else batch_tokens, 1)):
             if value < low:
                 raise MtkitError(f"{flag}: must be >= {low}, got {value}")
         for flag, value, high in (("--decoding-threads", self.decoding_threads, MAX_DECODING_THREADS),
@@ -211,6 +213,9 @@ class ServeOptions:
             raise MtkitError(f"--max-connections: must be >= 0, got {self.max_connections}")
         if not 0 <= self.port <= 65535:
             raise MtkitError(f"--port: must be between 0 and 65535, got {self.port}")
+        self.decode.check()
+        if (self.decode.beam or 1) > self.max_beam:
+            raise MtkitError(f"--beam {self.decode.beam}: above --max-beam {self.max_beam}")
 
 
 def serve(models: list[Path], options: ServeOptions | None = None) -> None:
@@ -227,10 +232,6 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
         raise MtkitError(f"mtkit serve needs the serve extra ({e.name} is missing): "
                          "pip install 'mtkit[serve]'") from None
     o.check()
-    overrides = dict(o.decode_overrides)
-    check_decode_flags(overrides)
-    if overrides.get("beam", 1) > o.max_beam:
-        raise MtkitError(f"--beam {overrides['beam']}: above --max-beam {o.max_beam}")
     keys = read_api_keys(o.api_keys) if o.api_keys is not None else None
     terms = None
     if o.glossary is not None:
@@ -259,7 +260,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
 
     served = []
     load = LoadOptions(engine=o.engine, device=o.device, precision=o.precision, threads=o.threads,
-                       thread_policy=policy, any_target=True, parallel=o.decoding_threads, overrides=overrides,
+                       thread_policy=policy, any_target=True, parallel=o.decoding_threads, decode_options=o.decode,
                        qe_model=qe)  # exported above: the folders are CTranslate2's (quantization is theirs)
     for name, path in zip(names, paths):
         model = load_models([path], load)
@@ -290,7 +291,7 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     print(threads_said, file=sys.stderr, flush=True)
     limits = Limits(max_body_bytes=o.max_body_bytes, max_chars=o.max_chars, max_sentences=o.max_sentences,
                     max_beam=o.max_beam, max_queue=o.max_queue, max_wait_ms=o.max_wait_ms,
-                    batch_tokens=o.batch_tokens, decoding_threads=o.decoding_threads, max_phrases=o.max_phrases,
+                    batch_tokens=o.decode.batch_tokens, decoding_threads=o.decoding_threads, max_phrases=o.max_phrases,
                     decode_timeout=o.decode_timeout)
     service = Service(served, limits, keys, terms, qe)
     if terms is not None:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from mtkit.api import ENGINES, LoadOptions, check_decode_flags, load_models
-from mtkit.config import PRECISIONS, DecodeConfig
+from mtkit.api import ENGINES, LoadOptions, load_models
+from mtkit.config import PRECISIONS, DecodeConfig, DecodeOptions
 from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
 from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import discard_stdout, sentence_progress
@@ -138,18 +138,23 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
         yield f
 
 
-def _translate_markup(translator, lines: Iterator[str | None], inputs: list[str], markup: str, out: IO[bytes],
-                      buffer_size: int, progress, protect=None, aligning: bool = True) -> int:
-    """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
-    (:mod:`mtkit.text.markup`), ``buffer_size`` lines at a time; ``--protect`` (``protect``, a compiled
-    pattern, with ``markup`` text): each line's placeholders carried the same way. ``aligning`` False (an engine
-    without alignments): every tag cuts sentences, the text between them is translated. Returns the lines
-    done."""
+def _input_name(inputs: list[str]) -> str:
+    """How an error names the input: the file, stdin's name, or ``input`` for several."""
     from mtkit.io import STDIN_NAME
+
+    return STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
+
+
+def _translate_markup(translator, lines: Iterator[str | None], name: str, out: IO[bytes], buffer_size: int,
+                      progress, o: TranslateOptions) -> int:
+    """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
+    (:mod:`mtkit.text.markup`), ``buffer_size`` lines at a time; ``--protect`` (with ``markup`` text): each
+    line's placeholders carried the same way. An engine without alignments (ONNX): every tag cuts sentences, the
+    text between them is translated. ``name``: the input, as errors name it. Returns the lines done."""
     from mtkit.text.lines import clean_output
     from mtkit.text.markup import PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 
-    name = STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
+    markup, protect, aligning = o.markup, o.protect_pattern(), o.aligns
 
     def translate(sentences: list[str]) -> list[tuple[str, list]]:
         return [(clean_output(t.best.text), t.best.alignment or []) for t in translator.translate(sentences)]
@@ -206,10 +211,11 @@ def _alignments_stream(path: Path | None) -> Iterator[IO[bytes] | None]:
 @dataclass(frozen=True)
 class TranslateOptions:
     """Everything ``mtkit translate`` takes besides its models and inputs (the CLI's flags, one field
-    each; see :func:`translate`)."""
+    each; see :func:`translate`), checked once (:meth:`check`) before anything loads."""
 
     output: Path | None = None
-    decode: DecodeConfig | None = None
+    decode: DecodeOptions = field(default_factory=DecodeOptions)  # the decoding flags (--beam, --nbest ...)
+    decode_settings: DecodeConfig | None = None  # what they are set on; None: the (first) model's own
     output_format: str | None = None
     device: str = "cpu"
     precision: str = "fp32"
@@ -218,7 +224,6 @@ class TranslateOptions:
     attention_png: Path | None = None
     attention_layer: int | None = None
     threads: int = 0
-    decode_overrides: dict = field(default_factory=dict)
     constraints: Path | None = None
     glossary: Path | None = None
     tgt_lang: str | None = None
@@ -228,116 +233,122 @@ class TranslateOptions:
     alignments_out: Path | None = None  # the best translations' word alignments go here, a line per input line
     protect: str | None = None  # a regular expression: its matches (placeholders) carried through by the alignment
 
+    @property
+    def markup(self) -> str | None:
+        """The markup each line is (``html``, ``xml``; ``text`` with ``--protect``), or None: plain lines."""
+        from mtkit.text.markup import MARKUPS
 
-def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
-              options: TranslateOptions | None = None) -> None:
-    """Translate ``inputs`` (files, ``-`` for stdin; default stdin) with one checkpoint, an
-    ensemble of checkpoints, or (``engine='ctranslate2'``) an exported CTranslate2 directory.
+        if self.protect is not None:
+            return "text"
+        return self.output_format if self.output_format in MARKUPS else None
 
-    ``constraints`` (JSON lines, one object per input line) and ``glossary`` (TSV) give phrases a
-    translation must (``include``, glossary terms) or must not (``exclude``) contain
-    (:mod:`mtkit.engines.constraints`); CTranslate2 takes only ``exclude``.
+    @property
+    def wants_qe(self) -> bool:
+        """Whether each translation's quality estimate is asked for (``--qe``, or ``--qe-model``)."""
+        return self.qe or self.qe_model is not None
 
-    Args:
-        model_path: a checkpoint or run directory, a list of them (an ensemble), or the
-            directory written by ``mtkit export ctranslate2``.
-        inputs: files, ``-`` for stdin (default).
-        options: the rest (:class:`TranslateOptions`), one field each:
-        output: the file to write (temporary + rename); None: stdout.
-        decode: the decoding settings; None takes the (first) checkpoint's ``decode`` section
-            (for CTranslate2: the one exported with the model).
-        output_format: ``text`` | ``tokens`` | ``scores`` | ``nbest``; None: ``nbest`` when
-            ``decode.nbest`` > 1, else ``text``.
-        device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
-        precision: ``fp32`` | ``bf16`` | ``fp16`` (autocast for torch; the compute type for
-            CTranslate2, where ``fp32`` means the type the model was exported with).
-        buffer_size: lines read, sorted and batched together (default 1000; fewer when stdin
-            has no more ready); 1 writes each translation as soon as it is ready.
-        attention_png: write the cross-attention heatmap of the first non-empty input line there
-            (torch engine; the first model of an ensemble); ``attention_layer`` picks one layer.
-        threads: CPU threads for the engine (0: one per CPU other work leaves free, :mod:`mtkit.engines.threads`).
-        decode_overrides: decode keys from command-line flags, set on top of ``decode``; errors
-            name the flags.
-        tgt_lang: the target language of a multilingual model (required when it has several).
-    """
-    o = options or TranslateOptions()
-    from mtkit.text.lines import OUTPUT_FORMATS, format_translation
+    @property
+    def aligns(self) -> bool:
+        """Whether the engine gives word alignments (:mod:`mtkit.engines.capabilities`; an unknown engine: True,
+        and refused by :meth:`check`)."""
+        return self.engine not in CAPABILITIES or CAPABILITIES[self.engine].alignments
 
-    overrides = dict(o.decode_overrides)
-    output_format = o.output_format
-    from mtkit.text.markup import MARKUPS
+    @property
+    def buffer_lines(self) -> int:
+        """``--buffer-size``, or its default."""
+        return DEFAULT_BUFFER_SIZE if self.buffer_size is None else self.buffer_size
 
-    if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
-        raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
-    markup = output_format if output_format in MARKUPS else None
-    aligns = o.engine not in CAPABILITIES or CAPABILITIES[o.engine].alignments  # (an unknown engine: refused below)
-    protect = None
-    if o.protect is not None:
-        import regex  # its time limit bounds a pattern that backtracks without end (re has none)
+    def protect_pattern(self):
+        """``--protect`` compiled (``regex``: its time limit bounds a pattern that backtracks without end; ``re``
+        has none), or None."""
+        if self.protect is None:
+            return None
+        import regex
 
-        if output_format not in (None, "text"):
-            raise MtkitError(f"--protect takes placeholders out of plain text (--format text), not --format "
-                             f"{output_format}")
         try:
-            protect = regex.compile(o.protect)
+            return regex.compile(self.protect)
         except regex.error as e:
-            raise MtkitError(f"--protect {shown(o.protect)}: not a regular expression ({e})") from None
-        markup = "text"
-    if markup is not None:
-        # The alignment places the tags or placeholders; the output has no room for it (--alignments-out neither).
-        for flag, given in (("--alignments", overrides.get("alignments") == "hard"),
-                            ("--alignment-threshold", overrides.get("alignments") == "soft"),
-                            ("--alignments-out", o.alignments_out is not None), ("--qe", o.qe or o.qe_model),
-                            ("--attention-png", o.attention_png is not None),
-                            ("--nbest", overrides.get("nbest", 1) > 1)):
-            if given:
-                what = ("--protect carries placeholders" if protect is not None
-                        else f"--format {markup} translates markup")
-                raise MtkitError(f"{what}, a line of it per input line: drop {flag}")
-        if protect is not None and not aligns:
-            raise MtkitError(f"--protect needs word alignments: --engine {either('alignments')} "
-                             f"({'; '.join(f'{c.title} gives none' for c in engines_without('alignments'))})")
-        if overrides.get("alignments", "off") == "off" and aligns:
-            overrides["alignments"] = "hard"  # the tags are put back by the alignment (ONNX: between tags only)
-    if o.engine not in ENGINES:
-        raise MtkitError(f"--engine {o.engine}: expected one of {', '.join(ENGINES)}")
-    if o.precision not in PRECISIONS:
-        raise MtkitError(f"--precision {o.precision}: expected one of {', '.join(PRECISIONS)}")
-    if o.quantization is not None:
-        from mtkit.export.cache import check_quantization
+            raise MtkitError(f"--protect {shown(self.protect)}: not a regular expression ({e})") from None
 
-        check_quantization(o.engine, o.quantization)
-    buffer_size = DEFAULT_BUFFER_SIZE if o.buffer_size is None else o.buffer_size
-    if buffer_size < 1:
-        raise MtkitError(f"--buffer-size: must be >= 1, got {buffer_size}")
-    if o.threads < 0:
-        raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {o.threads}")
-    if o.attention_layer is not None and o.attention_png is None:
-        raise MtkitError("--attention-layer needs --attention-png")
-    if o.alignments_out is not None and overrides.get("alignments", "off") == "off":
-        overrides["alignments"] = "hard"
-    check_decode_flags(overrides)
-    aligning = overrides.get("alignments", "off") != "off"
-    if "alignment_layer" in overrides and not aligning:
-        raise MtkitError("--alignment-layer needs --alignments (or --alignment-threshold, --alignments-out)")
-    if aligning and output_format in ("tokens", "scores") and markup is None:
-        raise MtkitError(f"--alignments: word alignments go with --format text, nbest or json (or to "
-                         f"--alignments-out), not with --format {output_format}")
-    if aligning and not aligns:
-        raise MtkitError(f"--alignments needs --engine {either('alignments')} "
-                         f"({'; '.join(c.no_alignments_why for c in engines_without('alignments'))})")
-    qe = o.qe or o.qe_model is not None
-    if qe and output_format not in (None, "text", "json"):
-        raise MtkitError(f"--qe adds a column to --format text or a key to json, not to --format {output_format}")
-    if overrides.get("nbest", 1) > 1 and output_format not in (None, "nbest", "json"):
-        raise MtkitError(f"--nbest {overrides['nbest']} lists hypotheses with --format nbest or json; "
-                         f"--format {output_format} prints the best one only")
-    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    inputs = list(inputs) if inputs else ["-"]
+    def decoding(self) -> DecodeOptions:
+        """The decoding options with what the output implies: hard word alignments where markup or placeholders
+        are put back by them (the ONNX engine gives none: it translates between tags only) and for
+        ``--alignments-out``."""
+        implied = (self.markup is not None and self.aligns) or self.alignments_out is not None
+        if implied and self.decode.alignments in (None, "off"):
+            return self.decode.replace(alignments="hard")
+        return self.decode
+
+    def check(self) -> None:
+        """One error line, naming the flag, for the first setting out of its range or combination that cannot be
+        (the decoding options through :meth:`DecodeOptions.check`), in a fixed order: the format, the markup, the
+        engine and its settings, then the decoding options and what they go with."""
+        from mtkit.text.lines import OUTPUT_FORMATS
+        from mtkit.text.markup import MARKUPS
+
+        output_format, markup = self.output_format, self.markup
+        if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
+            raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
+        if self.protect is not None:
+            if output_format not in (None, "text"):
+                raise MtkitError(f"--protect takes placeholders out of plain text (--format text), not --format "
+                                 f"{output_format}")
+            self.protect_pattern()
+        if markup is not None:
+            # The alignment places the tags or placeholders; the output has no room for it (--alignments-out neither).
+            for flag, given in (("--alignments", self.decode.alignments == "hard"),
+                                ("--alignment-threshold", self.decode.alignments == "soft"),
+                                ("--alignments-out", self.alignments_out is not None), ("--qe", self.wants_qe),
+                                ("--attention-png", self.attention_png is not None),
+                                ("--nbest", (self.decode.nbest or 1) > 1)):
+                if given:
+                    what = ("--protect carries placeholders" if self.protect is not None
+                            else f"--format {markup} translates markup")
+                    raise MtkitError(f"{what}, a line of it per input line: drop {flag}")
+            if self.protect is not None and not self.aligns:
+                raise MtkitError(f"--protect needs word alignments: --engine {either('alignments')} "
+                                 f"({'; '.join(f'{c.title} gives none' for c in engines_without('alignments'))})")
+        if self.engine not in ENGINES:
+            raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
+        if self.precision not in PRECISIONS:
+            raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
+        if self.quantization is not None:
+            from mtkit.export.cache import check_quantization
+
+            check_quantization(self.engine, self.quantization)
+        if self.buffer_lines < 1:
+            raise MtkitError(f"--buffer-size: must be >= 1, got {self.buffer_lines}")
+        if self.threads < 0:
+            raise MtkitError(f"--threads: must be >= 0 (0: one per CPU other work leaves free), got {self.threads}")
+        if self.attention_layer is not None and self.attention_png is None:
+            raise MtkitError("--attention-layer needs --attention-png")
+        decode = self.decoding()
+        decode.check()
+        aligning = decode.alignments not in (None, "off")
+        if decode.alignment_layer is not None and not aligning:
+            raise MtkitError("--alignment-layer needs --alignments (or --alignment-threshold, --alignments-out)")
+        if aligning and output_format in ("tokens", "scores") and markup is None:
+            raise MtkitError(f"--alignments: word alignments go with --format text, nbest or json (or to "
+                             f"--alignments-out), not with --format {output_format}")
+        if aligning and not self.aligns:
+            raise MtkitError(f"--alignments needs --engine {either('alignments')} "
+                             f"({'; '.join(c.no_alignments_why for c in engines_without('alignments'))})")
+        if self.wants_qe and output_format not in (None, "text", "json"):
+            raise MtkitError(f"--qe adds a column to --format text or a key to json, not to --format {output_format}")
+        if (decode.nbest or 1) > 1 and output_format not in (None, "nbest", "json"):
+            raise MtkitError(f"--nbest {decode.nbest} lists hypotheses with --format nbest or json; "
+                             f"--format {output_format} prints the best one only")
+        if not CAPABILITIES[self.engine].attention_maps and self.attention_png is not None:
+            raise MtkitError(f"--attention-png needs --engine {either('attention_maps')}")
+
+
+def _check_files(inputs: list[str], o: TranslateOptions):
+    """The inputs, the constraint files and the outputs, checked before the model loads: the constraints read
+    (:func:`mtkit.text.phrases.read_constraint_options`), and closed standard streams refused."""
     for name in inputs:  # a named pipe (`<(...)`) is fine: only missing paths and directories are not
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             raise MtkitError(f"{name}: {'is a directory, expected a file' if Path(name).is_dir() else 'no such file'}")
-    per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine, bool(overrides.get("sampling")))
+    per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine, bool(o.decode.sampling))
     if per_line is not None:
         check_line_counts(per_line, "--constraints", o.constraints, _count_lines(inputs))
     _check_writable(o.output, "--output")
@@ -357,12 +368,50 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         from mtkit.io import standard_output
 
         standard_output()
-    interactive = "-" in inputs and sys.stdin.isatty()
-    if interactive:
-        buffer_size = 1
+    return per_line, terms
 
-    if not CAPABILITIES[o.engine].attention_maps and o.attention_png is not None:
-        raise MtkitError(f"--attention-png needs --engine {either('attention_maps')}")
+
+def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
+              options: TranslateOptions | None = None) -> None:
+    """Translate ``inputs`` (files, ``-`` for stdin; default stdin) with one checkpoint, an
+    ensemble of checkpoints, or (``engine='ctranslate2'``) an exported CTranslate2 directory.
+
+    ``constraints`` (JSON lines, one object per input line) and ``glossary`` (TSV) give phrases a
+    translation must (``include``, glossary terms) or must not (``exclude``) contain
+    (:mod:`mtkit.engines.constraints`); CTranslate2 takes only ``exclude``.
+
+    Args:
+        model_path: a checkpoint or run directory, a list of them (an ensemble), or the
+            directory written by ``mtkit export ctranslate2``.
+        inputs: files, ``-`` for stdin (default).
+        options: the rest (:class:`TranslateOptions`), one field each:
+        output: the file to write (temporary + rename); None: stdout.
+        decode: the decoding options (:class:`mtkit.config.DecodeOptions`: the flags), set on
+            ``decode_settings``; errors name the flags.
+        decode_settings: the decoding settings; None takes the (first) checkpoint's ``decode`` section
+            (for CTranslate2: the one exported with the model).
+        output_format: ``text`` | ``tokens`` | ``scores`` | ``nbest``; None: ``nbest`` when
+            ``decode.nbest`` > 1, else ``text``.
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+        precision: ``fp32`` | ``bf16`` | ``fp16`` (autocast for torch; the compute type for
+            CTranslate2, where ``fp32`` means the type the model was exported with).
+        buffer_size: lines read, sorted and batched together (default 1000; fewer when stdin
+            has no more ready); 1 writes each translation as soon as it is ready.
+        attention_png: write the cross-attention heatmap of the first non-empty input line there
+            (torch engine; the first model of an ensemble); ``attention_layer`` picks one layer.
+        threads: CPU threads for the engine (0: one per CPU other work leaves free, :mod:`mtkit.engines.threads`).
+        tgt_lang: the target language of a multilingual model (required when it has several).
+    """
+    o = options or TranslateOptions()
+    from mtkit.text.lines import format_translation
+
+    o.check()
+    output_format, markup, qe = o.output_format, o.markup, o.wants_qe
+    paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
+    inputs = list(inputs) if inputs else ["-"]
+    per_line, terms = _check_files(inputs, o)
+    interactive = "-" in inputs and sys.stdin.isatty()
+    buffer_size = 1 if interactive else o.buffer_lines
 
     def check_attention_layer(loaded: list) -> None:
         layers = loaded[0].model.cfg.decoder_layers
@@ -374,8 +423,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     # CTranslate2 export (--engine ctranslate2), then the engine; torch's threads as --threads asks.
     model = load_models(paths, LoadOptions(engine=o.engine, device=o.device, precision=o.precision,
                                            threads=o.threads, target=o.tgt_lang, any_target=False,
-                                           quantization=o.quantization, decode=o.decode, overrides=overrides,
-                                           check=check_attention_layer, qe_model=o.qe_model))
+                                           quantization=o.quantization, decode=o.decode_settings,
+                                           decode_options=o.decoding(), check=check_attention_layer,
+                                           qe_model=o.qe_model))
     translator, scorer = model.engine, model.qe
     first_model = translator.models[0] if o.engine == "torch" else None
 
@@ -397,8 +447,8 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if markup is not None:
         try:
             with _output_stream(o.output) as out:
-                done = _translate_markup(translator, _input_lines(inputs, out.flush), inputs, markup, out,
-                                         buffer_size, progress, protect, aligning=aligns)
+                done = _translate_markup(translator, _input_lines(inputs, out.flush), _input_name(inputs), out,
+                                         buffer_size, progress, o)
         except BrokenPipeError:
             if o.output is None:
                 discard_stdout()

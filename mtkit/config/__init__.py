@@ -15,6 +15,7 @@ from mtkit.config.loader import (
     save_config,
     saved_decode,
 )
+from mtkit.config.options import DecodeOptions, flag_name
 from mtkit.config.schema import (
     BOS_ID,
     DECODE_RANGES,
@@ -59,9 +60,9 @@ __all__ = [
     "BOS_ID", "DECODE_RANGES", "DEVICE_PATTERN", "EOS_ID", "FINITE_RULE", "LANGUAGE_CODE", "MAX_ALPHA",
     "MAX_BATCH_TOKENS", "MAX_BEAM", "MAX_LEN_A", "MAX_LENGTH", "MAX_VOCAB", "PAD_ID", "PRECISIONS", "PRESETS",
     "SHA256_PATTERN", "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config", "ConfigError", "CorpusConfig",
-    "DataConfig", "DecodeConfig", "DistillConfig", "EvalConfig", "ExpectedConfig", "FiltersConfig",
+    "DataConfig", "DecodeConfig", "DecodeOptions", "DistillConfig", "EvalConfig", "ExpectedConfig", "FiltersConfig",
     "GuidedAlignmentConfig", "LangIdFilter", "ModelConfig", "PairConfig", "Plain", "Precision", "SourceConfig",
     "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_finite", "config_from_dict",
-    "config_to_dict", "load_config", "override_section", "parse_override", "read_yaml", "save_config", "saved_decode",
-    "validate"
+    "config_to_dict", "flag_name", "load_config", "override_section", "parse_override", "read_yaml", "save_config",
+    "saved_decode", "validate"
 ]

@@ -103,12 +103,13 @@ def _ban_repeated_ngrams(lprobs: Tensor, history: Tensor, n: int) -> None:
 
 
 def finished_sentences(alive: list[int], finished: list[list[Hypothesis]], best_live: list[float],
-                       max_len: list[int], step: int, beam: int, nbest: int, alpha: float, penalty: str) -> list[int]:
+                       max_len: list[int], step: int, options: SearchOptions) -> list[int]:
     """The batch positions of beam search's live sentences that are done after ``step``: at their maximum
-    length, holding ``beam`` finished hypotheses, or holding ``nbest`` of which the best can no longer be
-    beaten (a live hypothesis's log-probability only falls, and its length penalty is at most that of
+    length, holding ``options.beam`` finished hypotheses, or holding ``options.nbest`` of which the best can no
+    longer be beaten (a live hypothesis's log-probability only falls, and its length penalty is at most that of
     the maximum length). ``alive`` maps batch positions to sentences, ``best_live`` gives each position's
     best live cumulative log-probability."""
+    beam, nbest, alpha, penalty = options.beam, options.nbest, options.alpha, options.length_penalty
     done = []
     for b, sent in enumerate(alive):
         fin = finished[sent]
@@ -374,8 +375,7 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
         # Which sentences are done? (a strategy may order candidates otherwise than by score: take the best)
         done = []
         if eos_hits or step >= min_max_len:
-            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, K,
-                                      nbest, o.alpha, o.length_penalty)
+            done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, o)
 
         history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
         cache = cache.reorder(rows)

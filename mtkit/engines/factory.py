@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mtkit.config import ConfigError, DecodeConfig, check_decode, check_finite
+from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.capabilities import CAPABILITIES, ENGINES
 from mtkit.engines.engine import EngineOptions
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
@@ -23,53 +23,6 @@ from mtkit.errors import MtkitError
 
 __all__ = ["ENGINES", "build_translator", "torch_engine"]
 stderr = logging.getLogger(__name__).info  # where the factory says things by default (the CLI prints them on stderr)
-
-_SAMPLING_ONLY = ("temperature", "top_k", "top_p", "epsilon")
-
-
-def flag_name(key: str) -> str:
-    """The command-line flag of a decode key: ``top_p`` -> ``--top-p``."""
-    return "--" + key.replace("_", "-")
-
-
-def _as_flags(message: str, overrides: dict) -> str:
-    """A config error's message naming the flags that were given: ``decode.nbest`` -> ``--nbest``."""
-    return re.sub(r"\bdecode\.(\w+)", lambda m: flag_name(m.group(1)) if m.group(1) in overrides else m.group(0),
-                  message)
-
-
-def check_decode_flags(overrides: dict) -> None:
-    """Raise :class:`MtkitError`, naming the flag, for a decoding flag out of its range (the config's rules,
-    :func:`mtkit.config.check_decode`), before any model loads; ``--nbest`` above the model's beam is
-    found once its settings are known (:func:`apply_decode_flags`)."""
-    for key, value in overrides.items():
-        if isinstance(value, float):
-            check_finite(flag_name(key), value)
-    try:
-        check_decode(overrides)
-    except ConfigError as e:
-        raise MtkitError(_as_flags(str(e), overrides)) from None
-
-
-def apply_decode_flags(decode: DecodeConfig, overrides: dict) -> DecodeConfig:
-    """``decode`` with the decoding flags set, through the config's own checks.
-
-    An error about a key that came from a flag names the flag (``--nbest: must be between 1
-    and --beam (4), got 5``), not the config key (``decode.nbest``); options that only shape
-    sampling need sampling on.
-    """
-    from mtkit.config import override_section
-
-    try:
-        decode = override_section(decode, "decode", overrides)
-    except MtkitError as e:
-        raise MtkitError(_as_flags(str(e), overrides)) from None
-    sampling_only = [key for key in _SAMPLING_ONLY if key in overrides]
-    if sampling_only and not decode.sampling:
-        raise MtkitError(f"{flag_name(sampling_only[0])} needs --sampling (it shapes sampling; search ignores it)")
-    if "mbr_comet_model" in overrides and decode.mbr != "comet":
-        raise MtkitError(f"{flag_name('mbr_comet_model')} needs --mbr comet (the model of its utility)")
-    return decode
 
 
 def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
@@ -125,7 +78,7 @@ class LoadOptions:
         parallel: batches translated at the same time from several threads (CTranslate2's ``inter_threads``).
         decode: the decoding settings (None: the (first) checkpoint's, or the exported ones; a function makes
             them from those).
-        overrides: the decoding flags set on top of ``decode`` (errors name the flags).
+        decode_options: the call's decoding options (the flags), set on top of ``decode`` (errors name the flags).
         check: called with the loaded checkpoints before anything is said (a caller's own checks).
         task: ``translate`` (the engine; forced decoding's scorer is derived once, on first
             :meth:`mtkit.api.Model.score`)
@@ -146,7 +99,7 @@ class LoadOptions:
     quantization: str | None = None
     parallel: int = 1
     decode: Any = None
-    overrides: Any = None
+    decode_options: DecodeOptions | None = None
     check: Callable[[list], None] | None = None
     task: str = "translate"
     batch_tokens: int | None = None
@@ -171,7 +124,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
     engine, device, precision, threads, decode = o.engine or "torch", o.device, o.precision, o.threads, o.decode
     tgt_lang, parallel, thread_policy = o.target, o.parallel, o.thread_policy
     any_target = o.any_target and o.target is None  # a target given is checked
-    overrides = dict(o.overrides or {})
+    overrides = o.decode_options or DecodeOptions()  # the flags, on top of the settings
     if engine == "ctranslate2":
         if len(paths) != 1:
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
@@ -179,7 +132,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
         from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine, exported_decode
 
-        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
+        decode = overrides.apply(_exported(decode, exported_decode, paths[0]))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
@@ -202,7 +155,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
             raise MtkitError("--engine onnx takes one folder written by mtkit export onnx")
         if device != "auto" and device not in CAPABILITIES[engine].devices:  # the CPU only
             raise MtkitError(f"--device {device}: the {CAPABILITIES[engine].title} engine runs on the CPU")
-        decode = apply_decode_flags(_exported(decode, exported_decode, paths[0]), overrides)
+        decode = overrides.apply(_exported(decode, exported_decode, paths[0]))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         why = None
@@ -258,7 +211,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         inspect(loaded)
     if callable(decode):
         decode = decode(loaded[0].config.decode)
-    decode = apply_decode_flags(decode or loaded[0].config.decode, overrides)
+    decode = overrides.apply(decode or loaded[0].config.decode)
     translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy)
     if not any_target:
         translator.vocab_for(tgt_lang)

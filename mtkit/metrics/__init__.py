@@ -9,6 +9,7 @@ from mtkit.metrics.scores import (
     BleuScore,
     BootstrapScore,
     ChrfScore,
+    MetricOptions,
     MetricScore,
     TerScore,
     load_pairs_refs,
@@ -19,7 +20,7 @@ from mtkit.metrics.testsets import _cached, load_testset
 from mtkit.metrics.tokenized import compound_split_tok, lc_tok, looks_lc_tok
 
 __all__ = [
-    "COMPOUND_NAME", "LC_TOK_NAME", "METRICS", "BleuScore", "BootstrapScore", "ChrfScore", "MetricScore",
-    "TerScore", "_cached", "compound_split_tok", "lc_tok", "load_pairs_refs", "load_testset", "looks_lc_tok",
-    "paired_bootstrap", "score",
+    "COMPOUND_NAME", "LC_TOK_NAME", "METRICS", "BleuScore", "BootstrapScore", "ChrfScore", "MetricOptions",
+    "MetricScore", "TerScore", "_cached", "compound_split_tok", "lc_tok", "load_pairs_refs", "load_testset",
+    "looks_lc_tok", "paired_bootstrap", "score",
 ]

@@ -14,13 +14,14 @@ The result is an :class:`Evaluation` of score objects; the commands turn it into
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mtkit.errors import MtkitError, counted
 from mtkit.io import STDIN_NAME, decode_line, read_lines, standard_input
 from mtkit.metrics.scores import (
     BootstrapScore,
+    MetricOptions,
     MetricScore,
     mean_score,
     paired_bootstrap,
@@ -75,11 +76,11 @@ def score_files(
     hyp_paths: Sequence[str | Path],
     ref_paths: Sequence[str | Path],
     metrics: Sequence[str],
-    chrf_plus: bool = False,
-    lc_tok: bool = False,
-    **options,
+    options: MetricOptions | None = None,
+    n_samples: int = 1000,
 ) -> Evaluation:
-    """Score hypothesis files against reference files (``-`` is stdin); ``options`` as :func:`score_lines`.
+    """Score hypothesis files against reference files (``-`` is stdin); ``options`` and ``n_samples`` as
+    :func:`score_lines` takes them.
 
     Args:
         hyp_paths: one hypothesis file, or several to compare (the first is the baseline).
@@ -90,20 +91,16 @@ def score_files(
     if not ref_paths:
         raise MtkitError("no reference file given: pass --ref FILE")
     named = read_named([*ref_paths, *hyp_paths])
-    return score_lines(named[len(ref_paths):], named[: len(ref_paths)], metrics, chrf_plus, lc_tok, **options)
+    return score_lines(named[len(ref_paths):], named[: len(ref_paths)], metrics, options, n_samples=n_samples)
 
 
 def score_lines(
     hyps: list[Named],
     refs: list[Named],
     metrics: Sequence[str],
-    chrf_plus: bool = False,
-    lc_tok: bool = False,
+    options: MetricOptions | None = None,
     *,
-    compound_split: bool = False,
-    lang: str | None = None,
     n_samples: int = 1000,
-    lowercase: bool = False,
     sources: list[str] | None = None,
     comet=None,
 ) -> Evaluation:
@@ -113,18 +110,20 @@ def score_lines(
         hyps: (label, lines) of one system, or of several to compare (the first is the baseline).
         refs: (label, lines) of one or more reference streams (several references per sentence).
         metrics: any of ``bleu``, ``chrf``, ``ter``.
-        chrf_plus: report chrF++ instead of chrF.
-        lc_tok: also report Multi30k-style lowercased tokenized BLEU (references raw or official lc-tok).
-        compound_split: also report legacy WMT14 tokenized BLEU with compound splitting.
-        lang: target language (``--lang``): Moses rules, and sacreBLEU's zh/ja/ko tokenizers as with
-            ``sacrebleu -l``; without it, tokenized BLEU infers the Moses language from the labels' file names.
+        options: how they are computed (:class:`~mtkit.metrics.scores.MetricOptions`): chrF++
+            (``chrf_plus``), also Multi30k-style lowercased tokenized BLEU (``lowercase_tok``; references raw or
+            official lc-tok), legacy WMT14 tokenized BLEU with compound splitting (``compound_split``), the
+            target language (``lang``, ``--lang``: Moses rules, and sacreBLEU's zh/ja/ko tokenizers as with
+            ``sacrebleu -l``; without it, tokenized BLEU infers the Moses language from the labels' file names),
+            case-insensitive BLEU and chrF (``lowercase``, as ``sacrebleu -lc``, e.g. for a model trained on
+            lowercased text).
         n_samples: bootstrap resamples for the paired test.
-        lowercase: case-insensitive BLEU and chrF (as ``sacrebleu -lc``), e.g. for a model trained
-            on lowercased text.
         sources: the source lines, for COMET.
         comet: a :class:`~mtkit.metrics.comet.CometScorer` for the metric ``comet`` (COMET after the others;
             with a reference-free model, ``refs`` may be empty when it is the only metric).
     """
+    options = options or MetricOptions()
+    lc_tok, compound_split, lang = options.lowercase_tok, options.compound_split, options.lang
     sacre = [m for m in metrics if m.lower() != "comet"]
     if len(sacre) < len(metrics) and comet is None:
         raise MtkitError("the metric comet needs a COMET model")
@@ -144,31 +143,22 @@ def score_lines(
         if not lines:
             raise MtkitError(f"{label}: empty file, nothing to score")
     if len(sacre) < len(metrics):
-        return _with_comet(score_lines(hyps, refs, sacre, chrf_plus, lc_tok, compound_split=compound_split,
-                                       lang=lang, n_samples=n_samples, lowercase=lowercase) if sacre else
+        return _with_comet(score_lines(hyps, refs, sacre, options, n_samples=n_samples) if sacre else
                            Evaluation(hyp_labels, ref_labels, len(hyp_lines[0]), [], None, n_samples),
                            hyp_lines, ref_lines, sources, comet)
-    moses_lang = None
-    if (lc_tok or compound_split) and lang is None:
+    moses_lang = options.moses_lang
+    if (lc_tok or compound_split) and lang is None and moses_lang is None:
         # Inferred only for the Moses rules: sacreBLEU's own tokenizer changes only on an explicit --lang.
         moses_lang = _infer_lang(ref_labels) or _infer_lang(hyp_labels)
         if moses_lang is None:
             raise MtkitError(
                 f"tokenized BLEU needs the target language and none can be read from {ref_labels[0]}: pass --lang"
             )
-    options = dict(
-        metrics=list(metrics),
-        chrf_plus=chrf_plus,
-        lowercase_tok=lc_tok,
-        compound_split=compound_split,
-        lang=lang,
-        moses_lang=moses_lang,
-        lowercase=lowercase,
-    )
-    results = score(hyp_lines[0], ref_lines, **options)
+    options = replace(options, moses_lang=moses_lang)
+    results = score(hyp_lines[0], ref_lines, list(metrics), options)
     paired = None
     if len(hyps) > 1:
-        paired = paired_bootstrap(list(zip(hyp_labels, hyp_lines)), ref_lines, n_samples=n_samples, **options)
+        paired = paired_bootstrap(list(zip(hyp_labels, hyp_lines)), ref_lines, list(metrics), options, n_samples)
     return Evaluation(hyp_labels, ref_labels, len(ref_lines[0]), results, paired, n_samples)
 
 

@@ -141,6 +141,31 @@ class BootstrapScore:
 
 
 @dataclass(frozen=True)
+class MetricOptions:
+    """How the metrics are computed (:func:`score`, :func:`paired_bootstrap`).
+
+    Attributes:
+        chrf_plus: chrF++ (word n-grams up to 2) instead of chrF.
+        lowercase_tok: add ``BLEU-lc-tok`` (Multi30k-style lowercased tokenized BLEU); needs ``lang``.
+        compound_split: add ``BLEU-tok-compound`` (legacy WMT14 en-de tokenized BLEU); needs ``lang``.
+        lang: target language code: the Moses rules of tokenized BLEU, and sacreBLEU's tokenizer for
+            zh/ja/ko (as ``sacrebleu -l xx-zh`` does; otherwise ``13a``, as ``sacrebleu`` without ``-l``).
+        moses_lang: the Moses rules only, leaving sacreBLEU's tokenizer at its default (overrides ``lang``).
+        refs_tokenized: for lc-tok, whether ``refs`` are already lc-tok (None: detect per stream).
+        lowercase: case-insensitive BLEU and chrF (``sacrebleu -lc --chrf-lowercase``; TER is case-insensitive
+            by default).
+    """
+
+    chrf_plus: bool = False
+    lowercase_tok: bool = False
+    compound_split: bool = False
+    lang: str | None = None
+    moses_lang: str | None = None
+    refs_tokenized: bool | None = None
+    lowercase: bool = False
+
+
+@dataclass(frozen=True)
 class _Job:
     """One metric to compute: the sacrebleu metric and how its inputs are prepared."""
 
@@ -165,18 +190,11 @@ def _check_shapes(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
         raise MtkitError("nothing to score: the hypotheses are empty")
 
 
-def _plan(
-    refs: list[list[str]],
-    metrics: Sequence[str],
-    chrf_plus: bool,
-    lowercase_tok: bool,
-    compound_split: bool,
-    lang: str | None,
-    moses_lang: str | None,
-    refs_tokenized: bool | None,
-    lowercase: bool = False,
-) -> list[_Job]:
+def _plan(refs: list[list[str]], metrics: Sequence[str], options: MetricOptions) -> list[_Job]:
     from sacrebleu.metrics import BLEU, CHRF, TER
+
+    chrf_plus, lowercase_tok, compound_split = options.chrf_plus, options.lowercase_tok, options.compound_split
+    lang, moses_lang, lowercase = options.lang, options.moses_lang, options.lowercase
 
     if not metrics:
         raise MtkitError(f"no metric given: choose from {', '.join(METRICS)}")
@@ -207,7 +225,8 @@ def _plan(
         assert tok_lang is not None
         tok_refs, origins = [], []
         for stream in refs:
-            given = refs_tokenized if refs_tokenized is not None else looks_lc_tok(stream, tok_lang)
+            given = (options.refs_tokenized if options.refs_tokenized is not None
+                     else looks_lc_tok(stream, tok_lang))
             tok_refs.append([line.strip() for line in stream] if given else [lc_tok(x, tok_lang) for x in stream])
             origins.append("given" if given else "lc.norm.tok")
         suffix = f"|pre:lc.norm.tok.{tok_lang}|refs:{'+'.join(origins)}|sacremoses:{version}"
@@ -262,13 +281,7 @@ def score(
     hyps: Sequence[str],
     refs: Sequence[Sequence[str]],
     metrics: Sequence[str] = METRICS,
-    chrf_plus: bool = False,
-    lowercase_tok: bool = False,
-    compound_split: bool = False,
-    lang: str | None = None,
-    moses_lang: str | None = None,
-    refs_tokenized: bool | None = None,
-    lowercase: bool = False,
+    options: MetricOptions | None = None,
 ) -> list[MetricScore]:
     """Score detokenized hypotheses against raw references.
 
@@ -276,15 +289,7 @@ def score(
         hyps: N hypothesis lines (empty lines are fine).
         refs: reference streams, each of N lines (``refs[k][i]``: k-th reference of sentence i).
         metrics: any of ``bleu``, ``chrf``, ``ter``, in the order to report them.
-        chrf_plus: chrF++ (word n-grams up to 2) instead of chrF.
-        lowercase_tok: add ``BLEU-lc-tok`` (Multi30k-style lowercased tokenized BLEU); needs ``lang``.
-        compound_split: add ``BLEU-tok-compound`` (legacy WMT14 en-de tokenized BLEU); needs ``lang``.
-        lang: target language code: the Moses rules of tokenized BLEU, and sacreBLEU's tokenizer for
-            zh/ja/ko (as ``sacrebleu -l xx-zh`` does; otherwise ``13a``, as ``sacrebleu`` without ``-l``).
-        moses_lang: the Moses rules only, leaving sacreBLEU's tokenizer at its default (overrides ``lang``).
-        refs_tokenized: for lc-tok, whether ``refs`` are already lc-tok (None: detect per stream).
-        lowercase: case-insensitive BLEU and chrF (``sacrebleu -lc --chrf-lowercase``; TER is case-insensitive
-            by default).
+        options: how they are computed (:class:`MetricOptions`: chrF++, tokenized BLEU, the language, case).
 
     Returns:
         One result per metric, in order, the tokenized BLEU variants last.
@@ -293,8 +298,7 @@ def score(
     refs = [list(stream) for stream in refs]
     _check_shapes(hyps, refs)
     results = []
-    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized,
-                     lowercase):
+    for job in _plan(refs, metrics, options or MetricOptions()):
         metric = _build(job)
         sb_score = metric.corpus_score(job.prepare_hyps(hyps), job.refs)
         results.append(_to_result(job.name, sb_score, metric.get_signature().format() + job.signature_suffix))
@@ -305,16 +309,11 @@ def paired_bootstrap(
     systems: Sequence[tuple[str, Sequence[str]]],
     refs: Sequence[Sequence[str]],
     metrics: Sequence[str] = METRICS,
-    chrf_plus: bool = False,
-    lowercase_tok: bool = False,
-    compound_split: bool = False,
-    lang: str | None = None,
-    moses_lang: str | None = None,
-    refs_tokenized: bool | None = None,
+    options: MetricOptions | None = None,
     n_samples: int = 1000,
-    lowercase: bool = False,
 ) -> list[list[BootstrapScore]]:
-    """Paired bootstrap resampling (Koehn, 2004) with sacrebleu's ``PairedTest(test_type='bs')``.
+    """Paired bootstrap resampling (Koehn, 2004) with sacrebleu's ``PairedTest(test_type='bs')``; ``options``
+    as :func:`score` takes them.
 
     The first system is the baseline; every other system gets a p-value for the
     difference to it. The RNG seed is sacrebleu's (``SACREBLEU_SEED``, default
@@ -335,8 +334,7 @@ def paired_bootstrap(
         _check_shapes(list(hyps), refs)
 
     table: list[list[BootstrapScore]] = [[] for _ in systems]
-    for job in _plan(refs, metrics, chrf_plus, lowercase_tok, compound_split, lang, moses_lang, refs_tokenized,
-                     lowercase):
+    for job in _plan(refs, metrics, options or MetricOptions()):
         metric = _build(job)
         named = [(name, job.prepare_hyps(list(hyps))) for name, hyps in systems]
         test = PairedTest(named, {"m": metric}, references=job.refs, test_type="bs", n_samples=n_samples)

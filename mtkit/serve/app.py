@@ -45,6 +45,7 @@ from typing import Any
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
 from pydantic import ValidationError
 
+from mtkit.config import DecodeOptions
 from mtkit.serve import libretranslate as lt
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (
@@ -218,8 +219,8 @@ def libretranslate_router(service: Service):
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
         nbest = alternatives + 1 if alternatives and text_format == "text" else 1  # LibreTranslate: none for html
-        decode = service.decode_for(model, {"nbest": nbest if nbest > 1 else None,
-                                            "alignments": "hard" if aligns(model, text_format) else None})
+        decode = service.decode_for(model, DecodeOptions(nbest=nbest if nbest > 1 else None,
+                                                         alignments="hard" if aligns(model, text_format) else None))
         all_lines = [line for lines in per_item for line in lines]
         results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
 
@@ -348,9 +349,7 @@ def mtkit_router(service: Service):
         service.check_size([[item] for item in items])
         if req.alignments and not model.translator.gives_alignments:
             raise ApiError(400, f"model {model.name}: its engine ({model.engine}) gives no alignments")
-        decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha,
-                                            "length_penalty": req.length_penalty, "nbest": req.nbest,
-                                            "alignments": "hard" if req.alignments else None})
+        decode = service.decode_for(model, req.decode_options(aligned=req.alignments))
         constraints = service.constraints_for(model, items, request_constraints(req, len(items)),
                                               request_glossary(req))
         results = await service.translate(model, items, decode, constraints)
@@ -378,9 +377,7 @@ def mtkit_router(service: Service):
                                 "with format text")
         parsed = await asyncio.to_thread(markup_items, items, req.format, model, "text", isinstance(req.text, str))
         service.check_size([lines for lines, _ in parsed])
-        decode = service.decode_for(model, {"beam": req.beam, "alpha": req.alpha, "length_penalty": req.length_penalty,
-                                            "nbest": req.nbest,
-                                            "alignments": "hard" if aligns(model, req.format) else None})
+        decode = service.decode_for(model, req.decode_options(aligned=aligns(model, req.format)))
         lines = [line for found, _ in parsed for line in found]
         results = await service.translate(model, lines, decode, None) if lines else []
         quality = await service.quality(results)

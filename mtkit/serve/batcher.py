@@ -71,6 +71,29 @@ class Job:
     constraints: list[Constraints | None] | None = None  # per line (None: no line has any)
 
 
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How a :class:`Batcher` queues and merges jobs.
+
+    Attributes:
+        max_queue: jobs waiting at most (beyond it :meth:`Batcher.submit` raises :class:`QueueFull`).
+        max_wait: seconds a job waits for others to join it.
+        batch_tokens: source tokens merged into one decoding call at most (None: the model's
+            ``decode.batch_tokens``).
+        threads: decoding threads (batches decoded at the same time).
+        decode_timeout: seconds after its arrival at which a job is stopped (None: never).
+        stall_after: seconds after which a batch still decoding, or the oldest queued job with no batch
+            finished meanwhile, means the queue is not moving (None: never; see :meth:`Batcher.moving`).
+    """
+
+    max_queue: int = 256
+    max_wait: float = 0.0
+    batch_tokens: int | None = None
+    threads: int = 1
+    decode_timeout: float | None = None
+    stall_after: float | None = None
+
+
 @dataclass
 class BatchStats:
     """What one decoding call did, for the metrics."""
@@ -87,33 +110,26 @@ class Batcher:
 
     Args:
         model: the served model.
-        max_queue: jobs waiting at most (beyond it :meth:`submit` raises :class:`QueueFull`).
-        max_wait: seconds a job waits for others to join it.
-        batch_tokens: source tokens merged into one decoding call at most (None: the model's
-            ``decode.batch_tokens``).
+        policy: how jobs are queued and merged (:class:`BatchPolicy`).
         on_batch: called with a :class:`BatchStats` after each decoding call.
         on_queue: called with the queue length whenever it changes.
-        threads: decoding threads (batches decoded at the same time).
-        decode_timeout: seconds after its arrival at which a job is stopped (None: never).
-        stall_after: seconds after which a batch still decoding, or the oldest queued job with no batch
-            finished meanwhile, means the queue is not moving (None: never; see :meth:`moving`).
         clock: the time in seconds (``time.monotonic``; tests give their own).
     """
 
-    def __init__(self, model: ServedModel, max_queue: int = 256, max_wait: float = 0.0,
-                 batch_tokens: int | None = None, on_batch: Callable[[BatchStats], None] | None = None,
-                 on_queue: Callable[[int], None] | None = None, threads: int = 1,
-                 decode_timeout: float | None = None, stall_after: float | None = None,
+    def __init__(self, model: ServedModel, policy: BatchPolicy | None = None,
+                 on_batch: Callable[[BatchStats], None] | None = None, on_queue: Callable[[int], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        policy = policy or BatchPolicy()
+        threads = policy.threads
         self.model = model
-        self.decode_timeout = decode_timeout
-        self.stall_after = stall_after
+        self.decode_timeout = policy.decode_timeout
+        self.stall_after = policy.stall_after
         self.clock = clock
         self._busy: dict[int, float] = {}  # decoding thread -> when it took its batch
         self._last_done = clock()  # when a batch last finished (or stopped)
-        self.max_queue = max_queue
-        self.max_wait = max_wait
-        self.batch_tokens = batch_tokens or model.decode.batch_tokens
+        self.max_queue = policy.max_queue
+        self.max_wait = policy.max_wait
+        self.batch_tokens = policy.batch_tokens or model.decode.batch_tokens
         self.on_batch = on_batch or (lambda stats: None)
         self.on_queue = on_queue or (lambda n: None)
         self._pending: deque[Job] = deque()

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mtkit.config import DecodeOptions
 from mtkit.engines.constraints import Constraints
 from mtkit.errors import MtkitError
 from mtkit.text.glossary import Glossary
@@ -79,6 +80,12 @@ class NativeRequest(BaseModel):
                             "own tags placed, qe the sentences' mean; no alignments, constraints or glossary.")
     alignments: bool = Field(False, description="With format text: each hypothesis's word alignment, [source word, "
                                                 "target word] pairs, 0-based, words split at whitespace.")
+
+    def decode_options(self, aligned: bool) -> DecodeOptions:
+        """The request's decoding fields as the options of its call (unset: the model's own); ``aligned``:
+        with hard word alignments (asked for, or to put back the tags of markup)."""
+        return DecodeOptions(beam=self.beam, alpha=self.alpha, length_penalty=self.length_penalty, nbest=self.nbest,
+                             alignments="hard" if aligned else None)
 
 
 class Hypothesis(BaseModel):

@@ -13,11 +13,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from mtkit.config import DecodeConfig, override_section
+from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import MtkitError
-from mtkit.serve.batcher import Batcher, QueueFull
+from mtkit.serve.batcher import Batcher, BatchPolicy, QueueFull
 from mtkit.serve.metrics import Metrics
 from mtkit.serve.models import ServedModel
 from mtkit.serve.schemas import ApiError
@@ -65,12 +65,11 @@ class Service:
         self.api_keys = api_keys
         self.glossary = glossary
         self.metrics = Metrics()
+        policy = BatchPolicy(limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens, limits.decoding_threads,
+                             limits.decode_timeout, stall_after=2 * limits.decode_timeout)
         self.batchers = {
-            m.name: Batcher(m, limits.max_queue, limits.max_wait_ms / 1000, limits.batch_tokens,
-                            on_batch=self.metrics.batch_done,
-                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n),
-                            threads=limits.decoding_threads, decode_timeout=limits.decode_timeout,
-                            stall_after=2 * limits.decode_timeout)
+            m.name: Batcher(m, policy, on_batch=self.metrics.batch_done,
+                            on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n))
             for m in models
         }
         self.ready = False
@@ -166,18 +165,16 @@ class Service:
             raise ApiError(400, f"give target: this server translates {self.pairs()}")
         return found[0]
 
-    def decode_for(self, model: ServedModel, changes: dict) -> DecodeConfig:
-        """The model's decode settings with a request's changes, through the config's own checks."""
-        changes = {k: v for k, v in changes.items() if v is not None}
-        if "nbest" in changes and "beam" not in changes:  # a longer n-best list widens the model's beam
-            changes["beam"] = max(changes["nbest"], model.decode.beam)
-        beam = changes.get("beam", model.decode.beam)
+    def decode_for(self, model: ServedModel, options: DecodeOptions) -> DecodeConfig:
+        """The model's decode settings with a request's options, through the config's own checks (a 400 naming
+        the field)."""
+        if options.nbest is not None and options.beam is None:  # a longer n-best list widens the model's beam
+            options = options.replace(beam=max(options.nbest, model.decode.beam))
+        beam = model.decode.beam if options.beam is None else options.beam
         if beam > self.limits.max_beam:
             raise ApiError(400, f"beam must be at most {self.limits.max_beam} on this server, got {beam}")
-        if not changes:
-            return model.decode
         try:
-            return override_section(model.decode, "decode", changes)
+            return options.set_on(model.decode)
         except MtkitError as e:
             raise ApiError(400, str(e).replace("decode.", "")) from None
 

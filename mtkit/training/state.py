@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,10 +31,20 @@ class Counters:
     length_growth: tuple[float, float] = field(default=(1.0, 1.0))
 
 
-def checkpoint_payload(config: Config, model: torch.nn.Module, optimizer, scaler, vocab, data_fingerprint: str | None,
-                       position: SamplerState, counters: Counters, ema=None) -> dict:
-    """Everything a run needs to continue exactly, and inference to translate, in one dict; ``ema``: the
-    run's :class:`mtkit.training.ema.ExponentialMovingAverage`, if it keeps one."""
+@dataclass(frozen=True)
+class Updaters:
+    """What updates a run's weights, whose state a checkpoint keeps: the optimizer, the gradient scaler and
+    the run's :class:`mtkit.training.ema.ExponentialMovingAverage` (None: it keeps none)."""
+
+    optimizer: Any
+    scaler: Any
+    ema: Any = None
+
+
+def checkpoint_payload(config: Config, model: torch.nn.Module, updaters: Updaters, vocab,
+                       data_fingerprint: str | None, position: SamplerState, counters: Counters) -> dict:
+    """Everything a run needs to continue exactly, and inference to translate, in one dict."""
+    optimizer, scaler, ema = updaters.optimizer, updaters.scaler, updaters.ema
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()

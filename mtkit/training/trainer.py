@@ -19,7 +19,7 @@ import math
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -67,8 +67,8 @@ from mtkit.training.run_dir import (
     remove_partial_saves,
     select_device,
 )
-from mtkit.training.state import Counters, check_resumable, checkpoint_payload, restore, start_from
-from mtkit.training.validation import validation_bleus, validation_losses
+from mtkit.training.state import Counters, Updaters, check_resumable, checkpoint_payload, restore, start_from
+from mtkit.training.validation import Scoring, validation_bleus, validation_losses
 
 
 @dataclass
@@ -261,8 +261,8 @@ class Trainer:
 
     def state_dict(self, position: SamplerState) -> dict:
         counters = Counters(self.step, self.elapsed, self.best, self.bad_validations, self.length_growth)
-        return checkpoint_payload(self.config, self.model, self.optimizer, self.scaler, self.vocab,
-                                  self.data_fingerprint, position, counters, self.ema)
+        return checkpoint_payload(self.config, self.model, Updaters(self.optimizer, self.scaler, self.ema), self.vocab,
+                                  self.data_fingerprint, position, counters)
 
     def load_state_dict(self, ckpt: dict, path: Path | None = None) -> None:
         """Continue from ``ckpt`` (read from ``path``, by default the run's last.pt), checked first."""
@@ -337,14 +337,14 @@ class Trainer:
         the same values (the loss over the whole set, BLEU gathered), so that early-stopping decisions agree."""
         self.model.eval()
         pairs = [p for p in self.pairs if p.segment("valid") is not None]
-        rank, world = self.dist.rank, self.dist.world_size
         record = validation_losses(self.criterion, self.valid_store, pairs, max_tokens=self.cfg.max_tokens,
                                    tagged_targets=self.tagged_targets, precision=self.cfg.precision,
-                                   device=self.device, rank=rank, world_size=world)
+                                   device=self.device, dist=self.dist)
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
-            record.update(validation_bleus(self.model, self.vocab, self.data_dir, self.config.decode,
-                                           self.cfg.bleu_beam, self.device, pairs, self.config.data.tag_side,
-                                           rank, world, self.cfg.valid_metrics, self.comet))
+            decode = replace(self.config.decode, beam=self.cfg.bleu_beam)
+            record.update(validation_bleus(self.model, self.vocab, self.data_dir, decode, self.device, pairs,
+                                           self.config.data.tag_side,
+                                           Scoring(self.cfg.valid_metrics, self.comet, self.dist)))
         return record
 
     def is_better(self, record: dict) -> bool | None:

@@ -4,41 +4,61 @@ per pair for a multilingual run."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from mtkit.api import from_model
 from mtkit.config import DecodeConfig
 from mtkit.io import read_lines
+from mtkit.training.distributed import DistContext
 
 
-def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device,
-                    rank: int = 0, world_size: int = 1, lines: tuple[int, int] | None = None) -> float:
+@dataclass(frozen=True)
+class Scoring:
+    """What validation scores its translations with, and which of them this process takes.
+
+    Attributes:
+        metrics: ``bleu`` (always), ``chrf``: detokenized sacreBLEU, cased, or case-insensitive when the
+            target vocabulary lowercases (``data.spm.lowercase``); ``comet``: the mean COMET of ``comet``.
+        comet: a :class:`~mtkit.metrics.comet.CometScorer`, with ``comet`` in ``metrics``.
+        dist: with several ranks, each translates (and COMET-scores) every ``world_size``-th sentence from
+            ``rank`` on, and what they found is gathered so that every rank scores the whole set (and gets the
+            same figures).
+    """
+
+    metrics: tuple[str, ...] = ("bleu",)
+    comet: Any = None
+    dist: DistContext = field(default_factory=DistContext)
+
+
+def validation_bleu(model, vocab, data_dir: Path, decode: DecodeConfig, device, scoring: Scoring | None = None,
+                    lines: tuple[int, int] | None = None) -> float:
     """Detokenized sacreBLEU of ``model`` on ``data_dir``'s valid split (:func:`validation_scores`)."""
-    return validation_scores(model, vocab, data_dir, decode, beam, device, rank, world_size, lines)["bleu"]
+    return validation_scores(model, vocab, data_dir, decode, device, lines, scoring)["bleu"]
 
 
-def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device,
-                      rank: int = 0, world_size: int = 1, lines: tuple[int, int] | None = None,
-                      metrics: tuple[str, ...] = ("bleu",), comet=None) -> dict[str, float]:
-    """The ``metrics`` (``bleu``, ``chrf``: detokenized sacreBLEU, cased, or case-insensitive when the
-    target vocabulary lowercases, ``data.spm.lowercase``; ``comet``: the mean COMET of ``comet``, a
-    :class:`~mtkit.metrics.comet.CometScorer`) of ``model``'s translations of ``data_dir``'s valid split
-    (``valid.{src,tgt}.txt``), by name.
+def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, device,
+                      lines: tuple[int, int] | None = None, scoring: Scoring | None = None) -> dict[str, float]:
+    """The metrics of ``scoring`` (:class:`Scoring`: BLEU by default) of ``model``'s translations of
+    ``data_dir``'s valid split (``valid.{src,tgt}.txt``), by name, translated with ``decode`` (its beam; one
+    hypothesis each).
 
-    With several ranks each translates (and COMET-scores) every ``world_size``-th sentence from ``rank`` on,
-    and what they found is gathered so that every rank scores the whole set (and gets the same figures).
     ``lines``: (start, end) of one pair's segment of a multilingual set (``vocab`` then leads each source
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
     import sacrebleu
 
     from mtkit.training.distributed import all_gather_objects
 
+    scoring = scoring or Scoring()
+    metrics, comet = scoring.metrics, scoring.comet
+    rank, world_size = scoring.dist.rank, scoring.dist.world_size
+
     sources = list(read_lines(Path(data_dir) / "valid.src.txt"))
     references = list(read_lines(Path(data_dir) / "valid.tgt.txt"))
     if lines is not None:
         sources, references = sources[lines[0] : lines[1]], references[lines[0] : lines[1]]
-    translator = from_model(model, vocab, replace(decode, beam=beam, nbest=1), str(device)).engine
+    translator = from_model(model, vocab, replace(decode, nbest=1), str(device)).engine
     mine = translator.translate_text(sources[rank::world_size])
     segments = (comet.score(sources[rank::world_size], mine, references[rank::world_size], progress=False)
                 if "comet" in metrics else [])
@@ -55,10 +75,10 @@ def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, beam: 
 
 
 def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_targets: bool, precision: str,
-                      device, rank: int = 0, world_size: int = 1) -> dict:
+                      device, dist: DistContext | None = None) -> dict:
     """Loss, NLL and perplexity per target token of ``criterion`` (model + loss) on the validation
-    ``store``; each rank takes every world_size-th batch and the sums are all-reduced, so every rank gets
-    the same values. A multilingual run (``pairs``: those with a validation segment) gets them per pair
+    ``store``; each rank (``dist``) takes every world_size-th batch and the sums are all-reduced, so every rank
+    gets the same values. A multilingual run (``pairs``: those with a validation segment) gets them per pair
     (``valid_loss/en-de`` …) and as ``valid_loss`` / ``valid_nll`` the mean over the pairs, each pair
     counting once whatever its size (``valid_ppl``: the perplexity of that mean NLL)."""
     import numpy as np
@@ -69,6 +89,7 @@ def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_
     from mtkit.training.batching import collate, make_batches
     from mtkit.training.loss import perplexity
 
+    rank, world_size = (dist or DistContext()).rank, (dist or DistContext()).world_size
     segments = [pair.segment("valid") for pair in pairs] if pairs else [(0, len(store))]
     sums: list[float] = []
     with torch.no_grad():
@@ -103,23 +124,23 @@ def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_
             **record}
 
 
-def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, beam: int, device, pairs: list,
-                     tag_side: str, rank: int = 0, world_size: int = 1, metrics: tuple[str, ...] = ("bleu",),
-                     comet=None) -> dict:
-    """``valid_bleu`` (and ``valid_chrf``, ``valid_comet`` when ``metrics`` has them: :func:`validation_scores`);
+def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, device, pairs: list, tag_side: str,
+                     scoring: Scoring | None = None) -> dict:
+    """``valid_bleu`` (and ``valid_chrf``, ``valid_comet`` when ``scoring`` has them: :func:`validation_scores`);
     for a multilingual run (``pairs``: those with a validation segment) per pair (``valid_bleu/en-de`` …), its
     sources led by the pair's tag, and their mean as ``valid_bleu``."""
+    scoring = scoring or Scoring()
     if not pairs:
-        found = validation_scores(model, vocab, data_dir, decode, beam, device, rank, world_size, None, metrics, comet)
+        found = validation_scores(model, vocab, data_dir, decode, device, None, scoring)
         return {f"valid_{name}": value for name, value in found.items()}
     from mtkit.data.languages import TaggedVocab
 
     record: dict = {}
     for pair in pairs:
         start, count = pair.segment("valid")
-        found = validation_scores(model, TaggedVocab(vocab, pair.pair.tgt_lang, tag_side), data_dir, decode, beam,
-                                  device, rank, world_size, (start, start + count), metrics, comet)
+        found = validation_scores(model, TaggedVocab(vocab, pair.pair.tgt_lang, tag_side), data_dir, decode, device,
+                                  (start, start + count), scoring)
         record.update({f"valid_{name}/{pair.pair.name}": value for name, value in found.items()})
     means = {f"valid_{name}": sum(v for k, v in record.items() if k.startswith(f"valid_{name}/")) / len(pairs)
-             for name in metrics}
+             for name in scoring.metrics}
     return {**means, **record}

@@ -14,7 +14,9 @@ import pytest
 
 import mtkit
 from mtkit.commands.evaluate import SCHEMA_VERSION, evaluate_files
+from mtkit.config import DecodeOptions
 from mtkit.errors import MtkitError
+from mtkit.metrics import MetricOptions
 
 REFS = [
     "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -68,7 +70,8 @@ def _sacrebleu_cli(refs: list[Path], hyp: Path, *extra: str) -> list[dict]:
 @pytest.mark.parametrize("chrf_plus", [False, True])
 def test_scores_equal_the_sacrebleu_command_line(files, n_refs, chrf_plus):
     refs = [files["ref"], files["ref2"]][:n_refs]
-    ours = json.loads(evaluate_files([files["hyp"]], refs, ["bleu", "chrf", "ter"], chrf_plus, False, True))
+    ours = json.loads(evaluate_files([files["hyp"]], refs, ["bleu", "chrf", "ter"],
+                                     MetricOptions(chrf_plus=chrf_plus), True))
     theirs = _sacrebleu_cli(refs, files["hyp"], *(["--chrf-word-order", "2"] if chrf_plus else []))
     assert [s["metric"] for s in ours["scores"]] == [t["name"] for t in theirs]
     for mine, cli in zip(ours["scores"], theirs):
@@ -81,14 +84,14 @@ def test_scores_equal_the_sacrebleu_command_line(files, n_refs, chrf_plus):
 
 
 def test_lowercase_scores_equal_sacrebleu_lc(files):
-    ours = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], False, False, True,
-                                     lowercase=True))
+    ours = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"],
+                                     MetricOptions(lowercase=True), True))
     theirs = _sacrebleu_cli([files["ref"]], files["hyp"], "-lc", "--chrf-lowercase")
     for mine, cli in zip(ours["scores"], theirs):
         assert round(mine["score"], 4) == pytest.approx(cli["score"], abs=1e-9)
         assert mine["signature"] == cli["signature"]
     assert "case:lc" in ours["scores"][0]["signature"]
-    cased = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, False, True))["scores"][0]
+    cased = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], MetricOptions(), True))["scores"][0]
     assert "case:mixed" in cased["signature"]
 
 
@@ -137,7 +140,7 @@ def _check_document(doc: dict) -> None:
 
 def test_json_follows_the_documented_schema(files):
     doc = json.loads(evaluate_files([files["hyp"]], [files["ref"], files["ref2"]], ["bleu", "chrf", "ter"],
-                                    False, True, True))
+                                    MetricOptions(lowercase_tok=True), True))
     _check_document(doc)
     assert doc["hyp"] == str(files["hyp"]) and doc["refs"] == [str(files["ref"]), str(files["ref2"])]
     assert doc["n_sentences"] == len(HYPS) and doc["paired_test"] is None
@@ -146,8 +149,8 @@ def test_json_follows_the_documented_schema(files):
 
 def test_paired_bootstrap_on_two_hypothesis_files(files, tmp_path):
     other = _write(tmp_path / "other.de", REFS2)
-    doc = json.loads(evaluate_files([files["hyp"], other], [files["ref"]], ["bleu", "chrf"], False, False, True,
-                                    n_samples=200))
+    doc = json.loads(evaluate_files([files["hyp"], other], [files["ref"]], ["bleu", "chrf"],
+                                    MetricOptions(), True, n_samples=200))
     _check_document(doc)
     systems = doc["paired_test"]["systems"]
     assert [s["hyp"] for s in systems] == [str(files["hyp"]), str(other)]
@@ -155,12 +158,13 @@ def test_paired_bootstrap_on_two_hypothesis_files(files, tmp_path):
     assert baseline["p_value"] is None and 0.0 <= candidate["p_value"] <= 1.0
     assert baseline["ci95"] >= 0 and candidate["ci95"] >= 0
     assert baseline["score"] == pytest.approx(doc["scores"][0]["score"])
-    table = evaluate_files([files["hyp"], other], [files["ref"]], ["bleu"], False, False, False, n_samples=100)
+    table = evaluate_files([files["hyp"], other], [files["ref"]], ["bleu"], MetricOptions(), False, n_samples=100)
     assert "p=" in table and "95% CI" in table and "bs:100" in table
 
 
 def test_table_lists_scores_and_signatures(files):
-    table = evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], True, False, False)
+    table = evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"],
+                           MetricOptions(chrf_plus=True), False)
     lines = table.splitlines()
     assert any(line.startswith("BLEU ") and "BP" in line for line in lines)
     assert any(line.startswith("chrF2++") for line in lines) and any(line.startswith("TER") for line in lines)
@@ -170,7 +174,7 @@ def test_table_lists_scores_and_signatures(files):
 def test_line_count_mismatch_names_both_files_and_counts(files, tmp_path):
     short = _write(tmp_path / "short.de", REFS[:4])
     with pytest.raises(MtkitError) as error:
-        evaluate_files([files["hyp"]], [short], ["bleu"], False, False, False)
+        evaluate_files([files["hyp"]], [short], ["bleu"], MetricOptions(), False)
     message = str(error.value)
     assert str(files["hyp"]) in message and str(short) in message and "6 lines" in message and "has 4" in message
     assert "\n" not in message
@@ -180,7 +184,7 @@ def test_line_count_mismatch_names_both_files_and_counts(files, tmp_path):
 def test_an_empty_metrics_list_is_a_one_line_error(files, metrics):
     """`--metrics ''` and `--metrics ,` once ended in a ValueError traceback (max() of no results)."""
     with pytest.raises(MtkitError, match="^no metric given: choose from bleu, chrf, ter$"):
-        evaluate_files([files["hyp"]], [files["ref"]], [], False, False, False)
+        evaluate_files([files["hyp"]], [files["ref"]], [], MetricOptions(), False)
     result = subprocess.run([sys.executable, "-m", "mtkit", "evaluate", "--hyp", str(files["hyp"]), "--ref",
                              str(files["ref"]), "--metrics", metrics], capture_output=True, text=True,
                             env={**os.environ, "MTKIT_DEBUG": ""}, check=False)
@@ -194,18 +198,18 @@ def test_gzipped_input_and_missing_file(files, tmp_path):
     gz = tmp_path / "hyp.de.gz"
     with gzip.open(gz, "wt", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in HYPS))
-    plain = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, False, True))
-    zipped = json.loads(evaluate_files([gz], [files["ref"]], ["bleu"], False, False, True))
+    plain = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], MetricOptions(), True))
+    zipped = json.loads(evaluate_files([gz], [files["ref"]], ["bleu"], MetricOptions(), True))
     assert zipped["scores"] == plain["scores"]
     with pytest.raises(MtkitError, match="no such file"):
-        evaluate_files([tmp_path / "missing.de"], [files["ref"]], ["bleu"], False, False, False)
+        evaluate_files([tmp_path / "missing.de"], [files["ref"]], ["bleu"], MetricOptions(), False)
 
 
 def test_lc_tok_needs_a_language(tmp_path):
     hyp, ref = _write(tmp_path / "hyp.txt", ["a b"]), _write(tmp_path / "ref.txt", ["a b"])
     with pytest.raises(MtkitError, match="--lang"):
-        evaluate_files([hyp], [ref], ["bleu"], False, True, False)
-    doc = json.loads(evaluate_files([hyp], [ref], ["bleu"], False, True, True, lang="en"))
+        evaluate_files([hyp], [ref], ["bleu"], MetricOptions(lowercase_tok=True), False)
+    doc = json.loads(evaluate_files([hyp], [ref], ["bleu"], MetricOptions(lowercase_tok=True, lang="en"), True))
     assert doc["scores"][-1]["metric"] == "BLEU-lc-tok"
 
 
@@ -214,7 +218,8 @@ def test_lc_tok_against_the_official_multi30k_file():
     raw, official = root / "test_2016_flickr.de", root / "tok/test_2016_flickr.lc.norm.tok.de"
     if not official.exists():
         pytest.skip(f"Multi30k test files not found under {root} (set MTKIT_MULTI30K)")
-    doc = json.loads(evaluate_files([raw], [official], ["bleu"], False, True, True))  # lang "de" from the name
+    doc = json.loads(evaluate_files([raw], [official], ["bleu"],
+                                    MetricOptions(lowercase_tok=True), True))  # lang "de" from the name
     lctok = doc["scores"][-1]
     assert lctok["metric"] == "BLEU-lc-tok" and lctok["score"] == pytest.approx(100.0)
     assert "refs:given" in lctok["signature"]  # the official file is used as it is, not tokenized twice
@@ -223,7 +228,7 @@ def test_lc_tok_against_the_official_multi30k_file():
 def test_empty_files_are_a_user_error(tmp_path):
     empty_hyp, empty_ref = _write(tmp_path / "hyp.de", []), _write(tmp_path / "ref.de", [])
     with pytest.raises(MtkitError, match="ref.de: empty file"):
-        evaluate_files([empty_hyp], [empty_ref], ["bleu"], False, False, False)
+        evaluate_files([empty_hyp], [empty_ref], ["bleu"], MetricOptions(), False)
 
 
 def _files_under(folder: Path) -> set[Path]:
@@ -270,7 +275,8 @@ def test_hypotheses_from_stdin(files):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["hyp"] == "<stdin>"
-    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"], False, False, True))
+    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu", "chrf", "ter"],
+                                         MetricOptions(), True))
     assert doc["scores"] == expected["scores"]
     twice = _mtkit("evaluate", "--hyp", "-", "--ref", "-", stdin="a\n")
     assert twice.returncode == 1 and twice.stderr.startswith("error: only one of") and "Traceback" not in twice.stderr
@@ -304,13 +310,14 @@ def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatc
     monkeypatch.setattr(mtkit.metrics, "load_testset", lambda name, langpair: (sources, [REFS]))
     monkeypatch.chdir(tmp_path)
     options = dict(ref=[], src=None, testset="wmt14/full", langpair="en-de", hyp_out=None, metrics=["bleu"],
-                   chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode_overrides={},
+                   chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode=DecodeOptions(),
                    device="cpu")
     before = _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent)
     doc = json.loads(evaluate(EvaluateOptions(hyp=[files["hyp"]], model=None, **options)))
     assert doc["refs"] == ["wmt14/full:en-de"]
     assert [s["metric"] for s in doc["scores"]] == ["BLEU", "BLEU-lc-tok"]  # the language from --langpair
-    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"], False, True, True))
+    expected = json.loads(evaluate_files([files["hyp"]], [files["ref"]], ["bleu"],
+                                         MetricOptions(lowercase_tok=True), True))
     assert doc["scores"] == expected["scores"]
     evaluate(EvaluateOptions(hyp=[], model=[run], **options))
     assert _files_under(tmp_path) | _files_under(run.parent) | _files_under(files["hyp"].parent) == before

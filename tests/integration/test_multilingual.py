@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import TINY_MODEL
 
-from mtkit.config import config_from_dict
+from mtkit.config import DecodeOptions, config_from_dict
 from mtkit.errors import MtkitError
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
@@ -174,7 +174,7 @@ def test_evaluate_translates_into_the_target_it_is_given(multi_run, multi_data, 
     common = {"hyp": [], "ref": [tmp_path / "test.fr"], "model": [multi_run], "src": tmp_path / "test.en",
               "testset": None, "langpair": None, "hyp_out": None, "metrics": ["chrf"], "chrf_plus": False,
               "lc_tok": False, "compound_split": False, "lang": None, "as_json": True,
-              "decode_overrides": {"beam": 1}, "device": "cpu"}
+              "decode": DecodeOptions(beam=1), "device": "cpu"}
     into = {lang: json.loads(evaluate(EvaluateOptions(**common, tgt_lang=lang)))["scores"][0]["score"]
             for lang in ("fr", "de")}
     assert into["fr"] > into["de"] + 20
@@ -504,7 +504,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
         assert sacrebleu.corpus_chrf(outputs[lang], [own[lang]]).score > 50
 
     greedy = loaded_engine([target_run], target="fr",
-                           overrides={"beam": 1, "alpha": 0.0, "length_penalty": "gnmt"})
+                           decode_options=DecodeOptions(beam=1, alpha=0.0, length_penalty="gnmt"))
     found = list(greedy.translate(src[:10]))
     scorer = PairScorer(load_model(target_run, "cpu"), device="cpu")
     pairs = [(scorer.vocab_for("fr").encode_src(line), t.best.ids) for line, t in zip(src[:10], found)]

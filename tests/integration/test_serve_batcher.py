@@ -14,7 +14,7 @@ import pytest
 
 from mtkit.config import DecodeConfig
 from mtkit.engines.engine import Engine
-from mtkit.serve.batcher import Batcher, QueueFull
+from mtkit.serve.batcher import Batcher, BatchPolicy, QueueFull
 from mtkit.serve.models import ServedModel
 
 
@@ -62,7 +62,7 @@ def served(engine: Reverser) -> ServedModel:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_concurrent_requests_are_merged_and_each_gets_its_own_lines(threads):
     engine = Reverser()
-    batcher = Batcher(served(engine), max_queue=100, max_wait=0.05, threads=threads)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=100, max_wait=0.05, threads=threads))
     batcher.start()
     try:
         requests = [[f"w{i} x{i} y{i}", "", f"z{i}"] for i in range(40)]
@@ -84,7 +84,7 @@ def test_decoding_threads_decode_batches_at_the_same_time():
     search = engine.search_batch
     engine.search_batch = lambda batch, call: (barrier.wait(), search(batch, call))[1]
     engine.gate.clear()  # hold the first batch until the second request has queued
-    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0, threads=2)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=100, max_wait=0.0, threads=2))
     batcher.start()
     try:
         first = batcher.submit(["a b"], engine.decode)
@@ -103,7 +103,7 @@ def test_decoding_threads_decode_batches_at_the_same_time():
 def test_requests_with_other_settings_are_never_decoded_together():
     engine = Reverser()
     engine.gate.clear()  # hold the thread so that all requests queue up
-    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=100, max_wait=0.0))
     batcher.start()
     try:
         wide = replace(engine.decode, beam=4)
@@ -126,7 +126,7 @@ def test_the_token_budget_splits_queued_requests_and_a_lone_request_is_encoded_o
     encoded: list[list[str]] = []
     encode = engine.vocab.encode_src_batch
     engine.vocab.encode_src_batch = lambda lines: (encoded.append(list(lines)), encode(lines))[1]
-    batcher = Batcher(served(engine), max_queue=100, max_wait=0.0, batch_tokens=8)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=100, max_wait=0.0, batch_tokens=8))
     batcher.start()
     try:
         assert batcher.submit(["a b c"], engine.decode).result(30)[0].best.text == "c b a"
@@ -147,7 +147,7 @@ def test_the_token_budget_splits_queued_requests_and_a_lone_request_is_encoded_o
 def test_a_full_queue_refuses_and_an_engine_error_reaches_its_requests_only():
     engine = Reverser()
     engine.gate.clear()
-    batcher = Batcher(served(engine), max_queue=2, max_wait=0.0)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=2, max_wait=0.0))
     batcher.start()
     try:
         first = batcher.submit(["one"], engine.decode)
@@ -216,7 +216,8 @@ def test_no_failing_job_kills_a_decoding_thread(threads, max_wait):
         if calls[0] % 3 == 0:
             raise ZeroDivisionError("the metrics callback failed")
 
-    batcher = Batcher(served(engine), max_queue=1000, max_wait=max_wait, threads=threads, on_batch=on_batch)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=1000, max_wait=max_wait, threads=threads),
+                      on_batch=on_batch)
     batcher.start()
     try:
         for round_ in range(3):
@@ -296,7 +297,7 @@ def test_a_job_past_its_deadline_stops_between_steps_and_an_abandoned_job_leaves
     from mtkit.engines.engine import Stopped
 
     engine, clock = Stepper(steps=10), Clock()
-    batcher = Batcher(served(engine), max_queue=10, threads=1, decode_timeout=5.0, clock=clock)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=10, threads=1, decode_timeout=5.0), clock=clock)
     batcher.start()
     try:
         first = batcher.submit(["a b"], engine.decode)  # deadline: 1005
@@ -325,7 +326,7 @@ def test_a_job_past_its_deadline_stops_between_steps_and_an_abandoned_job_leaves
 
 def test_a_batch_whose_jobs_are_all_abandoned_stops_and_one_still_wanted_goes_on():
     engine = Stepper(steps=5)
-    batcher = Batcher(served(engine), max_queue=10, threads=1)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=10, threads=1))
     batcher.start()
     try:
         hold = batcher.submit(["hold"], engine.decode)
@@ -356,7 +357,7 @@ def test_a_batch_whose_jobs_are_all_abandoned_stops_and_one_still_wanted_goes_on
 
 def test_moving_says_when_a_batch_decodes_too_long_or_the_queue_waits_with_none_finished():
     engine, clock = Stepper(steps=1), Clock()
-    batcher = Batcher(served(engine), max_queue=10, threads=1, stall_after=10.0, clock=clock)
+    batcher = Batcher(served(engine), BatchPolicy(max_queue=10, threads=1, stall_after=10.0), clock=clock)
     batcher.start()
     try:
         assert batcher.moving()

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -272,7 +273,7 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
 
     from mtkit.checkpoints.io import load_model
     from mtkit.metrics.comet import CometScorer
-    from mtkit.training.validation import validation_bleu, validation_scores
+    from mtkit.training.validation import Scoring, validation_bleu, validation_scores
 
     data_dir, data = reverse_data
     comet = write_tiny_comet(tmp_path / "comet")
@@ -290,10 +291,11 @@ def test_launched_ranks_share_validation_bleu(reverse_data, tmp_path):
     assert final["valid_bleu"] > 20  # learned enough that wrongly paired shards would score far lower
 
     loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
-    one_process = validation_bleu(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu")
+    greedy = replace(config.decode, beam=1)
+    one_process = validation_bleu(loaded.model, loaded.vocab, data_dir, greedy, "cpu")
     assert abs(one_process - final["valid_bleu"]) < 0.5  # shards batched differently: rounding may flip a token
-    scores = validation_scores(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu",
-                               metrics=("bleu", "chrf", "comet"), comet=CometScorer(str(comet), "cpu"))
+    scores = validation_scores(loaded.model, loaded.vocab, data_dir, greedy, "cpu",
+                               scoring=Scoring(("bleu", "chrf", "comet"), CometScorer(str(comet), "cpu")))
     assert abs(scores["chrf"] - final["valid_chrf"]) < 0.5 and abs(scores["comet"] - final["valid_comet"]) < 0.02
 
 
@@ -304,7 +306,7 @@ def test_validation_reports_chrf_and_comet_when_asked(reverse_data, tmp_path):
 
     from mtkit.checkpoints.io import load_model
     from mtkit.metrics.comet import CometScorer
-    from mtkit.training.validation import validation_scores
+    from mtkit.training.validation import Scoring, validation_scores
 
     data_dir, data = reverse_data
     comet = write_tiny_comet(tmp_path / "comet")
@@ -314,8 +316,8 @@ def test_validation_reports_chrf_and_comet_when_asked(reverse_data, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     final = [r for r in records if "valid_comet" in r][-1]
     loaded = load_model(tmp_path / "run" / "checkpoints" / "last.pt")
-    scores = validation_scores(loaded.model, loaded.vocab, data_dir, config.decode, 1, "cpu",
-                               metrics=("bleu", "chrf", "comet"), comet=CometScorer(str(comet), "cpu"))
+    scores = validation_scores(loaded.model, loaded.vocab, data_dir, replace(config.decode, beam=1), "cpu",
+                               scoring=Scoring(("bleu", "chrf", "comet"), CometScorer(str(comet), "cpu")))
     assert final["valid_bleu"] == pytest.approx(scores["bleu"]) and final["valid_chrf"] == pytest.approx(scores["chrf"])
     assert final["valid_comet"] == pytest.approx(scores["comet"], abs=1e-5)
     plain = make_config(data, max_steps=20, valid_every=20, bleu_every=20)

@@ -152,8 +152,8 @@ def test_ctranslate2_engine_never_imports_torch(vocab, tmp_path):
         "from mtkit.config import DecodeConfig\n"
         "from mtkit.logs import to_stderr\n"
         "to_stderr()\n"  # what the library says, on stderr, as the CLI has it
-        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions(decode=DecodeConfig(beam=2, "
-        "max_len_b=4), output_format='text', engine='ctranslate2'))\n"
+        f"translate({str(out)!r}, [{str(tmp_path / 'in.txt')!r}], TranslateOptions("
+        "decode_settings=DecodeConfig(beam=2, max_len_b=4), output_format='text', engine='ctranslate2'))\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)  # a hang guard

@@ -679,21 +679,21 @@ def test_validation_decodes_with_the_weights_of_the_last_optimizer_step(reverse_
     corpus_bleu = sacrebleu.corpus_bleu
     monkeypatch.setattr(sacrebleu, "corpus_bleu",
                         lambda hyps, refs, **kw: decoded.append(list(hyps)) or corpus_bleu(hyps, refs, **kw))
-    decode = DecodeConfig(max_len_a=0.0, max_len_b=8)
+    decode = DecodeConfig(beam=1, max_len_a=0.0, max_len_b=8)
     src = torch.randint(4, vocab.src_size, (8, 6))
     tgt = torch.randint(4, vocab.tgt_size, (8, 6))
     tgt[:, 0] = BOS_ID
-    validation_bleu(model, vocab, data_dir, decode, 1, "cpu")
+    validation_bleu(model, vocab, data_dir, decode, "cpu")
     for _ in range(3):
         model.train()
         logits = model(src, tgt[:, :-1])  # (8, 5, V)
         F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1)).backward()
         optimizer.step()
         optimizer.zero_grad()
-    validation_bleu(model, vocab, data_dir, decode, 1, "cpu")
+    validation_bleu(model, vocab, data_dir, decode, "cpu")
     fresh = Transformer(cfg, vocab.src_size, vocab.tgt_size)
     fresh.load_state_dict(model.state_dict())
-    validation_bleu(fresh, vocab, data_dir, decode, 1, "cpu")
+    validation_bleu(fresh, vocab, data_dir, decode, "cpu")
     before, after, expected = decoded
     assert after == expected
     assert after != before

@@ -16,6 +16,7 @@ from mtkit.metrics import (
     LC_TOK_NAME,
     BleuScore,
     ChrfScore,
+    MetricOptions,
     TerScore,
     compound_split_tok,
     lc_tok,
@@ -55,7 +56,7 @@ def test_default_metrics_carry_details_and_signatures():
 
 
 def test_chrf_plus_and_metric_order():
-    results = score(["a b c"], [["a b d"]], metrics=["ter", "chrf"], chrf_plus=True)
+    results = score(["a b c"], [["a b d"]], metrics=["ter", "chrf"], options=MetricOptions(chrf_plus=True))
     assert [r.metric for r in results] == ["TER", "chrF2++"]
     assert results[1].word_order == 2
 
@@ -74,7 +75,7 @@ def test_errors_are_one_line_user_errors():
     with pytest.raises(MtkitError, match="unknown metric 'meteor'"):
         score(["a"], [["a"]], metrics=["meteor"])
     with pytest.raises(MtkitError, match="--lang"):
-        score(["a"], [["a"]], lowercase_tok=True)
+        score(["a"], [["a"]], options=MetricOptions(lowercase_tok=True))
     with pytest.raises(MtkitError, match="empty"):
         score([], [[]])
 
@@ -90,7 +91,7 @@ def test_lc_tok_bleu_hand_checked():
     # hyp_len 12 > ref_len 11, so BP = 1 and BLEU = 100 * (11/12 * 8/10 * 5/8 * 3/6) ** (1/4) = 69.19.
     hyps = ["Ein Mann fährt ein Fahrrad.", "ZWEI KINDER SPIELEN IM PARK."]
     refs = [["Ein Mann fährt Fahrrad.", "Zwei Kinder spielen im Park."]]
-    cased, lctok = score(hyps, refs, metrics=["bleu"], lowercase_tok=True, lang="de")
+    cased, lctok = score(hyps, refs, metrics=["bleu"], options=MetricOptions(lowercase_tok=True, lang="de"))
     assert lctok.metric == LC_TOK_NAME
     assert lctok.counts == [11, 8, 5, 3] and lctok.totals == [12, 10, 8, 6]
     assert (lctok.sys_len, lctok.ref_len, lctok.bp) == (12, 11, 1.0)
@@ -113,7 +114,7 @@ def test_compound_split_matches_the_perl_one_liner():
     assert compound_split_tok("Rich-Text-Format", "de") == "Rich ##AT##-##AT## Text ##AT##-##AT## Format"
     assert compound_split_tok("a-b-c", "en") == "a ##AT##-##AT## b-c"
     (result,) = [r for r in score(["Ein E-Mail-Konto."], [["Ein E-Mail-Konto."]], ["bleu"],
-                                  compound_split=True, lang="de") if r.metric == COMPOUND_NAME]
+                                  MetricOptions(compound_split=True, lang="de")) if r.metric == COMPOUND_NAME]
     assert result.score == pytest.approx(100.0) and result.sys_len == 7  # Ein E ##AT##-##AT## Mail ... Konto .
 
 
@@ -128,7 +129,8 @@ def test_lc_tok_reproduces_official_multi30k_references(lang):
     assert looks_lc_tok(official, lang) and not looks_lc_tok(raw, lang)
     # The raw references as a hypothesis: 100 lc-tok BLEU, against the official files and against raw refs.
     for refs in (official, raw):
-        (lctok,) = [r for r in score(raw, [refs], ["bleu"], lowercase_tok=True, lang=lang) if r.metric == LC_TOK_NAME]
+        scores = score(raw, [refs], ["bleu"], MetricOptions(lowercase_tok=True, lang=lang))
+        (lctok,) = [r for r in scores if r.metric == LC_TOK_NAME]
         assert lctok.score == pytest.approx(100.0)
 
 
@@ -188,7 +190,7 @@ def test_load_testset_without_download():
 
 
 def test_explicit_chinese_target_uses_sacrebleus_zh_tokenizer():
-    (bleu,) = score(["东京今天天气很好。"], [["东京今天天气很好。"]], ["bleu"], lang="zh")
+    (bleu,) = score(["东京今天天气很好。"], [["东京今天天气很好。"]], ["bleu"], MetricOptions(lang="zh"))
     assert "tok:zh" in bleu.signature and bleu.score == pytest.approx(100.0)
     (bleu,) = score(["东京今天天气很好。"], [["东京今天天气很好。"]], ["bleu"])
     assert "tok:13a" in bleu.signature

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mtkit.config import Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict
+from mtkit.config import Config, DecodeConfig, DecodeOptions, ModelConfig, SpmConfig, config_to_dict
 from mtkit.data.synthetic import english, german
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.engines.torch_engine import TorchEngine
@@ -124,7 +124,8 @@ def test_command_end_to_end(loaded, tmp_path):
     assert len(out.read_text(encoding="utf-8").splitlines()) == 4
     assert (tmp_path / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     translate_command([ckpt, ckpt], [str(src)], TranslateOptions(output=out, output_format="nbest",
-                                                                 decode=DecodeConfig(beam=3, nbest=2, max_len_b=4)))
+                                                                 decode_settings=DecodeConfig(beam=3, nbest=2,
+                                                                                              max_len_b=4)))
     assert len(out.read_text(encoding="utf-8").splitlines()) == 8
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
@@ -193,18 +194,18 @@ def test_command_checks_everything_before_loading_the_model(tmp_path):
     src.write_text("five\n")
     missing = tmp_path / "no-such-model.pt"
     cases = [
-        (dict(decode_overrides={"top_p": 2.0, "sampling": True}), "--top-p: must be in (0, 1], got 2.0"),
-        (dict(decode_overrides={"top_k": -5, "sampling": True}), "--top-k: must be >= 0 (0: off), got -5"),
-        (dict(decode_overrides={"temperature": 0.0, "sampling": True}), "--temperature: must be > 0, got 0.0"),
-        (dict(decode_overrides={"batch_tokens": 0}), "--batch-tokens: must be >= 1, got 0"),
-        (dict(decode_overrides={"beam": 0}), "--beam: must be >= 1, got 0"),
+        (dict(decode=DecodeOptions(top_p=2.0, sampling=True)), "--top-p: must be in (0, 1], got 2.0"),
+        (dict(decode=DecodeOptions(top_k=-5, sampling=True)), "--top-k: must be >= 0 (0: off), got -5"),
+        (dict(decode=DecodeOptions(temperature=0.0, sampling=True)), "--temperature: must be > 0, got 0.0"),
+        (dict(decode=DecodeOptions(batch_tokens=0)), "--batch-tokens: must be >= 1, got 0"),
+        (dict(decode=DecodeOptions(beam=0)), "--beam: must be >= 1, got 0"),
         (dict(buffer_size=0), "--buffer-size: must be >= 1, got 0"),
         (dict(buffer_size=-3), "--buffer-size"),
         (dict(output=tmp_path), "--output"),
         (dict(attention_png=tmp_path / "a.png", attention_layer=None, output=None, inputs=[str(tmp_path)]),
          "is a directory"),
         (dict(attention_layer=1), "--attention-layer needs --attention-png"),
-        (dict(decode_overrides={"nbest": 3}, output_format="text"), "--nbest 3"),
+        (dict(decode=DecodeOptions(nbest=3), output_format="text"), "--nbest 3"),
         (dict(device="gpu"), "--device gpu"),
         (dict(precision="fp64"), "--precision fp64"),
         (dict(inputs=[str(tmp_path / "missing.txt")]), "missing.txt: no such file"),
@@ -235,15 +236,15 @@ def test_command_checks_decoding_against_the_checkpoint(loaded, tmp_path):
     src.write_text("five\nsix\n")
     out = tmp_path / "out.txt"
     for kwargs, expected in [
-        (dict(decode_overrides={"nbest": 3}), r"^--nbest: .*decode\.beam \(2\)"),  # fairseq's rule: nbest <= beam
-        (dict(decode_overrides={"nbest": 3, "beam": 2}), r"^--nbest: .*--beam \(2\)"),
-        (dict(decode_overrides={"top_p": 0.9}), r"^--top-p needs --sampling"),
+        (dict(decode=DecodeOptions(nbest=3)), r"^--nbest: .*decode\.beam \(2\)"),  # fairseq's rule: nbest <= beam
+        (dict(decode=DecodeOptions(nbest=3, beam=2)), r"^--nbest: .*--beam \(2\)"),
+        (dict(decode=DecodeOptions(top_p=0.9)), r"^--top-p needs --sampling"),
         (dict(attention_png=tmp_path / "a.png", attention_layer=99), r"^--attention-layer 99: the model has 2 decoder"),
     ]:
         with pytest.raises(MtkitError, match=expected):
             translate_command(ckpt, [str(src)], TranslateOptions(output=out, **kwargs))
     assert not out.exists() and not (tmp_path / "a.png").exists()
     # --nbest alone lists the hypotheses; --attention-layer counts from the end too.
-    translate_command(ckpt, [str(src)], TranslateOptions(output=out, decode_overrides={"nbest": 2},
+    translate_command(ckpt, [str(src)], TranslateOptions(output=out, decode=DecodeOptions(nbest=2),
                                                          attention_png=tmp_path / "a.png", attention_layer=-1))
     assert [line.split(" ||| ")[0] for line in out.read_text().splitlines()] == ["0", "0", "1", "1"]
