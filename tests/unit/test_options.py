@@ -17,7 +17,8 @@ from mtkit.errors import MtkitError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "mtkit"
 MAX_PARAMETERS = 8
-# Above the bound in other helpers' lanes until they land (issue #61): the engines' constructors and the factory.
+
+
 def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) -> int:
     """Parameters as a reader counts them: ``self``/``cls`` out, ``*args`` and ``**kwargs`` one each."""
     a = fn.args
