@@ -23,7 +23,6 @@ from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
 
-torch.set_num_threads(1)
 STEPS = 150
 LINES = [english(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858)]
 SHAPES = {
