@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import zip_bomb
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
 from mtkit import checkpoint_file
@@ -234,18 +235,7 @@ def test_a_pickle_that_would_run_or_hash_anything_is_refused(good, tmp_path, ops
 def test_a_zip_bomb_is_refused_before_torch_load(good, tmp_path):
     """A data.pkl deflated from 200 MB of zeros into ~200 KB: refused from the zip's directory, before a
     byte of it is inflated (torch.save stores every entry); through the CLI under the memory limit, one line."""
-    bomb = tmp_path / "bomb.pt"
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bomb, "w") as dst:
-        for info in src.infolist():
-            if not info.filename.endswith("/data.pkl"):
-                dst.writestr(info.filename, src.read(info))
-                continue
-            target = zipfile.ZipInfo(info.filename)
-            target.compress_type = zipfile.ZIP_DEFLATED
-            with dst.open(target, "w") as out:  # streamed: never 200 MB in memory
-                chunk = bytes(1 << 20)
-                for _ in range(200):
-                    out.write(chunk)
+    bomb = zip_bomb(good, tmp_path / "bomb.pt")
     assert bomb.stat().st_size < 2 << 20
     assert zipfile.ZipFile(bomb).getinfo(next(n for n in zipfile.ZipFile(bomb).namelist()
                                               if n.endswith("data.pkl"))).file_size == 200 << 20

@@ -192,6 +192,19 @@ def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(t
         assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+def graph_with_engine_names(nodes: list, result: str, name: str, inputs: list[str], outputs: list[str]):
+    """An ONNX model of ``nodes`` with the engine's input names (token ids int64, masks bool, the rest
+    float) whose every output is a copy of ``result``."""
+    from onnx import TensorProto, helper
+
+    nodes = nodes + [helper.make_node("Identity", [result], [output]) for output in outputs]
+    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 def endless_graph(inputs: list[str], outputs: list[str]):
     """A graph with the engine's input and output names whose every output comes out of a Loop that never
     ends (no trip count, a condition always true): a program, as any ONNX graph may be."""
@@ -207,12 +220,7 @@ def endless_graph(inputs: list[str], outputs: list[str]):
     nodes = [helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
              helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TensorProto.FLOAT, [1], [0.0])),
              helper.make_node("Loop", ["", "true", "zero"], ["looped"], body=body)]
-    nodes += [helper.make_node("Identity", ["looped"], [name]) for name in outputs]
-    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
-    graph = helper.make_graph(nodes, "endless",
-                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return graph_with_engine_names(nodes, "looped", "endless", inputs, outputs)
 
 
 def failing_graph(inputs: list[str], outputs: list[str]):
@@ -223,12 +231,7 @@ def failing_graph(inputs: list[str], outputs: list[str]):
     nodes = [helper.make_node("Constant", [], ["seven"], value=helper.make_tensor("s", TensorProto.INT64, [1], [7])),
              helper.make_node("Reshape", [inputs[0], "seven"], ["reshaped"]),
              helper.make_node("Cast", ["reshaped"], ["floats"], to=TensorProto.FLOAT)]
-    nodes += [helper.make_node("Identity", ["floats"], [name]) for name in outputs]
-    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
-    graph = helper.make_graph(nodes, "failing",
-                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return graph_with_engine_names(nodes, "floats", "failing", inputs, outputs)
 
 
 def hostile_export(tiny_export, folder: Path, graph: str, make) -> Path:
