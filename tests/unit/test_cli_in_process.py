@@ -1,0 +1,95 @@
+"""The CLI end to end in this process (mtkit.cli.main with its arguments): the fast tier's coverage of the
+command line, whose tests in a process of their own (tests/integration, marked slow) also check what
+belongs to the process (imports, signals, pipes, exit at a closed stream)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+from conftest import write_tiny_checkpoint
+
+from mtkit.cli import main
+
+LINES = ["two hundred five", "", "seven thousand one hundred and three", "   ", "nine"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model.pt", decode={"beam": 2, "max_len_b": 6})
+
+
+@pytest.fixture
+def mtkit(monkeypatch, capsys):
+    """``mtkit(*args)`` -> (exit code, stdout, stderr) of main() run here; the stderr handler the CLI installs
+    on the ``mtkit`` logger is taken away again after the test."""
+    logger = logging.getLogger("mtkit")
+    handlers, level = list(logger.handlers), logger.level
+
+    def run(*args) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["mtkit", *map(str, args)])
+        code = 0
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield run
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+def one_error_line(code: int, err: str) -> str:
+    lines = err.splitlines()
+    assert code == 1 and "Traceback" not in err, (code, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_translate_writes_one_line_per_input_line(mtkit, tiny, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
+    code, out, err = mtkit("translate", "-m", tiny, tmp_path / "in.txt", "-o", tmp_path / "out.txt")
+    assert code == 0, err
+    assert out == ""  # the translations went to --output
+    found = (tmp_path / "out.txt").read_text().split("\n")
+    assert found[-1] == "" and len(found) - 1 == len(LINES)
+    assert found[1] == "" and found[3] == ""  # an empty or blank line stays empty
+    code, again, err = mtkit("translate", "-m", tiny, tmp_path / "in.txt", "--batch-tokens", "8")
+    assert code == 0, err
+    assert again.split("\n") == found  # the batching changes nothing; stdout without -o
+
+
+def test_score_gives_one_score_per_line_pair(mtkit, tiny, tmp_path):
+    (tmp_path / "src.txt").write_text("two hundred five\nnine\n")
+    (tmp_path / "tgt.txt").write_text("zweihundertfünf\nneun\n")
+    code, out, err = mtkit("score", "-m", tiny, "--src", tmp_path / "src.txt", "--tgt", tmp_path / "tgt.txt")
+    assert code == 0, err
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert len(rows) == 2, out
+    for total, mean, tokens in rows:
+        assert float(total) < 0 and int(tokens) >= 1
+        assert float(mean) == pytest.approx(float(total) / int(tokens), abs=1e-3)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--beam", "2", "--nbest", "3"], "--nbest: must be between 1 and --beam (2), got 3"),
+    (["--buffer-size", "0"], "--buffer-size: must be >= 1, got 0"),
+])
+def test_a_bad_flag_is_one_error_line_and_exit_1(mtkit, tiny, tmp_path, args, expected):
+    (tmp_path / "in.txt").write_text("nine\n")
+    code, out, err = mtkit("translate", "-m", tiny, tmp_path / "in.txt", *args)
+    assert out == "" and expected in one_error_line(code, err)
+
+
+def test_a_missing_model_is_one_error_line_naming_it(mtkit, tmp_path):
+    (tmp_path / "in.txt").write_text("nine\n")
+    code, _, err = mtkit("translate", "-m", tmp_path / "nope.pt", tmp_path / "in.txt")
+    assert "nope.pt" in one_error_line(code, err)
+
+
+def test_an_unknown_option_is_a_usage_error_exit_2(mtkit):
+    code, _, _ = mtkit("train", "--no-such-option")
+    assert code == 2
