@@ -13,10 +13,11 @@ import pytest
 ctranslate2 = pytest.importorskip("ctranslate2")  # before torch: see mtkit.export.ctranslate2
 
 import torch  # noqa: E402
+from conftest import number_vocab  # noqa: E402
 
-from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
-from mtkit.data.synthetic import english, german  # noqa: E402
-from mtkit.data.vocab import Vocab, train_model  # noqa: E402
+from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, config_to_dict  # noqa: E402
+from mtkit.data.synthetic import english  # noqa: E402
+from mtkit.data.vocab import Vocab  # noqa: E402
 from mtkit.decoding.penalties import length_penalty as search_length_penalty  # noqa: E402
 from mtkit.engines.ctranslate2_engine import Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
 from mtkit.engines.torch_engine import TorchEngine  # noqa: E402
@@ -34,8 +35,7 @@ SHAPES = {
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocab:
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    return Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
+    return number_vocab(120)
 
 
 _TRAINED: dict = {}
