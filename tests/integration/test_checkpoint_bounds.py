@@ -141,6 +141,7 @@ def _reader_limited() -> None:
 
 
 @pytest.mark.parametrize("kind", ["objects", "memo entries"])
+@pytest.mark.slow  # a process under a memory limit (fast: test_the_unpickler_stops_after_its_budget_of_operations)
 def test_the_most_a_pickle_within_budget_can_build_fits_a_fixed_memory_bound(good, tmp_path, kind):
     """Memory by a limit: a pickle that spends its whole budget of operations on the costliest objects (an
     empty dict per opcode, or a dict and a memo entry per two) is read in a process limited to 1 GiB of

@@ -80,6 +80,7 @@ def test_sparsemax_is_the_projection_onto_the_simplex():
     assert sparsemax(torch.zeros(4)).tolist() == [0.25] * 4
 
 
+@pytest.mark.slow  # mtkit processes that load COMET (fast: the in-process tests above)
 def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     args = ["evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--ref", str(files["ref.de"]),
             "--metrics", "bleu,comet", "--comet-model", str(comet)]
@@ -98,6 +99,7 @@ def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     assert f"COMET  {entry['score']:6.4f}" in table.stdout and f"  COMET: {entry['signature']}" in table.stdout
 
 
+@pytest.mark.slow  # mtkit processes that load COMET
 def test_the_paired_bootstrap_covers_comet(comet, files):
     done = mtkit_cli("evaluate", "--hyp", str(files["base.de"]), "--hyp", str(files["hyp.de"]), "--src",
                  str(files["src.en"]), "--ref", str(files["ref.de"]), "--metrics", "chrf,comet", "--comet-model",

@@ -173,6 +173,7 @@ def assert_one_error(r: subprocess.CompletedProcess, fragment: str) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # mtkit processes under a memory limit
 def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     """The limit is no cause of the failures below: a good folder imports under it and translates."""
     pytest.importorskip("safetensors")
@@ -197,6 +198,7 @@ def test_import_marian_refuses_a_config_its_weights_disagree_with(tmp_path, name
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # an mtkit process that reads torch's pickle (fast: the safetensors cases)
 def test_a_pytorch_model_bin_is_checked_as_well(tmp_path):
     pytest.importorskip("safetensors")
     folder = spoiled_marian(tmp_path / "hf", {"encoder_layers": HUGE}, {})

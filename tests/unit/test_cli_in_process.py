@@ -4,6 +4,7 @@ belongs to the process (imports, signals, pipes, exit at a closed stream)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
@@ -60,6 +61,26 @@ def test_translate_writes_one_line_per_input_line(mtkit, tiny, tmp_path):
     code, again, err = mtkit("translate", "-m", tiny, tmp_path / "in.txt", "--batch-tokens", "8")
     assert code == 0, err
     assert again.split("\n") == found  # the batching changes nothing; stdout without -o
+
+
+def test_alignments_and_markup_come_through_the_command_line(mtkit, tiny, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
+    code, plain, err = mtkit("translate", "-m", tiny, tmp_path / "in.txt")
+    assert code == 0, err
+    code, out, err = mtkit("translate", "-m", tiny, "--alignments", "--format", "json", tmp_path / "in.txt")
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["text"] for r in records] == plain.splitlines()  # the translations as without alignments
+    for source, record in zip(LINES, records, strict=True):
+        n_src, n_tgt = len(source.split()), len(record["text"].split())
+        assert all(0 <= s < n_src and 0 <= t < n_tgt for s, t in record["alignment"]), record
+        assert sorted(t for _, t in record["alignment"]) == (list(range(n_tgt)) if n_src else [])
+    (tmp_path / "page.html").write_text("<p>two <b>hundred</b> five</p>\n<p>nine</p>\n")
+    code, out, err = mtkit("translate", "-m", tiny, "--format", "html", tmp_path / "page.html")
+    assert code == 0, err
+    rows = out.splitlines()
+    assert len(rows) == 2 and rows[0].startswith("<p>") and rows[0].endswith("</p>") and rows[1].startswith("<p>")
+    assert rows[0].count("<b>") == rows[0].count("</b>") == 1
 
 
 def test_score_gives_one_score_per_line_pair(mtkit, tiny, tmp_path):
