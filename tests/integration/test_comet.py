@@ -125,6 +125,7 @@ def test_the_segment_bootstrap_tells_a_real_difference_from_none():
     assert abs(rows[2].mean - rows[2].score) < rows[2].ci95 and rows[2].ci95 > 0
 
 
+@pytest.mark.slow  # mtkit processes that load COMET (fast: the in-process scorer tests)
 def test_quality_estimation_needs_no_reference_with_a_reference_free_model(kiwi, comet, files):
     done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
                  "--comet-model", str(kiwi), "--json")
@@ -138,6 +139,7 @@ def test_quality_estimation_needs_no_reference_with_a_reference_free_model(kiwi,
     assert needs.returncode == 1 and needs.stderr.strip() == "error: no references given: pass --ref FILE"
 
 
+@pytest.mark.slow  # mtkit processes that translate and load COMET
 def test_evaluate_a_model_with_comet(comet, tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
@@ -159,7 +161,8 @@ class Runs:
         return (print, ("ran code from the checkpoint",))
 
 
-@pytest.mark.parametrize("breakage", ["missing", "hub", "lfs", "code", "layers", "class", "refs", "src"])
+@pytest.mark.parametrize("breakage", [*(pytest.param(b, marks=pytest.mark.slow)  # mtkit processes that load COMET
+                                        for b in ("missing", "hub", "lfs", "code", "layers", "class")), "refs", "src"])
 def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, breakage):
     import shutil
 
@@ -224,6 +227,7 @@ def test_several_references_are_refused_for_comet(comet):
         score_lines([("h", HYPS)], [("r1", REFS), ("r2", REFS)], ["comet"], sources=SOURCES, comet=scorer)
 
 
+@pytest.mark.slow  # mtkit processes that translate and load COMET
 def test_translate_gives_each_line_its_quality_estimate(kiwi, comet, tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src = tmp_path / "src.en"
@@ -280,6 +284,7 @@ def test_mbr_with_comet_picks_the_candidate_comet_expects_best(comet, kiwi, tmp_
     assert refused.stderr == "error: --mbr-comet-model needs --mbr comet (the model of its utility)\n"
 
 
+@pytest.mark.slow  # mtkit processes that translate
 def test_evaluate_without_references_reports_the_models_confidence(tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src = tmp_path / "src.en"
