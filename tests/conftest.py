@@ -254,6 +254,15 @@ def reverse_run(reverse_data, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def comet(tmp_path_factory) -> Path:
+    """A tiny COMET estimator (tests/tiny_comet.py: a random XLM-R, a real tokenizer, saved as unbabel-comet's
+    releases are), built once a session: tests copy it before they change it."""
+    from tiny_comet import write_tiny_comet
+
+    return write_tiny_comet(tmp_path_factory.mktemp("comet") / "tiny-comet-da", "regression_metric")
+
+
 @pytest.fixture
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():

@@ -29,11 +29,6 @@ HYPS = [REFS[0], "Ein Mann fährt.", REFS[2], "Zwei Hunde.", "", REFS[5], "Kinde
 
 
 @pytest.fixture(scope="module")
-def comet(tmp_path_factory) -> Path:
-    return write_tiny_comet(tmp_path_factory.mktemp("comet") / "tiny-comet-da", "regression_metric")
-
-
-@pytest.fixture(scope="module")
 def kiwi(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("kiwi") / "tiny-kiwi"
     write_tiny_comet(folder, "unified_metric")
