@@ -333,6 +333,7 @@ def _close(fd: int):
     return lambda: os.close(fd)
 
 
+@pytest.mark.slow  # mtkit processes started with a standard stream closed
 def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tmp_path):
     """With descriptor 0 (or 1) closed when Python starts, sys.stdin (sys.stdout) is None: an
     AttributeError traceback before."""
@@ -353,6 +354,7 @@ def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tm
 # ------------------------------------------------------------------ invalid UTF-8
 
 
+@pytest.mark.slow  # mtkit processes that load the model, ~12 s of CPU (fast: test_translator's read_text_lines cases)
 def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(checkpoint, tmp_path):
     """It silently became U+FFFD; prepare and evaluate refused it with file and line, and now these too."""
     bad = tmp_path / "bad.txt"
@@ -415,6 +417,7 @@ def _written_temporaries(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow  # prepare and export in processes under a file-size limit
 def test_a_full_disk_during_prepare_and_export_names_the_users_output(checkpoint, tmp_path):
     """RLIMIT_FSIZE makes a write fail as a full disk does (EFBIG instead of ENOSPC, the same path through
     the code); the error named the temporary (.out.tmp-PID@HOST-XXXX/spm.model) or nothing."""
@@ -432,6 +435,7 @@ def test_a_full_disk_during_prepare_and_export_names_the_users_output(checkpoint
     assert not list((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow  # prepare and export in processes
 def test_an_unwritable_folder_for_prepare_and_export_names_the_users_output(checkpoint, tmp_path):
     from conftest import write_reverse_corpus
 
