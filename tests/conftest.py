@@ -185,6 +185,19 @@ def loaded():
     return tiny_loaded()
 
 
+def fast_first(cases, keep: int = 1) -> list:
+    """``cases`` for pytest.mark.parametrize with all but the first ``keep`` marked slow: for a test whose
+    every case starts mtkit processes, the fast tier runs a few representatives and the slow tier all. A
+    tuple is the values of several argument names."""
+    def slow(case):
+        if isinstance(case, type(pytest.param(None))):
+            return pytest.param(*case.values, marks=[*case.marks, pytest.mark.slow], id=case.id)
+        return pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+
+    cases = list(cases)
+    return cases[:keep] + [slow(case) for case in cases[keep:]]
+
+
 # ------------------------------------------------------------------ shared checks and hostile files
 
 def one_error(result) -> str:

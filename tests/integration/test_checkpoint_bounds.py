@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import zip_bomb
+from conftest import fast_first, zip_bomb
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
 from mtkit import checkpoint_file
@@ -432,7 +432,7 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", fast_first(COMMANDS))  # each: an mtkit process
 def test_a_fifo_or_a_device_as_the_model_is_not_a_regular_file(tmp_path, command):
     """A FIFO hung every command in zipfile; a symlink to /dev/zero read until memory ran out. The timeout
     only guards against a hang."""

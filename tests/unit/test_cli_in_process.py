@@ -111,6 +111,12 @@ def test_a_missing_model_is_one_error_line_naming_it(mtkit, tmp_path):
     assert "nope.pt" in one_error_line(code, err)
 
 
+def test_the_onnx_engine_takes_an_onnx_export_only(mtkit, tiny, tmp_path):
+    (tmp_path / "in.txt").write_text("nine\n")
+    code, _, err = mtkit("translate", "--engine", "onnx", "-m", tiny, tmp_path / "in.txt")
+    assert one_error_line(code, err) == "error: --engine onnx takes one folder written by mtkit export onnx"
+
+
 def test_an_unknown_option_is_a_usage_error_exit_2(mtkit):
     code, _, _ = mtkit("train", "--no-such-option")
     assert code == 2
