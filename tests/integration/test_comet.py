@@ -206,6 +206,7 @@ def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, b
     assert "ran code" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a process of its own (fast: test_cli_in_process, in process)
 def test_without_transformers_comet_says_which_extra_to_install(comet, files):
     code = ("import sys; sys.modules['transformers'] = None; from mtkit.cli import main; sys.argv = ['mtkit', "
             f"'evaluate', '--hyp', {str(files['hyp.de'])!r}, '--src', {str(files['src.en'])!r}, '--ref', "

@@ -150,6 +150,7 @@ def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, proble
         assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.slow  # a process of its own (fast: test_cli_in_process, in process)
 def test_without_transformers_the_export_says_which_extra_to_install(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
     code = ("import sys; sys.modules['transformers'] = None; from mtkit.cli import main; "

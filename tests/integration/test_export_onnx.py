@@ -15,7 +15,6 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import torch  # noqa: E402
-from conftest import fast_first  # noqa: E402
 from test_export_hf import SENTENCES, TARGETS, tiny_checkpoint  # noqa: E402
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
@@ -122,7 +121,8 @@ def test_the_onnx_engine_takes_an_onnx_export_only(tmp_path):
     assert done.stderr == "error: --engine onnx takes one folder written by mtkit export onnx\n"
 
 
-@pytest.mark.parametrize("problem", fast_first(["not empty", "no onnxscript"]))  # each: an mtkit process
+@pytest.mark.slow  # mtkit processes (fast: test_cli_in_process)
+@pytest.mark.parametrize("problem", ["not empty", "no onnxscript"])
 def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, problem):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
     out = tmp_path / "onnx"

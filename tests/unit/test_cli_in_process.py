@@ -117,6 +117,30 @@ def test_the_onnx_engine_takes_an_onnx_export_only(mtkit, tiny, tmp_path):
     assert one_error_line(code, err) == "error: --engine onnx takes one folder written by mtkit export onnx"
 
 
+@pytest.mark.parametrize("kind", ["onnx", "hf"])
+def test_an_export_into_a_folder_that_is_not_empty_is_one_error_line_and_writes_nothing(mtkit, tiny, tmp_path, kind):
+    out = tmp_path / kind
+    out.mkdir()
+    (out / "keep.txt").write_text("mine\n")
+    code, _, err = mtkit("export", kind, tiny, out, *(["--beam", "1"] if kind == "hf" else []))  # hf: no gnmt penalty
+    assert one_error_line(code, err.splitlines()[-1]) == (
+        f"error: {out}: already exists and is not empty; remove it or choose another directory")
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and sorted(p.name for p in tmp_path.iterdir()) == [kind]
+
+
+def test_without_transformers_the_hf_export_and_comet_name_their_extra(mtkit, tiny, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
+    code, _, err = mtkit("export", "hf", tiny, tmp_path / "hf", "--beam", "1")
+    assert one_error_line(code, err.splitlines()[-1]) == (
+        "error: exporting to Hugging Face needs transformers (pip install 'mtkit[hf]')")
+    assert not (tmp_path / "hf").exists()
+    for name, text in (("src.en", "one two\n"), ("ref.de", "eins zwei\n"), ("hyp.de", "eins\n")):
+        (tmp_path / name).write_text(text)
+    code, _, err = mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--src", tmp_path / "src.en", "--ref",
+                         tmp_path / "ref.de", "--metrics", "comet", "--comet-model", tmp_path)
+    assert code == 1 and err == "error: COMET needs transformers: pip install 'mtkit[comet]'\n"
+
+
 def test_an_unknown_option_is_a_usage_error_exit_2(mtkit):
     code, _, _ = mtkit("train", "--no-such-option")
     assert code == 2
