@@ -9,6 +9,7 @@ import logging
 import sys
 
 import pytest
+import yaml
 from conftest import write_tiny_checkpoint
 
 from mtkit.cli import main
@@ -139,6 +140,26 @@ def test_without_transformers_the_hf_export_and_comet_name_their_extra(mtkit, ti
     code, _, err = mtkit("evaluate", "--hyp", tmp_path / "hyp.de", "--src", tmp_path / "src.en", "--ref",
                          tmp_path / "ref.de", "--metrics", "comet", "--comet-model", tmp_path)
     assert code == 1 and err == "error: COMET needs transformers: pip install 'mtkit[comet]'\n"
+
+
+def test_train_writes_a_run_that_translates(mtkit, reverse_data, tmp_path):
+    data_dir, data = reverse_data
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": data, "model": {"d_model": 16, "h": 2, "d_ff": 32, "encoder_layers": 1, "decoder_layers": 1},
+        "train": {"max_tokens": 200, "max_steps": 3, "warmup": 1, "log_every": 1, "valid_every": 0, "save_every": 0}}))
+    code, _, err = mtkit("train", recipe, "--data", data_dir, "--run-dir", tmp_path / "run")
+    assert code == 0, err
+    assert (tmp_path / "run" / "config.yaml").is_file() and list((tmp_path / "run" / "checkpoints").glob("*.pt"))
+    (tmp_path / "in.txt").write_text("alpha bravo\n\ncharlie\n")
+    code, out, err = mtkit("translate", "-m", tmp_path / "run", tmp_path / "in.txt")
+    assert code == 0 and len(out.split("\n")) == 4 and out.split("\n")[1] == "", err
+
+
+def test_run_of_a_recipe_that_is_not_there_is_one_error_line(mtkit, tmp_path):
+    code, _, err = mtkit("run", tmp_path / "nope.yaml", "--work", tmp_path / "work")
+    assert "nope.yaml" in one_error_line(code, err)
+    assert not (tmp_path / "work").exists()
 
 
 def test_an_unknown_option_is_a_usage_error_exit_2(mtkit):
