@@ -24,7 +24,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-# One thread: the tiny models gain nothing from more, and they suffer badly when the cores are shared.
+# One thread from the start (what collection and session fixtures see); the autouse fixture one_torch_thread
+# below holds each test to it. Test modules set no threads of their own.
 torch.set_num_threads(1)
 
 MULTI30K = Path(os.environ.get("MTKIT_MULTI30K",
@@ -40,6 +41,17 @@ MODELS = Path(os.environ.get("MTKIT_MODELS", MULTI30K.parent.parent / "models"))
 # the session unless it was there before.
 _ORT_SESSION_FILE = Path(tempfile.gettempdir()) / ".ses"
 _ORT_SESSION_FILE_BEFORE = _ORT_SESSION_FILE.exists()
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test starts on one torch thread (the tiny models gain nothing from more, and they suffer badly
+    when the cores are shared), and whatever a test set (a test of threads, an engine that chooses its
+    count) is put back to one after it."""
+    torch.set_num_threads(1)
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 def pytest_unconfigure(config) -> None:
@@ -118,6 +130,108 @@ def write_tiny_checkpoint(path: Path, decode: dict | None = None) -> Path:
                                          vocab.src_size, vocab.tgt_size, step=1), path)
 
 
+# ------------------------------------------------------------------ tiny untrained models (built in process)
+
+TINY_SHAPE = {"d_model": 32, "h": 4, "d_ff": 64, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
+              "max_positions": 64}
+_NUMBER_VOCABS: dict[int, Any] = {}
+
+
+def number_vocab(vocab_size: int = 120):
+    """A real SentencePiece vocabulary of English and German number words (every third number below 1000):
+    trained once per size in a session (vocabularies are read, never changed)."""
+    if vocab_size not in _NUMBER_VOCABS:
+        from mtkit.config import SpmConfig
+        from mtkit.data.synthetic import english, german
+        from mtkit.data.vocab import Vocab, train_model
+
+        sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
+        _NUMBER_VOCABS[vocab_size] = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=vocab_size)))
+    return _NUMBER_VOCABS[vocab_size]
+
+
+def tiny_transformer(src_vocab: int = 50, tgt_vocab: int | None = None, seed: int = 0, sharpen: float | None = None,
+                     **shape):
+    """An untrained Transformer of TINY_SHAPE (``shape`` overrides its fields), seeded, in training mode;
+    ``sharpen`` multiplies the output projection: peakier, less repetitive outputs than the default init."""
+    from mtkit.config import ModelConfig
+    from mtkit.model import Transformer
+
+    torch.manual_seed(seed)
+    tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
+    model = Transformer(ModelConfig(**{**TINY_SHAPE, **shape}), src_vocab, tgt_vocab)
+    if sharpen is not None:
+        with torch.no_grad():
+            model.output_projection.weight.mul_(sharpen)
+    return model
+
+
+def tiny_loaded(vocab=None, sharpen: float | None = 3.0, **shape):
+    """What the checkpoint loader gives the engines (model, vocab, config, path) for an untrained tiny model
+    in eval mode on ``vocab`` (number_vocab() when None)."""
+    from types import SimpleNamespace
+
+    from mtkit.config import Config, ModelConfig
+
+    vocab = number_vocab() if vocab is None else vocab
+    model = tiny_transformer(vocab.src_size, vocab.tgt_size, sharpen=sharpen, **shape).eval()
+    return SimpleNamespace(model=model, vocab=vocab, config=Config(model=ModelConfig(**{**TINY_SHAPE, **shape})),
+                           path=Path("tiny.pt"))
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """tiny_loaded() for a module: an untrained sharpened model on the number-word vocabulary."""
+    return tiny_loaded()
+
+
+def fast_first(cases, keep: int = 1) -> list:
+    """``cases`` for pytest.mark.parametrize with all but the first ``keep`` marked slow: for a test whose
+    every case starts mtkit processes, the fast tier runs a few representatives and the slow tier all. A
+    tuple is the values of several argument names."""
+    def slow(case):
+        if isinstance(case, type(pytest.param(None))):
+            return pytest.param(*case.values, marks=[*case.marks, pytest.mark.slow], id=case.id)
+        return pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+
+    cases = list(cases)
+    return cases[:keep] + [slow(case) for case in cases[keep:]]
+
+
+# ------------------------------------------------------------------ shared checks and hostile files
+
+def one_error(result) -> str:
+    """The one ``error:`` line a failed mtkit process (a subprocess.CompletedProcess) printed last, exit
+    code 1 and no traceback."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert len(errors) == 1 and result.stderr.rstrip().splitlines()[-1] == errors[0], result.stderr
+    return errors[0]
+
+
+def zip_bomb(checkpoint: Path, out: Path, megabytes: int = 200, keep_pickle: bool = False) -> Path:
+    """``checkpoint``'s zip (a torch.save file) copied to ``out`` with its data.pkl deflated from
+    ``megabytes`` MB of zeros (after the original pickle when ``keep_pickle``) into a file of KBs.
+    Streamed: never the inflated size in memory."""
+    import zipfile
+
+    with zipfile.ZipFile(checkpoint) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if not info.filename.endswith("/data.pkl"):
+                dst.writestr(info.filename, src.read(info))
+                continue
+            target = zipfile.ZipInfo(info.filename)
+            target.compress_type = zipfile.ZIP_DEFLATED
+            with dst.open(target, "w") as deflated:
+                if keep_pickle:
+                    deflated.write(src.read(info))
+                chunk = bytes(1 << 20)
+                for _ in range(megabytes):
+                    deflated.write(chunk)
+    return out
+
+
 TINY_MODEL = {"d_model": 64, "h": 4, "d_ff": 128, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,
               "max_positions": 128}
 
@@ -153,6 +267,15 @@ def reverse_run(reverse_data, tmp_path_factory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def comet(tmp_path_factory) -> Path:
+    """A tiny COMET estimator (tests/tiny_comet.py: a random XLM-R, a real tokenizer, saved as unbabel-comet's
+    releases are), built once a session: tests copy it before they change it."""
+    from tiny_comet import write_tiny_comet
+
+    return write_tiny_comet(tmp_path_factory.mktemp("comet") / "tiny-comet-da", "regression_metric")
+
+
 @pytest.fixture
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
@@ -163,15 +286,7 @@ def multi30k() -> Path:
 def random_search_model(vocab: int = 40):
     """A small random Transformer with sharpened logits (less repetitive, more varied outputs than the
     default init), for search tests."""
-    from mtkit.config import ModelConfig
-    from mtkit.model import Transformer
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
-    model = Transformer(cfg, vocab, vocab).eval()
-    with torch.no_grad():
-        model.output_projection.weight.mul_(3.0)
-    return model
+    return tiny_transformer(vocab, sharpen=3.0).eval()
 
 
 def random_sources(vocab: int = 40, lengths: tuple[int, ...] = (7, 3, 9, 5, 1, 6)) -> torch.Tensor:

@@ -39,6 +39,7 @@ def parse(field: str) -> list[tuple[int, int]]:
     return [tuple(map(int, p.split("-"))) for p in field.split()]
 
 
+@pytest.mark.slow  # mtkit processes that translate (fast: test_cli_in_process, test_alignment)
 def test_text_nbest_and_json_carry_each_hypothesis_alignment(tiny, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
     plain = mtkit("translate", "-m", tiny, tmp_path / "in.txt")
@@ -74,6 +75,7 @@ def test_text_nbest_and_json_carry_each_hypothesis_alignment(tiny, tmp_path):
         check_pairs([tuple(p) for p in record["alignment"]], source, record["text"], hard=False)
 
 
+@pytest.mark.slow  # mtkit processes that translate
 def test_alignments_out_writes_a_line_per_input_and_leaves_the_translations_as_they_are(tiny, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
     plain = mtkit("translate", "-m", tiny, tmp_path / "in.txt")
@@ -91,7 +93,8 @@ def test_alignments_out_writes_a_line_per_input_and_leaves_the_translations_as_t
 @pytest.mark.parametrize("args, message", [
     (["--alignments", "--format", "tokens"], "--alignments: word alignments go with --format text, nbest or json"),
     (["--alignment-layer", "0"], "--alignment-layer needs --alignments"),
-    (["--alignments", "--alignment-layer", "1"], "--alignment-layer 1: the model has 1 decoder layers"),
+    pytest.param(["--alignments", "--alignment-layer", "1"], "--alignment-layer 1: the model has 1 decoder layers",
+                 marks=pytest.mark.slow),  # this one loads the model
     (["--alignment-threshold", "0"], "--alignment-threshold: must be in (0, 1], got 0"),
 ])
 def test_bad_alignment_flags_are_one_line_errors(tiny, args, message):
@@ -144,6 +147,7 @@ def test_ctranslate2_aligns_as_torch_on_a_trained_model(reverse_run, reverse_dat
     assert wrong.returncode != 0 and "fixed at export" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
+@pytest.mark.slow  # mtkit processes that translate (fast: test_markup)
 def test_format_html_and_xml_carry_the_markup_of_each_line(tiny, tmp_path):
     from mtkit.text.markup import _tokens
 
@@ -169,6 +173,7 @@ def test_format_html_and_xml_carry_the_markup_of_each_line(tiny, tmp_path):
                                    stdin="x\n").stderr
 
 
+@pytest.mark.slow  # mtkit processes that translate (fast: test_markup)
 def test_protect_carries_placeholders_through_plain_text(tiny, tmp_path):
     lines = ["two {count} hundred %s five", "{only}", "", "seven thousand"]
     done = mtkit("translate", "-m", tiny, "--protect", r"\{\w+\}|%s", stdin="\n".join(lines) + "\n")
@@ -183,6 +188,7 @@ def test_protect_carries_placeholders_through_plain_text(tiny, tmp_path):
                                         stdin="x\n").stderr
 
 
+@pytest.mark.slow  # mtkit processes that translate (fast: test_markup)
 def test_protect_spaces_placeholders_as_in_the_source(tiny):
     """Whatever the untrained model writes: a placeholder with whitespace on a side in the source has whitespace
     (or the line's end) on that side in the output, and no line begins or ends with whitespace."""
@@ -201,6 +207,7 @@ def test_protect_spaces_placeholders_as_in_the_source(tiny):
                 assert at + len(name) == len(result) or result[at + len(name)] == " ", (line, result)
 
 
+@pytest.mark.slow  # mtkit processes that translate
 def test_protect_refuses_alignments_and_a_pattern_without_end_stops(tiny):
     for flags in (["--protect", "x", "--alignments"], ["--format", "html", "--alignments"],
                   ["--protect", "x", "--alignment-threshold", "0.2"]):
@@ -213,6 +220,7 @@ def test_protect_refuses_alignments_and_a_pattern_without_end_stops(tiny):
     assert "<stdin>: line 2: --protect '(a|aa)+$' took more than 1 s" in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # mtkit processes: an export, then translations
 def test_a_ctranslate2_export_without_an_alignment_head_says_so(tiny, tmp_path):
     pytest.importorskip("ctranslate2")
     assert mtkit("export", "ctranslate2", tiny, tmp_path / "ct2").returncode == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import fast_first, zip_bomb
 from test_model_file_checks import ENV, _limited, assert_one_error, run_limited, tiny_checkpoint
 
 from mtkit.checkpoints import file as checkpoint_file
@@ -140,6 +141,7 @@ def _reader_limited() -> None:
 
 
 @pytest.mark.parametrize("kind", ["objects", "memo entries"])
+@pytest.mark.slow  # a process under a memory limit (fast: test_the_unpickler_stops_after_its_budget_of_operations)
 def test_the_most_a_pickle_within_budget_can_build_fits_a_fixed_memory_bound(good, tmp_path, kind):
     """Memory by a limit: a pickle that spends its whole budget of operations on the costliest objects (an
     empty dict per opcode, or a dict and a memo entry per two) is read in a process limited to 1 GiB of
@@ -234,18 +236,7 @@ def test_a_pickle_that_would_run_or_hash_anything_is_refused(good, tmp_path, ops
 def test_a_zip_bomb_is_refused_before_torch_load(good, tmp_path):
     """A data.pkl deflated from 200 MB of zeros into ~200 KB: refused from the zip's directory, before a
     byte of it is inflated (torch.save stores every entry); through the CLI under the memory limit, one line."""
-    bomb = tmp_path / "bomb.pt"
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bomb, "w") as dst:
-        for info in src.infolist():
-            if not info.filename.endswith("/data.pkl"):
-                dst.writestr(info.filename, src.read(info))
-                continue
-            target = zipfile.ZipInfo(info.filename)
-            target.compress_type = zipfile.ZIP_DEFLATED
-            with dst.open(target, "w") as out:  # streamed: never 200 MB in memory
-                chunk = bytes(1 << 20)
-                for _ in range(200):
-                    out.write(chunk)
+    bomb = zip_bomb(good, tmp_path / "bomb.pt")
     assert bomb.stat().st_size < 2 << 20
     assert zipfile.ZipFile(bomb).getinfo(next(n for n in zipfile.ZipFile(bomb).namelist()
                                               if n.endswith("data.pkl"))).file_size == 200 << 20
@@ -441,7 +432,7 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", fast_first(COMMANDS))  # each: an mtkit process
 def test_a_fifo_or_a_device_as_the_model_is_not_a_regular_file(tmp_path, command):
     """A FIFO hung every command in zipfile; a symlink to /dev/zero read until memory ran out. The timeout
     only guards against a hang."""

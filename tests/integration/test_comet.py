@@ -29,11 +29,6 @@ HYPS = [REFS[0], "Ein Mann fährt.", REFS[2], "Zwei Hunde.", "", REFS[5], "Kinde
 
 
 @pytest.fixture(scope="module")
-def comet(tmp_path_factory) -> Path:
-    return write_tiny_comet(tmp_path_factory.mktemp("comet") / "tiny-comet-da", "regression_metric")
-
-
-@pytest.fixture(scope="module")
 def kiwi(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("kiwi") / "tiny-kiwi"
     write_tiny_comet(folder, "unified_metric")
@@ -80,6 +75,7 @@ def test_sparsemax_is_the_projection_onto_the_simplex():
     assert sparsemax(torch.zeros(4)).tolist() == [0.25] * 4
 
 
+@pytest.mark.slow  # mtkit processes that load COMET (fast: the in-process tests above)
 def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     args = ["evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--ref", str(files["ref.de"]),
             "--metrics", "bleu,comet", "--comet-model", str(comet)]
@@ -98,6 +94,7 @@ def test_evaluate_reports_comet_with_segments_signature_and_table(comet, files):
     assert f"COMET  {entry['score']:6.4f}" in table.stdout and f"  COMET: {entry['signature']}" in table.stdout
 
 
+@pytest.mark.slow  # mtkit processes that load COMET
 def test_the_paired_bootstrap_covers_comet(comet, files):
     done = mtkit_cli("evaluate", "--hyp", str(files["base.de"]), "--hyp", str(files["hyp.de"]), "--src",
                  str(files["src.en"]), "--ref", str(files["ref.de"]), "--metrics", "chrf,comet", "--comet-model",
@@ -123,6 +120,7 @@ def test_the_segment_bootstrap_tells_a_real_difference_from_none():
     assert abs(rows[2].mean - rows[2].score) < rows[2].ci95 and rows[2].ci95 > 0
 
 
+@pytest.mark.slow  # mtkit processes that load COMET (fast: the in-process scorer tests)
 def test_quality_estimation_needs_no_reference_with_a_reference_free_model(kiwi, comet, files):
     done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), "--src", str(files["src.en"]), "--metrics", "comet",
                  "--comet-model", str(kiwi), "--json")
@@ -136,6 +134,7 @@ def test_quality_estimation_needs_no_reference_with_a_reference_free_model(kiwi,
     assert needs.returncode == 1 and needs.stderr.strip() == "error: no references given: pass --ref FILE"
 
 
+@pytest.mark.slow  # mtkit processes that translate and load COMET
 def test_evaluate_a_model_with_comet(comet, tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
@@ -157,7 +156,8 @@ class Runs:
         return (print, ("ran code from the checkpoint",))
 
 
-@pytest.mark.parametrize("breakage", ["missing", "hub", "lfs", "code", "layers", "class", "refs", "src"])
+@pytest.mark.parametrize("breakage", [*(pytest.param(b, marks=pytest.mark.slow)  # mtkit processes that load COMET
+                                        for b in ("missing", "hub", "lfs", "code", "layers", "class")), "refs", "src"])
 def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, breakage):
     import shutil
 
@@ -206,6 +206,7 @@ def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, b
     assert "ran code" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a process of its own (fast: test_cli_in_process, in process)
 def test_without_transformers_comet_says_which_extra_to_install(comet, files):
     code = ("import sys; sys.modules['transformers'] = None; from mtkit.cli import main; sys.argv = ['mtkit', "
             f"'evaluate', '--hyp', {str(files['hyp.de'])!r}, '--src', {str(files['src.en'])!r}, '--ref', "
@@ -222,6 +223,7 @@ def test_several_references_are_refused_for_comet(comet):
         score_lines([("h", HYPS)], [("r1", REFS), ("r2", REFS)], ["comet"], sources=SOURCES, comet=scorer)
 
 
+@pytest.mark.slow  # mtkit processes that translate and load COMET
 def test_translate_gives_each_line_its_quality_estimate(kiwi, comet, tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src = tmp_path / "src.en"
@@ -287,6 +289,7 @@ def test_mbr_with_comet_picks_the_candidate_comet_expects_best(comet, kiwi, tmp_
     assert refused.stderr == "error: --mbr-comet-model needs --mbr comet (the model of its utility)\n"
 
 
+@pytest.mark.slow  # mtkit processes that translate
 def test_evaluate_without_references_reports_the_models_confidence(tmp_path):
     model = write_tiny_checkpoint(tmp_path / "model.pt", {"beam": 2, "max_len_b": 6})
     src = tmp_path / "src.en"

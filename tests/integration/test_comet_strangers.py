@@ -17,13 +17,12 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from conftest import write_tiny_checkpoint
+from conftest import write_tiny_checkpoint, zip_bomb
 from test_model_file_checks import _limited, assert_one_error
 from test_stranger_files import deep_json, sparse
 from tiny_comet import write_tiny_comet
@@ -173,18 +172,7 @@ def test_a_deflated_data_pkl_is_refused_before_it_is_inflated(kiwi, translator, 
     """data.pkl deflated from 200 MB (the pickle, then zeros) into a file of KBs: torch.load inflated it whole."""
     model = copy_of(kiwi, tmp_path / "model")
     ckpt_path = model / "checkpoints" / "model.ckpt"
-    bomb = tmp_path / "bomb.ckpt"
-    with zipfile.ZipFile(ckpt_path) as src, zipfile.ZipFile(bomb, "w") as dst:
-        for info in src.infolist():
-            if not info.filename.endswith("/data.pkl"):
-                dst.writestr(info.filename, src.read(info))
-                continue
-            target = zipfile.ZipInfo(info.filename)
-            target.compress_type = zipfile.ZIP_DEFLATED
-            with dst.open(target, "w") as out:  # streamed: never 200 MB in memory
-                out.write(src.read(info))
-                for _ in range(200):
-                    out.write(bytes(1 << 20))
+    bomb = zip_bomb(ckpt_path, tmp_path / "bomb.ckpt", keep_pickle=True)
     assert bomb.stat().st_size < 2 << 20
     bomb.replace(ckpt_path)
     done = qe(tmp_path, "evaluate", model, translator)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_reverse_corpus
+from conftest import fast_first, write_reverse_corpus
 from test_corpora import corpora_config
 from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error
 
@@ -101,7 +101,7 @@ def test_a_link_outside_the_sentence_is_one_line_naming_file_and_line(tmp_path):
 # ------------------------------------------------------------------ special files
 
 
-@pytest.mark.parametrize("kind", SPECIALS)
+@pytest.mark.parametrize("kind", fast_first(SPECIALS))  # each: mtkit processes
 def test_a_special_file_as_alignments_or_corpus_is_one_line(tmp_path, kind):
     src, tgt = corpus(tmp_path, n=20)
     align = special(tmp_path / "train.align", kind)
@@ -113,7 +113,7 @@ def test_a_special_file_as_alignments_or_corpus_is_one_line(tmp_path, kind):
     assert_one_error(r, f"{named(odd)}: not a regular file")
 
 
-@pytest.mark.parametrize("kind", SPECIALS)
+@pytest.mark.parametrize("kind", fast_first(SPECIALS))  # each: mtkit processes
 def test_a_special_file_as_a_dual_xent_score_file_is_one_line(tmp_path, kind):
     src, tgt = corpus(tmp_path, n=20)
     good = tmp_path / "bwd.txt"
@@ -138,7 +138,7 @@ except MtkitError as e:
 """
 
 
-@pytest.mark.parametrize("kind", SPECIALS)
+@pytest.mark.parametrize("kind", fast_first(SPECIALS))  # each: mtkit processes
 def test_a_special_file_as_a_distill_shard_or_its_done_marker_is_one_line(tmp_path, kind):
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -155,13 +155,13 @@ def test_a_special_file_as_a_distill_shard_or_its_done_marker_is_one_line(tmp_pa
     assert_one_error(run("-c", DISTILL, shards), f"{done}: not a regular file")
 
 
-@pytest.mark.parametrize(("text", "problem"), [
+@pytest.mark.parametrize(("text", "problem"), fast_first([  # each: a process
     ("two\n", "not a number of shards ('two')"),
     ("", "not a number of shards ('')"),
     ("-1\n", "not a number of shards ('-1')"),
     ("9" * 5000, "larger than a distillation shards' done marker can be"),
     ("99999999999\n", "99999999999 shards, more than the folder holds"),
-])
+], 2))
 def test_a_done_marker_that_is_not_a_count_of_its_shards_is_one_line(tmp_path, text, problem):
     shards = tmp_path / "shards"
     shards.mkdir()

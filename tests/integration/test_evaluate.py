@@ -282,6 +282,7 @@ def test_hypotheses_from_stdin(files):
     assert twice.returncode == 1 and twice.stderr.startswith("error: only one of") and "Traceback" not in twice.stderr
 
 
+@pytest.mark.slow  # an mtkit process that loads and runs the model (fast: test_cli_in_process, test_translator)
 def test_model_translations_are_scored_in_memory(tiny_run, tmp_path):
     run, src, ref = tiny_run
     before = _files_under(run.parent)

@@ -100,6 +100,7 @@ def test_the_exported_model_computes_mtkits_logits(tmp_path, variant):
         [loaded.vocab.decode_tgt(i) for i in ids]
 
 
+@pytest.mark.slow  # mtkit export processes, ~15 s of CPU (fast: the logits and round-trip tests in process)
 def test_the_files_and_the_generation_settings(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt", norm="pre",
                            decode={"beam": 5, "length_penalty": "power", "alpha": 1.3, "max_len_a": 0.0,
@@ -123,8 +124,9 @@ def test_the_files_and_the_generation_settings(tmp_path):
     assert done.returncode == 0 and (gen["num_beams"], gen["length_penalty"]) == (2, 0.5)
 
 
-@pytest.mark.parametrize("problem", ["learned positions", "pre-norm untied", "gnmt beam", "layer norm eps",
-                                     "not empty"])
+@pytest.mark.parametrize("problem", ["learned positions",  # the others: mtkit processes, ~2.5 s of CPU each
+                                     *(pytest.param(p, marks=pytest.mark.slow)
+                                       for p in ("pre-norm untied", "gnmt beam", "layer norm eps", "not empty"))])
 def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, problem):
     options, expected = {
         "learned positions": ({"positions": "learned"}, "model.positions is 'learned'"),
@@ -148,6 +150,7 @@ def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, proble
         assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.slow  # a process of its own (fast: test_cli_in_process, in process)
 def test_without_transformers_the_export_says_which_extra_to_install(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
     code = ("import sys; sys.modules['transformers'] = None; from mtkit.cli import main; "

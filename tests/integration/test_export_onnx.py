@@ -43,7 +43,7 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if i == 2 else v
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if i >= 1 else v  # ~12 s of CPU each
                                      for i, v in enumerate(VARIANTS)])
 def test_the_graphs_compute_mtkits_logits_step_by_step_and_search_as_mtkit(tmp_path, variant):
     loaded = load_model(tiny_checkpoint(tmp_path / "m.pt", **VARIANTS[variant]))
@@ -112,6 +112,7 @@ def test_the_exported_run_translates_as_mtkit(reverse_run, reverse_data, tmp_pat
         [r.hypotheses[0].text for r in torch_model.translate(lines[:8])]
 
 
+@pytest.mark.slow  # an mtkit process (fast: test_cli_in_process)
 def test_the_onnx_engine_takes_an_onnx_export_only(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
     done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(ckpt)],
@@ -120,6 +121,7 @@ def test_the_onnx_engine_takes_an_onnx_export_only(tmp_path):
     assert done.stderr == "error: --engine onnx takes one folder written by mtkit export onnx\n"
 
 
+@pytest.mark.slow  # mtkit processes (fast: test_cli_in_process)
 @pytest.mark.parametrize("problem", ["not empty", "no onnxscript"])
 def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, problem):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
@@ -149,6 +151,7 @@ def tiny_export(tmp_path_factory):
 
 @pytest.mark.parametrize("breakage", ["truncated graph", "bad manifest",
                                       pytest.param("graph of another model", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the module's tiny_export (an ONNX export, ~10 s of CPU) and mtkit processes
 def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
     import json
     import shutil
@@ -173,6 +176,7 @@ def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
     assert done.stderr.startswith(expected), done.stderr
 
 
+@pytest.mark.slow  # tiny_export and mtkit processes
 def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(tiny_export, tmp_path):
     """ONNX's graphs give no attention: --format html translates the text between tags (as LibreTranslate),
     and --alignments or --protect are one-line errors."""
@@ -192,6 +196,19 @@ def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(t
         assert bad.returncode != 0 and message in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+def graph_with_engine_names(nodes: list, result: str, name: str, inputs: list[str], outputs: list[str]):
+    """An ONNX model of ``nodes`` with the engine's input names (token ids int64, masks bool, the rest
+    float) whose every output is a copy of ``result``."""
+    from onnx import TensorProto, helper
+
+    nodes = nodes + [helper.make_node("Identity", [result], [output]) for output in outputs]
+    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 def endless_graph(inputs: list[str], outputs: list[str]):
     """A graph with the engine's input and output names whose every output comes out of a Loop that never
     ends (no trip count, a condition always true): a program, as any ONNX graph may be."""
@@ -207,12 +224,7 @@ def endless_graph(inputs: list[str], outputs: list[str]):
     nodes = [helper.make_node("Constant", [], ["true"], value=helper.make_tensor("t", TensorProto.BOOL, [], [True])),
              helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("z", TensorProto.FLOAT, [1], [0.0])),
              helper.make_node("Loop", ["", "true", "zero"], ["looped"], body=body)]
-    nodes += [helper.make_node("Identity", ["looped"], [name]) for name in outputs]
-    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
-    graph = helper.make_graph(nodes, "endless",
-                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return graph_with_engine_names(nodes, "looped", "endless", inputs, outputs)
 
 
 def failing_graph(inputs: list[str], outputs: list[str]):
@@ -223,12 +235,7 @@ def failing_graph(inputs: list[str], outputs: list[str]):
     nodes = [helper.make_node("Constant", [], ["seven"], value=helper.make_tensor("s", TensorProto.INT64, [1], [7])),
              helper.make_node("Reshape", [inputs[0], "seven"], ["reshaped"]),
              helper.make_node("Cast", ["reshaped"], ["floats"], to=TensorProto.FLOAT)]
-    nodes += [helper.make_node("Identity", ["floats"], [name]) for name in outputs]
-    kinds = {"src": TensorProto.INT64, "tokens": TensorProto.INT64, "src_mask": TensorProto.BOOL}
-    graph = helper.make_graph(nodes, "failing",
-                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), None) for n in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    return graph_with_engine_names(nodes, "floats", "failing", inputs, outputs)
 
 
 def hostile_export(tiny_export, folder: Path, graph: str, make) -> Path:
@@ -271,6 +278,7 @@ for folder in sys.argv[1:]:
 """
 
 
+@pytest.mark.slow  # tiny_export, a process and its deadlines
 def test_a_graph_that_never_ends_stops_at_its_deadline_or_when_told_in_one_line(tiny_export, tmp_path):
     """Every run has a deadline: an endless Loop in either graph ends there, as one error line naming the
     graph; a call's should_stop ends it sooner (Stopped), while the graph runs. In a subprocess bounded in
@@ -288,6 +296,7 @@ def test_a_graph_that_never_ends_stops_at_its_deadline_or_when_told_in_one_line(
     assert done.stdout.splitlines() == want
 
 
+@pytest.mark.slow  # tiny_export and an mtkit process
 def test_a_graph_that_fails_as_it_runs_is_one_line_naming_it(tiny_export, tmp_path):
     """ONNX Runtime's error at run time (not at loading) is one line naming the graph, no traceback."""
     folder = hostile_export(tiny_export, tmp_path / "onnx", "encoder.onnx", failing_graph)
@@ -334,6 +343,7 @@ def test_a_server_on_a_graph_that_never_ends_answers_and_stops_at_sigterm(tiny_e
         server.stop()
 
 
+@pytest.mark.slow  # tiny_export and mtkit processes
 def test_a_fifo_or_dev_zero_in_place_of_a_graph_is_one_line(tiny_export, tmp_path):
     """A FIFO would block ONNX Runtime's open forever, /dev/zero never end: each is refused as not a regular
     file, in one subprocess bounded in time (a hang fails it)."""
@@ -354,6 +364,7 @@ def test_a_fifo_or_dev_zero_in_place_of_a_graph_is_one_line(tiny_export, tmp_pat
     assert done.stdout.splitlines() == [f"{path}: not a regular file" for path in cases]
 
 
+@pytest.mark.slow  # tiny_export (an ONNX export, ~10 s of CPU)
 def test_the_onnx_engine_sets_torchs_threads_as_its_sessions(tiny_export):
     """threads=1: ONNX Runtime's sessions (intra and inter-op) and torch, which runs the search, all one
     thread, also in a thread that translates."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
+from conftest import TINY_MODEL, one_error, reverse_data_config, write_reverse_corpus
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -24,14 +24,6 @@ MTKIT = [sys.executable, "-m", "mtkit"]
 def mtkit(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*MTKIT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300,
                           stdin=subprocess.DEVNULL, check=False, **kwargs)
-
-
-def one_error(result: subprocess.CompletedProcess) -> str:
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 1, (result.returncode, result.stderr)
-    assert len(errors) == 1 and result.stderr.rstrip().splitlines()[-1] == errors[0], result.stderr
-    return errors[0]
 
 
 # ------------------------------------------------------------------ average

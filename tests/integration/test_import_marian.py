@@ -22,7 +22,6 @@ from mtkit.data.synthetic import english, german  # noqa: E402
 from mtkit.decoding.options import SearchOptions  # noqa: E402
 from mtkit.decoding.search import beam_search, greedy_search  # noqa: E402
 
-torch.set_num_threads(1)
 SOURCES = [english(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858, 21, 404, 3, 66, 720, 12, 95, 250, 8, 501)]
 TARGETS = [german(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858, 21, 404, 3, 66, 720, 12, 95, 250, 8, 501)]
 MAX_LENGTH = 40  # generation_config.json's, which no output reaches here; searches also run cut at CUT_LENGTH

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import fast_first
 
 MEMORY_LIMIT = 3 << 30  # bytes of address space: `import torch` takes about 0.6 GiB here
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": "", "CUDA_VISIBLE_DEVICES": ""}
@@ -173,6 +174,7 @@ def assert_one_error(r: subprocess.CompletedProcess, fragment: str) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # mtkit processes under a memory limit
 def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     """The limit is no cause of the failures below: a good folder imports under it and translates."""
     pytest.importorskip("safetensors")
@@ -186,7 +188,7 @@ def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     checkpoint_config(load_checkpoint(ckpt), ckpt)  # a checkpoint whose config fits passes the check
 
 
-@pytest.mark.parametrize("name", list(MARIAN_CASES))
+@pytest.mark.parametrize("name", fast_first(MARIAN_CASES, 2))  # each case: an mtkit process
 def test_import_marian_refuses_a_config_its_weights_disagree_with(tmp_path, name):
     pytest.importorskip("safetensors")
     config, generation, fragment = MARIAN_CASES[name]
@@ -197,6 +199,7 @@ def test_import_marian_refuses_a_config_its_weights_disagree_with(tmp_path, name
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # an mtkit process that reads torch's pickle (fast: the safetensors cases)
 def test_a_pytorch_model_bin_is_checked_as_well(tmp_path):
     pytest.importorskip("safetensors")
     folder = spoiled_marian(tmp_path / "hf", {"encoder_layers": HUGE}, {})
@@ -206,7 +209,7 @@ def test_a_pytorch_model_bin_is_checked_as_well(tmp_path):
     assert_one_error(r, "encoder_layers is 100000000 but pytorch_model.bin has 1 encoder layer")
 
 
-@pytest.mark.parametrize("name", list(CHECKPOINT_CASES))
+@pytest.mark.parametrize("name", fast_first(CHECKPOINT_CASES, 2))  # each case: an mtkit process
 def test_a_checkpoint_whose_config_disagrees_with_its_tensors_is_refused(tmp_path, name):
     options, fragment = CHECKPOINT_CASES[name]
     ckpt = tiny_checkpoint(tmp_path / "model.pt", **options)
@@ -216,7 +219,7 @@ def test_a_checkpoint_whose_config_disagrees_with_its_tensors_is_refused(tmp_pat
     assert str(ckpt) in line
 
 
-@pytest.mark.parametrize("name", list(CHECKPOINT_CASES))
+@pytest.mark.parametrize("name", fast_first(CHECKPOINT_CASES, 2))  # each case: an mtkit process
 def test_a_checkpoint_whose_config_disagrees_is_refused_before_torch_is_imported(tmp_path, name):
     """The precheck reads the checkpoint's pickle without torch and without running its code (only
     containers and shapes are built), so a file that cannot be loaded fails before torch's own import."""

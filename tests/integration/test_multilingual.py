@@ -232,6 +232,7 @@ def test_ctranslate2_export_carries_the_tags_and_translates_the_same(multi_run, 
         assert len(torch_out) == 60 and sum(a == b for a, b in zip(torch_out, ct2_out)) >= 58, lang
 
 
+@pytest.mark.slow  # an export and transformers' models in processes (~30 s of CPU)
 def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_same(multi_run, multi_data,
                                                                                      tmp_path):
     transformers = pytest.importorskip("transformers")

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import write_reverse_corpus, write_tiny_checkpoint
+from conftest import one_error, write_reverse_corpus, write_tiny_checkpoint
 
 pytestmark = pytest.mark.slow  # real processes: the fast tier is pytest -m 'not slow'
 
@@ -28,14 +28,6 @@ NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # Linux's /dev/null and /dev/fu
 def mtkit(*args, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True, env=ENV,
                           timeout=300, stdin=subprocess.DEVNULL, check=False, **kwargs)
-
-
-def one_error(result: subprocess.CompletedProcess) -> str:
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert "Traceback" not in result.stderr, result.stderr
-    assert result.returncode == 1, (result.returncode, result.stderr)
-    assert len(errors) == 1 and result.stderr.rstrip().splitlines()[-1] == errors[0], result.stderr
-    return errors[0]
 
 
 def device(path: Path, number: int) -> Path:

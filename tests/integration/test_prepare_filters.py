@@ -122,6 +122,7 @@ def test_bad_filters_are_one_line_errors_and_write_nothing(tmp_path, args, probl
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow  # prepare on Multi30k with lingua in a process (fast: test_data_filters' langid test)
 def test_langid_drops_the_french_targets_mixed_into_multi30k(tmp_path):
     pytest.importorskip("lingua", reason="lingua-language-detector (extra [clean]) not installed")
     if not (MULTI30K / "train.en").is_file():

@@ -102,6 +102,7 @@ def server(checkpoint, tmp_path_factory):
     assert s.stop() == 0, s.log.read_text()
 
 
+@pytest.mark.slow  # a real server process (fast: test_serve_libretranslate, test_serve_batcher in process)
 def test_too_many_phrases_are_a_400_and_expensive_requests_under_the_limit_leave_plain_ones_answered(server):
     """Two requests of 2,000 include phrases (the probe's 36 KB that held both decoding threads for
     minutes) are refused at once, naming the limit; requests of 64 include phrases each at beam 8, four
@@ -135,6 +136,7 @@ def test_too_many_phrases_are_a_400_and_expensive_requests_under_the_limit_leave
     assert server.get("/health")[0] == 200
 
 
+@pytest.mark.slow  # mtkit serve processes that load the model
 def test_decoding_threads_is_a_bounded_flag(checkpoint):
     done = subprocess.run([*MTKIT, "serve", "-m", str(checkpoint), "--port", "0", "--decoding-threads", "100000"],
                           capture_output=True, text=True, env=ENV, timeout=300)
@@ -147,6 +149,7 @@ def test_decoding_threads_is_a_bounded_flag(checkpoint):
         assert "serving on" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.slow  # a real server process
 def test_serving_on_is_printed_once_the_server_serves_and_never_when_its_startup_fails(server, capsys):
     """At the moment "serving on" is in the log, the server answers (no retry); an app whose startup
     fails prints no "serving on" and ends in one error line."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import write_tiny_checkpoint
+from conftest import fast_first, write_tiny_checkpoint
 from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error, run_limited, write_marian
 
 DEEP = 200_000
@@ -84,7 +84,8 @@ def copy_dir(source: Path, target: Path) -> Path:
 # ------------------------------------------------------------------ deep, huge and special model files
 
 
-@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "vocab.json", "tokenizer_config.json"])
+@pytest.mark.parametrize("name", fast_first(["config.json", "generation_config.json", "vocab.json",
+                                             "tokenizer_config.json"]))  # each case: an mtkit process
 def test_json_nested_200000_deep_in_a_marian_folder_is_one_error_line(tmp_path, name):
     folder = write_marian(tmp_path / "hf")
     (folder / name).write_text(deep_json())
@@ -101,9 +102,9 @@ def test_a_safetensors_header_nested_200000_deep_is_one_error_line(tmp_path):
     assert_one_error(r, f"{folder / 'model.safetensors'}: not readable model weights")
 
 
-@pytest.mark.parametrize(("name", "what"), [("config.json", "model config"), ("vocab.json", "vocabulary"),
-                                            ("generation_config.json", "model config"),
-                                            ("source.spm", "SentencePiece model")])
+@pytest.mark.parametrize(("name", "what"), fast_first([("config.json", "model config"), ("vocab.json", "vocabulary"),
+                                                       ("generation_config.json", "model config"),
+                                                       ("source.spm", "SentencePiece model")]))  # each: a process
 def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(tmp_path, name, what):
     """Read whole, each was a MemoryError under the limit (3 GiB of address space for 3 GB)."""
     folder = write_marian(tmp_path / "hf")
@@ -113,7 +114,7 @@ def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(tmp_path, n
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/urandom"])
-@pytest.mark.parametrize("name", ["config.json", "vocab.json", "source.spm"])
+@pytest.mark.parametrize("name", fast_first(["config.json", "vocab.json", "source.spm"]))  # each: mtkit processes
 def test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file(tmp_path, name, special):
     """A FIFO hung the read forever (no writer ever comes); a device never ends."""
     folder = write_marian(tmp_path / "hf")
@@ -155,7 +156,7 @@ def test_the_bounded_reader_refuses_each_kind_of_bad_file_in_one_line(tmp_path):
         read_bounded(sparse(tmp_path / "huge.spm"), 1 << 20, "SentencePiece model")
 
 
-@pytest.mark.parametrize("spoil", ["deep", "huge", "fifo", "beam"])
+@pytest.mark.parametrize("spoil", ["huge", *fast_first(["fifo", "beam", "deep"], 0)])  # each: an mtkit process
 def test_an_exported_models_mtkit_json_is_checked_in_bounded_work(exported, tmp_path, spoil):
     out = copy_dir(exported, tmp_path / "ct2")
     manifest = out / "mtkit.json"
@@ -313,11 +314,11 @@ def test_a_beam_of_a_billion_in_a_checkpoint_is_one_error_line(checkpoint, tmp_p
     assert_one_error(r, "decode.beam: must be at most 1024, got 1000000000")
 
 
-@pytest.mark.parametrize(("generation", "fragment"), [
+@pytest.mark.parametrize(("generation", "fragment"), fast_first([  # each case: an mtkit process
     ({"num_beams": 10**9}, "generation_config.json: num_beams: must be at most 1024, got 1000000000"),
     ({"max_new_tokens": 10**9}, "generation_config.json: max_new_tokens: must be at most 65536"),
     ({"no_repeat_ngram_size": 10**9}, "generation_config.json: no_repeat_ngram_size: must be at most 65536"),
-])
+]))
 def test_an_imported_num_beams_of_a_billion_is_one_error_line(tmp_path, generation, fragment):
     from test_model_file_checks import spoiled_marian
 
@@ -333,6 +334,7 @@ def _close(fd: int):
     return lambda: os.close(fd)
 
 
+@pytest.mark.slow  # mtkit processes started with a standard stream closed
 def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tmp_path):
     """With descriptor 0 (or 1) closed when Python starts, sys.stdin (sys.stdout) is None: an
     AttributeError traceback before."""
@@ -353,6 +355,7 @@ def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tm
 # ------------------------------------------------------------------ invalid UTF-8
 
 
+@pytest.mark.slow  # mtkit processes that load the model, ~12 s of CPU (fast: test_translator's read_text_lines cases)
 def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(checkpoint, tmp_path):
     """It silently became U+FFFD; prepare and evaluate refused it with file and line, and now these too."""
     bad = tmp_path / "bad.txt"
@@ -415,6 +418,7 @@ def _written_temporaries(folder: Path) -> list[Path]:
     return [p for p in folder.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow  # prepare and export in processes under a file-size limit
 def test_a_full_disk_during_prepare_and_export_names_the_users_output(checkpoint, tmp_path):
     """RLIMIT_FSIZE makes a write fail as a full disk does (EFBIG instead of ENOSPC, the same path through
     the code); the error named the temporary (.out.tmp-PID@HOST-XXXX/spm.model) or nothing."""
@@ -432,6 +436,7 @@ def test_a_full_disk_during_prepare_and_export_names_the_users_output(checkpoint
     assert not list((tmp_path / "out").iterdir())
 
 
+@pytest.mark.slow  # prepare and export in processes
 def test_an_unwritable_folder_for_prepare_and_export_names_the_users_output(checkpoint, tmp_path):
     from conftest import write_reverse_corpus
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_transformer
 
 from mtkit.data.word_alignment import (
     check_layer,
@@ -102,12 +103,7 @@ def test_the_default_layer_is_the_penultimate_and_layers_are_checked():
 
 
 def test_the_cross_attention_of_the_first_layers_is_that_of_the_whole_pass():
-    from mtkit.config import ModelConfig
-    from mtkit.model import Transformer
-
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=3, dropout=0.0,
-                                    max_positions=64), 50, 50).eval()
+    model = tiny_transformer(decoder_layers=3).eval()
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
     full = model.cross_attention(src, tgt)
@@ -117,19 +113,10 @@ def test_the_cross_attention_of_the_first_layers_is_that_of_the_whole_pass():
     torch.testing.assert_close(full.sum(-1), torch.ones(3, 2, 4, 3))
 
 
-def tiny_model(layers: int = 3, h: int = 4):
-    from mtkit.config import ModelConfig
-    from mtkit.model import Transformer
-
-    torch.manual_seed(0)
-    return Transformer(ModelConfig(d_model=32, h=h, d_ff=64, encoder_layers=2, decoder_layers=layers, dropout=0.0,
-                                   max_positions=64), 50, 50)
-
-
 def test_the_head_guided_training_reads_is_the_one_alignments_read():
     """The training path (the layer's reference attention, with its output) and the inference path
     (Transformer.cross_attention) give the same weights, and the same hidden states as the plain pass."""
-    model = tiny_model().eval()
+    model = tiny_transformer(decoder_layers=3).eval()
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])
     tgt = torch.tensor([[1, 10, 11], [1, 12, 0]])
     memory, mask = model.encode(src)
@@ -143,7 +130,7 @@ def test_the_head_guided_training_reads_is_the_one_alignments_read():
 def test_the_guided_loss_reaches_only_the_chosen_heads_queries_and_keys():
     from mtkit.training.loss import TranslationLoss
 
-    model = tiny_model()
+    model = tiny_transformer(decoder_layers=3)
     layer, head, d_k = 1, 2, 8  # 4 heads of 8 dimensions
     criterion = TranslationLoss(model, 0.0, 0, guided=(layer, head, 1.0), kernels="reference")
     src = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 0]])

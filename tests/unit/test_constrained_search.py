@@ -10,16 +10,13 @@ translate as without any, and a phrase that cannot fit is reported on its line.
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import incremental_logprob, random_search_model, random_sources
 
-from mtkit.config import EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig
-from mtkit.data.synthetic import english, german
-from mtkit.data.vocab import Vocab, train_model
+from mtkit.config import EOS_ID, PAD_ID, DecodeConfig
+from mtkit.data.synthetic import english
 from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.options import SearchOptions
 from mtkit.decoding.penalties import length_penalty
@@ -28,9 +25,7 @@ from mtkit.engines.constraints import Constraints
 from mtkit.engines.torch_engine import TorchEngine
 from mtkit.model import Transformer
 
-torch.set_num_threads(1)
 V = 40
-CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
 
 
 @pytest.fixture(scope="module")
@@ -124,17 +119,6 @@ def test_a_phrase_longer_than_the_limit_is_left_out_only_at_the_maximum_length(m
 
 
 # ----------------------------------------------------------------------------------- the pipeline
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
-    torch.manual_seed(0)
-    m = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
-    with torch.no_grad():
-        m.output_projection.weight.mul_(3.0)
-    return SimpleNamespace(model=m, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
 
 
 LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 17, 342, 999, 40, 1, 77, 610)]

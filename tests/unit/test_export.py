@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -12,10 +13,11 @@ import pytest
 ctranslate2 = pytest.importorskip("ctranslate2")  # before torch: see mtkit.export.ctranslate2
 
 import torch  # noqa: E402
+from conftest import number_vocab  # noqa: E402
 
-from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
-from mtkit.data.synthetic import english, german  # noqa: E402
-from mtkit.data.vocab import Vocab, train_model  # noqa: E402
+from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, config_to_dict  # noqa: E402
+from mtkit.data.synthetic import english  # noqa: E402
+from mtkit.data.vocab import Vocab  # noqa: E402
 from mtkit.decoding.penalties import length_penalty as search_length_penalty  # noqa: E402
 from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine, exported_decode, length_penalty  # noqa: E402
 from mtkit.engines.engine import EngineOptions  # noqa: E402
@@ -24,7 +26,6 @@ from mtkit.errors import MtkitError  # noqa: E402
 from mtkit.export.ctranslate2 import export_model  # noqa: E402
 from mtkit.model import Transformer  # noqa: E402
 
-torch.set_num_threads(1)
 STEPS = 150
 LINES = [english(n) for n in (5, 17, 342, 999, 40, 1, 77, 610, 123, 858)]
 SHAPES = {
@@ -35,8 +36,7 @@ SHAPES = {
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocab:
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    return Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
+    return number_vocab(120)
 
 
 _TRAINED: dict = {}
@@ -133,7 +133,7 @@ def test_int8_export_and_existing_directory(vocab, tmp_path):
 def test_exporting_leaves_the_models_weights_as_they_were(vocab, tmp_path):
     """CTranslate2 optimizes the spec's arrays in place (int8, the embeddings' scale): the export hands it copies,
     so that the model, and a second export of it, keep the weights they had."""
-    loaded = _train(vocab, **SHAPES["post-sinusoidal-tied"])
+    loaded = copy.deepcopy(tiny_model(vocab, **SHAPES["post-sinusoidal-tied"]))  # the shared one stays untouched
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     export_model(loaded, tmp_path / "int8", quantization="int8")
     export_model(loaded, tmp_path / "fp32")

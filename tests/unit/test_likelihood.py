@@ -8,35 +8,24 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import incremental_logprob
+from conftest import incremental_logprob, tiny_loaded, tiny_transformer
 
-from mtkit.config import Config, ModelConfig, SpmConfig
 from mtkit.data.synthetic import english, german
-from mtkit.data.vocab import Vocab, train_model
 from mtkit.decoding import forced
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.forced import pad_pairs, token_log_probs
 from mtkit.engines.pair_scoring import PairScorer
 from mtkit.model import Transformer
 
-torch.set_num_threads(1)
-CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=24)
 V = 50
 PAIRS = [([5, 6, 7], [8, 9]), ([10], [11, 12, 13, 14, 15, 16]), ([], []), ([20, 21, 22, 23, 24, 25, 26, 27], [30]),
          ([4, 4, 4, 4], [9, 9, 9, 9, 9, 9, 9, 9, 9, 9])]
 
 
-def tiny_model(seed: int) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(CFG, V, V).eval()
-    with torch.no_grad():
-        model.output_projection.weight.mul_(3.0)  # peakier distributions than the default init
-    return model
-
-
 @pytest.fixture(scope="module")
 def models() -> list[Transformer]:
-    return [tiny_model(0), tiny_model(1)]
+    """Two untrained models of positions up to 24, with peakier distributions than the default init."""
+    return [tiny_transformer(V, seed=seed, sharpen=3.0, max_positions=24).eval() for seed in (0, 1)]
 
 
 def scorer(models, **kwargs) -> PairScorer:
@@ -89,11 +78,7 @@ def test_bf16_stays_close_to_fp32(models):
 
 @pytest.fixture(scope="module")
 def loaded():
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
-    torch.manual_seed(0)
-    model = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
-    return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
+    return tiny_loaded(sharpen=None, max_positions=24)
 
 
 def test_one_score_per_line_pair_in_input_order(loaded, caplog):

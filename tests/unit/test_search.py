@@ -16,7 +16,6 @@ from mtkit.decoding.penalties import length_penalty
 from mtkit.decoding.search import beam_search, greedy_search, sample
 from mtkit.model import Transformer
 
-torch.set_num_threads(1)
 V = 40
 
 

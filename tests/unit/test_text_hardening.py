@@ -5,42 +5,32 @@ tags and special tokens are plain text, outputs are trimmed, and lone surrogates
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import number_vocab, tiny_loaded
 
-from mtkit.config import BOS_ID, EOS_ID, Config, DecodeConfig, ModelConfig, SpmConfig
-from mtkit.data.synthetic import english, german
+from mtkit.config import BOS_ID, EOS_ID, DecodeConfig, SpmConfig
+from mtkit.data.synthetic import english
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.options import SearchOptions
 from mtkit.engines.constraints import Constraints, encode_constraints, read_constraints
 from mtkit.engines.torch_engine import TorchEngine
 from mtkit.errors import MtkitError
-from mtkit.model import Transformer
 from mtkit.text.glossary import Glossary
 from mtkit.text.lines import clean_output
-
-torch.set_num_threads(1)
-CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
 
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocab:
     """German and English number words: ``▁fünf`` and ``▁fünfhundert`` are pieces; no capitals, no ``,``."""
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    return Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=300)))
+    return number_vocab(300)
 
 
 @pytest.fixture(scope="module")
 def loaded(vocab):
-    torch.manual_seed(0)
-    model = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
-    with torch.no_grad():
-        model.output_projection.weight.mul_(3.0)
-    return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
+    return tiny_loaded(vocab)
 
 
 def translate(loaded, lines, wanted, **decode):

@@ -9,29 +9,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mtkit.config import Config, DecodeConfig, DecodeOptions, ModelConfig, SpmConfig, config_to_dict
-from mtkit.data.synthetic import english, german
+from mtkit.config import Config, DecodeConfig, DecodeOptions, SpmConfig, config_to_dict
+from mtkit.data.synthetic import english
 from mtkit.data.vocab import Vocab, train_model
 from mtkit.engines.torch_engine import TorchEngine
 from mtkit.errors import MtkitError
-from mtkit.model import Transformer
 from mtkit.text.lines import format_translation, read_text_lines
 from mtkit.version import __version__
-
-torch.set_num_threads(1)
-CFG = ModelConfig(d_model=32, h=4, d_ff=64, encoder_layers=2, decoder_layers=2, dropout=0.0, max_positions=64)
-
-
-@pytest.fixture(scope="module")
-def loaded():
-    sentences = [english(n) for n in range(0, 1000, 3)] + [german(n) for n in range(0, 1000, 3)]
-    vocab = Vocab.from_bytes(train_model(sentences, SpmConfig(vocab_size=120)))
-    torch.manual_seed(0)
-    model = Transformer(CFG, vocab.src_size, vocab.tgt_size).eval()
-    with torch.no_grad():
-        model.output_projection.weight.mul_(3.0)  # more varied outputs than the default init
-    return SimpleNamespace(model=model, vocab=vocab, config=Config(model=CFG), path=Path("tiny.pt"))
-
 
 LINES = [english(n) + (" and " + english(n // 3) if n % 2 else "") for n in (5, 17, 342, 999, 40, 1, 77, 610)]
 
@@ -103,7 +87,7 @@ def test_ensemble_needs_one_vocabulary(loaded):
 def save_checkpoint(loaded, path: Path) -> Path:
     torch.save({
         "format_version": 1, "mtkit_version": __version__,
-        "config": config_to_dict(Config(model=CFG, decode=DecodeConfig(beam=2, max_len_b=6))),
+        "config": config_to_dict(Config(model=loaded.config.model, decode=DecodeConfig(beam=2, max_len_b=6))),
         "model": loaded.model.state_dict(),
         "vocab": {"src": loaded.vocab.model_bytes()[0], "tgt": None},
         "src_vocab_size": loaded.vocab.src_size, "tgt_vocab_size": loaded.vocab.tgt_size,
