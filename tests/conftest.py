@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -151,6 +152,20 @@ def reverse_run(reverse_data, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("reverse-run") / "run"
     train(config, data_dir, run_dir, progress=False)
     return run_dir
+
+
+@pytest.fixture
+def logged():
+    """The library's messages on stderr during the test, as the CLI has them (:func:`mtkit.logs.to_stderr`);
+    the ``mtkit`` logger as it was afterwards (the library itself installs no handler)."""
+    from mtkit.logs import to_stderr
+
+    logger = logging.getLogger("mtkit")
+    handlers, level = list(logger.handlers), logger.level
+    to_stderr()
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 @pytest.fixture
