@@ -325,7 +325,7 @@ def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
         if o.check is not None:
             o.check(loaded)
 
-    translator = build_translator(paths, dataclasses.replace(o, engine=engine), inspect, logger.info)
+    translator = build_translator(paths, dataclasses.replace(o, engine=engine), inspect)
     return Model(translator, paths[0] if len(paths) == 1 else None, engine, loaded=found.get("loaded"), settings=o,
                  qe=qe, comet=comet)
 
@@ -346,7 +346,7 @@ def _scoring_model(paths: list[Path], o: LoadOptions, qe: Any, comet: Any) -> Mo
     same_pairs([m.config for m in loaded])
     if not (o.any_target and o.target is None):
         scorer.vocab_for(o.target)  # a wrong target is an error before any line is read
-    say_loaded(loaded, logger.info)
+    say_loaded(loaded)
     return Model(None, paths[0] if len(paths) == 1 else None, "torch", loaded=loaded, settings=o, scorer=scorer,
                  qe=qe, comet=comet)
 

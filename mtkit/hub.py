@@ -3,10 +3,12 @@ through ``huggingface_hub`` into its cache and read from there. Each way it fail
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 
 from mtkit.errors import MtkitError
+
+logger = logging.getLogger(__name__)
 
 
 def hub_folder(source: str, allow_patterns: list[str], example: str, extra: str) -> Path:
@@ -23,7 +25,7 @@ def hub_folder(source: str, allow_patterns: list[str], example: str, extra: str)
     except ImportError:
         raise MtkitError(f"{source}: not a directory; a hub name needs huggingface_hub "
                          f"(pip install 'mtkit[{extra}]')") from None
-    print(f"downloading {source} from the Hugging Face hub", file=sys.stderr)
+    logger.info(f"downloading {source} from the Hugging Face hub")
     try:
         return Path(snapshot_download(source, allow_patterns=allow_patterns))
     except Exception as e:  # noqa: BLE001 (no network, no such repository, no access: one line)

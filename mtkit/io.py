@@ -7,6 +7,7 @@ import contextlib
 import errno
 import gzip
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,6 +23,8 @@ from typing import IO, Any
 import yaml
 
 from mtkit.errors import MtkitError, counted, shown
+
+logger = logging.getLogger(__name__)
 
 # Errors of a write through an open file (no file name of their own): they are the output's.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
@@ -174,7 +177,7 @@ def remove_dead_temporaries(path: str | Path) -> list[Path]:
             with contextlib.suppress(FileNotFoundError):
                 candidate.unlink()
                 removed.append(candidate)
-                print(f"{candidate}: removed; left behind by process {pid}, which no longer runs", file=sys.stderr)
+                logger.info(f"{candidate}: removed; left behind by process {pid}, which no longer runs")
     return removed
 
 

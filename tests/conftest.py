@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -274,6 +275,20 @@ def comet(tmp_path_factory) -> Path:
     from tiny_comet import write_tiny_comet
 
     return write_tiny_comet(tmp_path_factory.mktemp("comet") / "tiny-comet-da", "regression_metric")
+
+
+@pytest.fixture
+def logged():
+    """The library's messages on stderr during the test, as the CLI has them (:func:`mtkit.logs.to_stderr`);
+    the ``mtkit`` logger as it was afterwards (the library itself installs no handler)."""
+    from mtkit.logs import to_stderr
+
+    logger = logging.getLogger("mtkit")
+    handlers, level = list(logger.handlers), logger.level
+    to_stderr()
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
 
 
 @pytest.fixture

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import logging
 import os
 import re
 import stat
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +46,8 @@ from typing import Any
 from mtkit.checkpoints.file import read_payload
 from mtkit.errors import MtkitError, shown
 from mtkit.io import atomic_path
+
+logger = logging.getLogger(__name__)
 
 # 1: layer norms named by position (``encoder.layers.N.sublayer.J.norm``); 2: by the sub-layer they serve.
 CHECKPOINT_FORMAT = 2
@@ -435,7 +437,7 @@ def resolve_checkpoint(path: str | Path, note: bool = True) -> Path:
             stale.append(f"{made} {what} step {upto}, older than step {newest}; using {{}} ({refresh})")
         if pick is not None:
             for said in stale if note else []:
-                print("note: " + said.format(pick.name), file=sys.stderr)
+                logger.info("note: " + said.format(pick.name))
             return pick
         if is_hugging_face_folder(path):
             made = "written by mtkit export hf" if (path / "mtkit.json").is_file() else "(Marian, OPUS-MT)"

@@ -17,7 +17,7 @@ Layout of the working directory::
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from pathlib import Path
 
@@ -25,9 +25,19 @@ from mtkit.api import LoadOptions, load_models
 from mtkit.config import Config, load_config
 from mtkit.errors import MtkitError, counted
 
+logger = logging.getLogger(__name__)
+
 
 def _say(message: str) -> None:
-    print(f"[mtkit run] {message}", file=sys.stderr, flush=True)
+    logger.info(f"[mtkit run] {message}")
+
+
+class _RunPrefix(logging.Filter):
+    """Marks a library logger's messages as run's own lines (``[mtkit run] ``): the distillation stage's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = f"[mtkit run] {record.getMessage()}", ()
+        return True
 
 
 class StageTimes:
@@ -94,7 +104,12 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         from mtkit.training.distill import distill
 
         _say(f"distill with {', '.join(config.distill.teacher)} → {work / 'distill'}")
-        config = distill(config, work / "distill", _say)
+        said, prefix = logging.getLogger(distill.__module__), _RunPrefix()
+        said.addFilter(prefix)  # its lines are run's stage lines
+        try:
+            config = distill(config, work / "distill")
+        finally:
+            said.removeFilter(prefix)
         stages.done("distill")
 
     _say(f"prepare → {data_dir}")

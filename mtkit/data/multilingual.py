@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import random
 import time
 from pathlib import Path
@@ -16,8 +17,9 @@ from mtkit.data.encode import SPLITS, _append_eval, _encode_train, _Part, _progr
 from mtkit.data.languages import Pair, config_pairs, tag_id, tag_piece, targets
 from mtkit.data.store import ParallelStoreWriter, id_dtype
 from mtkit.data.vocab import Vocab, train_model
-from mtkit.data.workdir import log
 from mtkit.errors import MtkitError, counted
+
+logger = logging.getLogger(__name__)
 
 
 def _sample_languages(data: DataConfig, progress: bool) -> tuple[dict[tuple[str, str], list[str]], int]:
@@ -165,7 +167,7 @@ def _build_pairs(data: DataConfig, vocab: Vocab, out_dir: Path, workers: int, pr
                 entry["splits"][split] = {"start": first, "pairs": len(writer) - first}
                 if len(writer) == first:
                     raise MtkitError(f"{part.key}: the {split} set is empty")
-                log(f"{split} {entry['name']}: kept {counted(len(writer) - first, 'pair')}")
+                logger.info(f"{split} {entry['name']}: kept {counted(len(writer) - first, 'pair')}")
         splits[split] = writer.close()
         splits[split]["read"] = splits[split]["pairs"] + skipped
         dropped[split] = {"invalid_utf8": skipped}

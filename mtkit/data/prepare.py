@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import shutil
@@ -47,10 +48,12 @@ from mtkit.data.report import cleaning_report, render_text, share_warnings
 from mtkit.data.sources import source_files
 from mtkit.data.store import MANIFEST, MANIFEST_FORMAT, load_manifest
 from mtkit.data.vocab import Vocab, train_model
-from mtkit.data.workdir import _check_out_dir, _owner, _remove_dead_leftovers, _replace_dir, die_with_parent, log
+from mtkit.data.workdir import _check_out_dir, _owner, _remove_dead_leftovers, _replace_dir, die_with_parent
 from mtkit.errors import MtkitError, counted
 from mtkit.io import atomic_write_text, naming_output
 from mtkit.version import __version__
+
+logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------ fingerprint
 
@@ -194,8 +197,8 @@ def _make_vocab(data: DataConfig, workers: int, progress: bool, timings: dict,
     for name, size in sizes.items():
         # hard_vocab_limit=False lets SentencePiece stop early on a small sample; say so.
         if size < spm_cfg.vocab_size:
-            log(f"warning: data.spm.vocab_size {spm_cfg.vocab_size} is more than this training sample supports;"
-                f" the {name} has {size} pieces")
+            logger.warning(f"warning: data.spm.vocab_size {spm_cfg.vocab_size} is more than this training sample "
+                           f"supports; the {name} has {size} pieces")
     return vocab, info
 
 
@@ -236,9 +239,9 @@ def build(data: DataConfig, out_dir: Path, workers: int, progress: bool, fp: str
             result = _encode_eval(data, split, vocab, out_dir)
             timings[f"encode_{split}"] = round(time.perf_counter() - start, 2)
             splits[split], dropped[split] = result["stats"], result["dropped"]
-            log(f"{split}: kept {counted(result['stats']['pairs'], 'pair')}"
-                + (f" (skipped {result['dropped']['invalid_utf8']} invalid UTF-8)" if result["dropped"]["invalid_utf8"]
-                   else ""))
+            invalid = result["dropped"]["invalid_utf8"]
+            logger.info(f"{split}: kept {counted(result['stats']['pairs'], 'pair')}"
+                        + (f" (skipped {invalid} invalid UTF-8)" if invalid else ""))
     timings["total"] = round(time.perf_counter() - total_start, 2)
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -294,7 +297,8 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
     _remove_dead_leftovers(out_dir)
     existing = read_manifest(out_dir) if out_dir.is_dir() else None
     if existing is not None and existing.get("fingerprint") == fp and not force:
-        log(f"{out_dir}: already prepared from identical inputs; reusing it (`mtkit prepare --force` rebuilds it)")
+        logger.info(f"{out_dir}: already prepared from identical inputs; reusing it "
+                    "(`mtkit prepare --force` rebuilds it)")
         return existing
     _check_out_dir(out_dir)  # before the work, so that a refusal costs nothing
     workers = data.workers if data.workers > 0 else (os.cpu_count() or 1)
@@ -319,8 +323,8 @@ def prepare_data(data: DataConfig, out_dir: Path, force: bool = False, progress:
         raise
     sections = cleaning_report(manifest)
     if sections:
-        log(render_text(sections))
+        logger.info(render_text(sections))
     for line in share_warnings(sections, data.clean.warn_share):
-        log(line)
-    log(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
+        logger.warning(line)
+    logger.info(f"{out_dir}: prepared in {manifest['timings_s']['total']:.1f} s")
     return manifest

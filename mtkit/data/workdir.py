@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import multiprocessing
 import os
 import re
@@ -31,9 +32,7 @@ from mtkit.io import MAX_CONFIG_BYTES, read_json_file
 from mtkit.io import owner as _owner
 from mtkit.io import process_alive as _alive
 
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+logger = logging.getLogger(__name__)
 
 
 # -------------------------------------------------------------- process hygiene
@@ -80,7 +79,7 @@ def _remove_dead_leftovers(out_dir: Path) -> None:
         pid = int(match.group(1))
         if pid != os.getpid() and not _alive(pid):
             shutil.rmtree(path, ignore_errors=True)
-            log(f"{path}: removed; left behind by process {pid}, which no longer runs")
+            logger.info(f"{path}: removed; left behind by process {pid}, which no longer runs")
 
 
 # ------------------------------------------------------------- out_dir safety

@@ -22,16 +22,16 @@ from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads
 from mtkit.errors import MtkitError
 
 __all__ = ["ENGINES", "build_translator", "torch_engine"]
-stderr = logging.getLogger(__name__).info  # where the factory says things by default (the CLI prints them on stderr)
+logger = logging.getLogger(__name__)  # what the factory loaded; the CLI says it on stderr (mtkit.logs)
 
 
-def say_loaded(loaded: list, log: Callable[[str], None] = stderr) -> None:
-    """Say on stderr (or ``log``) which checkpoints a command runs: ``loaded PATH (step N)``; once their
+def say_loaded(loaded: list) -> None:
+    """Say on the ``mtkit`` logger which checkpoints a command runs: ``loaded PATH (step N)``; once their
     settings have passed the checks, so that an error stays the only line."""
     from mtkit.checkpoints.io import describe
 
     for model in loaded:
-        log(f"loaded {describe(model)}")
+        logger.info(f"loaded {describe(model)}")
 
 
 def is_exported_model(path: Path) -> bool:
@@ -107,15 +107,14 @@ class LoadOptions:
     comet_model: str | None = None
 
 
-def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[[list], None] | None = None,
-                     log: Callable[[str], None] = stderr):
+def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[[list], None] | None = None):
     """The engine that ``options`` describe (``engine``, ``device``, ``precision``, ``threads`` …, see
     :class:`LoadOptions`): a torch :class:`TorchEngine` on checkpoints (an ensemble for several), a CTranslate2
-    one on an exported directory, an ONNX one on an ONNX export; says (``log``) what it loaded.
+    one on an exported directory, an ONNX one on an ONNX export; says (on the ``mtkit`` logger) what it loaded.
 
     ``inspect`` is called with the loaded checkpoints (LoadedModels) before anything is said: a caller's own
-    checks, or what it reads of them (their configs); ``log`` takes what was loaded, the thread count and the
-    engine's warnings (stderr). Threads (``options.threads``): None leaves torch's count as the process has it
+    checks, or what it reads of them (their configs). What was loaded and the thread count go to the ``mtkit``
+    logger. Threads (``options.threads``): None leaves torch's count as the process has it
     (CTranslate2's and ONNX Runtime's pools are their own); 0 is one per CPU that other work leaves free
     (:mod:`mtkit.engines.threads`, said), chosen again between batches (torch engine), unless
     ``OMP_NUM_THREADS`` is set; ``thread_policy`` is a caller's choice already made (a server's).
@@ -144,9 +143,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
                                        CpuThreads(threads, parallel, chosen), target=tgt_lang)
         if not any_target:
             translator.vocab_for(tgt_lang)  # a target the model lacks is an error now, not at the first line
-        log(f"loaded {translator.description}")
+        logger.info(f"loaded {translator.description}")
         if translator.threads_said is not None:
-            log(translator.threads_said)
+            logger.info(translator.threads_said)
         return translator
     if engine == "onnx":
         from mtkit.engines.onnx_engine import OnnxEngine, exported_decode
@@ -166,9 +165,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         translator = OnnxEngine(paths[0], decode, threads=threads or 0, target=tgt_lang)
         if not any_target:
             translator.vocab_for(tgt_lang)
-        log(f"loaded {translator.description}")
+        logger.info(f"loaded {translator.description}")
         if why is not None:
-            log(f"threads: {threads} ({why})")
+            logger.info(f"threads: {threads} ({why})")
         return translator
     from mtkit.checkpoints.io import precheck
     from mtkit.engines.device import resolve_device
@@ -215,9 +214,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
     translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy)
     if not any_target:
         translator.vocab_for(tgt_lang)
-    say_loaded(loaded, log)
+    say_loaded(loaded)
     if said is not None:
-        log(said)
+        logger.info(said)
     return translator
 
 

@@ -37,7 +37,7 @@ each hypothesis its log-probability as search found it (:class:`mtkit.engines.en
 from __future__ import annotations
 
 import asyncio
-import sys
+import logging
 import traceback
 from importlib import resources
 from typing import Any
@@ -63,6 +63,8 @@ from mtkit.serve.schemas import (
 from mtkit.serve.service import Service
 from mtkit.text.lines import clean_output
 from mtkit.text.markup import MarkupError, split_markup
+
+logger = logging.getLogger(__name__)
 
 
 def page_file(name: str) -> str:
@@ -114,7 +116,7 @@ def create_app(service: Service):
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, e: Exception):
-        traceback.print_exception(e, file=sys.stderr)
+        logger.error("".join(traceback.format_exception(e)).rstrip("\n"))  # the traceback, as Python prints it
         return error(500, f"internal error ({type(e).__name__}); see the server's log")
 
     app.include_router(libretranslate_router(service))

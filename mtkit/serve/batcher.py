@@ -26,7 +26,7 @@ waited that long while no batch finished.
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections import deque
@@ -39,6 +39,8 @@ from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import counted
 from mtkit.serve.models import ServedModel
+
+logger = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
@@ -341,7 +343,7 @@ class Batcher:
                 self.model.name, len(lines), sum(len(t.src_ids) for t in results),
                 sum(len(t.best.ids) + 1 for t in results if t.src_ids), seconds))
         except Exception as e:  # noqa: BLE001 - the requests are answered; the metrics lose one batch
-            print(f"warning: the batch metrics failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            logger.warning(f"warning: the batch metrics failed: {type(e).__name__}: {e}")
 
 
 def _fail(job: Job, error: BaseException) -> None:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import socket
-import sys
 from collections.abc import Callable
 
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from mtkit.errors import MtkitError
+
+logger = logging.getLogger(__name__)
 
 # Endpoints named in the request metrics (anything else is "other", so that a scan cannot grow them).
 ENDPOINTS = ("/translate", "/languages", "/detect", "/health", "/frontend/settings", "/spec", "/js/app.js",
@@ -97,8 +99,7 @@ class Guard:
             self.metrics.latency.labels(endpoint).observe(seconds)
             if self.access_log:
                 shown = path if path.isprintable() and len(path) <= 200 else repr(path[:200])
-                print(f"{scope.get('method', '?')} {shown} {status[0] or '-'} {seconds * 1000:.1f} ms",
-                      file=sys.stderr, flush=True)
+                logger.info(f"{scope.get('method', '?')} {shown} {status[0] or '-'} {seconds * 1000:.1f} ms")
 
     async def _read_body(self, scope, receive) -> bytes | None:
         """The whole body (None when it and the query string are over the limit)."""
@@ -278,8 +279,7 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
         if self.started and not self.should_exit:  # the app started and the socket accepts: it serves
-            print(f"serving on http://{self.address}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)",
-                  file=sys.stderr, flush=True)
+            logger.info(f"serving on http://{self.address}/ (API docs: /docs; stop with Ctrl-C or SIGTERM)")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -323,4 +323,4 @@ def run(app, host: str = "127.0.0.1", port: int = 5000, graceful_timeout: float 
         sock.close()
     if not server.started:
         raise MtkitError("the server did not start (see the messages above)")
-    print("stopped", file=sys.stderr, flush=True)
+    logger.info("stopped")

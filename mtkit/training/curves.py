@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from pathlib import Path
 
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_path
+
+logger = logging.getLogger(__name__)
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -32,8 +34,7 @@ def read_metrics(path: Path) -> list[dict]:
                 raise ValueError
         except (ValueError, RecursionError):  # RecursionError: a line nested 100,000 deep
             if i == len(lines) - 1:
-                print(f"warning: {path}: line {number} is cut short (a crash while writing it?); ignored",
-                      file=sys.stderr)
+                logger.warning(f"warning: {path}: line {number} is cut short (a crash while writing it?); ignored")
                 break
             raise MtkitError(f"{path}: line {number}: not a JSON object") from None
         if any(_plotted(key) and not _is_number(value) for key, value in record.items()):
@@ -42,8 +43,8 @@ def read_metrics(path: Path) -> list[dict]:
         records.append(record)
     if not_numbers:
         shown = ", ".join(map(str, not_numbers[:5])) + (", ..." if len(not_numbers) > 5 else "")
-        print(f"warning: {path}: {len(not_numbers)} line(s) ({shown}) hold a step or metric that is not a number; "
-              "ignored", file=sys.stderr)
+        logger.warning(f"warning: {path}: {len(not_numbers)} line(s) ({shown}) hold a step or metric that is not "
+                       "a number; ignored")
     return records
 
 

@@ -42,7 +42,7 @@ from mtkit.data.sources import iter_pairs
 from mtkit.errors import MtkitError, counted, shown
 from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines
 
-stderr = logging.getLogger(__name__).info  # where it says things by default: the mtkit logger
+logger = logging.getLogger(__name__)  # what it does, said on the mtkit logger
 
 DONE = "done"  # in shards/: written after the last shard, with their number
 SETTINGS = "settings.json"  # in shards/: what made them (made_with)
@@ -64,8 +64,8 @@ def _field(text: str) -> str:
     return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
-def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[str], folder: Path, shard_lines: int,
-                     log: Callable[[str], None]) -> int:
+def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[str], folder: Path,
+                     shard_lines: int) -> int:
     """Translate ``sources`` with ``translate`` (an engine's: lines in, Translations out), ``shard_lines`` at a
     time, each shard written whole; shards already on disk are kept (their sources read past, not translated).
     Returns the number of shards."""
@@ -89,7 +89,7 @@ def translate_shards(translate: Callable[[list[str]], list], sources: Iterable[s
         with atomic_path(path) as tmp:
             tmp.write_text("".join(lines), encoding="utf-8")
     if kept:
-        log(f"distill: {kept} of {count} shards were translated before; kept")
+        logger.info(f"distill: {kept} of {count} shards were translated before; kept")
     atomic_write_text(folder / DONE, f"{count}\n")
     return count
 
@@ -140,7 +140,7 @@ def worst(cross_entropies, share: float):
     return mask
 
 
-def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str], None]) -> dict:
+def write_corpus(config: Config, folder: Path, shards: int) -> dict:
     """``train.src`` / ``train.tgt`` from the shards (the filter's kept pairs) and, with ``distill.mix_original``,
     the original pairs; ``filter.json`` with the counts."""
     import numpy as np
@@ -175,9 +175,9 @@ def write_corpus(config: Config, folder: Path, shards: int, log: Callable[[str],
     atomic_write_text(folder / "filter.json", json.dumps(counts, indent=2) + "\n")
     threshold = (f" (per-token cross-entropy {counts['threshold']:.3f} and above)" if counts["threshold"] is not None
                  else "")
-    log(f"distill: {counted(counts['translated'], 'pair')} translated, {counts['dropped']} dropped by the "
-        f"filter{threshold}, "
-        f"{kept} kept" + (f", {counted(original, 'original pair')} added" if settings.mix_original else ""))
+    logger.info(f"distill: {counted(counts['translated'], 'pair')} translated, {counts['dropped']} dropped by the "
+                f"filter{threshold}, "
+                f"{kept} kept" + (f", {counted(original, 'original pair')} added" if settings.mix_original else ""))
     return counts
 
 
@@ -253,7 +253,7 @@ def _check_made_with(config: Config, shards: Path) -> None:
                          f"{shards.parent} or use another work directory")
 
 
-def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, progress: bool = True) -> Config:
+def distill(config: Config, folder: Path, progress: bool = True) -> Config:
     """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
     those done, and return the student's recipe (:func:`student_config`)."""
     from mtkit.io import sentence_progress
@@ -266,7 +266,7 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
     if (written is not None and (folder / "train.src").is_file() and (folder / "train.tgt").is_file()
             and (written.get("filter_share"), written.get("mix_original")) == (settings.filter_share,
                                                                                 settings.mix_original)):
-        log(f"distill: {folder / 'train.src'} and train.tgt are written; skipped")
+        logger.info(f"distill: {folder / 'train.src'} and train.tgt are written; skipped")
         return student_config(config, folder)
     count = _shards_done(shards)
     if count is None:
@@ -283,11 +283,11 @@ def distill(config: Config, folder: Path, log: Callable[[str], None] = stderr, p
             return done
 
         try:
-            count = translate_shards(translate, training_sources(config), shards, settings.shard_lines, log)
+            count = translate_shards(translate, training_sources(config), shards, settings.shard_lines)
         finally:
             if bar is not None:
                 bar.close()
-    write_corpus(config, folder, count, log)
+    write_corpus(config, folder, count)
     return student_config(config, folder)
 
 

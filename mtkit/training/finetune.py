@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,8 @@ from mtkit.checkpoints.io import checkpoint_config, load_checkpoint, resolve_che
 from mtkit.config import Config, ModelConfig, load_config
 from mtkit.data.vocab import Vocab
 from mtkit.errors import MtkitError
+
+logger = logging.getLogger(__name__)
 
 REGULARIZATION = ("dropout", "attention_dropout", "activation_dropout")
 # Every model key that changes the function the weights compute (``preset`` only fills the others).
@@ -107,11 +109,6 @@ def model_from_parent(recipe: ModelConfig, parent: ModelConfig) -> tuple[ModelCo
     return recipe, differences, None
 
 
-def _say(message: str) -> None:
-    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
-        print(message, file=sys.stderr, flush=True)
-
-
 def resolve_init(config: Config, run_dir: Path, resume: bool | None = None,
                  data_dir: Path | None = None) -> tuple[Config, Parent | None]:
     """The config a run in ``run_dir`` trains, and the parent it starts from (None when it does not).
@@ -144,7 +141,8 @@ def resolve_init(config: Config, run_dir: Path, resume: bool | None = None,
     if taken is not None:
         shape = ", ".join(f"{k} {getattr(model, k)}" for k in ("d_model", "h", "d_ff", "encoder_layers",
                                                                 "decoder_layers"))
-        _say("note: " + taken.format(parent.path, shape))
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
+            logger.info("note: " + taken.format(parent.path, shape))
     train = dataclasses.replace(t, init_from=str(parent.path), init_sha256=parent.sha256)
     return dataclasses.replace(config, model=model, train=train), parent
 
@@ -156,9 +154,9 @@ def _resumed(config: Config, run_dir: Path) -> Config:
         run = load_config(run_dir / "config.yaml")
     except MtkitError:  # no saved config (nothing to resume): the trainer says what is wrong
         return config
-    if config.train.init_from is not None and run.train.init_from is None:
-        _say(f"note: {run_dir} holds a run that did not start from a checkpoint; resuming it as it is "
-             "(train.init_from applies only to a new run)")
+    if config.train.init_from is not None and run.train.init_from is None and os.environ.get("RANK", "0") == "0":
+        logger.info(f"note: {run_dir} holds a run that did not start from a checkpoint; resuming it as it is "
+                    "(train.init_from applies only to a new run)")  # under torchrun, rank 0 speaks for all
     model = config.model
     if run.train.init_from is not None:
         merged, differences, _ = model_from_parent(config.model, run.model)

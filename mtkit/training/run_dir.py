@@ -6,11 +6,11 @@ the checks of the prepared data it trains on."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -21,6 +21,8 @@ from mtkit.engines.device import resolve_device
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_path, atomic_write_text
 from mtkit.training.curves import read_metrics
+
+logger = logging.getLogger(__name__)
 
 # What mtkit.io.atomic_path leaves behind when a save is cut short (mkstemp's ``.NAME.XXXXXXXX.tmp``);
 # only files that `mtkit train` alone writes, so that a concurrent `mtkit average` keeps its own.
@@ -178,8 +180,8 @@ class RunLock:
             raise MtkitError(f"{self.run_dir}: another mtkit train{who} is using this run directory") from None
         except OSError as e:  # e.g. ENOLCK on a network file system without locks
             f.close()
-            print(f"warning: {self.path}: cannot lock the run directory ({e.strerror}); "
-                  "make sure no other training uses it", file=sys.stderr)
+            logger.warning(f"warning: {self.path}: cannot lock the run directory ({e.strerror}); "
+                           "make sure no other training uses it")
             return
         f.seek(0)
         f.truncate()

@@ -15,6 +15,7 @@ directory's signals and metrics log (:mod:`.run_dir`), the checkpoint files (:mo
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import signal
 import sys
@@ -69,6 +70,8 @@ from mtkit.training.run_dir import (
 )
 from mtkit.training.state import Counters, Updaters, check_resumable, checkpoint_payload, restore, start_from
 from mtkit.training.validation import Scoring, validation_bleus, validation_losses
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -396,8 +399,7 @@ class Trainer:
         if self.dist.is_main:
             removed = remove_partial_saves(self.run_dir)
             if removed:
-                print(f"note: {self.run_dir}: removed {len(removed)} partial file(s) of an interrupted save",
-                      file=sys.stderr)
+                logger.info(f"note: {self.run_dir}: removed {len(removed)} partial file(s) of an interrupted save")
         last = self.ckpt_dir / "last.pt"
         if last.exists() and resume is not False:
             self.load_state_dict(load_checkpoint(last), last)
@@ -405,8 +407,8 @@ class Trainer:
             self.log.truncate_after(self.step)
             if self.dist.is_main:
                 named = self.ckpt_dir / f"step_{self.step:07d}.pt"
-                print(f"resuming {self.run_dir} from step {self.step} (checkpoint {named if named.exists() else last})",
-                      file=sys.stderr, flush=True)
+                logger.info(f"resuming {self.run_dir} from step {self.step} "
+                            f"(checkpoint {named if named.exists() else last})")
         elif resume:
             raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
         elif last.exists():
@@ -416,8 +418,8 @@ class Trainer:
             if self.init is not None and self.dist.is_main:
                 at = f" (step {self.init[1]})" if self.init[1] is not None else ""
                 keep = "its Adam moments and " if self.cfg.init_keep_optimizer else ""
-                print(f"starting {self.run_dir} from the weights of {self.init[0]}{at}: {keep}a fresh "
-                      f"{'' if keep else 'optimizer, '}schedule and step counter", file=sys.stderr, flush=True)
+                logger.info(f"starting {self.run_dir} from the weights of {self.init[0]}{at}: {keep}a fresh "
+                            f"{'' if keep else 'optimizer, '}schedule and step counter")
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -464,8 +466,8 @@ class Trainer:
                 window["updates"] += 1
                 window["skipped"] += int(stats["skipped"])
                 if stats["skipped"]:
-                    print(f"warning: step {self.step}: non-finite gradients (norm {stats['grad_norm']}); "
-                          "update skipped", file=sys.stderr)
+                    logger.warning(f"warning: step {self.step}: non-finite gradients (norm {stats['grad_norm']}); "
+                                   "update skipped")
 
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     final_loss = self._log_window(window, window_start, stats, bar)
@@ -510,8 +512,8 @@ class Trainer:
         others = load.others()
         if stopped == "max_minutes" and self.dist.is_main:
             busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
-            print(f"train.max_minutes ({cfg.max_minutes:g}) reached at step {self.step} of {cfg.max_steps} "
-                  f"({counted(self.step - self._session[1], 'step')} this session{busy})", file=sys.stderr, flush=True)
+            logger.info(f"train.max_minutes ({cfg.max_minutes:g}) reached at step {self.step} of {cfg.max_steps} "
+                        f"({counted(self.step - self._session[1], 'step')} this session{busy})")
 
         averaged = None
         if validated_step != self.step and cfg.valid_every and self.valid_store is not None:
@@ -556,8 +558,7 @@ class Trainer:
                                              step=self.step, ema_decay=self.cfg.ema_decay), self.ckpt_dir / EMA_FILE)
         if record is not None:
             self.log.write({"step": self.step, "event": "ema", **record})
-            print(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()),
-                  file=sys.stderr, flush=True)
+            logger.info(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
         return path
 
     def _stop_on_signal(self, signum: int, position: SamplerState) -> None:
@@ -591,7 +592,7 @@ class Trainer:
         if bar is not None:
             bar.write(line)
         elif self.dist.is_main:
-            print(line, file=sys.stderr, flush=True)
+            logger.info(line)
         if not self.dist.is_main:
             return None
         path = self.save(position)
@@ -621,9 +622,8 @@ class Trainer:
         if bar is not None:
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{stats['lr']:.2e}", tok_s=f"{tokens / seconds:.0f}")
         elif self.dist.is_main:  # no terminal (a log file, a scheduler): one line per log_every steps
-            print(f"step {self.step}/{self.cfg.max_steps} | loss {loss:.3f} | lr {stats['lr']:.2e} | "
-                  f"{tokens / seconds:.0f} tok/s | elapsed {clock(self.elapsed)} | ETA {self._eta()}",
-                  file=sys.stderr, flush=True)
+            logger.info(f"step {self.step}/{self.cfg.max_steps} | loss {loss:.3f} | lr {stats['lr']:.2e} | "
+                        f"{tokens / seconds:.0f} tok/s | elapsed {clock(self.elapsed)} | ETA {self._eta()}")
         return loss
 
     def _check_threads(self, bar) -> None:
@@ -633,7 +633,7 @@ class Trainer:
             if bar is not None:
                 bar.write(said, file=sys.stderr)
             else:
-                print(said, file=sys.stderr, flush=True)
+                logger.info(said)
 
     def _eta(self) -> str:
         """Time to max_steps at this session's pace, or to max_minutes if that comes first."""

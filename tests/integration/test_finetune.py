@@ -168,7 +168,7 @@ def test_a_new_run_starts_with_the_parents_weights_and_a_fresh_optimizer(parent,
     assert not run.exists()  # checking and loading the parent writes nothing
 
 
-def test_resuming_a_fine_tuned_run_continues_it_exactly_without_its_parent(parent, copy_data, tmp_path, capsys):
+def test_resuming_a_fine_tuned_run_continues_it_exactly_without_its_parent(parent, copy_data, tmp_path, capsys, logged):
     data_dir, data, _ = copy_data
     copy = tmp_path / "parent.pt"
     shutil.copyfile(parent / "checkpoints" / "last.pt", copy)
@@ -189,7 +189,8 @@ def test_resuming_a_fine_tuned_run_continues_it_exactly_without_its_parent(paren
     assert b["config"]["train"]["init_from"] == str(copy) and b["config"]["train"]["init_sha256"] is not None
 
 
-def test_a_recipe_without_a_model_section_trains_the_parents_and_resumes_it(parent, copy_data, tmp_path, capsys):
+def test_a_recipe_without_a_model_section_trains_the_parents_and_resumes_it(parent, copy_data, tmp_path, capsys,
+                                                                            logged):
     data_dir, data, _ = copy_data
     train_cfg = {"max_tokens": 600, "max_steps": 2, "warmup": 10, "log_every": 1, "valid_every": 0, "save_every": 0}
     run = tmp_path / "run"

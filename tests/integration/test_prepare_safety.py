@@ -229,7 +229,7 @@ def test_a_truncated_store_stops_training_with_one_line(tmp_path, reverse_data):
                      r" again\)$", message)
 
 
-def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, capsys):
+def test_a_vocabulary_smaller_than_asked_is_reported(tmp_path, capsys, logged):
     manifest = prepare(config(tmp_path / "text", vocab_size=8000), tmp_path / "out", progress=False)
     size = manifest["vocab"]["src_size"]
     assert size < 8000

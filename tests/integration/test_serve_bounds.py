@@ -150,7 +150,7 @@ def test_decoding_threads_is_a_bounded_flag(checkpoint):
 
 
 @pytest.mark.slow  # a real server process
-def test_serving_on_is_printed_once_the_server_serves_and_never_when_its_startup_fails(server, capsys):
+def test_serving_on_is_printed_once_the_server_serves_and_never_when_its_startup_fails(server, capsys, logged):
     """At the moment "serving on" is in the log, the server answers (no retry); an app whose startup
     fails prints no "serving on" and ends in one error line."""
     assert "serving on" in server.log.read_text()

@@ -240,7 +240,7 @@ def test_old_checkpoints_are_checked_by_their_vocabulary_bytes(reverse_data, oth
         train(make_config(data, max_steps=4), other_data["other_spm_same_size"], run, progress=False)
 
 
-def test_leftovers_of_a_killed_save_are_removed_at_the_next_start(reverse_data, tiny_run, tmp_path, capsys):
+def test_leftovers_of_a_killed_save_are_removed_at_the_next_start(reverse_data, tiny_run, tmp_path, capsys, logged):
     data_dir, data = reverse_data
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -255,7 +255,7 @@ def test_leftovers_of_a_killed_save_are_removed_at_the_next_start(reverse_data, 
     assert f"removed {len(leftovers)} partial file(s)" in capsys.readouterr().err
 
 
-def test_a_torn_last_line_of_the_metrics_log_is_dropped_on_resume(reverse_data, tiny_run, tmp_path, capsys):
+def test_a_torn_last_line_of_the_metrics_log_is_dropped_on_resume(reverse_data, tiny_run, tmp_path, capsys, logged):
     data_dir, data = reverse_data
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -274,7 +274,7 @@ def test_a_torn_last_line_of_the_metrics_log_is_dropped_on_resume(reverse_data, 
 # ---------------------------------------------------------------------- logs
 
 
-def test_without_a_terminal_training_logs_lines_and_says_when_it_resumes(reverse_data, tmp_path, capsys):
+def test_without_a_terminal_training_logs_lines_and_says_when_it_resumes(reverse_data, tmp_path, capsys, logged):
     data_dir, data = reverse_data
     run = tmp_path / "run"
     train(make_config(data, max_steps=4, log_every=2, valid_every=4), data_dir, run, progress=False)

@@ -4,6 +4,7 @@ cross-entropy filter dropping the teacher's least sure pairs, the original pairs
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,28 @@ TEACHER_DECODE = {"beam": 2, "max_len_b": 8}  # how the teacher's own recipe dec
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     return write_tiny_checkpoint(tmp_path_factory.mktemp("teacher") / "teacher.pt", TEACHER_DECODE)
+
+
+class Said(logging.Handler):
+    """What distillation says on the ``mtkit`` logger, a line each, in :attr:`lines`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def said(caplog) -> list[str]:
+    """The lines distillation says from now on (a list that grows as it speaks)."""
+    caplog.set_level(logging.INFO, logger="mtkit.training.distill")
+    handler = Said()
+    logger = logging.getLogger("mtkit.training.distill")
+    logger.addHandler(handler)
+    yield handler.lines
+    logger.removeHandler(handler)
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +62,10 @@ class Killed(Exception):
     """What a kill does to the stage: it stops between two shards."""
 
 
-def test_a_killed_translation_keeps_its_finished_shards(engine, tmp_path):
+def test_a_killed_translation_keeps_its_finished_shards(engine, tmp_path, said):
     sources = [f"line {n} " + "alpha bravo"[: n % 11] for n in range(23)]
     whole = tmp_path / "whole"
-    assert translate_shards(engine.translate, sources, whole, 5, print) == 5
+    assert translate_shards(engine.translate, sources, whole, 5) == 5
     assert (whole / DONE).read_text() == "5\n" and len(list(read_shards(whole, 5))) == 23
 
     calls: list[int] = []
@@ -55,27 +78,27 @@ def test_a_killed_translation_keeps_its_finished_shards(engine, tmp_path):
 
     cut = tmp_path / "cut"
     with pytest.raises(Killed):
-        translate_shards(dies_after_two, sources, cut, 5, print)
+        translate_shards(dies_after_two, sources, cut, 5)
     assert sorted(p.name for p in cut.iterdir()) == ["000000.tsv", "000001.tsv"]  # no partial file, no marker
     first = shard_path(cut, 0).stat().st_mtime_ns
-    said: list[str] = []
+    said.clear()
     again: list[int] = []
 
     def counting(lines):
         again.append(len(lines))
         return engine.translate(lines)
 
-    assert translate_shards(counting, sources, cut, 5, said.append) == 5
+    assert translate_shards(counting, sources, cut, 5) == 5
     assert again == [5, 5, 3] and said == ["distill: 2 of 5 shards were translated before; kept"]
     assert shard_path(cut, 0).stat().st_mtime_ns == first
     for n in range(5):
         assert shard_path(cut, n).read_bytes() == shard_path(whole, n).read_bytes()
-    assert translate_shards(counting, sources, cut, 5, said.append) == 5 and len(again) == 3  # done: no work
+    assert translate_shards(counting, sources, cut, 5) == 5 and len(again) == 3  # done: no work
 
 
 def test_each_shard_line_is_the_teachers_best_translation_with_its_log_probability(engine, tmp_path):
     sources = ["alpha bravo", "", "charlie delta echo"]
-    translate_shards(engine.translate, sources, tmp_path, 2, print)
+    translate_shards(engine.translate, sources, tmp_path, 2)
     rows = list(read_shards(tmp_path, 2))
     best = [t.best for t in engine.translate(sources)]
     assert [r[0] for r in rows] == [b.text for b in best]
@@ -90,10 +113,9 @@ def test_the_filter_drops_the_share_of_highest_cross_entropy():
 
 
 @pytest.mark.parametrize("mix", [False, True])
-def test_the_stages_chain_into_the_students_recipe(teacher, tmp_path, mix):
+def test_the_stages_chain_into_the_students_recipe(teacher, tmp_path, mix, said):
     config = config_from_dict(recipe(tmp_path, teacher, shard_lines=16, filter_share=0.2, mix_original=mix))
-    said: list[str] = []
-    student = distill(config, tmp_path / "distill", said.append, progress=False)
+    student = distill(config, tmp_path / "distill", progress=False)
     folder = tmp_path / "distill"
     counts = json.loads((folder / "filter.json").read_text())
     assert counts["translated"] == 70 and counts["dropped"] == 14 and counts["kept"] == 56
@@ -113,49 +135,49 @@ def test_the_stages_chain_into_the_students_recipe(teacher, tmp_path, mix):
     assert student.data.train.src == str(folder / "train.src") and student.data.spm.vocab_from == str(teacher)
     assert student.model == config.model and student.distill == config.distill
     assert any("14 dropped by the filter" in line for line in said)
-    assert distill(config, folder, said.append, progress=False) == student and said[-1].endswith("skipped")
+    assert distill(config, folder, progress=False) == student and said[-1].endswith("skipped")
 
 
-def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_refused(teacher, tmp_path):
+def test_other_filter_settings_rewrite_the_corpus_and_other_translations_are_refused(teacher, tmp_path, said):
     raw = recipe(tmp_path, teacher, shard_lines=30, filter_share=0.1)
     folder = tmp_path / "distill"
-    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    distill(config_from_dict(raw), folder, progress=False)
     made = {p.name: p.stat().st_mtime_ns for p in (folder / "shards").glob("*.tsv")}
-    said: list[str] = []
-    distill(config_from_dict({**raw, "distill": {**raw["distill"], "filter_share": 0.5}}), folder, said.append,
+    said.clear()
+    distill(config_from_dict({**raw, "distill": {**raw["distill"], "filter_share": 0.5}}), folder,
             progress=False)
     assert json.loads((folder / "filter.json").read_text())["dropped"] == 35 and not any("skipped" in s for s in said)
     assert {p.name: p.stat().st_mtime_ns for p in (folder / "shards").glob("*.tsv")} == made  # not translated again
     with pytest.raises(MtkitError, match="its translations were made with another distill.shard_lines; remove"):
-        distill(config_from_dict({**raw, "distill": {**raw["distill"], "shard_lines": 31}}), folder, said.append,
+        distill(config_from_dict({**raw, "distill": {**raw["distill"], "shard_lines": 31}}), folder,
                 progress=False)
 
 
-def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tmp_path):
+def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tmp_path, said):
     from mtkit.api import LoadOptions, load_models
     from mtkit.config import DecodeConfig, config_to_dict
 
     teacher = write_tiny_checkpoint(tmp_path / "teacher.pt", {"beam": 3, "max_len_b": 6, "alpha": 0.0})
     raw = recipe(tmp_path, teacher, shard_lines=30)
     folder = tmp_path / "distill"
-    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    distill(config_from_dict(raw), folder, progress=False)
     made = json.loads((folder / "shards" / "settings.json").read_text())["decode"]
     assert made == config_to_dict(DecodeConfig(beam=3, max_len_b=6, alpha=0.0))
     own = load_models([teacher], LoadOptions(engine="torch", device="cpu", threads=1, any_target=False)).engine
     sources = Path(raw["data"]["train"]["src"]).read_text().splitlines()
     assert [row[0] for row in read_shards(folder / "shards", 3)] == [t.best.text for t in own.translate(sources)]
-    said: list[str] = []  # the student's decoding is not the teacher's: another one keeps the translations
-    distill(config_from_dict({**raw, "decode": {"beam": 4}}), folder, said.append, progress=False)
+    said.clear()  # the student's decoding is not the teacher's: another one keeps the translations
+    distill(config_from_dict({**raw, "decode": {"beam": 4}}), folder, progress=False)
     assert said[-1].endswith("skipped")
     settings = folder / "shards" / "settings.json"  # as an mtkit before decode.epsilon wrote it: still the same
     older = json.loads(settings.read_text())
     del older["decode"]["epsilon"], older["train"]["seed"]
     settings.write_text(json.dumps(older))
-    distill(config_from_dict(raw), folder, said.append, progress=False)
+    distill(config_from_dict(raw), folder, progress=False)
     assert said[-1].endswith("skipped")
     write_tiny_checkpoint(teacher, {"beam": 2, "max_len_b": 6, "alpha": 0.0})  # the teacher's recipe changed
     with pytest.raises(MtkitError, match=r"made with another decoding \(the teacher's decode section\); remove"):
-        distill(config_from_dict(raw), folder, said.append, progress=False)
+        distill(config_from_dict(raw), folder, progress=False)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
@@ -199,10 +221,10 @@ def test_a_timed_process_reports_its_own_peak_memory_not_its_parents():
 def test_a_training_source_that_changed_since_its_translation_is_refused(teacher, tmp_path):
     raw = recipe(tmp_path, teacher, shard_lines=30)
     folder = tmp_path / "distill"
-    distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+    distill(config_from_dict(raw), folder, progress=False)
     (folder / "filter.json").unlink()  # the corpus is written again ...
     src, tgt = Path(raw["data"]["train"]["src"]), Path(raw["data"]["train"]["tgt"])
     src.write_text(src.read_text() + "alpha bravo\n")  # ... from a source with one more pair
     tgt.write_text(tgt.read_text() + "bravo alpha\n")
     with pytest.raises(MtkitError, match="data.train has not as many pairs as were translated .70.: it changed"):
-        distill(config_from_dict(raw), folder, lambda line: None, progress=False)
+        distill(config_from_dict(raw), folder, progress=False)

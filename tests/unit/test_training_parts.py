@@ -254,7 +254,7 @@ def test_average_refuses_fewer_than_one_checkpoint(tmp_path, last):
         average_run(tmp_path, last)
 
 
-def test_a_run_directory_passes_over_an_averaged_checkpoint_older_than_its_newest(tmp_path, capsys):
+def test_a_run_directory_passes_over_an_averaged_checkpoint_older_than_its_newest(tmp_path, capsys, logged):
     ckpt_dir = tmp_path / "checkpoints"
     paths = [save_checkpoint(_payload(s), ckpt_dir / f"step_{s:07d}.pt") for s in (2, 4, 6)]
     link_atomically(paths[1], ckpt_dir / "best.pt")
@@ -276,7 +276,7 @@ def test_a_run_directory_passes_over_an_averaged_checkpoint_older_than_its_newes
     assert resolve_checkpoint(tmp_path) == ckpt_dir / "averaged.pt"
 
 
-def test_a_run_directory_takes_its_moving_average_after_its_averaged_checkpoint(tmp_path, capsys):
+def test_a_run_directory_takes_its_moving_average_after_its_averaged_checkpoint(tmp_path, capsys, logged):
     ckpt_dir = tmp_path / "checkpoints"
     paths = [save_checkpoint(_payload(s), ckpt_dir / f"step_{s:07d}.pt") for s in (2, 4)]
     link_atomically(paths[1], ckpt_dir / "last.pt")
@@ -300,7 +300,7 @@ def test_a_run_directory_takes_its_moving_average_after_its_averaged_checkpoint(
                                        "using ema.pt (run mtkit average to refresh)\n")
 
 
-def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys):
+def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys, logged):
     from mtkit.training.curves import read_metrics
     from mtkit.training.trainer import MetricsLog
 
@@ -318,7 +318,7 @@ def test_the_metrics_log_survives_a_torn_last_line(tmp_path, capsys):
         read_metrics(path)
 
 
-def test_metrics_lines_whose_values_are_not_numbers_are_skipped_with_one_warning(tmp_path, capsys):
+def test_metrics_lines_whose_values_are_not_numbers_are_skipped_with_one_warning(tmp_path, capsys, logged):
     """`mtkit curves` once drew strings as a categorical axis (a garbled plot) and exited 0 silently."""
     from mtkit.training.curves import draw_curves, read_metrics
 
@@ -361,7 +361,7 @@ def test_atomic_writes_name_the_users_path_never_the_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "file"]
 
 
-def test_dead_processes_temporaries_are_removed_and_no_others(tmp_path, capsys):
+def test_dead_processes_temporaries_are_removed_and_no_others(tmp_path, capsys, logged):
     import subprocess
     import sys
 
