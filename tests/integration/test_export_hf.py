@@ -5,7 +5,6 @@ AutoTokenizer load and that translate as mtkit does (MarianMT for post-norm mode
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 from conftest import MODELS, MULTI30K, TINY_MODEL  # noqa: E402
+from inprocess import run_mtkit  # noqa: E402
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
 from mtkit.data.synthetic import english, german  # noqa: E402
@@ -29,8 +29,8 @@ TARGETS = [german(n) for n in (3, 17, 342, 999, 40, 1, 77, 610)]
 
 
 def mtkit_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, timeout=300,
-                          input=stdin, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def tiny_checkpoint(path: Path, separate: bool = False, decode: dict | None = None, **model) -> Path:
