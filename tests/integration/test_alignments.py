@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 from conftest import write_tiny_checkpoint
+from inprocess import run_mtkit
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": ""}
 LINES = ["two hundred five", "", "seven thousand one hundred and three", "nine", "  forty   two  "]
 
 
 def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, env=ENV, timeout=300)
+    """The CLI in this process: these tests are about what translate writes, not about the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,12 @@
 """Bad input, command by command: exit code 1, exactly one ``error:`` line, no traceback.
 
-Grow the table whenever a new error path appears. Each case is a real ``mtkit`` process; they
-run a few at a time (start-up dominates) and each test then looks up its own result.
+Grow the table whenever a new error path appears. Each case runs the CLI's entry point (in this
+process: a fresh Python per case was most of the time; the `cuda` cases in a process that sees no GPU),
+and each test then looks up its own result.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import subprocess
 import sys
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_MODEL
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -223,13 +224,15 @@ def results(reverse_data, tmp_path_factory):
          "broken_manifest": str(broken), "truncated": str(truncated), "no_config": str(tmp / "no_config.pt")}
     cases = _cases(d)
 
-    def run_case(argv: list[str]) -> subprocess.CompletedProcess:
+    def run_case(name: str, argv: list[str]) -> subprocess.CompletedProcess:
+        """The CLI in this process (each case is about what a command says), but for the `cuda` cases: a
+        process of its own that sees no GPU (torch reads CUDA_VISIBLE_DEVICES once)."""
+        if "cuda" not in name:
+            return run_mtkit(*argv, cwd=tmp)
         return subprocess.run([sys.executable, "-m", "mtkit", *argv], capture_output=True, text=True, env=ENV,
                               stdin=subprocess.DEVNULL, timeout=600, cwd=tmp)
 
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        futures = {name: pool.submit(run_case, argv) for name, (argv, _) in cases.items()}
-        return {name: (f.result(), cases[name][1]) for name, f in futures.items()}
+    return {name: (run_case(name, argv), expected) for name, (argv, expected) in cases.items()}
 
 
 CASE_NAMES = list(_cases({k: Path("/x") for k in ("data", "run", "text", "recipe", "tmp", "malformed", "unknown_key",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -18,8 +19,14 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKI
 
 
 def mtkit(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process (what each command does, its outputs, messages and exit codes)."""
+    return run_mtkit(*args, stdin=stdin, cwd=cwd)
+
+
+def mtkit_process(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """A real ``python -m mtkit``: standard input read from a pipe as it comes."""
     return subprocess.run([sys.executable, "-m", "mtkit", *args], input=stdin, capture_output=True, text=True,
-                          env=ENV, cwd=cwd, timeout=600)
+                          env=ENV, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +63,7 @@ def test_prepare_and_train_write_their_files(pipeline):
 def test_translate_keeps_one_line_per_input_line(pipeline):
     root, files, *_ = pipeline
     lines = ["alpha bravo charlie", "", "delta echo", "   ", "kilo lima golf hotel india"]
-    result = mtkit("translate", "-m", str(root / "run"), stdin="\n".join(lines) + "\n")
+    result = mtkit_process("translate", "-m", str(root / "run"), stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(lines)

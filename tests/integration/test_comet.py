@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import write_tiny_checkpoint
+from inprocess import run_mtkit
 from tiny_comet import SENTENCES, write_tiny_comet
 
 from mtkit.errors import MtkitError
@@ -47,9 +48,13 @@ def files(tmp_path) -> dict[str, Path]:
     return paths
 
 
-def mtkit_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def mtkit_cli(*args: str, process: bool = False) -> subprocess.CompletedProcess:
+    """The CLI in this process (what the command does is the subject here), or with ``process`` a real one
+    offline (a hub name: huggingface_hub reads ``HF_HUB_OFFLINE`` once, when it is imported)."""
+    if not process:
+        return run_mtkit(*args)
     return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 def test_a_segment_scores_the_same_in_any_batch_and_order(comet):
@@ -199,7 +204,8 @@ def test_models_that_cannot_be_had_are_one_line_errors(comet, files, tmp_path, b
         args, expected = ["--ref", str(files["ref.de"])], "the metric comet needs the sources: give --src"
     if "--metrics" not in args:
         args += ["--metrics", "bleu,comet"]
-    done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), *args, "--comet-model", str(model))
+    done = mtkit_cli("evaluate", "--hyp", str(files["hyp.de"]), *args, "--comet-model", str(model),
+                     process=breakage == "hub")
     assert done.returncode == 1, (done.stdout, done.stderr)
     said = done.stderr.splitlines()  # a hub name is said to be downloading first
     assert said[-1].startswith(f"error: {expected}") and len(said) == 1 + (breakage == "hub"), done.stderr

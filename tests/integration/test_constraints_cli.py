@@ -6,23 +6,19 @@ errors before any model loads."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 
 import pytest
 from conftest import WORDS
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
-MTKIT = [sys.executable, "-m", "mtkit"]
-
 
 def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*MTKIT, *map(str, args)], input=stdin, capture_output=True, text=True, env=ENV, timeout=300,
-                          check=False)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def reverse_lines(n: int = 40, seed: int = 5) -> tuple[list[str], list[dict]]:

@@ -5,23 +5,20 @@ trained on a corpus with misaligned pairs mixed in score it with ``mtkit score``
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import TINY_MODEL, WORDS
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # two trainings and real processes
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": "", "CUDA_VISIBLE_DEVICES": ""}
-
 
 def mtkit(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=600)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args)
 
 
 def write(path: Path, lines: list[str]) -> Path:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inprocess import run_mtkit
 
 import mtkit
 from mtkit.commands.evaluate import SCHEMA_VERSION, evaluate_files
@@ -185,9 +186,7 @@ def test_an_empty_metrics_list_is_a_one_line_error(files, metrics):
     """`--metrics ''` and `--metrics ,` once ended in a ValueError traceback (max() of no results)."""
     with pytest.raises(MtkitError, match="^no metric given: choose from bleu, chrf, ter$"):
         evaluate_files([files["hyp"]], [files["ref"]], [], MetricOptions(), False)
-    result = subprocess.run([sys.executable, "-m", "mtkit", "evaluate", "--hyp", str(files["hyp"]), "--ref",
-                             str(files["ref"]), "--metrics", metrics], capture_output=True, text=True,
-                            env={**os.environ, "MTKIT_DEBUG": ""}, check=False)
+    result = run_mtkit("evaluate", "--hyp", files["hyp"], "--ref", files["ref"], "--metrics", metrics)
     assert result.returncode == 1, result.stderr
     expected = ("error: --metrics: no metric given; expected a comma-separated list of bleu, chrf, ter, comet, "
                 "confidence")
@@ -262,12 +261,9 @@ def tiny_run(tmp_path_factory) -> tuple[Path, Path, Path]:
     return run, src, _write(root / "ref.de", REFS)
 
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": "", "PYTHONUTF8": "1"}
-
-
 def _mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, env=ENV, timeout=300)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def test_hypotheses_from_stdin(files):

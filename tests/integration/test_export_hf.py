@@ -5,7 +5,6 @@ AutoTokenizer load and that translate as mtkit does (MarianMT for post-norm mode
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 from conftest import MODELS, MULTI30K, TINY_MODEL  # noqa: E402
+from inprocess import run_mtkit  # noqa: E402
 
 from mtkit.checkpoints.io import load_model, model_payload, save_checkpoint, vocab_entry  # noqa: E402
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, Config, DecodeConfig, ModelConfig, SpmConfig, config_to_dict  # noqa: E402
@@ -29,8 +29,8 @@ TARGETS = [german(n) for n in (3, 17, 342, 999, 40, 1, 77, 610)]
 
 
 def mtkit_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, timeout=300,
-                          input=stdin, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def tiny_checkpoint(path: Path, separate: bool = False, decode: dict | None = None, **model) -> Path:
@@ -227,18 +227,26 @@ def pre_norm_run(reverse_data, tmp_path_factory) -> Path:
 
 
 def generate(folder: Path, lines: list[str], beam: int, max_len_a: float = 1.0, max_len_b: int = 50) -> list[str]:
-    """transformers' generate() on ``lines``, bounded as mtkit bounds them (the model card's recipe)."""
+    """transformers' generate() on ``lines``, bounded as mtkit bounds them (the model card's recipe).
+
+    Lines of similar lengths are batched together, 64 at a time, as mtkit batches them: generate() takes
+    as many steps as the longest output of a batch, and each step's cost is mostly Python's, not the batch's.
+    """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    out = []
-    for i in range(0, len(lines), 16):
-        batch = tok(lines[i: i + 16], return_tensors="pt", padding=True)
+    lengths = [len(ids) for ids in tok(lines)["input_ids"]]
+    order = sorted(range(len(lines)), key=lengths.__getitem__)
+    out: list[str] = [""] * len(lines)
+    for i in range(0, len(order), 64):
+        rows = order[i: i + 64]
+        batch = tok([lines[r] for r in rows], return_tensors="pt", padding=True)
         limit = int(max_len_a * batch["attention_mask"].sum(1).max()) + max_len_b + 1
         with torch.no_grad():
             ids = model.generate(**batch, num_beams=beam, max_new_tokens=limit)
-        out += tok.batch_decode(ids, skip_special_tokens=True)
+        for r, text in zip(rows, tok.batch_decode(ids, skip_special_tokens=True), strict=True):
+            out[r] = text
     return out
 
 

@@ -15,6 +15,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import torch  # noqa: E402
+from inprocess import run_mtkit  # noqa: E402
 from test_export_hf import SENTENCES, TARGETS, tiny_checkpoint  # noqa: E402
 
 from mtkit.checkpoints.io import load_model  # noqa: E402
@@ -30,9 +31,10 @@ def padded(rows: list[list[int]]) -> torch.Tensor:
     return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
 
 
-def mtkit_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ})
+def mtkit_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process: what the command does is the subject here (a graph that may never end runs
+    in a process of its own, bounded in time)."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 VARIANTS = {
@@ -96,11 +98,8 @@ def test_the_exported_run_translates_as_mtkit(reverse_run, reverse_data, tmp_pat
     # the engine: `mtkit translate --engine onnx` and mtkit.load, on the folder
     text = "".join(line + "\n" for line in lines)
     for beam in ("1", "4"):
-        ours = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(reverse_run), "--beam", beam],
-                              input=text, capture_output=True, text=True, timeout=600)
-        theirs = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m",
-                                 str(tmp_path / "onnx"), "--beam", beam], input=text, capture_output=True, text=True,
-                                timeout=600)
+        ours = mtkit_cli("translate", "-m", str(reverse_run), "--beam", beam, stdin=text)
+        theirs = mtkit_cli("translate", "--engine", "onnx", "-m", str(tmp_path / "onnx"), "--beam", beam, stdin=text)
         assert theirs.returncode == 0 and "(ONNX Runtime, exported from" in theirs.stderr, theirs.stderr
         pairs = list(zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True))
         assert sum(a == b for a, b in pairs) >= len(lines) - 1
@@ -115,8 +114,7 @@ def test_the_exported_run_translates_as_mtkit(reverse_run, reverse_data, tmp_pat
 @pytest.mark.slow  # an mtkit process (fast: test_cli_in_process)
 def test_the_onnx_engine_takes_an_onnx_export_only(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt")
-    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(ckpt)],
-                          input="one two\n", capture_output=True, text=True, timeout=120)
+    done = mtkit_cli("translate", "--engine", "onnx", "-m", str(ckpt), stdin="one two\n")
     assert done.returncode == 1
     assert done.stderr == "error: --engine onnx takes one folder written by mtkit export onnx\n"
 
@@ -143,10 +141,19 @@ def test_what_cannot_be_exported_is_one_line_and_writes_nothing(tmp_path, proble
 
 
 @pytest.fixture(scope="module")
-def tiny_export(tmp_path_factory):
-    """A tiny random model's ONNX export, made once (each test changes a copy)."""
+def tiny_export_said(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A tiny random model exported by ``mtkit export onnx``, once (tracing takes most of a test's time), and
+    what the command said."""
     root = tmp_path_factory.mktemp("onnx-export")
-    return export_model(load_model(tiny_checkpoint(root / "m.pt")), root / "onnx")
+    done = mtkit_cli("export", "onnx", str(tiny_checkpoint(root / "m.pt")), str(root / "onnx"))
+    assert done.returncode == 0, done.stderr
+    return root / "onnx", done
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tiny_export_said) -> Path:
+    """A tiny random model's ONNX export, made once (each test changes a copy)."""
+    return tiny_export_said[0]
 
 
 @pytest.mark.parametrize("breakage", ["truncated graph", "bad manifest",
@@ -170,8 +177,7 @@ def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
         other = export_model(load_model(tiny_checkpoint(tmp_path / "o.pt", decoder_layers=1)), tmp_path / "other")
         shutil.copy(other / "decoder_step.onnx", folder / "decoder_step.onnx")
         expected = f"error: {folder / 'decoder_step.onnx'}: its inputs and outputs are not those of a model of 2"
-    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(folder)],
-                          input="one two\n", capture_output=True, text=True, timeout=120)
+    done = mtkit_cli("translate", "--engine", "onnx", "-m", str(folder), stdin="one two\n")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.startswith(expected), done.stderr
 
@@ -180,12 +186,9 @@ def test_a_broken_export_is_one_line(tmp_path, tiny_export, breakage):
 def test_the_onnx_engine_translates_markup_between_tags_and_refuses_alignments(tiny_export, tmp_path):
     """ONNX's graphs give no attention: --format html translates the text between tags (as LibreTranslate),
     and --alignments or --protect are one-line errors."""
-    env = {**os.environ, "MTKIT_DEBUG": ""}
-
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(tiny_export),
-                               *args], input="two <b>hundred</b> five\n", capture_output=True, text=True, env=env,
-                              timeout=300)
+        return mtkit_cli("translate", "--engine", "onnx", "-m", str(tiny_export), *args,
+                         stdin="two <b>hundred</b> five\n")
 
     done = run("--format", "html")
     assert done.returncode == 0, done.stderr
@@ -300,9 +303,7 @@ def test_a_graph_that_never_ends_stops_at_its_deadline_or_when_told_in_one_line(
 def test_a_graph_that_fails_as_it_runs_is_one_line_naming_it(tiny_export, tmp_path):
     """ONNX Runtime's error at run time (not at loading) is one line naming the graph, no traceback."""
     folder = hostile_export(tiny_export, tmp_path / "onnx", "encoder.onnx", failing_graph)
-    done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "--engine", "onnx", "-m", str(folder)],
-                          input="one two\n", capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "MTKIT_DEBUG": ""})
+    done = mtkit_cli("translate", "--engine", "onnx", "-m", str(folder), stdin="one two\n")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 3, done.stderr  # loaded, threads, error
     assert done.stderr.splitlines()[-1].startswith(f"error: {folder / 'encoder.onnx'}: ONNX Runtime failed to run "
                                                    "it ("), done.stderr
@@ -427,11 +428,9 @@ def test_evaluate_scores_an_onnx_export_with_engine_onnx(tiny_export, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_onnx_says_each_stage_on_stderr(tmp_path):
+def test_export_onnx_says_each_stage_on_stderr(tiny_export_said):
     """Tracing takes tens of seconds: each stage is a line on stderr as it starts."""
-    ckpt = tiny_checkpoint(tmp_path / "m.pt")
-    done = mtkit_cli("export", "onnx", str(ckpt), str(tmp_path / "onnx"))
-    assert done.returncode == 0, done.stderr
+    _, done = tiny_export_said
     said = done.stderr.splitlines()
     assert said[0].startswith("loaded ") and said[-1].startswith("exported ")
     assert [line.split(" (")[0] for line in said[1:-2]] == [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_MODEL, one_error, reverse_data_config, write_reverse_corpus
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -22,6 +23,10 @@ MTKIT = [sys.executable, "-m", "mtkit"]
 
 
 def mtkit(*args, **kwargs) -> subprocess.CompletedProcess:
+    """The CLI in this process (what it writes and says is the subject), or with ``kwargs`` (a ``preexec_fn``
+    setting a limit) a real process."""
+    if not kwargs:
+        return run_mtkit(*args)
     return subprocess.run([*MTKIT, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300,
                           stdin=subprocess.DEVNULL, check=False, **kwargs)
 

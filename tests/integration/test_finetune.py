@@ -4,21 +4,19 @@ records its parent, resumes exactly as itself, and refuses a parent that does no
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import json
-import os
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from conftest import TINY_MODEL, WORDS, reverse_data_config
+from inprocess import run_mtkit
 from test_train import losses, make_config
 
 from mtkit.checkpoints.io import load_checkpoint, load_model
@@ -28,8 +26,6 @@ from mtkit.training.optim import learning_rate
 from mtkit.training.trainer import train
 
 pytestmark = pytest.mark.slow  # real training and processes: the fast tier is pytest -m 'not slow'
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
 
 
 def write_copy_corpus(folder: Path, n_train: int = 3000, n_valid: int = 60, seed: int = 7) -> dict:
@@ -96,8 +92,8 @@ def valid_nll(checkpoint: Path, data_dir: Path) -> float:
 
 
 def mtkit(*argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *argv], capture_output=True, text=True, env=ENV,
-                          stdin=subprocess.DEVNULL, timeout=600, cwd=cwd)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*argv, cwd=cwd)
 
 
 # ---------------------------------------------------------------- fine-tuning
@@ -245,8 +241,7 @@ def test_the_cli_prepares_with_vocab_from_and_refuses_what_does_not_fit(parent, 
         "text": ["train", str(recipe), "-d", str(data_dir), "-r", str(runs["text"]),
                  "--init-from", str(not_a_checkpoint)],
     }
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        done = dict(zip(cases, pool.map(lambda argv: mtkit(*argv, cwd=tmp_path), cases.values())))
+    done = {name: mtkit(*argv, cwd=tmp_path) for name, argv in cases.items()}
 
     assert done["prepare"].returncode == 0, done["prepare"].stderr
     assert (tmp_path / "prepared" / "spm.model").read_bytes() == (parent / "spm.model").read_bytes()

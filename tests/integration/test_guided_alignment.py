@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
+from inprocess import run_mtkit
 
 from mtkit.config import config_from_dict
 from mtkit.errors import MtkitError
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": ""}
 
 
 def reverse_alignments(src_path: Path, out: Path) -> Path:
@@ -146,8 +145,7 @@ def test_a_guided_model_aligns_the_reverse_task_in_both_engines(tmp_path):
     source = data["test"]["src"]
     found = {}
     for engine, model in (("torch", tmp_path / "run"), ("ctranslate2", tmp_path / "run")):
-        done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(model), "--engine", engine,
-                               "--alignments", source], capture_output=True, text=True, env=ENV, timeout=600)
+        done = run_mtkit("translate", "-m", model, "--engine", engine, "--alignments", source)
         assert done.returncode == 0, done.stderr
         found[engine] = done.stdout.splitlines()
     lines = open(source).read().splitlines()
@@ -233,14 +231,12 @@ def test_prepare_takes_alignments_as_a_flag(tmp_path):
 
     files = write_reverse_corpus(tmp_path / "text", n_train=200)
     pharaoh = reverse_alignments(files["train"][0], tmp_path / "train.align")
-    done = subprocess.run([sys.executable, "-m", "mtkit", "prepare", "--src", files["train"][0], "--tgt",
-                           files["train"][1], "--alignments", pharaoh, "--set", "data.spm.vocab_size=60",
-                           "-o", tmp_path / "out"], capture_output=True, text=True, env=ENV, timeout=300)
+    done = run_mtkit("prepare", "--src", files["train"][0], "--tgt", files["train"][1], "--alignments", pharaoh,
+                     "--set", "data.spm.vocab_size=60", "-o", tmp_path / "out")
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["splits"]["train"]["alignments"]["source"] == str(pharaoh)
     assert manifest["splits"]["train"]["alignments"]["aligned_pairs"] == manifest["splits"]["train"]["pairs"]
-    bad = subprocess.run([sys.executable, "-m", "mtkit", "prepare", "--src", files["train"][0], "--tgt",
-                          files["train"][1], "--alignments", tmp_path / "missing.align", "-o", tmp_path / "out2"],
-                         capture_output=True, text=True, env=ENV, timeout=300)
+    bad = run_mtkit("prepare", "--src", files["train"][0], "--tgt", files["train"][1], "--alignments",
+                    tmp_path / "missing.align", "-o", tmp_path / "out2")
     assert bad.returncode != 0 and "no such file" in bad.stderr and "Traceback" not in bad.stderr

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inprocess import run_mtkit
 
 transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
@@ -130,9 +131,18 @@ def hf(folder: Path):
     return MarianMTModel.from_pretrained(folder).eval(), MarianTokenizer.from_pretrained(folder)
 
 
-def mtkit(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True, check=check,
-                          **kw)
+def mtkit(*args: str, check: bool = True, input: str | None = None,
+          env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI in this process, or with ``env`` a real one (huggingface_hub reads its settings once, when it is
+    imported); ``check``: a non-zero exit raises CalledProcessError."""
+    if env is None:
+        done = run_mtkit(*args, stdin=input)
+    else:
+        done = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
+                              input=input, env=env)
+    if check:
+        done.check_returncode()
+    return done
 
 
 def import_run(folder: Path, out: Path) -> Path:

@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import TINY_MODEL
+from inprocess import run_mtkit
 
 from mtkit.config import DecodeOptions, config_from_dict
 from mtkit.errors import MtkitError
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""}
 
 
 def demo_pair(tgt: str) -> dict:
@@ -137,9 +133,7 @@ def test_a_missing_or_unknown_target_is_a_one_line_error(multi_run, tmp_path):
     (tmp_path / "in.txt").write_text("two hundred five\n")
     for args, message in (([], "error: --tgt-lang: missing; the model translates into de, fr"),
                           (["--tgt-lang", "cs"], "error: --tgt-lang cs: the model does not translate into it")):
-        done = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(multi_run), "--device", "cpu",
-                               str(tmp_path / "in.txt"), *args], capture_output=True, text=True, env=ENV, timeout=300,
-                              check=False)
+        done = run_mtkit("translate", "-m", multi_run, "--device", "cpu", tmp_path / "in.txt", *args)
         assert done.returncode == 1 and done.stdout == ""
         assert done.stderr.startswith(message) and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
@@ -218,8 +212,7 @@ def test_ctranslate2_export_carries_the_tags_and_translates_the_same(multi_run, 
     src.write_text("\n".join((multi_data / "test.src.txt").read_text().splitlines()[:60]) + "\n")
 
     def mtkit(*args):
-        done = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
-                              env=ENV, timeout=600, check=False)
+        done = run_mtkit(*args)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 
@@ -245,8 +238,7 @@ def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_
     lines = (multi_data / "test.src.txt").read_text().splitlines()[:40]
     src = tmp_path / "test.en"
     src.write_text("\n".join(lines) + "\n")
-    done = subprocess.run([sys.executable, "-m", "mtkit", "export", "hf", str(multi_run), str(tmp_path / "hf"),
-                           "--beam", "1"], capture_output=True, text=True, env=ENV, timeout=600)
+    done = run_mtkit("export", "hf", multi_run, tmp_path / "hf", "--beam", "1")
     assert done.returncode == 0, done.stderr
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "hf").eval()
@@ -262,8 +254,7 @@ def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_
             with torch.no_grad():
                 out = model.generate(**one, max_new_tokens=one["input_ids"].size(1) + 51)
             theirs += tok.batch_decode(out, skip_special_tokens=True)
-        ours = subprocess.run([sys.executable, "-m", "mtkit", "translate", "-m", str(multi_run), "--beam", "1",
-                               "--tgt-lang", lang, str(src)], capture_output=True, text=True, env=ENV, timeout=600)
+        ours = run_mtkit("translate", "-m", multi_run, "--beam", "1", "--tgt-lang", lang, src)
         pairs = list(zip(theirs, ours.stdout.splitlines(), strict=True))
         assert sum(a == b for a, b in pairs) >= 39, [p for p in pairs if p[0] != p[1]]
     # a tag typed anywhere else is text, as in mtkit
@@ -516,8 +507,7 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     pytest.importorskip("ctranslate2")
 
     def mtkit(*args):
-        done = subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
-                              env=ENV, timeout=600, check=False)
+        done = run_mtkit(*args)
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_error, write_reverse_corpus, write_tiny_checkpoint
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes: the fast tier is pytest -m 'not slow'
 
@@ -26,6 +27,10 @@ NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)  # Linux's /dev/null and /dev/fu
 
 
 def mtkit(*args, **kwargs) -> subprocess.CompletedProcess:
+    """The CLI in this process (what it writes and says is the subject), or with ``kwargs`` (a ``preexec_fn``
+    setting a limit) a real process."""
+    if not kwargs:
+        return run_mtkit(*args)
     return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True, env=ENV,
                           timeout=300, stdin=subprocess.DEVNULL, check=False, **kwargs)
 

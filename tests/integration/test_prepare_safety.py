@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import TINY_MODEL, write_reverse_corpus
+from inprocess import run_mtkit
 
 from mtkit.commands.prepare import prepare
 from mtkit.config import config_from_dict
@@ -37,8 +38,8 @@ def config(folder: Path, n_train: int = 300, **spm):
 
 
 def mtkit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, env=ENV,
-                          cwd=cwd, timeout=600)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, cwd=cwd)
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -4,25 +4,21 @@ decoding, one line per input line, both formats, and one-line errors."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import incremental_logprob
+from inprocess import run_mtkit
 
 from mtkit.checkpoints.io import load_model
 
 pytestmark = pytest.mark.slow  # real processes and a trained model: the fast tier is pytest -m 'not slow'
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": "",
-       "CUDA_VISIBLE_DEVICES": ""}
-
 
 def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, env=ENV, timeout=300)
+    """The CLI in this process: what the command does is the subject here, not the process."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def write(path: Path, lines: list[str]) -> Path:

@@ -13,6 +13,7 @@ import threading
 import pytest
 import torch
 from conftest import WORDS
+from inprocess import run_mtkit
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -27,7 +28,9 @@ def run(reverse_run):
 
 
 def mtkit(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*MTKIT, *map(str, args)], input=stdin, capture_output=True, text=True, env=ENV, timeout=300)
+    """The CLI in this process, for the tests of what it writes (the pipes, ``| head`` and ``<(…)`` inputs are a
+    real process's)."""
+    return run_mtkit(*args, stdin=stdin)
 
 
 def test_a_pipe_gets_each_answer_before_it_writes_the_next_line(run, tmp_path):
@@ -112,7 +115,7 @@ def test_a_pipe_named_as_an_input_is_read_as_standard_input_is(run, tmp_path):
         files = command.format(*[tmp_path / "in.txt", tmp_path / "out.txt"][: command.count("{}")])
         pipes = command.format(*[f"<(cat {tmp_path / 'in.txt'})", f"<(cat {tmp_path / 'out.txt'})"][
             : command.count("{}")])
-        want = subprocess.run(["bash", "-c", base.format(files)], capture_output=True, text=True, env=ENV, timeout=300)
+        want = mtkit(*files.split())  # the same command on the files: what the pipes must give
         got = subprocess.run(["bash", "-c", base.format(pipes)], capture_output=True, text=True, env=ENV, timeout=300)
-        assert want.returncode == 0 and len(want.stdout.splitlines()) == 2, (tmp_path / "err").read_text()
+        assert want.returncode == 0 and len(want.stdout.splitlines()) == 2, want.stderr
         assert got.returncode == 0 and got.stdout == want.stdout, (tmp_path / "err").read_text()
