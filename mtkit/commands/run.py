@@ -182,7 +182,7 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         print("examples:")
         for src, hyp, ref in list(zip(sources, hypotheses, read_lines(ref_path)))[: ev.examples]:
             print(f"  src: {src}\n  hyp: {hyp}\n  ref: {ref}")
-    if config.distill.teacher and members == 1:
+    if config.distill.teacher and members == 1 and config.distill.engine_table != "off":
         _say("engines: the teacher and the student in torch fp32, CTranslate2 fp32 and int8, each in its own process")
         src_path = work / "test.src"
         atomic_write_text(src_path, "".join(line + "\n" for line in sources))
@@ -223,7 +223,9 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
             if engine == "ctranslate2" and len(models) > 1:
                 continue  # CTranslate2 translates one model, not an ensemble
             base = ["translate", *(a for m in models for a in ("-m", str(m))), *flags, *decoding]
-            speed = {"batched": fastest(base, src_path), "batch 1": fastest([*base, "--batch-tokens", "1"], first)}
+            sweep = config.distill.engine_table == "full"
+            speed = {"batched": fastest(base, src_path, sweep),
+                     "batch 1": fastest([*base, "--batch-tokens", "1"], first, sweep)}
             hyp = folder / f"{role}.{engine}.{weights}.hyp"
             atomic_write_text(hyp, speed["batched"].pop("output"))
             speed["batch 1"].pop("output")
@@ -239,10 +241,11 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
     return rows
 
 
-def fastest(args: list[str], src_path: Path) -> dict:
+def fastest(args: list[str], src_path: Path, sweep: bool = True) -> dict:
     """``mtkit translate ARGS < src_path`` in a process of its own (:func:`mtkit.commands.processes.timed_mtkit`)
     with 1 thread and with 2 (where there are 2 CPUs), each with OpenMP's wait policy as it is and ``PASSIVE``
-    (which suits an engine depends on the engine and the batch), the fastest kept: sentences and target words
+    (which suits an engine depends on the engine and the batch; ``sweep`` False: 1 thread, the policy as it is,
+    once: ``distill.engine_table: quick``), the fastest kept: sentences and target words
     per second over the time translate says it took (its start and the model's loading apart), its threads and
     policy, its peak resident memory and its output."""
     import os
@@ -250,8 +253,8 @@ def fastest(args: list[str], src_path: Path) -> dict:
     from mtkit.commands.processes import timed_mtkit, usable_cores
 
     best: dict = {}
-    for threads in sorted({1, min(2, usable_cores())}):
-        for policy in (None, "PASSIVE"):
+    for threads in sorted({1, min(2, usable_cores())}) if sweep else [1]:
+        for policy in (None, "PASSIVE") if sweep else (None,):
             env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
             if policy is not None:
                 env["OMP_WAIT_POLICY"] = policy

@@ -434,6 +434,9 @@ class DistillConfig:
     filter_share: float = 0.0  # drop this share of distilled pairs, those of the highest teacher cross-entropy per
     # token (mozilla/translations' cefilter; it drops 5%)
     mix_original: bool = False  # train the student on the original pairs too (after the distilled ones)
+    # The engine table mtkit run prints after a distillation: full (each figure the fastest of 1 and 2 threads,
+    # OpenMP's wait policy as it is and PASSIVE: 4 processes), quick (1 thread, the policy as it is), off.
+    engine_table: Literal["full", "quick", "off"] = "full"
 
 
 @dataclass(frozen=True)
