@@ -95,7 +95,6 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     stages = StageTimes()
 
     if config.distill.teacher:  # the teacher's translations become this recipe's training data
-
         _say(f"distill with {', '.join(config.distill.teacher)} → {work / 'distill'}")
         config = distill(config, work / "distill", _say)
         stages.done("distill")

@@ -121,12 +121,10 @@ def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptio
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             problem = "is a directory, expected a file" if Path(name).is_dir() else "no such file"
             raise MtkitError(f"{flag} {name}: {problem}")
-
     if "-" in (src, tgt):
         standard_input()  # closed: one line now, before the model loads
     standard_output()
     if "-" not in (src, tgt) and Path(src).is_file() and Path(tgt).is_file():  # no pipe: cheap to count first
-
         n_src, n_tgt = count_lines(src), count_lines(tgt)
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)

@@ -60,7 +60,6 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     if os.environ.get("RANK", "0") == "0" and config.train.init_from is None and (
             note := default_model_note(config, Path(data_dir))):
         print(note, file=sys.stderr, flush=True)
-
     result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)
     if result.last_checkpoint is not None:  # rank 0 only
         print(

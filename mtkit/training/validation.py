@@ -130,7 +130,6 @@ def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, device,
     if not pairs:
         found = validation_scores(model, vocab, data_dir, decode, device, None, scoring)
         return {f"valid_{name}": value for name, value in found.items()}
-
     record: dict = {}
     for pair in pairs:
         start, count = pair.segment("valid")
