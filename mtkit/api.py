@@ -18,15 +18,21 @@ to the ``mtkit`` logger. ``import mtkit`` loads no torch; :func:`load` loads it 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
+import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from mtkit.checkpoints.io import is_hugging_face_folder, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
+from mtkit.data.languages import same_pairs
+from mtkit.engines.capabilities import either, include_refusal
+from mtkit.engines.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
+from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Engine, Translation
 from mtkit.engines.factory import (  # the factory is this module's helper: nothing else imports it
     ENGINES,
@@ -38,12 +44,16 @@ from mtkit.engines.factory import (  # the factory is this module's helper: noth
     say_loaded,
     torch_engine,
 )
+from mtkit.engines.quality import load_qe_model
 from mtkit.errors import MtkitError
+from mtkit.export.cache import check_quantization, ctranslate2_model
+from mtkit.importers import write_run
+from mtkit.metrics.scores import MetricOptions, score
+from mtkit.text.glossary import Glossary
+from mtkit.text.lines import clean_output
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
            "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline"]
-
-logger = logging.getLogger(__name__)
 
 # The decoding options a call may set (DecodeOptions' fields, but forced_eos; the checks and messages are the
 # CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
@@ -189,9 +199,6 @@ class Model:
     def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):
         if glossary is None and constraints is None:
             return None
-        from mtkit.engines.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
-        from mtkit.text.glossary import Glossary
-
         if decode.sampling:
             raise MtkitError(f"{'constraints' if constraints is not None else 'glossary'} needs beam search: "
                              "drop sampling")
@@ -207,8 +214,6 @@ class Model:
                 raise MtkitError(f"constraints: {len(per_line)} given for {len(items)} lines; give one per line")
             per_line = [Constraints.from_json(dict(c), f"constraints[{i}]", MAX_LINE_PHRASES) if c else None
                         for i, c in enumerate(per_line)]
-        from mtkit.engines.capabilities import include_refusal
-
         refusal = include_refusal(self.kind)
         if refusal is not None and (terms is not None or any(c and c.include for c in per_line or [])):
             raise MtkitError(f"{'glossary' if terms is not None else 'constraints'}: {refusal}")
@@ -216,8 +221,6 @@ class Model:
 
     @staticmethod
     def _result(t: Translation, decode: DecodeConfig) -> Result:
-        from mtkit.text.lines import clean_output
-
         hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces), c.alignment)
                       for c in t.candidates[: max(1, decode.nbest)]]
         return Result(t.source, hypotheses, list(t.unmet))
@@ -226,8 +229,6 @@ class Model:
         """log P(target | source) of each pair by forced decoding: a list of
         :class:`mtkit.engines.pair_scoring.PairScore` (``logprob``, ``mean``, ``tokens``), in order (torch engine)."""
         if self.checkpoints is None and self._scorer is None:  # (engines without forced scoring keep no checkpoints)
-            from mtkit.engines.capabilities import either
-
             raise MtkitError(f"score needs the {either('forced_scoring')} engine (a checkpoint or run directory)")
         sources, targets = list(sources), list(targets)
         if len(sources) != len(targets):
@@ -266,8 +267,6 @@ def load(path: str | Path, **settings: Any) -> Model:
 
 def _load(path: Path, o: LoadOptions) -> Model:
     """:func:`load` with its settings: the path checked, a Hugging Face folder imported, errors naming keywords."""
-    from mtkit.checkpoints.io import is_hugging_face_folder
-
     if not path.exists():
         raise MtkitError(f"{path}: no such checkpoint, run directory or exported model")
     if is_hugging_face_folder(path):
@@ -285,8 +284,6 @@ def _load(path: Path, o: LoadOptions) -> Model:
         raise MtkitError(f"threads: must be >= 0 (0: one per CPU other work leaves free), got {o.threads}")
     try:
         if engine != "ctranslate2" and o.quantization is not None:
-            from mtkit.export.cache import check_quantization
-
             check_quantization(engine, o.quantization)
         return load_models([path], dataclasses.replace(o, engine=engine, any_target=o.target is None))
     except MtkitError as e:
@@ -304,8 +301,6 @@ def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
     qe = comet = None
     if o.qe_model is not None:  # loaded first: a model that cannot be had fails before any translation
         if isinstance(o.qe_model, str):
-            from mtkit.engines.quality import load_qe_model
-
             qe = load_qe_model(o.qe_model, o.device)
         else:
             qe = o.qe_model
@@ -314,8 +309,6 @@ def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
     if o.task == "score":
         return _scoring_model(paths, o, qe, comet)
     if engine == "ctranslate2" and len(paths) == 1:  # a checkpoint or run directory: its kept export
-        from mtkit.export.cache import check_quantization, ctranslate2_model
-
         check_quantization(engine, o.quantization)
         paths = [ctranslate2_model(paths[0], o.quantization)]
     found: dict = {}
@@ -332,10 +325,6 @@ def load_models(paths: Sequence[str | Path], options: LoadOptions) -> Model:
 
 def _scoring_model(paths: list[Path], o: LoadOptions, qe: Any, comet: Any) -> Model:
     """A model for forced decoding only (``task="score"``): the checkpoints and their scorer, no search engine."""
-    from mtkit.checkpoints.io import load_model, precheck
-    from mtkit.data.languages import same_pairs
-    from mtkit.engines.device import resolve_device
-
     for path in paths:
         precheck(path)  # before torch loads
     device = resolve_device(o.device)
@@ -354,8 +343,6 @@ def _scoring_model(paths: list[Path], o: LoadOptions, qe: Any, comet: Any) -> Mo
 def from_model(model: Any, vocab: Any, decode: DecodeConfig, device: str = "cpu") -> Model:
     """A model in memory (training's, for validation: its ``Transformer`` and the run's vocabulary, which
     tags sources as the call needs) behind the torch engine, with ``decode``'s settings; says nothing."""
-    from types import SimpleNamespace
-
     engine = torch_engine([SimpleNamespace(model=model, vocab=vocab)], decode, str(device), warn=False)
     return Model(engine, None, "torch", settings=LoadOptions(device=str(device)))
 
@@ -371,9 +358,6 @@ def _load_marian(source: str, o: LoadOptions) -> Model:
     """A Marian model in the Hugging Face layout (a folder, or a hub name), imported as ``mtkit import marian``
     imports it (nothing of the folder runs: its JSON, SentencePiece models and weights are read and checked)
     into a temporary run directory, and loaded from there with the torch engine."""
-    import tempfile
-
-    from mtkit.importers import write_run
     from mtkit.importers.marian import marian_folder, read_marian
 
     imported = read_marian(marian_folder(source))
@@ -390,8 +374,6 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     :class:`mtkit.metrics.scores.MetricScore` (``metric``, ``score``, ``signature``), one per metric.
     ``options``: the fields of :class:`mtkit.metrics.scores.MetricOptions` (``chrf_plus``, ``lowercase_tok``,
     ``lang`` …)."""
-    from mtkit.metrics.scores import MetricOptions, score
-
     refs = list(references)
     if refs and isinstance(refs[0], str):
         refs = [refs]

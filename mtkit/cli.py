@@ -15,6 +15,8 @@ import functools
 import inspect
 import os
 import sys
+import types
+import typing
 from pathlib import Path
 
 import typer
@@ -584,9 +586,6 @@ def serve(
 
 def _float_flags(func) -> dict[str, str]:
     """{parameter: its flag} of ``func``'s float options (``float`` or ``Optional[float]``)."""
-    import types
-    import typing
-
     hints = typing.get_type_hints(func)
     flags = {}
     for name, param in inspect.signature(func).parameters.items():

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from tqdm import tqdm
 
 from mtkit.errors import MtkitError, counted, shown
 
@@ -342,8 +343,6 @@ def sentence_progress(enabled: bool = True):
     ``enabled``; None otherwise (piped or redirected output stays quiet)."""
     if not (enabled and sys.stderr.isatty()):
         return None
-    from tqdm import tqdm
-
     return tqdm(unit="sent", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
 
 

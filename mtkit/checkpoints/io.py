@@ -44,8 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from mtkit.checkpoints.file import read_payload
+from mtkit.config import config_from_dict
+from mtkit.data.vocab import Vocab
 from mtkit.errors import MtkitError, shown
 from mtkit.io import atomic_path
+from mtkit.model_spec import parameter_shapes
+from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +198,6 @@ def model_payload(config: dict, state: dict, vocab: dict, src_vocab_size: int, t
     """The fields every checkpoint has, in this format: ``config`` (plain data,
     :func:`mtkit.config.config_to_dict`), the model's ``state`` (its names mtkit.model's), ``vocab``
     (:func:`vocab_entry`) and its sizes; ``more``: a training's state, ``averaged_from``, ``imported_from``."""
-    from mtkit.version import __version__
-
     return {"format_version": CHECKPOINT_FORMAT, "mtkit_version": __version__, "config": config, "model": state,
             "vocab": vocab, "vocab_sha256": vocab_sha256(vocab), "src_vocab_size": src_vocab_size,
             "tgt_vocab_size": tgt_vocab_size, **more}
@@ -240,8 +242,6 @@ def save_checkpoint(payload: dict, path: str | Path) -> Path:
 def checkpoint_config(ckpt: dict, path: str | Path):
     """The checkpoint's Config; a config that no longer passes the checks, or whose sizes its tensors
     do not have (:func:`check_config_fits_weights`), names the file."""
-    from mtkit.config import config_from_dict
-
     if not isinstance(ckpt["config"], dict):
         raise MtkitError(f"{path}: its config is not a mapping (got {type(ckpt['config']).__name__})")
     try:
@@ -300,8 +300,6 @@ def check_config_fits_weights(model_cfg, state: dict, src_vocab_size: Any, tgt_v
     then built holds what the file holds (whose tensors hold no more than their storages' bytes,
     mtkit.checkpoints.file).
     """
-    from mtkit.model_spec import parameter_shapes
-
     for key, size in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size)):
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
             raise MtkitError(f"{path}: {key} must be a positive integer, got {shown(size)}")
@@ -512,7 +510,6 @@ def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
 
     Prints nothing (but :func:`resolve_checkpoint`'s note); callers log :func:`describe`.
     """
-    from mtkit.data.vocab import Vocab
     from mtkit.model import Transformer
 
     path = resolve_checkpoint(path)

@@ -71,10 +71,14 @@ from pathlib import Path
 
 from mtkit.api import ENGINES, LoadOptions, comet_scorer, load_models
 from mtkit.config import DecodeOptions
+from mtkit.engines.constraints import constraint_source
+from mtkit.engines.quality import confidence
 from mtkit.errors import MtkitError, counted
-from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore
-from mtkit.metrics.files import Evaluation, Named, score_files, score_lines
+from mtkit.io import atomic_write_text, read_lines
+from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore, load_testset
+from mtkit.metrics.files import Evaluation, Named, read_named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
+from mtkit.text.phrases import check_line_counts, read_constraint_options
 from mtkit.version import __version__
 
 SCHEMA_VERSION = 1
@@ -202,13 +206,8 @@ def evaluate(options: EvaluateOptions) -> str:
     target of a multilingual ``model`` (required when it has several)."""
     o = options
     lang, lowercase = o.lang, o.lowercase  # found out on the way
-    from mtkit.io import atomic_write_text, read_lines
-    from mtkit.metrics.files import read_named
-
     o.check()
     if o.testset is not None:
-        from mtkit.metrics import load_testset
-
         sources, references = load_testset(o.testset, o.langpair)
         refs = [(f"{o.testset}:{o.langpair}" + (f" ref{k}" if len(references) > 1 else ""), stream)
                 for k, stream in enumerate(references)]
@@ -232,16 +231,11 @@ def evaluate(options: EvaluateOptions) -> str:
             raise MtkitError("nothing to score: give --hyp and --ref, or --model with --src and --ref, or --testset")
         hyps = read_named(o.hyp)
     else:
-        from mtkit.engines.quality import confidence
-        from mtkit.text.phrases import check_line_counts, read_constraint_options
-
         src_lines = sources
         per_line, terms = read_constraint_options(o.constraints, o.glossary, o.engine)
         check_line_counts(per_line, "--constraints", o.constraints, len(src_lines))
         wanted = None
         if per_line is not None or terms is not None:
-            from mtkit.engines.constraints import constraint_source
-
             wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
         paths = list(o.model) if isinstance(o.model, (list, tuple)) else [o.model]
         # The COMET model first (before any translation), then a checkpoint's kept CTranslate2 export (as

@@ -1,15 +1,21 @@
 """``mtkit export ctranslate2``, ``hf`` and ``onnx``: write a checkpoint as a CTranslate2 model directory, a
 Hugging Face model folder or two ONNX graphs.
 
-No torch or ctranslate2 at import time: this module is loaded when the CLI starts.
+No torch or ctranslate2 at import time (tests/unit/test_layout.py's TORCH_FREE): ``export ctranslate2`` imports
+CTranslate2 before torch (imported after torch, it binds to torch's OpenMP runtime), so each exporter, which imports
+torch, is imported where it is used.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+from dataclasses import replace
 from pathlib import Path
 
+from mtkit.checkpoints.io import describe, load_model
 from mtkit.config import DecodeOptions
+from mtkit.engines.ctranslate2_engine import import_ctranslate2
 
 logger = logging.getLogger(__name__)
 
@@ -23,12 +29,7 @@ def export_ctranslate2(checkpoint: Path, out_dir: Path, quantization: str | None
     ``ctranslate2.Translator(OUT_DIR)``) needs nothing else.
     """
     # CTranslate2 first: imported after torch has run, it binds to torch's OpenMP runtime.
-    from mtkit.engines.ctranslate2_engine import import_ctranslate2
-
     import_ctranslate2()
-    import sys
-
-    from mtkit.checkpoints.io import describe, load_model
     from mtkit.export.ctranslate2 import export_model
 
     loaded = load_model(checkpoint, "cpu")
@@ -41,10 +42,6 @@ def export_hf(checkpoint: Path, out_dir: Path, decode: DecodeOptions | None = No
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as a Hugging Face model folder
     (:mod:`mtkit.export.huggingface`); the options ``decode`` sets (beam, alpha, length_penalty, ...) replace
     the recipe's decode settings that ``generation_config.json`` carries."""
-    import sys
-    from dataclasses import replace
-
-    from mtkit.checkpoints.io import describe, load_model
     from mtkit.export.huggingface import architecture, export_model
 
     loaded = load_model(checkpoint, "cpu")
@@ -57,9 +54,6 @@ def export_hf(checkpoint: Path, out_dir: Path, decode: DecodeOptions | None = No
 
 def export_onnx(checkpoint: Path, out_dir: Path) -> None:
     """Export ``checkpoint`` (a file or run directory) to ``out_dir`` as ONNX graphs (:mod:`mtkit.export.onnx`)."""
-    import sys
-
-    from mtkit.checkpoints.io import describe, load_model
     from mtkit.export.onnx import export_model
 
     loaded = load_model(checkpoint, "cpu")

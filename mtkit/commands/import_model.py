@@ -1,20 +1,17 @@
-"""``mtkit import marian``: a Marian / OPUS-MT model (Hugging Face layout) as an mtkit run directory.
-
-No torch at import time: this module is loaded when the CLI starts.
-"""
+"""``mtkit import marian``: a Marian / OPUS-MT model (Hugging Face layout) as an mtkit run directory."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from mtkit.importers import write_run
+from mtkit.importers.marian import marian_folder, read_marian
+from mtkit.io import refuse_non_empty
+
 
 def import_marian(source: str, out_dir: Path) -> None:
     """Convert the Marian model in ``source`` (a folder or a hub name) into the run directory ``out_dir``."""
-    from mtkit.importers import write_run
-    from mtkit.importers.marian import marian_folder, read_marian
-    from mtkit.io import refuse_non_empty
-
     refuse_non_empty(out_dir)  # before any download
     imported = read_marian(marian_folder(source))
     out = write_run(imported, out_dir)

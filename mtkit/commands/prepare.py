@@ -6,18 +6,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtkit.checkpoints.io import load_checkpoint, resolve_checkpoint
 from mtkit.config import Config, load_config
+from mtkit.config.loader import read_yaml
 from mtkit.data.prepare import prepare_data
 from mtkit.data.report import cleaning_report, write_report
 from mtkit.errors import MtkitError
+from mtkit.io import output_target
 
 
 def checkpoint_vocab(path: str | Path) -> tuple:
     """The SentencePiece model(s) stored in a checkpoint, or in a run directory's checkpoint (picked as
     ``mtkit translate -m RUN`` picks it), for ``data.spm.vocab_from``; errors name the path. An imported
     model's piece table (``vocab.pieces``, mtkit.importers) comes third, as ``Vocab.from_bytes`` takes it."""
-    from mtkit.checkpoints.io import load_checkpoint, resolve_checkpoint
-
     try:
         ckpt = load_checkpoint(resolve_checkpoint(path), mmap=True)  # its tensors are never read
     except MtkitError as e:
@@ -49,8 +50,6 @@ def _check_languages(config: Config, recipe: Path | None, overrides: list[str], 
     --src-lang / --tgt-lang names them. As fairseq-preprocess asks for -s/-t: a filter that judges the languages
     needs them given (an assumed en-de would drop a fr-cs corpus whole); otherwise returns a note that says what
     is assumed (None for languages given, or the demo's corpus: en-de by definition)."""
-    from mtkit.config.loader import read_yaml
-
     data = config.data
     if data.pairs or (data.train is not None and data.train.kind == "demo"):
         return None
@@ -96,8 +95,6 @@ def _check_report(report: Path, out: Path) -> None:
     """Refuse, before the work, a ``--report`` that the prepared folder ``out`` holds (or a link into it):
     the report would replace one of its files (its manifest.json), or, as a file prepare did not write,
     make the next rebuild refuse the folder; and one that is no file to write (a block device, a socket)."""
-    from mtkit.io import output_target
-
     try:
         output_target(report)
         target, folder = report.resolve(), out.resolve()  # links followed, as the write follows them

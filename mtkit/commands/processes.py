@@ -25,15 +25,25 @@ that fails is reported with the last line it wrote.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
+import torch
+from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
 from mtkit.config import Config, save_config
+from mtkit.engines.device import device_type
 from mtkit.errors import Interrupted, MtkitError
+from mtkit.training.run_dir import check_prepared
 
 
 def under_torchrun() -> bool:
@@ -55,8 +65,6 @@ def rank_threads(config: Config) -> str:
 
 def wants_cuda(config: Config) -> bool:
     """Whether the recipe trains on GPUs (``train.device`` cuda, or auto with CUDA available)."""
-    from mtkit.engines.device import device_type
-
     return device_type(config.train.device) == "cuda"
 
 
@@ -72,8 +80,6 @@ def train_args(recipe: Path, data_dir: Path, run_dir: Path, resume: bool | None 
 
 def check_devices(config: Config) -> None:
     """One GPU per rank: refuse more CUDA ranks than visible GPUs before starting any."""
-    import torch
-
     if wants_cuda(config) and config.train.processes > torch.cuda.device_count():
         raise MtkitError(f"train.processes={config.train.processes} needs one GPU per process, "
                          f"but {torch.cuda.device_count()} are visible")
@@ -85,15 +91,6 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
     torchrun's own launcher (``elastic_launch``, what ``torchrun --standalone`` runs) starts
     ``python -m mtkit train`` in each rank; the ranks print their own messages, and a failed
     rank becomes one error line here instead of torchrun's report."""
-    import logging
-    import uuid
-
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    from mtkit.training.run_dir import check_prepared
-
     check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
     check_devices(config)
     n = config.train.processes
@@ -172,8 +169,6 @@ def train_members(config: Config, data_dir: Path, run_dir: Path, resume: bool | 
     Raises:
         MtkitError: one line naming each member that failed.
     """
-    from mtkit.training.run_dir import check_prepared
-
     check_prepared(data_dir)  # reported once, not by every member
     n = config.train.ensemble
     run_dirs = member_run_dirs(run_dir, n)
@@ -254,8 +249,6 @@ def timed_mtkit(args: list[str], stdin: Path | None = None, env: dict | None = N
     """Run ``python -m mtkit ARGS`` (``stdin`` read from a file, else empty) to its end, in a process of its own;
     its wall time from start to exit and its peak resident set (``wait4``'s ``ru_maxrss``, through a small
     launcher: see :data:`_LAUNCHER`). A failure is an error with the process's last stderr line."""
-    import time
-
     with tempfile.TemporaryDirectory(prefix="mtkit-timed.") as tmp:
         out, err, peak = Path(tmp) / "stdout", Path(tmp) / "stderr", Path(tmp) / "peak"
         command = [sys.executable, "-c", _LAUNCHER, str(peak), sys.executable, "-m", "mtkit", *args]

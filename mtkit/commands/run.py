@@ -18,12 +18,27 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import time
 from pathlib import Path
 
 from mtkit.api import LoadOptions, load_models
+from mtkit.checkpoints.io import resolve_checkpoint
+from mtkit.commands.evaluate import to_document
+from mtkit.commands.prepare import prepare
+from mtkit.commands.processes import member_run_dirs, timed_mtkit, train_members, usable_cores
+from mtkit.commands.train import train
 from mtkit.config import Config, load_config
+from mtkit.data.languages import stored_pairs
+from mtkit.data.store import load_manifest
 from mtkit.errors import MtkitError, counted
+from mtkit.export.cache import ctranslate2_model
+from mtkit.io import atomic_write_text, read_lines
+from mtkit.metrics import MetricOptions, load_testset
+from mtkit.metrics.files import score_files
+from mtkit.training.curves import read_metrics
+from mtkit.training.distill import distill, teacher_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +75,6 @@ def _duration(seconds: float) -> str:
 
 def training_finished(run_dir: Path) -> bool:
     """Whether the run's log ends with the end-of-training record."""
-    from mtkit.training.curves import read_metrics
-
     log = run_dir / "metrics.jsonl"
     records = read_metrics(log) if log.is_file() else []
     return bool(records) and records[-1].get("event") == "end"
@@ -80,20 +93,11 @@ def translate_lines(checkpoints: list[Path], lines: list[str], config: Config,
 def final_checkpoint(run_dir: Path) -> Path:
     """The run's averaged checkpoint, else its moving average (each unless training went on past it), else its
     best or last."""
-    from mtkit.checkpoints.io import resolve_checkpoint
-
     return resolve_checkpoint(run_dir)
 
 
 def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     """Run every stage of ``recipe`` in ``work``; print scores and example translations."""
-    from mtkit.commands.evaluate import to_document
-    from mtkit.commands.prepare import prepare
-    from mtkit.commands.train import train
-    from mtkit.io import atomic_write_text, read_lines
-    from mtkit.metrics import MetricOptions
-    from mtkit.metrics.files import score_files
-
     config: Config = load_config(recipe, overrides)
     work = Path(work)
     data_dir, run_dir = work / "data", work / "run"
@@ -101,8 +105,6 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
     stages = StageTimes()
 
     if config.distill.teacher:  # the teacher's translations become this recipe's training data
-        from mtkit.training.distill import distill
-
         _say(f"distill with {', '.join(config.distill.teacher)} → {work / 'distill'}")
         said, prefix = logging.getLogger(distill.__module__), _RunPrefix()
         said.addFilter(prefix)  # its lines are run's stage lines
@@ -118,8 +120,6 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
 
     members = config.train.ensemble
     if members > 1:
-        from mtkit.commands.processes import member_run_dirs, train_members
-
         run_dirs = member_run_dirs(run_dir, members)
         todo = [k for k, d in enumerate(run_dirs, 1) if not training_finished(d)]
         for k, d in enumerate(run_dirs, 1):
@@ -141,8 +141,6 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
         return evaluate_pairs(config, work, data_dir, checkpoints, described, started, stages)
     ev = config.eval
     if ev.testset:
-        from mtkit.metrics import load_testset
-
         sources, references = load_testset(ev.testset, ev.langpair or f"{config.data.src_lang}-{config.data.tgt_lang}")
         ref_path = work / "test.ref"
         atomic_write_text(ref_path, "".join(line + "\n" for line in references[0]))
@@ -205,11 +203,6 @@ def engine_table(config: Config, folder: Path, student: Path, src_path: Path, re
     teacher: :func:`~mtkit.training.distill.teacher_decoding`, as it distilled; the student: ``config.decode``):
     BLEU (and lc-tok BLEU with ``eval.lc_tok_ref``) of the batched translation of the test sources, the speeds
     of :func:`fastest`, the weights' size on disk and the peak resident memory."""
-    from mtkit.checkpoints.io import resolve_checkpoint
-    from mtkit.export.cache import ctranslate2_model
-    from mtkit.io import atomic_write_text, read_lines
-    from mtkit.training.distill import teacher_decoding
-
     folder.mkdir(parents=True, exist_ok=True)
     sources = list(read_lines(src_path))
     first = folder / "first.src"
@@ -248,10 +241,6 @@ def fastest(args: list[str], src_path: Path, sweep: bool = True) -> dict:
     once: ``distill.engine_table: quick``), the fastest kept: sentences and target words
     per second over the time translate says it took (its start and the model's loading apart), its threads and
     policy, its peak resident memory and its output."""
-    import os
-
-    from mtkit.commands.processes import timed_mtkit, usable_cores
-
     best: dict = {}
     for threads in sorted({1, min(2, usable_cores())}) if sweep else [1]:
         for policy in (None, "PASSIVE") if sweep else (None,):
@@ -271,9 +260,6 @@ def fastest(args: list[str], src_path: Path, sweep: bool = True) -> dict:
 
 def _bleu(config: Config, hyp: Path, ref_path: Path, lowercase: bool) -> dict[str, float]:
     """sacreBLEU of ``hyp`` and, with ``eval.lc_tok_ref``, lc-tok BLEU (``BLEU-lc-tok``)."""
-    from mtkit.metrics import MetricOptions
-    from mtkit.metrics.files import score_files
-
     lang = config.data.tgt_lang
     scores = {s.metric: s.score for s in score_files([hyp], [ref_path], ["bleu"],
                                                       MetricOptions(lang=lang, lowercase=lowercase)).scores}
@@ -286,8 +272,6 @@ def _bleu(config: Config, hyp: Path, ref_path: Path, lowercase: bool) -> dict[st
 
 def translation_seconds(stderr: str) -> float:
     """The seconds ``mtkit translate`` says it translated for (its last stderr line; loading not counted)."""
-    import re
-
     found = re.findall(r"^translated \d+ lines in ([\d.]+) s", stderr, re.MULTILINE)
     if not found:
         raise MtkitError(f"mtkit translate said no time: {stderr.strip().splitlines()[-1:]}")
@@ -328,13 +312,6 @@ def evaluate_pairs(config: Config, work: Path, data_dir: Path, checkpoints: list
 
     Writes ``WORK/test.PAIR.hyp`` and ``WORK/test.PAIR.ref`` per pair and ``WORK/scores.json`` with
     ``{"pairs": {PAIR: the evaluate --json document}, …}``."""
-    from mtkit.commands.evaluate import to_document
-    from mtkit.data.languages import stored_pairs
-    from mtkit.data.store import load_manifest
-    from mtkit.io import atomic_write_text, read_lines
-    from mtkit.metrics import MetricOptions
-    from mtkit.metrics.files import score_files
-
     ev = config.eval
     sources_all = list(read_lines(data_dir / "test.src.txt")) if (data_dir / "test.src.txt").is_file() else []
     references_all = list(read_lines(data_dir / "test.tgt.txt")) if sources_all else []

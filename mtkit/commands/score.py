@@ -28,7 +28,8 @@ from pathlib import Path
 from mtkit.api import LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeOptions
 from mtkit.errors import MtkitError, counted
-from mtkit.io import discard_stdout, sentence_progress
+from mtkit.io import count_lines, discard_stdout, open_binary, sentence_progress, standard_input, standard_output
+from mtkit.text.lines import read_text_lines
 
 FORMATS = ("text", "json")
 CHUNK_LINES = 1000
@@ -40,9 +41,6 @@ def _label(name: str) -> str:
 
 
 def _lines(name: str) -> Iterator[str]:
-    from mtkit.io import open_binary, standard_input
-    from mtkit.text.lines import read_text_lines
-
     if name == "-":
         yield from read_text_lines(standard_input(), STDIN)
         return
@@ -123,14 +121,10 @@ def score(model_path: Path | list[Path], src: str, tgt: str, options: ScoreOptio
         if name != "-" and (not Path(name).exists() or Path(name).is_dir()):
             problem = "is a directory, expected a file" if Path(name).is_dir() else "no such file"
             raise MtkitError(f"{flag} {name}: {problem}")
-    from mtkit.io import standard_input, standard_output
-
     if "-" in (src, tgt):
         standard_input()  # closed: one line now, before the model loads
     standard_output()
     if "-" not in (src, tgt) and Path(src).is_file() and Path(tgt).is_file():  # no pipe: cheap to count first
-        from mtkit.io import count_lines
-
         n_src, n_tgt = count_lines(src), count_lines(tgt)
         if n_src != n_tgt:
             raise _mismatch(src, n_src, tgt, n_tgt)

@@ -19,7 +19,16 @@ from pathlib import Path
 
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeOptions
+from mtkit.data.languages import describe
+from mtkit.engines.ctranslate2_engine import read_manifest
+from mtkit.engines.quality import load_qe_model
+from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
 from mtkit.errors import MtkitError
+from mtkit.export.cache import check_quantization, ctranslate2_model
+from mtkit.host_memory import bound_onednn_caches
+from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
+from mtkit.serve.models import ServedModel
+from mtkit.serve.service import Limits, Service
 from mtkit.text.phrases import read_constraint_options
 
 # Decoding threads per model: each holds a batch's tensors and its engine threads; beyond a few per core
@@ -46,9 +55,6 @@ def read_api_keys(path: Path) -> frozenset[str]:
 def _exported_languages(model_dir: Path) -> tuple[str | None, str | None]:
     """An exported model's languages: its manifest's ``data``, else the config.yaml of the run it came from
     (read bounded and without aliases; one that cannot be read leaves them unknown)."""
-    from mtkit.engines.ctranslate2_engine import read_manifest
-    from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
-
     manifest = read_manifest(model_dir)
     data = manifest.get("data") or {}
     if data.get("src_lang") and data.get("tgt_lang"):
@@ -75,9 +81,6 @@ def _served_pairs(name: str, path: Path, translator, engine: str, step: int | No
     """A multilingual model's pairs as served models ``NAME:en-de`` …, one engine asked for each pair's
     target; a request naming ``NAME`` picks among them by source and target. ``--src-lang``
     / ``--tgt-lang`` keep only the pairs they match."""
-    from mtkit.data.languages import describe
-    from mtkit.serve.models import ServedModel
-
     pairs = translator.languages[0]
     chosen = [p for p in pairs if src_lang in (None, p.src_lang) and tgt_lang in (None, p.tgt_lang)]
     if not chosen:
@@ -132,8 +135,6 @@ def serving_policy(engine: str, threads: int, decoding_threads: int):
     (:func:`mtkit.engines.threads.serving_choice`), chosen now (the reading spans the start) and, for the
     torch engine, again between batches; the policy and what to say of its first choice (the caller says it
     once the models have loaded, so that an error before stays the only line)."""
-    from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
-
     torch_engine = engine == "torch"
     policy = ThreadPolicy(_set_torch_threads if torch_engine else (lambda n: None), user_threads(threads),
                           probe=since_start(), choose=serving_choice(decoding_threads),
@@ -185,8 +186,6 @@ class ServeOptions:
         if self.engine not in ENGINES:
             raise MtkitError(f"--engine {self.engine}: expected one of {', '.join(ENGINES)}")
         if self.quantization is not None:
-            from mtkit.export.cache import check_quantization
-
             check_quantization(self.engine, self.quantization)
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
@@ -221,8 +220,6 @@ class ServeOptions:
 def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     """Load ``models`` and serve them until SIGTERM or Ctrl-C (then finish what is in flight and return)."""
     o = options or ServeOptions()
-    from mtkit.host_memory import bound_onednn_caches
-
     bound_onednn_caches()  # before torch is loaded: batch shapes vary without end in a server
     try:
         import fastapi  # noqa: F401
@@ -242,22 +239,15 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
             raise MtkitError(f"-m {path}: no such checkpoint, run directory or exported model")
     qe = None
     if o.qe_model is not None:
-        from mtkit.engines.quality import load_qe_model
-
         qe = load_qe_model(o.qe_model, o.device)
         print(f"quality estimation: {o.qe_model}", file=sys.stderr, flush=True)
     names = _names(paths)
     if o.engine == "ctranslate2":  # a checkpoint or run directory: its export, made on first use and kept
-        from mtkit.export.cache import ctranslate2_model
-
         paths = [ctranslate2_model(p, o.quantization) for p in paths]
     policy, threads_said = serving_policy(o.engine, o.threads, o.decoding_threads)
 
     from mtkit.serve.app import create_app
-    from mtkit.serve.models import ServedModel
     from mtkit.serve.server import Cors, Guard, run
-    from mtkit.serve.service import Limits, Service
-
     served = []
     load = LoadOptions(engine=o.engine, device=o.device, precision=o.precision, threads=o.threads,
                        thread_policy=policy, any_target=True, parallel=o.decoding_threads, decode_options=o.decode,
@@ -271,8 +261,6 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
             found["src"], found["tgt"], found["step"] = data.src_lang, data.tgt_lang, model.checkpoints[0].step
         if o.engine == "ctranslate2":
             found["src"], found["tgt"] = _exported_languages(path)
-            from mtkit.engines.ctranslate2_engine import read_manifest
-
             found["step"] = read_manifest(path).get("step")
         elif o.engine == "onnx":
             manifest = translator.model.manifest

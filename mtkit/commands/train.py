@@ -6,9 +6,15 @@ import os
 import sys
 from pathlib import Path
 
-from mtkit.config import Config, ModelConfig
+import torch
+
+from mtkit.commands.processes import launch_local, train_members, under_torchrun
+from mtkit.config import PAD_ID, Config, ModelConfig
 from mtkit.errors import MtkitError, counted
 from mtkit.io import MAX_CONFIG_BYTES, read_json_file
+from mtkit.model import Transformer, count_parameters
+from mtkit.training.finetune import resolve_init
+from mtkit.training.trainer import train as run_training
 
 
 def default_model_note(config: Config, data_dir: Path) -> str | None:
@@ -23,11 +29,6 @@ def default_model_note(config: Config, data_dir: Path) -> str | None:
     except (MtkitError, ValueError, KeyError, TypeError):
         sizes = None
     if sizes is not None:
-        import torch
-
-        from mtkit.config import PAD_ID
-        from mtkit.model import Transformer, count_parameters
-
         with torch.device("meta"):  # shapes only: no memory, no time
             size = f" ({count_parameters(Transformer(config.model, *sizes, pad_id=PAD_ID)) / 1e6:.1f}M parameters)"
     return f"note: no model section in the recipe; training the paper's transformer-base{size}"
@@ -44,12 +45,8 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     Raises:
         mtkit.errors.Interrupted: SIGINT or SIGTERM stopped it after saving a checkpoint.
     """
-    from mtkit.commands.processes import launch_local, train_members, under_torchrun
-
     launching = not under_torchrun() and (config.train.ensemble > 1 or config.train.processes > 1)
     if launching and config.train.init_from is not None:
-        from mtkit.training.finetune import resolve_init
-
         # Checked once, before any process starts or directory is made; they get the resolved config.
         config, _ = resolve_init(config, Path(run_dir), resume, Path(data_dir))
     if config.train.ensemble > 1 and not under_torchrun():
@@ -63,8 +60,6 @@ def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = N
     if os.environ.get("RANK", "0") == "0" and config.train.init_from is None and (
             note := default_model_note(config, Path(data_dir))):
         print(note, file=sys.stderr, flush=True)
-    from mtkit.training.trainer import train as run_training
-
     result = run_training(config, Path(data_dir), Path(run_dir), resume=resume)
     if result.last_checkpoint is not None:  # rank 0 only
         print(

@@ -23,18 +23,39 @@ No torch at import time: this module is loaded when the CLI starts, and the
 from __future__ import annotations
 
 import contextlib
+import select
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import regex
+
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeConfig, DecodeOptions
+from mtkit.data.word_alignment import pharaoh
 from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
-from mtkit.errors import MtkitError, counted, shown
-from mtkit.io import discard_stdout, sentence_progress
+from mtkit.engines.constraints import constraint_source
+from mtkit.engines.quality import with_quality
+from mtkit.errors import Interrupted, MtkitError, counted, shown
+from mtkit.export.cache import check_quantization
+from mtkit.io import (
+    STDIN_NAME,
+    atomic_path,
+    discard_stdout,
+    open_binary,
+    output_target,
+    remove_dead_temporaries,
+    sentence_progress,
+    standard_input,
+    standard_output,
+)
+from mtkit.text.lines import OUTPUT_FORMATS, clean_output, format_translation, read_ready_lines, read_text_lines
+from mtkit.text.markup import MARKUPS, PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 from mtkit.text.phrases import check_line_counts, read_constraint_options
 
 DEFAULT_BUFFER_SIZE = 1000
@@ -42,8 +63,6 @@ DEFAULT_BUFFER_SIZE = 1000
 def _count_lines(names: list[str]) -> int | None:
     """The lines of the input files as :func:`mtkit.text.lines.read_text_lines` counts them; None when one
     is stdin or not a regular file (a pipe can be read only once)."""
-    from mtkit.io import open_binary
-
     if any(name == "-" or not Path(name).is_file() for name in names):
         return None
     total = 0
@@ -62,8 +81,6 @@ def _check_writable(path: Path | None, flag: str) -> None:
     if path is not None and path.is_dir():
         raise MtkitError(f"{flag} {path}: is a directory; give a file path")
     if path is not None:
-        from mtkit.io import output_target
-
         try:
             output_target(path)
         except MtkitError as e:
@@ -71,14 +88,9 @@ def _check_writable(path: Path | None, flag: str) -> None:
 
 
 def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
-    from mtkit.io import standard_input
-    from mtkit.text.lines import read_ready_lines, read_text_lines
-
     stream = standard_input()
     try:
         fd = sys.stdin.fileno()
-        import select
-
         select.select([fd], [], [], 0)
     except (AttributeError, OSError, ValueError):  # no real descriptor (embedded, tests), or no select on it
         yield from read_text_lines(stream)
@@ -87,9 +99,6 @@ def _stdin_lines(before_wait: Callable[[], None]) -> Iterator[str | None]:
 
 
 def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator[str | None]:
-    from mtkit.io import open_binary
-    from mtkit.text.lines import read_text_lines
-
     for name in inputs:
         if name == "-":
             yield from _stdin_lines(before_wait)
@@ -102,16 +111,11 @@ def _input_lines(inputs: list[str], before_wait: Callable[[], None]) -> Iterator
 def _sigterm_raises(message: str) -> Iterator[None]:
     """SIGTERM (``timeout``, ``kill``, a scheduler) as :class:`Interrupted` (exit 143) instead of an
     instant death, so that what the command is writing is cleaned up (``--output``'s temporary)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum, frame):
-        from mtkit.errors import Interrupted
-
         raise Interrupted(message, signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
@@ -124,14 +128,10 @@ def _sigterm_raises(message: str) -> Iterator[None]:
 @contextlib.contextmanager
 def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
     if output is None:
-        from mtkit.io import standard_output
-
         out = standard_output()
         yield out
         out.flush()
         return
-    from mtkit.io import atomic_path
-
     # owned: a SIGKILLed run's temporary carries its PID, so that the next run removes it
     with _sigterm_raises(f"interrupted (SIGTERM); {output} is left as it was"), \
             atomic_path(output, owned=True) as tmp, open(tmp, "wb") as f:
@@ -140,8 +140,6 @@ def _output_stream(output: Path | None) -> Iterator[IO[bytes]]:
 
 def _input_name(inputs: list[str]) -> str:
     """How an error names the input: the file, stdin's name, or ``input`` for several."""
-    from mtkit.io import STDIN_NAME
-
     return STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
 
 
@@ -151,9 +149,6 @@ def _translate_markup(translator, lines: Iterator[str | None], name: str, out: I
     (:mod:`mtkit.text.markup`), ``buffer_size`` lines at a time; ``--protect`` (with ``markup`` text): each
     line's placeholders carried the same way. An engine without alignments (ONNX): every tag cuts sentences, the
     text between them is translated. ``name``: the input, as errors name it. Returns the lines done."""
-    from mtkit.text.lines import clean_output
-    from mtkit.text.markup import PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
-
     markup, protect, aligning = o.markup, o.protect_pattern(), o.aligns
 
     def translate(sentences: list[str]) -> list[tuple[str, list]]:
@@ -201,8 +196,6 @@ def _alignments_stream(path: Path | None) -> Iterator[IO[bytes] | None]:
     if path is None:
         yield None
         return
-    from mtkit.io import atomic_path, remove_dead_temporaries
-
     remove_dead_temporaries(path)
     with atomic_path(path, owned=True) as tmp, open(tmp, "wb") as f:
         yield f
@@ -236,8 +229,6 @@ class TranslateOptions:
     @property
     def markup(self) -> str | None:
         """The markup each line is (``html``, ``xml``; ``text`` with ``--protect``), or None: plain lines."""
-        from mtkit.text.markup import MARKUPS
-
         if self.protect is not None:
             return "text"
         return self.output_format if self.output_format in MARKUPS else None
@@ -263,8 +254,6 @@ class TranslateOptions:
         has none), or None."""
         if self.protect is None:
             return None
-        import regex
-
         try:
             return regex.compile(self.protect)
         except regex.error as e:
@@ -283,9 +272,6 @@ class TranslateOptions:
         """One error line, naming the flag, for the first setting out of its range or combination that cannot be
         (the decoding options through :meth:`DecodeOptions.check`), in a fixed order: the format, the markup, the
         engine and its settings, then the decoding options and what they go with."""
-        from mtkit.text.lines import OUTPUT_FORMATS
-        from mtkit.text.markup import MARKUPS
-
         output_format, markup = self.output_format, self.markup
         if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
             raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
@@ -313,8 +299,6 @@ class TranslateOptions:
         if self.precision not in PRECISIONS:
             raise MtkitError(f"--precision {self.precision}: expected one of {', '.join(PRECISIONS)}")
         if self.quantization is not None:
-            from mtkit.export.cache import check_quantization
-
             check_quantization(self.engine, self.quantization)
         if self.buffer_lines < 1:
             raise MtkitError(f"--buffer-size: must be >= 1, got {self.buffer_lines}")
@@ -357,16 +341,10 @@ def _check_files(inputs: list[str], o: TranslateOptions):
     if o.alignments_out is not None and o.output is not None and o.alignments_out.resolve() == o.output.resolve():
         raise MtkitError(f"--alignments-out {o.alignments_out}: the same file as --output")
     if o.output is not None:
-        from mtkit.io import remove_dead_temporaries
-
         remove_dead_temporaries(o.output)  # of an earlier run killed with SIGKILL
     if "-" in inputs:
-        from mtkit.io import standard_input
-
         standard_input()  # closed: one line now, before the model loads
     if o.output is None:
-        from mtkit.io import standard_output
-
         standard_output()
     return per_line, terms
 
@@ -403,8 +381,6 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         tgt_lang: the target language of a multilingual model (required when it has several).
     """
     o = options or TranslateOptions()
-    from mtkit.text.lines import format_translation
-
     o.check()
     output_format, markup, qe = o.output_format, o.markup, o.wants_qe
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
@@ -439,8 +415,6 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     progress = sentence_progress(enabled=not interactive)
     wanted = None
     if per_line is not None or terms is not None:
-        from mtkit.engines.constraints import constraint_source
-
         wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
     done = words = 0
     started = time.perf_counter()
@@ -462,8 +436,6 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,
                                                 constraints=wanted)
             if qe:  # COMET-QE scores in groups, one at a time where stdin is read as it comes
-                from mtkit.engines.quality import with_quality
-
                 rated = with_quality(translations, scorer, group=1 if "-" in inputs or buffer_size == 1 else 16)
             else:
                 rated = ((t, None) for t in translations)
@@ -473,8 +445,6 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
                 lines = format_translation(t, output_format, nbest, qe, quality, alignments=aligned is None)
                 out.write("".join(line + "\n" for line in lines).encode("utf-8"))
                 if aligned is not None:
-                    from mtkit.data.word_alignment import pharaoh
-
                     aligned.write((pharaoh(t.best.alignment or []) + "\n").encode("utf-8"))
                 if buffer_size == 1:
                     out.flush()

@@ -9,14 +9,20 @@ engine never loads it.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtkit.checkpoints.io import describe, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
+from mtkit.data.languages import same_pairs, single_pair
 from mtkit.engines.capabilities import CAPABILITIES, ENGINES
+from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
+from mtkit.engines.ctranslate2_engine import exported_decode as ctranslate2_decode
+from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import EngineOptions
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 from mtkit.errors import MtkitError
@@ -28,8 +34,6 @@ logger = logging.getLogger(__name__)  # what the factory loaded; the CLI says it
 def say_loaded(loaded: list) -> None:
     """Say on the ``mtkit`` logger which checkpoints a command runs: ``loaded PATH (step N)``; once their
     settings have passed the checks, so that an error stays the only line."""
-    from mtkit.checkpoints.io import describe
-
     for model in loaded:
         logger.info(f"loaded {describe(model)}")
 
@@ -43,8 +47,6 @@ def is_exported_model(path: Path) -> bool:
 def is_onnx_export(path: Path) -> bool:
     """Whether ``path`` is a folder ``mtkit export onnx`` wrote (its decoder_step.onnx and mtkit.json; any
     kind of file: the engine refuses one that is not a regular file, naming it)."""
-    import os
-
     path = Path(path)
     return path.is_dir() and os.path.lexists(path / "decoder_step.onnx") and os.path.lexists(path / "mtkit.json")
 
@@ -129,9 +131,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
             raise MtkitError("--engine ctranslate2 takes one exported model directory, not an ensemble")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
             raise MtkitError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-        from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine, exported_decode
-
-        decode = overrides.apply(_exported(decode, exported_decode, paths[0]))
+        decode = overrides.apply(_exported(decode, ctranslate2_decode, paths[0]))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
@@ -169,9 +169,6 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if why is not None:
             logger.info(f"threads: {threads} ({why})")
         return translator
-    from mtkit.checkpoints.io import precheck
-    from mtkit.engines.device import resolve_device
-
     for path in paths:
         if is_exported_model(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an exported CTranslate2 "
@@ -198,8 +195,6 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         # first reading spans the start and the model loading; the engine chooses again between batches.
         policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
                               probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
-    from mtkit.checkpoints.io import load_model
-
     loaded = [load_model(p, device) for p in paths]
     said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
@@ -232,8 +227,6 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
     languages: tuple[list, tuple[str, str] | None] = ([], None)
     tag_side = "source"
     if configs[0] is not None:
-        from mtkit.data.languages import same_pairs, single_pair
-
         languages = (same_pairs(configs), single_pair(configs[0].data))
         tag_side = configs[0].data.tag_side
     return TorchEngine(models, decode, EngineOptions(device, precision, warn=warn), languages, tag_side, target,

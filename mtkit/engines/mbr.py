@@ -25,14 +25,14 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 
+from sacrebleu.metrics import BLEU, CHRF
+
 from mtkit.config import DecodeConfig
 from mtkit.errors import MtkitError
 
 
 def _metric(utility: str):
     """A sacreBLEU sentence scorer of its own (one per call: engines serve several threads at once)."""
-    from sacrebleu.metrics import BLEU, CHRF
-
     return CHRF() if utility == "chrf" else BLEU(effective_order=True)
 
 

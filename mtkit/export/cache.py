@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from mtkit.checkpoints.io import load_model, resolve_checkpoint
+from mtkit.engines.capabilities import CAPABILITIES, either
 from mtkit.engines.ctranslate2_engine import import_ctranslate2
 from mtkit.errors import MtkitError
 from mtkit.export.protocol import replace_directory
@@ -56,8 +57,6 @@ def _recorded(folder: Path) -> dict | None:
 def check_quantization(engine: str, quantization: str | None) -> None:
     """``--quantization`` is for an engine whose exports have weight types (``--engine ctranslate2``), and one
     of them (:mod:`mtkit.engines.capabilities`)."""
-    from mtkit.engines.capabilities import CAPABILITIES, either
-
     if quantization is None:
         return
     weights = CAPABILITIES[engine].quantizations if engine in CAPABILITIES else ()

@@ -47,6 +47,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mtkit.checkpoints.file import read_payload
 from mtkit.checkpoints.io import MAX_POSITIONS, layer_count
 from mtkit.config import (
@@ -66,6 +68,7 @@ from mtkit.engines import manifest as manifest_file
 from mtkit.errors import MtkitError, shown
 from mtkit.hub import hub_folder
 from mtkit.io import MAX_CONFIG_BYTES, MAX_VOCAB_BYTES, parse_json, read_bounded, read_json_file
+from mtkit.model import Transformer
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +226,6 @@ def check_config_against_weights(config: Path, model: ModelConfig, src_size: int
 
 
 def _read_weights(folder: Path) -> dict:
-    import torch
-
     path = weight_file(folder)
     if path.suffix == ".safetensors":
         try:
@@ -426,10 +427,6 @@ def read_marian(folder: str | Path) -> Imported:
                                          folder / ("target_vocab.json" if separate else "vocab.json"), start)
     src_bytes = read_bounded(folder / "source.spm", MAX_VOCAB_BYTES, "SentencePiece model")
     tgt_bytes = read_bounded(folder / "target.spm", MAX_VOCAB_BYTES, "SentencePiece model")
-
-    import torch
-
-    from mtkit.model import Transformer
 
     if weights is None:
         weights = _read_weights(folder)

@@ -48,6 +48,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.metrics.bleu import BLEUScore
+from sacrebleu.metrics.chrf import CHRFScore
+from sacrebleu.metrics.ter import TERScore
+from sacrebleu.significance import PairedTest, estimate_ci
 
 from mtkit.errors import MtkitError, counted
 from mtkit.metrics.tokenized import _sacremoses_version, compound_split_tok, lc_tok, looks_lc_tok
@@ -191,8 +196,6 @@ def _check_shapes(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> None:
 
 
 def _plan(refs: list[list[str]], metrics: Sequence[str], options: MetricOptions) -> list[_Job]:
-    from sacrebleu.metrics import BLEU, CHRF, TER
-
     chrf_plus, lowercase_tok, compound_split = options.chrf_plus, options.lowercase_tok, options.compound_split
     lang, moses_lang, lowercase = options.lang, options.moses_lang, options.lowercase
 
@@ -249,10 +252,6 @@ def _build(job: _Job):
 
 
 def _to_result(name: str | None, sb_score, signature: str) -> MetricScore:
-    from sacrebleu.metrics.bleu import BLEUScore
-    from sacrebleu.metrics.chrf import CHRFScore
-    from sacrebleu.metrics.ter import TERScore
-
     metric = name or sb_score.name
     score = float(sb_score.score)
     if isinstance(sb_score, BLEUScore):
@@ -322,8 +321,6 @@ def paired_bootstrap(
     Returns:
         One list per system (baseline first) of one :class:`BootstrapScore` per metric.
     """
-    from sacrebleu.significance import PairedTest
-
     if len(systems) < 2:
         raise MtkitError("a paired test needs at least two hypothesis files (the first is the baseline)")
     names = [name for name, _ in systems]
@@ -362,8 +359,6 @@ def paired_bootstrap_segments(systems: Sequence[tuple[str, Sequence[float]]], me
     its segment scores (COMET): the same resamples (sacrebleu's seed, ``SACREBLEU_SEED`` or 12345), mean and
     95% interval (sacrebleu's ``estimate_ci``) and p-value of the difference to the first system, the
     baseline. One :class:`BootstrapScore` per system, baseline first."""
-    from sacrebleu.significance import estimate_ci
-
     seed = os.environ.get("SACREBLEU_SEED", "12345")
     rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
     scores = [np.asarray(segments, dtype=np.float64) for _, segments in systems]

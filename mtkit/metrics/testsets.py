@@ -8,6 +8,9 @@ import os
 import socket
 from pathlib import Path
 
+from sacrebleu import DATASETS
+from sacrebleu.utils import SACREBLEU_DIR
+
 from mtkit.errors import MtkitError
 from mtkit.io import read_lines
 
@@ -15,8 +18,6 @@ from mtkit.io import read_lines
 
 
 def _offline_message(name: str, langpair: str, reason: str) -> str:
-    from sacrebleu.utils import SACREBLEU_DIR
-
     return (
         f"test set {name} ({langpair}) is not in sacrebleu's cache {SACREBLEU_DIR} "
         f"(set by the SACREBLEU environment variable, default ~/.sacrebleu) and could not be downloaded "
@@ -49,8 +50,6 @@ def load_testset(
     offline this raises :class:`MtkitError` saying where sacrebleu looks and that
     ``--src/--ref`` take local files instead.
     """
-    from sacrebleu import DATASETS
-
     if name not in DATASETS:
         close = difflib.get_close_matches(name, list(DATASETS), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -63,6 +64,7 @@ from mtkit.serve.schemas import (
 from mtkit.serve.service import Service
 from mtkit.text.lines import clean_output
 from mtkit.text.markup import MarkupError, split_markup
+from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -74,14 +76,10 @@ def page_file(name: str) -> str:
 
 def create_app(service: Service):
     """The FastAPI app of ``service`` (wrap it with :class:`mtkit.serve.server.Guard` to serve it)."""
-    from contextlib import asynccontextmanager
-
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
-
-    from mtkit.version import __version__
 
     @asynccontextmanager
     async def lifespan(app):
@@ -170,8 +168,6 @@ def libretranslate_router(service: Service):
     """LibreTranslate's endpoints, as LibreTranslate 1.9 answers them (:mod:`mtkit.serve.libretranslate`)."""
     from fastapi import APIRouter
     from fastapi.responses import JSONResponse, Response
-
-    from mtkit.version import __version__
 
     router = APIRouter()
     tags = ["LibreTranslate"]
@@ -325,8 +321,6 @@ def mtkit_router(service: Service):
     """mtkit's own endpoints: ``POST /v1/translate``, ``GET /v1/models``, ``GET /metrics``, the page at ``/``."""
     from fastapi import APIRouter
     from fastapi.responses import HTMLResponse, JSONResponse, Response
-
-    from mtkit.version import __version__
 
     router = APIRouter()
 

@@ -9,10 +9,12 @@ make the exit status 143 / 130: :class:`_Server` does not. A second Ctrl-C stops
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import socket
+import time
 from collections.abc import Callable
 
 import uvicorn
@@ -48,9 +50,6 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        import asyncio
-        import time
-
         start = time.perf_counter()
         path = scope.get("path", "")
         endpoint = path if path in ENDPOINTS else "other"
@@ -134,8 +133,6 @@ async def _unless_gone(call, receive, gone) -> bool:
     """Run the app's ``call`` while watching ``receive`` for the client's disconnect: a client that goes
     away first has ``call`` cancelled (a translation it waits for is dropped: :meth:`Service.translate`)
     and ``gone`` set; True then."""
-    import asyncio
-
     async def watch() -> None:
         while (await receive())["type"] != "http.disconnect":
             pass

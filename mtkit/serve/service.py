@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from mtkit.config import DecodeConfig, DecodeOptions
+from mtkit.engines.capabilities import include_refusal
 from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
+from mtkit.engines.quality import confidence
 from mtkit.errors import MtkitError
 from mtkit.serve.batcher import Batcher, BatchPolicy, QueueFull
 from mtkit.serve.metrics import Metrics
@@ -190,8 +193,6 @@ class Service:
             found = [self.glossary.constraints(line).merged(c) for line, c in zip(lines, found)]
         if not any(found):
             return None
-        from mtkit.engines.capabilities import include_refusal
-
         refusal = include_refusal(model.engine)
         if refusal is not None and any(c is not None and c.include for c in found):
             raise ApiError(400, f"model {model.name}: {refusal.replace('--engine ', 'engine ')}")
@@ -220,10 +221,6 @@ class Service:
         """Each translation's quality estimate (mtkit.engines.quality): COMET-QE's score of its source and
         text with ``--qe-model``, else the model's confidence; None for an empty line or a number that is not
         finite. COMET-QE runs in a worker thread, within ``decode_timeout`` (else a 504)."""
-        import math
-
-        from mtkit.engines.quality import confidence
-
         if self.qe is None:
             found = [confidence(t) for t in translations]
         else:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mtkit.engines.capabilities import include_refusal
+from mtkit.engines.constraints import read_constraints
 from mtkit.errors import MtkitError, counted
+from mtkit.text.glossary import Glossary
 
 
 def read_constraint_options(constraints: Path | None, glossary: Path | None, engine: str = "torch",
@@ -16,16 +19,11 @@ def read_constraint_options(constraints: Path | None, glossary: Path | None, eng
     for what the engine or the decoding cannot do (include phrases on CTranslate2, sampling)."""
     if constraints is None and glossary is None:
         return None, None
-    from mtkit.engines.constraints import read_constraints
-    from mtkit.text.glossary import Glossary
-
     per_line = read_constraints(constraints) if constraints is not None else None
     terms = Glossary.read(glossary) if glossary is not None else None
     if sampling:
         raise MtkitError(f"{'--constraints' if constraints is not None else '--glossary'} needs beam search: "
                          "drop --sampling")
-    from mtkit.engines.capabilities import include_refusal
-
     refusal = include_refusal(engine)  # an engine that takes exclude phrases only
     if refusal is not None:
         include = next((n for n, c in enumerate(per_line or [], 1) if c.include), None)

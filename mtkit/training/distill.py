@@ -36,11 +36,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from mtkit.api import LoadOptions, load_models
-from mtkit.config import Config, SourceConfig
+from mtkit.checkpoints.io import stored_config
+from mtkit.config import Config, SourceConfig, config_from_dict, config_to_dict
 from mtkit.data.sources import iter_pairs
 from mtkit.errors import MtkitError, counted, shown
-from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines
+from mtkit.io import atomic_path, atomic_write_text, read_bounded, read_json_file, read_lines, sentence_progress
 
 logger = logging.getLogger(__name__)  # what it does, said on the mtkit logger
 
@@ -130,8 +133,6 @@ def read_shards(folder: Path, shards: int) -> Iterator[tuple[str, float, int]]:
 def worst(cross_entropies, share: float):
     """A boolean mask of the ``share`` of pairs with the highest cross-entropy (ties: the earlier ones dropped
     first), over an array of one float per pair."""
-    import numpy as np
-
     values = np.asarray(cross_entropies, dtype=np.float64)
     drop = math.floor(share * len(values) + 1e-9)
     mask = np.zeros(len(values), dtype=bool)
@@ -143,8 +144,6 @@ def worst(cross_entropies, share: float):
 def write_corpus(config: Config, folder: Path, shards: int) -> dict:
     """``train.src`` / ``train.tgt`` from the shards (the filter's kept pairs) and, with ``distill.mix_original``,
     the original pairs; ``filter.json`` with the counts."""
-    import numpy as np
-
     d, settings = config.data, config.distill
     scored = read_shards(folder / "shards", shards)
     entropies = np.fromiter((-logprob / max(tokens, 1) for _, logprob, tokens in scored), dtype=np.float64)
@@ -201,8 +200,6 @@ MADE_WITH = {"teacher": "distill.teacher", "decode": "decoding (the teacher's de
 
 def made_with(config: Config) -> dict:
     """What the shards hold depends on: the teacher, how it decodes, the training sources, the shard size."""
-    from mtkit.config import config_to_dict
-
     d = config.data
     return {"teacher": list(config.distill.teacher), "decode": config_to_dict(teacher_decoding(config)),
             "train": config_to_dict(d.train), "languages": [d.src_lang, d.tgt_lang],
@@ -213,16 +210,12 @@ def teacher_decoding(config: Config):
     """How the teacher translates: as its own recipe decodes (the decode section stored in the first teacher;
     the distillation recipe's own decode section is the student's), one hypothesis per source, searched
     (never sampled), without MBR."""
-    from mtkit.checkpoints.io import stored_config
-
     return replace(stored_config(config.distill.teacher[0]).decode, nbest=1, sampling=False, mbr="off")
 
 
 def _normalized(found: dict) -> dict:
     """``settings.json`` as this version writes it: a decode or source section written before a key was added
     gets the key's default (a new setting, at its default, changes no translation)."""
-    from mtkit.config import config_from_dict, config_to_dict
-
     found = dict(found)
     for key, section in (("decode", "decode"), ("train", None)):
         value = found.get(key)
@@ -256,8 +249,6 @@ def _check_made_with(config: Config, shards: Path) -> None:
 def distill(config: Config, folder: Path, progress: bool = True) -> Config:
     """Run the distillation stages of ``config`` (a recipe with ``distill.teacher``) in ``folder``, skipping
     those done, and return the student's recipe (:func:`student_config`)."""
-    from mtkit.io import sentence_progress
-
     folder = Path(folder)
     shards = folder / "shards"
     _check_made_with(config, shards)

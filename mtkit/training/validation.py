@@ -8,10 +8,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import sacrebleu
+import torch
+
 from mtkit.api import from_model
 from mtkit.config import DecodeConfig
+from mtkit.data.languages import TaggedVocab
+from mtkit.engines.precision import autocast
 from mtkit.io import read_lines
-from mtkit.training.distributed import DistContext
+from mtkit.training import distributed
+from mtkit.training.batching import collate, make_batches
+from mtkit.training.distributed import DistContext, all_gather_objects
+from mtkit.training.loss import perplexity
 
 
 @dataclass(frozen=True)
@@ -46,10 +55,6 @@ def validation_scores(model, vocab, data_dir: Path, decode: DecodeConfig, device
 
     ``lines``: (start, end) of one pair's segment of a multilingual set (``vocab`` then leads each source
     with that pair's tag: :class:`mtkit.data.languages.TaggedVocab`)."""
-    import sacrebleu
-
-    from mtkit.training.distributed import all_gather_objects
-
     scoring = scoring or Scoring()
     metrics, comet = scoring.metrics, scoring.comet
     rank, world_size = scoring.dist.rank, scoring.dist.world_size
@@ -81,14 +86,6 @@ def validation_losses(criterion, store, pairs: list, *, max_tokens: int, tagged_
     gets the same values. A multilingual run (``pairs``: those with a validation segment) gets them per pair
     (``valid_loss/en-de`` …) and as ``valid_loss`` / ``valid_nll`` the mean over the pairs, each pair
     counting once whatever its size (``valid_ppl``: the perplexity of that mean NLL)."""
-    import numpy as np
-    import torch
-
-    from mtkit.engines.precision import autocast
-    from mtkit.training import distributed
-    from mtkit.training.batching import collate, make_batches
-    from mtkit.training.loss import perplexity
-
     rank, world_size = (dist or DistContext()).rank, (dist or DistContext()).world_size
     segments = [pair.segment("valid") for pair in pairs] if pairs else [(0, len(store))]
     sums: list[float] = []
@@ -133,8 +130,6 @@ def validation_bleus(model, vocab, data_dir: Path, decode: DecodeConfig, device,
     if not pairs:
         found = validation_scores(model, vocab, data_dir, decode, device, None, scoring)
         return {f"valid_{name}": value for name, value in found.items()}
-    from mtkit.data.languages import TaggedVocab
-
     record: dict = {}
     for pair in pairs:
         start, count = pair.segment("valid")

@@ -299,12 +299,12 @@ def test_model_translations_are_scored_in_memory(tiny_run, tmp_path):
 
 
 def test_testset_references_stay_in_memory(files, tiny_run, tmp_path, monkeypatch):
-    import mtkit.metrics
+    import mtkit.commands.evaluate
     from mtkit.commands.evaluate import EvaluateOptions, evaluate
 
     run, src, _ = tiny_run
     sources = src.read_text(encoding="utf-8").splitlines()
-    monkeypatch.setattr(mtkit.metrics, "load_testset", lambda name, langpair: (sources, [REFS]))
+    monkeypatch.setattr(mtkit.commands.evaluate, "load_testset", lambda name, langpair: (sources, [REFS]))
     monkeypatch.chdir(tmp_path)
     options = dict(ref=[], src=None, testset="wmt14/full", langpair="en-de", hyp_out=None, metrics=["bleu"],
                    chrf_plus=False, lc_tok=True, compound_split=False, lang=None, as_json=True, decode=DecodeOptions(),
