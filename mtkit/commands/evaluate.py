@@ -76,7 +76,7 @@ from mtkit.engines.quality import confidence
 from mtkit.errors import MtkitError, counted
 from mtkit.io import atomic_write_text, read_lines
 from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore, load_testset
-from mtkit.metrics.files import Evaluation, Named, read_named, score_files, score_lines
+from mtkit.metrics.files import Evaluation, read_named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
 from mtkit.text.phrases import check_line_counts, read_constraint_options
 from mtkit.version import __version__
@@ -90,13 +90,6 @@ def evaluate_files(hyp_paths: list[Path], ref_paths: list[Path], metrics: list[s
     """Score hypothesis files against reference files (:func:`mtkit.metrics.files.score_files`); the table or
     JSON text to print."""
     return render(score_files(hyp_paths, ref_paths, metrics, options, n_samples), as_json)
-
-
-def evaluate_lines(hyps: list[Named], refs: list[Named], metrics: list[str], options: MetricOptions,
-                   as_json: bool, n_samples: int = 1000) -> str:
-    """Score hypothesis lines against reference lines (:func:`mtkit.metrics.files.score_lines`); the table or
-    JSON text to print."""
-    return render(score_lines(hyps, refs, metrics, options, n_samples=n_samples), as_json)
 
 
 def render(evaluation: Evaluation, as_json: bool) -> str:

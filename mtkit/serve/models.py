@@ -8,7 +8,6 @@ thread, and never changed.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from mtkit.config import DecodeConfig
@@ -58,8 +57,3 @@ class ServedModel:
     @property
     def decode(self) -> DecodeConfig:
         return self.translator.decode
-
-
-def probability(mean: float) -> float:
-    """exp(mean log-probability): the geometric mean of the token probabilities, in [0, 1]."""
-    return math.exp(mean) if mean > -700 else 0.0
