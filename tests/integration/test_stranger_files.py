@@ -113,8 +113,8 @@ def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(tmp_path, n
     assert_one_error(r, f"{folder / name}: larger than a {what} can be (at most ")
 
 
-@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "/dev/urandom"])
-@pytest.mark.parametrize("name", fast_first(["config.json", "vocab.json", "source.spm"]))  # each: mtkit processes
+@pytest.mark.parametrize(("name", "special"), fast_first([(n, s) for n in ("config.json", "vocab.json", "source.spm")
+                                                          for s in ("fifo", "/dev/zero", "/dev/urandom")]))  # processes
 def test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file(tmp_path, name, special):
     """A FIFO hung the read forever (no writer ever comes); a device never ends."""
     folder = write_marian(tmp_path / "hf")
