@@ -395,6 +395,7 @@ def test_a_field_of_the_wrong_type_is_one_line(good, tmp_path, name):
         assert_one_error(r, "its vocab.pieces must be a mapping")
 
 
+@pytest.mark.slow  # an mtkit process, for what it prints
 def test_torch_s_protocol_warning_is_not_printed(good, tmp_path):
     """torch's "Detected pickle protocol 4" warning no longer comes before the one error line."""
     import warnings

@@ -94,6 +94,7 @@ def test_json_nested_200000_deep_in_a_marian_folder_is_one_error_line(tmp_path, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # an mtkit process (import marian): json nested deep keeps the folder's parsers in the fast tier
 def test_a_safetensors_header_nested_200000_deep_is_one_error_line(tmp_path):
     folder = write_marian(tmp_path / "hf")
     header = deep_json().encode()
@@ -113,8 +114,9 @@ def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(tmp_path, n
     assert_one_error(r, f"{folder / name}: larger than a {what} can be (at most ")
 
 
-@pytest.mark.parametrize(("name", "special"), fast_first([(n, s) for n in ("config.json", "vocab.json", "source.spm")
-                                                          for s in ("fifo", "/dev/zero", "/dev/urandom")]))  # processes
+@pytest.mark.slow  # mtkit processes; a FIFO or a device as the model (test_checkpoint_bounds) is in the fast tier
+@pytest.mark.parametrize(("name", "special"), [(n, s) for n in ("config.json", "vocab.json", "source.spm")
+                                               for s in ("fifo", "/dev/zero", "/dev/urandom")])
 def test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file(tmp_path, name, special):
     """A FIFO hung the read forever (no writer ever comes); a device never ends."""
     folder = write_marian(tmp_path / "hf")
@@ -314,11 +316,12 @@ def test_a_beam_of_a_billion_in_a_checkpoint_is_one_error_line(checkpoint, tmp_p
     assert_one_error(r, "decode.beam: must be at most 1024, got 1000000000")
 
 
-@pytest.mark.parametrize(("generation", "fragment"), fast_first([  # each case: an mtkit process
+# Each case an mtkit process; the same bound from a flag and in a checkpoint (above) are in the fast tier.
+@pytest.mark.parametrize(("generation", "fragment"), fast_first([
     ({"num_beams": 10**9}, "generation_config.json: num_beams: must be at most 1024, got 1000000000"),
     ({"max_new_tokens": 10**9}, "generation_config.json: max_new_tokens: must be at most 65536"),
     ({"no_repeat_ngram_size": 10**9}, "generation_config.json: no_repeat_ngram_size: must be at most 65536"),
-]))
+], keep=0))
 def test_an_imported_num_beams_of_a_billion_is_one_error_line(tmp_path, generation, fragment):
     from test_model_file_checks import spoiled_marian
 
