@@ -14,7 +14,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 import torch  # noqa: E402
-from conftest import MODELS, MULTI30K, TINY_MODEL  # noqa: E402
+from conftest import MODELS, MULTI30K, TINY_MODEL, fast_first  # noqa: E402
 from inprocess import run_mtkit  # noqa: E402
 
 from mtkit.checkpoints.io import load_model, model_payload, save_checkpoint, vocab_entry  # noqa: E402
@@ -297,7 +297,7 @@ def test_the_multi30k_model_translates_test2016_in_transformers_as_in_mtkit(tmp_
         assert same(theirs, ours) >= 0.995 * len(lines)
 
 
-@pytest.mark.parametrize("case", ["swish-shared", "gelu-separate"])
+@pytest.mark.parametrize("case", fast_first(["swish-shared", "gelu-separate"]))
 def test_an_imported_opus_mt_model_exports_back_to_the_original(tmp_path, case):
     """import marian, then export hf: Marian's ids, config, generation settings, tables and weights again."""
     from safetensors.torch import load_file

@@ -203,6 +203,7 @@ def test_the_student_presets_are_deep_encoder_shallow_decoder():
         assert (model.encoder_layers, model.decoder_layers) == (6, 2)
 
 
+@pytest.mark.slow  # mtkit processes, for their peak memory
 def test_a_timed_process_reports_its_own_peak_memory_not_its_parents():
     """The engine table's peak memory is the command's: a process forked from a large one would otherwise
     report the large one's resident set (Linux keeps the high-water mark across exec)."""
