@@ -1,0 +1,163 @@
+"""Sentence splitters compared: the share of lines split exactly right and lines/s, per splitter and test set.
+
+    .venv/bin/python benchmarks/sentence_split.py [--multi30k DIR] [--repeat 3] [--hostile]
+
+Splitters: ``mtkit`` (:func:`mtkit.text.sentences.sentence_spans`: sentencex through windows, plus mtkit's two
+rules), ``sentencex`` and ``pysbd`` as they are (``clean=False``; a language pysbd lacks, cs or pt, gets its
+English rules), and ``regex``, a naive baseline (a break after ``.``, ``!``, ``?`` or ``…``, closing quotes
+or brackets, then whitespace and a capital, digit or opening quote).
+
+Test sets:
+  * ``m30k-LANG``: Multi30k test_2016_flickr captions joined three to a line with one space (en, de, fr, cs),
+    each caption as written (one lacking a final full stop keeps lacking it: such a join is ambiguous to any
+    splitter, and counts as wrong unless split right);
+  * ``hand-CATEGORY``: benchmarks/data/sentence_split.tsv, cases written by hand (abbreviations, numbers,
+    ellipses, quotes and brackets, URLs and e-mails, plain sentences in ten languages);
+  * ``one-per-line``: test_2016_flickr.en as it is, one caption a line (what splitting costs on text that
+    needs none; right = left whole).
+
+A line is right when the splitter's sentences, each stripped of whitespace, are exactly the expected ones.
+lines/s: the best of ``--repeat`` passes over the set. ``--hostile``: seconds per hostile line (1 MB without
+a full stop, 100,000 "." / "Dr. " / "..." / quotes, 10,000 placeholders) for mtkit, sentencex and pysbd
+(pysbd on the first 20,000 characters only: its time grows faster than the text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", REPO.parent / "shared/data/multi30k"))
+HAND_CASES = REPO / "benchmarks/data/sentence_split.tsv"
+Splitter = Callable[[str, str], list[str]]
+
+
+def read_hand_cases(path: Path = HAND_CASES) -> list[tuple[str, str, list[str]]]:
+    """(lang, category, expected sentences) per case of the hand-written file."""
+    cases = []
+    for row in path.read_text(encoding="utf-8").splitlines():
+        if row.strip() and not row.startswith("#"):
+            lang, category, sentences = row.split("\t")
+            cases.append((lang, category, [s.strip() for s in sentences.split(" ||| ")]))
+    return cases
+
+
+def multi30k_joined(directory: Path, lang: str, group: int = 3) -> list[list[str]]:
+    captions = [c.strip() for c in (directory / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()]
+    return [captions[i:i + group] for i in range(0, len(captions) - group + 1, group)]
+
+
+def mtkit_splitter() -> Splitter:
+    from mtkit.text.sentences import sentence_spans
+
+    return lambda line, lang: [line[a:b] for a, b in sentence_spans(line, lang)]
+
+
+def sentencex_splitter() -> Splitter:
+    import sentencex
+
+    return lambda line, lang: [s.strip() for s in sentencex.segment(lang, line) if s.strip()]
+
+
+def pysbd_splitter() -> Splitter:
+    import pysbd
+    from pysbd.languages import LANGUAGE_CODES
+
+    segmenters: dict[str, pysbd.Segmenter] = {}
+
+    def split(line: str, lang: str) -> list[str]:
+        code = lang if lang in LANGUAGE_CODES else "en"
+        if code not in segmenters:
+            segmenters[code] = pysbd.Segmenter(language=code, clean=False)
+        return [s.strip() for s in segmenters[code].segment(line) if s.strip()]
+
+    return split
+
+
+_NAIVE = re.compile(r"(?<=[.!?…])[\"'”’»)\]]*\s+(?=[\"'“‘«(¿¡]?[A-ZÀ-ÞА-ЯČŠŽŘŁŚŻ0-9])")
+
+
+def regex_splitter() -> Splitter:
+    return lambda line, lang: [s.strip() for s in _NAIVE.split(line) if s.strip()]
+
+
+SPLITTERS = {"mtkit": mtkit_splitter, "sentencex": sentencex_splitter, "pysbd": pysbd_splitter,
+             "regex": regex_splitter}
+
+
+def evaluate(split: Splitter, cases: list[tuple[str, list[str]]], repeat: int) -> tuple[float, float, list]:
+    """(share exactly right, lines/s, the wrong cases as (expected, got))."""
+    lines = [(lang, " ".join(expected)) for lang, expected in cases]
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        got = [split(line, lang) for lang, line in lines]
+        best = min(best, time.perf_counter() - start)
+    wrong = [(expected, g) for (_, expected), g in zip(cases, got) if g != expected]
+    return 1 - len(wrong) / len(cases), len(cases) / best, wrong
+
+
+def hostile_lines() -> dict[str, str]:
+    return {"1 MB, no full stop": "word " * 200_000, '100,000 "."': "." * 100_000,
+            '100,000 "Dr. "': "Dr. " * 100_000, '100,000 "..."': "..." * 100_000, '100,000 quotes': '"' * 100_000,
+            "10,000 placeholders": " ".join(f"{{p{i}}} <x id=\"{i}\"/>" for i in range(10_000))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--multi30k", type=Path, default=DEFAULT_MULTI30K)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--splitters", default=",".join(SPLITTERS))
+    parser.add_argument("--show-wrong", default="", help="print the wrong cases of this splitter")
+    parser.add_argument("--hostile", action="store_true")
+    args = parser.parse_args()
+
+    sets: dict[str, list[tuple[str, list[str]]]] = {}
+    if args.multi30k.is_dir():
+        for lang in ("en", "de", "fr", "cs"):
+            sets[f"m30k-{lang}"] = [(lang, group) for group in multi30k_joined(args.multi30k, lang)]
+    else:
+        print(f"# no Multi30k at {args.multi30k}: its sets are left out")
+    hand = read_hand_cases()
+    sets["hand-all"] = [(lang, expected) for lang, _, expected in hand]
+    for category in sorted({c for _, c, _ in hand}):
+        sets[f"hand-{category}"] = [(lang, expected) for lang, c, expected in hand if c == category]
+    if args.multi30k.is_dir():
+        sets["one-per-line"] = [("en", [c.strip()]) for c in
+                                (args.multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()]
+
+    names = args.splitters.split(",")
+    splitters = {name: SPLITTERS[name]() for name in names}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {len(hand)} hand cases")
+    print(f"{'set':<16} {'lines':>6}  " + "  ".join(f"{n + ' right':>15} {'lines/s':>9}" for n in names))
+    for set_name, cases in sets.items():
+        row = f"{set_name:<16} {len(cases):>6}  "
+        for name, split in splitters.items():
+            right, speed, wrong = evaluate(split, cases, args.repeat)
+            row += f"{right:>15.1%} {speed:>9.0f}  "
+            if name == args.show_wrong and set_name != "hand-all":
+                for expected, got in wrong:
+                    print(f"  [{set_name}] expected {expected}\n  {' ' * len(set_name)}   got      {got}")
+        print(row.rstrip(), flush=True)
+    if args.hostile:
+        print("\nhostile line             " + "  ".join(f"{n + ' s':>12}" for n in names if n != "regex"))
+        for label, line in hostile_lines().items():
+            row = f"{label:<24}"
+            for name, split in splitters.items():
+                if name == "regex":
+                    continue
+                text = line[:20_000] if name == "pysbd" else line
+                start = time.perf_counter()
+                split(text, "en")
+                row += f" {time.perf_counter() - start:>12.3f}" + ("*" if text is not line else " ")
+            print(row)
+        print("* pysbd: the first 20,000 characters only")
+
+
+if __name__ == "__main__":
+    main()
