@@ -19,7 +19,10 @@ benchmarks/data/sentence_split.tsv:
 * a boundary after a sentence closed inside brackets when a capital follows (``(He was tired.) We``);
 * a boundary between two characters that are not whitespace only after a full stop of a script written
   without spaces (``。``), so that ``example.com`` or ``v1.2.3`` never come apart;
-* a piece without a letter or a digit (a lone ``...``, ``*``) stays with the sentence before it.
+* no boundary after a full stop when a small letter follows (``3 févr. au soir``: an abbreviation sentencex
+  does not know);
+* a piece without a letter or a digit (a lone ``...``, ``*``) stays with the sentence before it, an item's
+  number (``2.``, ``(b)``) with the sentence after it.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ MARGIN = 192
 # Full stops of scripts written without spaces between sentences: a boundary right after one needs no space.
 _NO_SPACE_STOPS = frozenset("。．｡！？!?")
 # Titles written before a name, in the languages sentencex knows them in or not: never a sentence's end.
-TITLES = frozenset({"Dr", "Mr", "Mrs", "Ms", "Messrs", "Prof", "Mme", "Mmes", "Mlle", "Mlles", "Mgr",
-                    "Sr", "Sra", "Srta", "Sres", "Sig", "Hr", "Hrn", "Ing", "Mag", "Dipl"})
+TITLES = frozenset({"Dr", "Mr", "Mrs", "Ms", "Messrs", "Prof", "Mme", "Mmes", "Mlle", "Mlles", "Mgr", "Amb",
+                    "Gov", "Sen", "Rep", "Gen", "Col", "Lt", "Sgt", "Capt", "Cmdr", "Adm", "Rev", "Hon", "Pres",
+                    "Fr", "Sr", "Sra", "Srta", "Sres", "Sig", "Hr", "Hrn", "Ing", "Mag", "Dipl"})
 # Words that take a number after them (lowercased): ``vol. 2``, ``Nr. 5``, ``S. 12``; and ``...str. 5``.
 NUMBERED = frozenset({"vol", "vols", "no", "nos", "nr", "nrs", "fig", "figs", "p", "pp", "ch", "chap", "art",
                       "abb", "sec", "eq", "tab", "bd", "s", "str", "č", "hl", "kap", "par", "ed"})
@@ -53,6 +57,7 @@ _OPENERS = "\"'“‘«„‚‹([{¿¡"
 _CLOSED_IN_BRACKETS = re.compile(r"[.!?…][\"'”’»]{0,3}[)\]](?=\s+[\"'“‘«„(]?(\w))")
 _LOOK_BACK = 24  # characters read before a boundary to find the word it follows
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
+_ITEM_NUMBER = re.compile(r"\(?(?:\d{1,3}|[a-z]|[IVX]{1,4})[.)]")  # "2." "(b)" "IV.": joins the item after it
 
 
 def sentence_spans(line: str, lang: str | None = None) -> list[tuple[int, int]]:
@@ -143,9 +148,11 @@ def _acceptable(line: str, cut: int) -> bool:
     stem = word[:-1]
     if stem in TITLES or (len(stem) == 1 and stem.isupper() and stem != "I"):  # "So am I." ends sentences
         return False
-    following = line[cut:cut + _LOOK_BACK].lstrip()
+    following = line[cut:cut + _LOOK_BACK].lstrip().lstrip(_OPENERS)[:1]
+    if following.islower():  # a full stop before a small letter ends a word, not a sentence: "févr. au soir"
+        return False
     numbered = stem.lower() in NUMBERED or stem.endswith("str") and stem[:1].isupper()
-    return not (numbered and following[:1].isdigit())
+    return not (numbered and following.isdigit())
 
 
 def _spans(line: str, cuts: list[int]) -> list[tuple[int, int]]:
@@ -156,10 +163,17 @@ def _spans(line: str, cuts: list[int]) -> list[tuple[int, int]]:
     ends = [*cuts[1:], len(line)]
     cuts = [c for c, e in zip(cuts, ends) if first and c > first.start() and _LETTER_OR_DIGIT.search(line, c, e)]
     bounds = [0, *cuts, len(line)]
-    spans = []
+    spans: list[tuple[int, int]] = []
+    joined: int | None = None  # the start of an item's number, waiting for its item: "2." in "2. Pour it."
     for a, b in zip(bounds, bounds[1:]):
         piece = line[a:b]
         start, end = a + len(piece) - len(piece.lstrip()), a + len(piece.rstrip())
-        if start < end:
-            spans.append((start, end))
+        if start >= end:
+            continue
+        if joined is not None:
+            start, joined = joined, None
+        if end - start <= 5 and b < len(line) and _ITEM_NUMBER.fullmatch(line, start, end):
+            joined = start
+            continue
+        spans.append((start, end))
     return spans

@@ -62,6 +62,9 @@ CASES = [  # (lang, expected sentences); the line is them joined with one space
     ("en", ["Write to john.smith@example.co.uk today.", "He answers quickly."]),
     ("en", ["The talk by J. R. R. Tolkien was recorded."]),
     ("en", ["Neither do I.", "He left."]),
+    ("en", ['"We are pleased," said Amb. Linda Thomas-Greenfield.', "The next vote is in Feb."]),
+    ("en", ["1. Open the lid.", "2. Pour the water.", "3. Close it."]),
+    ("en", ["He came home at 5.", "Then he ate."]),
     ("de", ["Das gilt z.B. für Äpfel.", "Birnen sind anders."]),
     ("de", ["Wir brauchen Brot, Milch usw. für das Frühstück."]),
     ("de", ["Herr Dr. Müller kommt morgen.", "Er bringt die Unterlagen mit."]),
@@ -75,6 +78,7 @@ CASES = [  # (lang, expected sentences); the line is them joined with one space
     ("fr", ["Il a dit : « Je suis fatigué. »", "Puis il est parti."]),
     ("fr", ["Quelle heure est-il ?", "Il est déjà huit heures !"]),
     ("fr", ["Il attendait…", "Personne ne venait."]),
+    ("fr", ["Ils reviendront le 3 févr. au soir.", "C'est prévu."]),
     ("cs", ["Kolik je hodin?", "Už je osm!"]),
     ("es", ["¿Dónde está la estación?", "Está cerca de aquí."]),
     ("ru", ["Он сказал: «Я устал».", "Потом он ушёл."]),
@@ -150,7 +154,7 @@ def test_a_line_longer_than_a_window_splits_as_its_parts_do():
     line = " ".join(expected)
     assert len(line) > 3 * WINDOW
     assert sentences(line) == expected
-    long_one = "word " * (2 * WINDOW // 5) + "end."  # no boundary in a whole window: the windows overlap
+    long_one = "Word " + "word " * (2 * WINDOW // 5) + "end."  # no boundary in a whole window: they overlap
     assert sentences(f"{long_one} Next one. {long_one}") == [long_one, "Next one.", long_one]
     assert MARGIN < WINDOW // 4
 
