@@ -58,6 +58,7 @@ _CLOSED_IN_BRACKETS = re.compile(r"[.!?…][\"'”’»]{0,3}[)\]](?=\s+[\"'“�
 _LOOK_BACK = 24  # characters read before a boundary to find the word it follows
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 _ITEM_NUMBER = re.compile(r"\(?(?:\d{1,3}|[a-z]|[IVX]{1,4})[.)]")  # "2." "(b)" "IV.": joins the item after it
+_ITEM_FIRST = frozenset("(0123456789IVXabcdefghijklmnopqrstuvwxyz")
 
 
 def sentence_spans(line: str, lang: str | None = None) -> list[tuple[int, int]]:
@@ -79,6 +80,8 @@ def sentence_spans(line: str, lang: str | None = None) -> list[tuple[int, int]]:
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:  # sentencex takes UTF-8 only: a lone surrogate keeps the line whole
+        return [(first, last)]
+    if not _LETTER_OR_DIGIT.search(line):  # no word: one sentence, whatever marks it holds
         return [(first, last)]
     cuts = {c for c in _cuts(line, _language(lang)) if _acceptable(line, c)}
     cuts.update(m.end() for m in _CLOSED_IN_BRACKETS.finditer(line) if m.group(1).isupper())
@@ -166,13 +169,17 @@ def _spans(line: str, cuts: list[int]) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     joined: int | None = None  # the start of an item's number, waiting for its item: "2." in "2. Pour it."
     for a, b in zip(bounds, bounds[1:]):
-        piece = line[a:b]
-        start, end = a + len(piece) - len(piece.lstrip()), a + len(piece.rstrip())
-        if start >= end:
+        start, end = a, b  # trimmed in place: a cut lies at whitespace, so a piece has little to trim
+        while start < end and line[start].isspace():
+            start += 1
+        while end > start and line[end - 1].isspace():
+            end -= 1
+        if start == end:
             continue
         if joined is not None:
             start, joined = joined, None
-        if end - start <= 5 and b < len(line) and _ITEM_NUMBER.fullmatch(line, start, end):
+        if end - start <= 5 and b < len(line) and line[start] in _ITEM_FIRST and _ITEM_NUMBER.fullmatch(
+                line, start, end):
             joined = start
             continue
         spans.append((start, end))
