@@ -159,6 +159,15 @@ def test_a_line_longer_than_a_window_splits_as_its_parts_do():
     assert MARGIN < WINDOW // 4
 
 
+def test_quotation_marks_paired_far_apart_stop_no_splitting():
+    """sentencex pairs an opening „ with the next “, however far: the Polish „…” here with the German „…“ two
+    thousand characters later, which alone it reads as one quotation, one sentence. Windows bound that."""
+    body = [f"Sentence number {i} is here." for i in range(70)]
+    expected = ["Powiedział: „Jestem zmęczony.”", *body, "„Warum?“, fragte er."]
+    assert len(" ".join(expected)) > WINDOW
+    assert sentences(" ".join(expected)) == expected
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from([*"aZ1 .!?…\"'()«»„“”。\t\u00a0\n", "Dr.", "M.", "vol. 2", "e.g.", "\ud800", "..."]),
                 max_size=40).map("".join),
@@ -169,8 +178,13 @@ def test_any_text_gives_a_valid_cover(line, lang):
 
 # name -> (the line as a Python expression, built in the process that splits it; its language)
 HOSTILE = {
-    "1 MB without a full stop": ('"word " * 200_000', "en"), "100,000 full stops": ('"." * 100_000', "en"),
-    "100,000 Dr.": ('"Dr. " * 100_000', "en"), "100,000 ellipses": ('"..." * 100_000', "en"),
+    "1 MB without a full stop": ('"word " * 200_000', "en"),
+    "1 MB of spaces": ('"Hi.) " + " " * 1_000_000 + "Bye."', "en"),
+    "100,000 brackets": ('"( [ {" * 100_000', "en"),
+    "100,000 item numbers": ('"1. " * 100_000 + "Go."', "en"),
+    "100,000 full stops": ('"." * 100_000', "en"),
+    "100,000 Dr.": ('"Dr. " * 100_000', "en"),
+    "100,000 ellipses": ('"..." * 100_000', "en"),
     "100,000 quotes": ("'\"' * 100_000", "en"),
     "10,000 placeholders": ('" ".join(f"{{p{i}}} <x id=\'{i}\'/>" for i in range(10_000))', "de"),
 }
@@ -206,6 +220,7 @@ def test_hostile_lines_finish_with_a_valid_cover():
     counts = run_hostile(HOSTILE)
     assert counts.keys() == HOSTILE.keys()
     assert counts["1 MB without a full stop"] == 1 and counts["100,000 full stops"] == 1
+    assert counts["1 MB of spaces"] == 2
 
 
 @pytest.mark.slow
