@@ -10,13 +10,15 @@ The boundaries are sentencex's (Wikimedia's rule-based splitter, in Rust: many l
 abbreviations, and English rules for a language it lacks; docs/real-text.md compares it with pysbd), read
 through windows (:data:`WINDOW`) so that a line costs time linear in its length, however long or hostile.
 mtkit adds a few rules of its own, each for a kind of mistake sentencex makes on the hand-written cases of
-benchmarks/data/sentence_split.tsv:
+benchmarks/data/sentence_split.tsv or on joined Multi30k captions:
 
 * ``…`` reads as ``...`` (sentencex takes the one character for no full stop at all);
 * no boundary after a title before a name (:data:`TITLES`: ``M. Dupont``, ``Dr. Leroy`` in French) or a
   capital initial (``J. Smith``), nor after a reference word before its number (:data:`NUMBERED`:
   ``vol. 2``, ``Hauptstr. 5``);
-* a boundary after a sentence closed inside brackets when a capital follows (``(He was tired.) We``);
+* a boundary after a sentence closed inside brackets when a capital follows (``(He was tired.) We``), and
+  after a word of five letters or more and its full stop when a number follows (``Landschaft. 2 Mädchen``,
+  which sentencex leaves joined in German and Czech);
 * a boundary between two characters that are not whitespace only after a full stop of a script written
   without spaces (``。``), so that ``example.com`` or ``v1.2.3`` never come apart;
 * no boundary after a full stop when a small letter follows (``3 févr. au soir``: an abbreviation sentencex
@@ -57,6 +59,9 @@ NUMBERED = frozenset({"vol", "vols", "no", "nos", "nr", "nrs", "fig", "figs", "p
 _OPENERS = "\"'“‘«„‚‹([{¿¡"
 # A sentence closed inside brackets, a capital after it: ``(He was tired.) We``; the capital is checked apart.
 _CLOSED_IN_BRACKETS = re.compile(r"[.!?…][\"'”’»]{0,3}[)\]](?=\s+[\"'“‘«„(]?(\w))")
+# A long word, a full stop, a number: a sentence that begins with a digit, which sentencex leaves joined to the
+# one before in German or Czech (``... Landschaft. 2 Mädchen ...``); no abbreviation is so long.
+_WORD_BEFORE_NUMBER = re.compile(r"(?<![\w.])([^\W\d_]{5,})\.(?=\s+\d)")
 _LOOK_BACK = 24  # characters read before a boundary to find the word it follows
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 _ITEM_NUMBER = re.compile(r"\(?(?:\d{1,3}|[a-z]|[IVX]{1,4})[.)]")  # "2." "(b)" "IV.": joins the item after it
@@ -87,6 +92,8 @@ def sentence_spans(line: str, lang: str | None = None) -> list[tuple[int, int]]:
         return [(first, last)]
     cuts = {c for c in _cuts(line, _language(lang)) if _acceptable(line, c)}
     cuts.update(m.end() for m in _CLOSED_IN_BRACKETS.finditer(line) if m.group(1).isupper())
+    cuts.update(m.end() for m in _WORD_BEFORE_NUMBER.finditer(line)
+                if m.group(1)[-1].islower() and not _numbered(m.group(1)))
     return _spans(line, sorted(cuts))
 
 
@@ -156,8 +163,12 @@ def _acceptable(line: str, cut: int) -> bool:
     following = line[cut:cut + _LOOK_BACK].lstrip().lstrip(_OPENERS)[:1]
     if following.islower():  # a full stop before a small letter ends a word, not a sentence: "févr. au soir"
         return False
-    numbered = stem.lower() in NUMBERED or stem.endswith("str") and stem[:1].isupper()
-    return not (numbered and following.isdigit())
+    return not (_numbered(stem) and following.isdigit())
+
+
+def _numbered(word: str) -> bool:
+    """A word that takes a number after it, abbreviated: ``vol``, ``Nr``, ``Hauptstr``."""
+    return word.lower() in NUMBERED or word.endswith("str") and word[:1].isupper()
 
 
 def _spans(line: str, cuts: list[int]) -> list[tuple[int, int]]:
