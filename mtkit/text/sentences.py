@@ -196,4 +196,6 @@ def _spans(line: str, cuts: list[int]) -> list[tuple[int, int]]:
             joined = start
             continue
         spans.append((start, end))
+    if joined is not None:  # no item after it (a kept cut has a word after it: never so)
+        spans.append((joined, len(line.rstrip())))
     return spans
