@@ -12,7 +12,8 @@ through windows (:data:`WINDOW`) so that a line costs time linear in its length,
 mtkit adds a few rules of its own, each for a kind of mistake sentencex makes on the hand-written cases of
 benchmarks/data/sentence_split.tsv or on joined Multi30k captions:
 
-* ``…`` reads as ``...`` (sentencex takes the one character for no full stop at all);
+* ``…`` reads as ``...`` (sentencex takes the one character for no full stop at all), and whitespace beyond
+  ASCII as a space (:data:`WIDE_SPACES`: sentencex panics on some);
 * no boundary after a title before a name (:data:`TITLES`: ``M. Dupont``, ``Dr. Leroy`` in French) or a
   capital initial (``J. Smith``), nor after a reference word before its number (:data:`NUMBERED`:
   ``vol. 2``, ``Hauptstr. 5``);
@@ -62,6 +63,9 @@ _CLOSED_IN_BRACKETS = re.compile(r"[.!?…][\"'”’»]{0,3}[)\]](?=\s+[\"'“�
 # A long word, a full stop, a number: a sentence that begins with a digit, which sentencex leaves joined to the
 # one before in German or Czech (``... Landschaft. 2 Mädchen ...``); no abbreviation is so long.
 _WORD_BEFORE_NUMBER = re.compile(r"(?<![\w.])([^\W\d_]{5,})\.(?=\s+\d)")
+# Whitespace beyond ASCII, read as a space by sentencex: it panics on a capital, such a space and a full stop
+# (``"vitamine C\u00a0."``, sentencex 1.0.32). One character for one, so that the offsets stay.
+WIDE_SPACES = {c: " " for c in (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)}
 _LOOK_BACK = 24  # characters read before a boundary to find the word it follows
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 _ITEM_NUMBER = re.compile(r"\(?(?:\d{1,3}|[a-z]|[IVX]{1,4})[.)]")  # "2." "(b)" "IV.": joins the item after it
@@ -126,12 +130,18 @@ def _cuts(line: str, lang: str) -> list[int]:
 
 def _boundaries(text: str, lang: str) -> list[int]:
     """sentencex's sentence ends in ``text`` (character offsets, the text's end left out), ``…`` read as
-    ``...``."""
+    ``...`` and any whitespace as a space."""
     ellipses = [i for i, c in enumerate(text) if c == "…"] if "…" in text else []
+    read = text.translate(WIDE_SPACES)
     try:
-        pieces = sentencex.segment(lang, text.replace("…", "...") if ellipses else text)
+        pieces = sentencex.segment(lang, read.replace("…", "...") if ellipses else read)
     except Exception:  # sentencex failing on some text never fails a translation: the window stays whole
         logger.debug("sentencex failed on a window of %d characters", len(text), exc_info=True)
+        return []
+    except BaseException as e:  # a panic in its Rust code (pyo3's PanicException is no Exception): the same
+        if type(e).__name__ != "PanicException":
+            raise
+        logger.debug("sentencex panicked on a window of %d characters: %s", len(text), e)
         return []
     ends = list(itertools.accumulate(map(len, pieces[:-1])))
     if ellipses:  # back to the offsets of ``text``: each "..." read took two characters more than its "…"

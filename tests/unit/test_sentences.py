@@ -13,7 +13,8 @@ from conftest import MULTI30K
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mtkit.text.sentences import MARGIN, WINDOW, sentence_spans
+import mtkit.text.sentences
+from mtkit.text.sentences import MARGIN, WIDE_SPACES, WINDOW, sentence_spans
 
 
 def assert_cover(line: str, spans: list[tuple[int, int]]) -> None:
@@ -159,6 +160,35 @@ def test_a_line_longer_than_a_window_splits_as_its_parts_do():
     long_one = "Word " + "word " * (2 * WINDOW // 5) + "end."  # no boundary in a whole window: they overlap
     assert sentences(f"{long_one} Next one. {long_one}") == [long_one, "Next one.", long_one]
     assert MARGIN < WINDOW // 4
+
+
+def test_whitespace_beyond_ascii_reads_as_a_space():
+    """sentencex 1.0.32 panics on a capital, a space beyond ASCII and a full stop (``C\u00a0.``): every such
+    space reaches it as " ", one character for one, and the line keeps its own."""
+    assert {c for c in range(sys.maxunicode + 1) if chr(c).isspace() and c > 127} == set(WIDE_SPACES)
+    for space in map(chr, WIDE_SPACES):
+        line = f"Tu viens{space}?{space}Il est{space}là. Vitamine C{space}. Fin."
+        assert sentences(line, "fr")[:2] == [f"Tu viens{space}?", f"Il est{space}là."]
+
+
+class PanicException(BaseException):
+    """What pyo3 raises for a panic in Rust code: a BaseException, as KeyboardInterrupt is."""
+
+
+def test_a_panic_in_sentencex_keeps_the_window_whole_and_an_interrupt_goes_through(monkeypatch):
+    def panic(lang, text):
+        raise PanicException("end byte index 3 is not a char boundary")
+
+    monkeypatch.setattr(mtkit.text.sentences.sentencex, "segment", panic)
+    assert sentences("First one. Second one.") == ["First one. Second one."]
+    assert sentences("(He was tired.) We stayed.") == ["(He was tired.)", "We stayed."]  # mtkit's own rules hold
+
+    def interrupt(lang, text):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mtkit.text.sentences.sentencex, "segment", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        sentence_spans("First one. Second one.")
 
 
 def test_quotation_marks_paired_far_apart_stop_no_splitting():
