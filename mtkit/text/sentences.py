@@ -63,9 +63,11 @@ _CLOSED_IN_BRACKETS = re.compile(r"[.!?…][\"'”’»]{0,3}[)\]](?=\s+[\"'“�
 # A long word, a full stop, a number: a sentence that begins with a digit, which sentencex leaves joined to the
 # one before in German or Czech (``... Landschaft. 2 Mädchen ...``); no abbreviation is so long.
 _WORD_BEFORE_NUMBER = re.compile(r"(?<![\w.])([^\W\d_]{5,})\.(?=\s+\d)")
+_DIGIT_AFTER_STOP = re.compile(r"\.\s+\d")  # where _WORD_BEFORE_NUMBER can match: most lines have none
 # Whitespace beyond ASCII, read as a space by sentencex: it panics on a capital, such a space and a full stop
 # (``"vitamine C\u00a0."``, sentencex 1.0.32). One character for one, so that the offsets stay.
-WIDE_SPACES = {c: " " for c in (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)}
+WIDE_SPACES = (0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
+_WIDE_SPACE = re.compile("[" + "".join(map(chr, WIDE_SPACES)) + "]")
 _LOOK_BACK = 24  # characters read before a boundary to find the word it follows
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")
 _ITEM_NUMBER = re.compile(r"\(?(?:\d{1,3}|[a-z]|[IVX]{1,4})[.)]")  # "2." "(b)" "IV.": joins the item after it
@@ -95,9 +97,11 @@ def sentence_spans(line: str, lang: str | None = None) -> list[tuple[int, int]]:
     if not _LETTER_OR_DIGIT.search(line):  # no word: one sentence, whatever marks it holds
         return [(first, last)]
     cuts = {c for c in _cuts(line, _language(lang)) if _acceptable(line, c)}
-    cuts.update(m.end() for m in _CLOSED_IN_BRACKETS.finditer(line) if m.group(1).isupper())
-    cuts.update(m.end() for m in _WORD_BEFORE_NUMBER.finditer(line)
-                if m.group(1)[-1].islower() and not _numbered(m.group(1)))
+    if ")" in line or "]" in line:
+        cuts.update(m.end() for m in _CLOSED_IN_BRACKETS.finditer(line) if m.group(1).isupper())
+    if _DIGIT_AFTER_STOP.search(line):
+        cuts.update(m.end() for m in _WORD_BEFORE_NUMBER.finditer(line)
+                    if m.group(1)[-1].islower() and not _numbered(m.group(1)))
     return _spans(line, sorted(cuts))
 
 
@@ -132,7 +136,7 @@ def _boundaries(text: str, lang: str) -> list[int]:
     """sentencex's sentence ends in ``text`` (character offsets, the text's end left out), ``…`` read as
     ``...`` and any whitespace as a space."""
     ellipses = [i for i, c in enumerate(text) if c == "…"] if "…" in text else []
-    read = text.translate(WIDE_SPACES)
+    read = _WIDE_SPACE.sub(" ", text)
     try:
         pieces = sentencex.segment(lang, read.replace("…", "...") if ellipses else read)
     except Exception:  # sentencex failing on some text never fails a translation: the window stays whole
