@@ -5,6 +5,7 @@ abbreviations, numbers, ellipses, quotes, German and French), and hostile lines 
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 
@@ -173,7 +174,7 @@ def test_whitespace_beyond_ascii_reads_as_a_space():
 
 def test_a_panic_in_sentencex_keeps_the_window_whole_and_an_interrupt_goes_through(monkeypatch):
     """sentencex's real panic (pyo3's PanicException, a BaseException), the wide spaces let through."""
-    monkeypatch.setattr(mtkit.text.sentences, "WIDE_SPACES", {})
+    monkeypatch.setattr(mtkit.text.sentences, "_WIDE_SPACE", re.compile("(?!)"))  # matches nothing
     line = "Tu viens ? Vitamine C\u00a0. Fin. (Il est là.) Puis il part."
     with pytest.raises(BaseException, match="char boundary"):
         mtkit.text.sentences.sentencex.segment("fr", line)
