@@ -51,6 +51,7 @@ from mtkit.importers import write_run
 from mtkit.metrics.scores import MetricOptions, score
 from mtkit.text.glossary import Glossary
 from mtkit.text.lines import clean_output
+from mtkit.text.pipeline import translate_lines
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
            "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline"]
@@ -59,7 +60,8 @@ __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypot
 # CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
-                  "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold")
+                  "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold", "split",
+                  "guard")
 
 
 @dataclass(frozen=True)
@@ -192,8 +194,8 @@ class Model:
         decode = self.options(**options)
         source = self._constraints(items, glossary, constraints, decode)
         results = [self._result(t, decode)
-                   for t in self._engine().translate(items, buffer_size=max(1, len(items)), constraints=source,
-                                                     options=decode, target=target)]
+                   for t in translate_lines(self._engine(), items, buffer_size=max(1, len(items)), constraints=source,
+                                            options=decode, target=target)]
         return results[0] if single else results
 
     def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):

@@ -64,6 +64,7 @@ from mtkit.serve.schemas import (
 from mtkit.serve.service import Service
 from mtkit.text.lines import clean_output
 from mtkit.text.markup import MarkupError, split_markup
+from mtkit.text.pipeline import sentence_reports
 from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -356,12 +357,14 @@ def mtkit_router(service: Service):
                 sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[]))
                 continue
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
-                               confidence=c.mean_logprob, tokens=len(c.ids) + 1,
+                               confidence=c.mean_logprob, tokens=len(c.ids) + c.sentences,
                                alignment=[list(p) for p in c.alignment] if req.alignments else None)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
+            reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else None
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, qe=qe, nbest=hyps,
-                                      unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment))
+                                      unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment,
+                                      sentences=reports))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     async def translate_markup_v1(req: NativeRequest, items: list[str], model) -> NativeResponse:
