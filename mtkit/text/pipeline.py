@@ -109,6 +109,26 @@ class _Line:
     results: list[Translation] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One :func:`translate_lines` call: the engine and what every engine call of it goes with."""
+
+    engine: Engine
+    decode: DecodeConfig
+    constraints: ConstraintSource | None
+    target: str | None
+    should_stop: Callable[[], bool] | None
+    pair: tuple[str | None, str | None]  # the (source, target) languages
+    counts: GuardCounts | None
+
+    def run(self, sentences: list[str], constraints: ConstraintSource | None, numbering: Callable[[int], int],
+            options: DecodeConfig | None = None) -> list[Translation]:
+        """``sentences`` through the engine in one call (``numbering``: the input line of each)."""
+        return list(self.engine.translate(sentences, buffer_size=max(1, len(sentences)), options=options or self.decode,
+                                          target=self.target, constraints=constraints, should_stop=self.should_stop,
+                                          numbering=numbering))
+
+
 def languages(engine: Engine, target: str | None) -> tuple[str | None, str | None]:
     """The (source, target) language codes of a call: the model's pair, or a multilingual model's pair into
     ``target`` (the engine's default target when None); None where the model does not say."""
@@ -136,7 +156,7 @@ def translate_lines(engine: Engine, lines: Iterable[str | None], *, buffer_size:
         yield from engine.translate(lines, buffer_size=buffer_size, constraints=constraints, options=options,
                                     target=target, should_stop=should_stop)
         return
-    pair = languages(engine, target)
+    call = _Call(engine, decode, constraints, target, should_stop, languages(engine, target), counts)
     buffer_size = max(1, buffer_size)
     chunk: list[str] = []
     start = 0
@@ -144,11 +164,11 @@ def translate_lines(engine: Engine, lines: Iterable[str | None], *, buffer_size:
         if line is not None:
             chunk.append(line)
         if chunk and (line is None or len(chunk) >= buffer_size):
-            yield from _chunk(engine, chunk, start, constraints, decode, target, should_stop, pair, counts)
+            yield from _chunk(call, chunk, start)
             start += len(chunk)
             chunk = []
     if chunk:
-        yield from _chunk(engine, chunk, start, constraints, decode, target, should_stop, pair, counts)
+        yield from _chunk(call, chunk, start)
 
 
 def _has_own_includes(constraints: ConstraintSource | None, index: int) -> bool:
@@ -179,10 +199,9 @@ def _merged(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _chunk(engine: Engine, chunk: list[str], start: int, constraints: ConstraintSource | None, decode: DecodeConfig,
-           target: str | None, should_stop, pair: tuple[str | None, str | None],
-           counts: GuardCounts | None) -> Iterator[Translation]:
-    items = [_split(start + k, text, decode, pair[0], constraints) for k, text in enumerate(chunk)]
+def _chunk(call: _Call, chunk: list[str], start: int) -> Iterator[Translation]:
+    constraints = call.constraints
+    items = [_split(start + k, text, call.decode, call.pair[0], constraints) for k, text in enumerate(chunk)]
     sentences: list[str] = []
     owner: list[_Line] = []
     for item in items:
@@ -196,25 +215,23 @@ def _chunk(engine: Engine, chunk: list[str], start: int, constraints: Constraint
     def numbering(i: int) -> int:
         return owner[i].index + 1
 
-    found = list(engine.translate(sentences, buffer_size=max(1, len(sentences)), options=decode, target=target,
-                                  constraints=None if constraints is None else source, should_stop=should_stop,
-                                  numbering=numbering))
+    own = None if constraints is None else source
+    found = call.run(sentences, own, numbering)
     checks: list[Checked] = []
-    if decode.guard:
-        found, checks = _guard(engine, sentences, found, source if constraints is not None else None, decode, target,
-                               should_stop, numbering, pair, counts)
+    if call.decode.guard:
+        found, checks = _guard(call, sentences, found, own, numbering)
     for item in items:
         item.results = found[item.first:item.first + len(item.sentences)]
         mine = checks[item.first:item.first + len(item.sentences)] if checks else []
         yield _joined(item, mine)
 
 
-def _guard(engine: Engine, sentences: list[str], found: list[Translation], source, decode: DecodeConfig,
-           target: str | None, should_stop, numbering, pair, counts: GuardCounts | None
-           ) -> tuple[list[Translation], list[Checked]]:
+def _guard(call: _Call, sentences: list[str], found: list[Translation], source: ConstraintSource | None,
+           numbering: Callable[[int], int]) -> tuple[list[Translation], list[Checked]]:
     """Each sentence's translation checked; those that lack protected tokens or loop searched again (see the
     module docstring). Returns the translations (some replaced) and a :class:`Checked` per sentence."""
-    protected = [protected_tokens(s, pair[0], pair[1]) for s in sentences]
+    engine, decode = call.engine, call.decode
+    protected = [protected_tokens(s, call.pair[0], call.pair[1]) for s in sentences]
     lost = [missing(p, t.best.text) for p, t in zip(protected, found, strict=True)]
     loops = [bool(t.src_ids) and looping(t.best.text, s) for s, t in zip(sentences, found, strict=True)]
     forcing = engine.capabilities is None or engine.capabilities.include  # include phrases: the torch engine
@@ -226,8 +243,8 @@ def _guard(engine: Engine, sentences: list[str], found: list[Translation], sourc
             group = [i for i in redo if loops[i] == looped]
             if not group:
                 continue
-            again = _search_again(engine, [sentences[i] for i in group], group, [lost[i] if forcing else []
-                                  for i in group], source, decode, target, should_stop, numbering, looped)
+            again = _search_again(call, [sentences[i] for i in group], group,
+                                  [lost[i] if forcing else [] for i in group], source, numbering, looped)
             for i, t in zip(group, again, strict=True):
                 still = missing(protected[i], t.best.text)
                 loop = looping(t.best.text, sentences[i])
@@ -242,28 +259,25 @@ def _guard(engine: Engine, sentences: list[str], found: list[Translation], sourc
         loop = bool(t.src_ids) and looping(t.best.text, sentences[i])
         checked = Checked(repaired, tuple(p.text for p in still), loop, loops[i])
         checks.append(checked)
-        if counts is not None:
-            counts.add(checked, len(protected[i]))
+        if call.counts is not None:
+            call.counts.add(checked, len(protected[i]))
     return found, checks
 
 
-def _search_again(engine: Engine, sentences: list[str], indices: list[int], lost: list[list[Protected]], source,
-                  decode: DecodeConfig, target: str | None, should_stop, numbering, looped: bool
-                  ) -> list[Translation]:
+def _search_again(call: _Call, sentences: list[str], indices: list[int], lost: list[list[Protected]],
+                  source: ConstraintSource | None, numbering: Callable[[int], int], looped: bool) -> list[Translation]:
     """``sentences`` (items ``indices`` of the chunk) searched again: each lost token forced as an include phrase
     (its target form), beside the sentence's own constraints; ``looped``: without repeating 3-grams."""
-    options = decode
-    if looped and not decode.no_repeat_ngram_size:
-        options = dataclasses.replace(decode, no_repeat_ngram_size=LOOP_NGRAM)
+    options = call.decode
+    if looped and not options.no_repeat_ngram_size:
+        options = dataclasses.replace(options, no_repeat_ngram_size=LOOP_NGRAM)
 
     def forced(k: int, sentence: str) -> Constraints | None:
         own = source(indices[k], sentence) if source is not None else None
         wanted = Constraints(tuple(dict.fromkeys(p.renderings[0] for p in lost[k])))
         return wanted.merged(own) if wanted else own
 
-    return list(engine.translate(sentences, buffer_size=max(1, len(sentences)), options=options, target=target,
-                                 constraints=forced, should_stop=should_stop,
-                                 numbering=lambda k: numbering(indices[k])))
+    return call.run(sentences, forced, lambda k: numbering(indices[k]), options)
 
 
 def _joined(item: _Line, checks: list[Checked]) -> Translation:
