@@ -26,9 +26,9 @@ does, with two steps around the engine, each a decoding setting:
     after search, each sentence's best translation is checked (:mod:`mtkit.text.guard`) for the protected
     tokens of its source (numbers, in the target's conventions where they differ, URLs, e-mail addresses,
     placeholders) and for a repetition loop its source does not have. A sentence that lacks some is searched
-    again with the missing ones as include phrases (in the target's form; engines that take include phrases:
-    :mod:`mtkit.engines.capabilities`), a loop again without repeating 3-grams; the new translation is kept
-    when it lacks fewer (and loops no more). What is repaired and what still fails is in
+    again with the missing ones as include phrases (in the target's form, :data:`MAX_FORCED` at most; engines
+    that take include phrases: :mod:`mtkit.engines.capabilities`), a loop again without repeating 3-grams; the
+    new translation is kept when it lacks fewer (and loops no more). What is repaired and what still fails is in
     :attr:`Translation.checks` (a :class:`Checked` per sentence) and in the :class:`GuardCounts` a caller passes.
     Sampling is not searched again (its draws are the point); nor are the n-best list's other hypotheses.
 
@@ -48,6 +48,7 @@ from mtkit.text.guard import Protected, looping, missing, protected_tokens
 from mtkit.text.sentences import sentence_spans
 
 LOOP_NGRAM = 3  # a looping sentence is searched again without repeating n-grams of this size
+MAX_FORCED = 8  # lost tokens forced back into one sentence at most (constrained search's work grows with them)
 
 
 @dataclass(frozen=True)
@@ -274,7 +275,7 @@ def _search_again(call: _Call, sentences: list[str], indices: list[int], lost: l
 
     def forced(k: int, sentence: str) -> Constraints | None:
         own = source(indices[k], sentence) if source is not None else None
-        wanted = Constraints(tuple(dict.fromkeys(p.renderings[0] for p in lost[k])))
+        wanted = Constraints(tuple(dict.fromkeys(p.renderings[0] for p in lost[k]))[:MAX_FORCED])
         return wanted.merged(own) if wanted else own
 
     return call.run(sentences, forced, lambda k: numbering(indices[k]), options)
