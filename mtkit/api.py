@@ -385,7 +385,9 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
 class TranslationPipeline:
     """What ``transformers.pipeline("translation", model=...)`` gave until transformers 5 removed it:
     called with a string or a list of strings, it answers ``[{"translation_text": ...}]``, one dict per
-    input (a list of ``num_return_sequences`` dicts per input when that is above 1)."""
+    input (a list of ``num_return_sequences`` dicts per input when that is above 1). Its outputs are
+    ``generate``'s: each input is one sentence and no integrity guard searches again (``mtkit.load(...).translate``
+    splits sentences and guards by default, :mod:`mtkit.text.pipeline`)."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -410,7 +412,7 @@ class TranslationPipeline:
                              "max_length, num_beams and num_return_sequences")
         single = isinstance(inputs, str)
         lines = [inputs] if single else list(inputs)
-        options = DecodeOptions(beam=num_beams, nbest=num_return_sequences)
+        options = DecodeOptions(beam=num_beams, nbest=num_return_sequences, split="none", guard=False)
         if max_length is not None:
             if max_length < 2:
                 raise MtkitError(f"max_length: must be at least 2 (the start token and one more), got {max_length}")

@@ -535,7 +535,7 @@ def test_v1_markup_answers_its_quality_estimate_and_its_n_best_list(aligned, one
     assert (first["score"], first["logprob"], first["tokens"]) == (-2.0, -4.0, 5)  # both sentences'
     assert first["confidence"] == pytest.approx((-2 / 3 + -2 / 2) / 2) == blocks["confidence"] == blocks["qe"]
     assert empty == {"text": "<b></b>", "confidence": None, "qe": None, "nbest": [], "unmet": [],
-                     "unmet_reasons": {}, "alignment": None}
+                     "unmet_reasons": {}, "alignment": None, "sentences": None}
     # an engine without alignments: the text between tags, each hypothesis's own
     status, answer = one.post_json("/v1/translate", {"text": "one <b>two three</b>", "format": "xml", "nbest": 2})
     assert status == 200, answer
