@@ -67,7 +67,8 @@ def main() -> None:
                                                    "none: the pipeline as it is")
     parser.add_argument("--src-lang", default="en")
     parser.add_argument("--tgt-lang", default="de")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads (0: those other work leaves free, as mtkit translate chooses)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     args = parser.parse_args()
     if (args.model is None) == (args.given is None):

@@ -34,7 +34,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
 
 MAX_PROTECTED = 64  # tokens guarded per sentence: the scan stops at the 64th, the rest is not guarded
 MAX_NUMBER_CHARS = 48  # a longer run of digits and separators is no number a translation keeps whole
@@ -133,7 +132,7 @@ def _convention(lang: str | None) -> _Convention | None:
 # Separators any convention reads as thousands (never a decimal mark).
 _ALWAYS_GROUPS = ("'", "’", "\u00a0", "\u202f")
 # The readings tried without a source language: a decimal point, or a decimal comma.
-_READINGS = (_POINT, _Convention(",", ".", (".", " "), "", "dmy."))
+_READINGS = (_POINT, _Convention(",", ".", (".",), "", "dmy."))
 _PARTS = re.compile(r"[0-9]+|[^0-9]")
 
 
@@ -361,7 +360,6 @@ def protected_tokens(source: str, src_lang: str | None = None, tgt_lang: str | N
 # --- matching the translation -------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1024)
 def _rendering_pattern(rendering: str) -> re.Pattern[str]:
     """``rendering`` as a whole token: no letter, digit or digit-joining separator glued to either end."""
     before = _BEFORE if rendering[0].isalnum() or rendering[0] in "-−" else ""
