@@ -9,7 +9,7 @@ lines with a loop, and the speed. ``--guard on,off`` passes ``guard=True``/``Fal
 ``--from FILE`` scores translations made elsewhere (``mtkit translate``'s output, one line per caption)::
 
     python benchmarks/guard.py -m ../shared/models/multi30k-en-de [--n 300] [--seed 1] [--beam 5]
-    python benchmarks/guard.py --from numbers.de [--n 300] [--seed 1]
+    python benchmarks/guard.py --from numbers.de [--n 300] [--seed 1] [--paragraphs 3]
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="CPU threads (0: those other work leaves free, as mtkit translate chooses)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--save", type=Path, help="a folder to write the sources and each setting's translations "
+                                                  "to (sources.txt, as-it-is.txt, guard-on.txt ...), for --from")
     args = parser.parse_args()
     if (args.model is None) == (args.given is None):
         parser.error("give one of -m MODEL or --from FILE")
@@ -87,6 +89,9 @@ def main() -> None:
 
     import mtkit
 
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        (args.save / "sources.txt").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
     model = mtkit.load(args.model, threads=args.threads)
     print(f"# {args.model}, beam {args.beam}")
     settings = [s.strip() for s in args.guard.split(",") if s.strip()] or [None]
@@ -101,6 +106,9 @@ def main() -> None:
             print(f"guard={setting}: not run ({e})")
             continue
         name = "as it is" if setting is None else f"guard={setting}"
+        if args.save is not None:
+            file = args.save / f"{'as-it-is' if setting is None else f'guard-{setting}'}.txt"
+            file.write_text("".join(f"{r.text}\n" for r in results), encoding="utf-8")
         show(name, score(sources, [r.text for r in results], args.src_lang, args.tgt_lang), seconds)
 
 

@@ -269,6 +269,29 @@ def _ordinal(n: int, kind: str) -> list[str]:
             "ru": [f"{n}-й", f"{n}-я", f"{n}-е", f"{n}-го", f"{n}."]}.get(kind, [])
 
 
+# 0-12 in words, as translations often write small counts ("2 girls" is "zwei Mädchen"); variants by "|".
+_WORDS = {
+    "en": "zero one two three four five six seven eight nine ten eleven twelve",
+    "de": "null ein|eine|einen|einem|einer|eines|eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf",
+    "fr": "zéro un|une deux trois quatre cinq six sept huit neuf dix onze douze",
+    "es": "cero uno|una|un dos tres cuatro cinco seis siete ocho nueve diez once doce",
+    "it": "zero uno|una|un|un' due tre quattro cinque sei sette otto nove dieci undici dodici",
+    "pt": "zero um|uma dois|duas três quatro cinco seis sete oito nove dez onze doze",
+    "nl": "nul een|één twee drie vier vijf zes zeven acht negen tien elf twaalf",
+    "cs": "nula jeden|jedna|jedno|jednoho|jedné|jednu|jedním|jednom|jednou dva|dvě|dvou|dvěma tři|tří|třem|třemi "
+          "čtyři|čtyř|čtyřem|čtyřmi pět|pěti šest|šesti sedm|sedmi osm|osmi devět|devíti deset|deseti jedenáct "
+          "dvanáct",
+}
+
+
+def _in_words(n: int, lang: str | None) -> list[str]:
+    words = _WORDS.get((lang or "").replace("_", "-").split("-")[0].lower())
+    if words is None or not 0 <= n <= 12:
+        return []
+    forms = words.split()[n].split("|")
+    return forms + [f[0].upper() + f[1:] for f in forms]
+
+
 # --- the source's tokens ------------------------------------------------------------------------------------
 
 
@@ -319,6 +342,10 @@ def _numbers(source: str, start: int, end: int, src_lang: str | None, tgt_lang: 
     if not number.grouped and (len(number.digits) > 4 or number.digits[0] == "0") and number.fraction is None:
         return [Protected(text, "number", (text,))]  # a code such as 4711 or 007: as written
     forms = _render(number, sign, tgt or src) if (tgt or src) is not None else []
+    if number.fraction is not None and not number.fraction.strip("0"):  # 2.00 euros may be 2 Euro
+        forms.append(sign + number.digits)
+    if not sign and number.fraction is None and not number.grouped:
+        forms += _in_words(int(number.digits), tgt_lang or src_lang)
     return [Protected(text, "number", _unique([*forms, text]))]
 
 

@@ -118,6 +118,15 @@ def test_times_dates_ordinals_in_the_target_convention():
     assert lacks("the 21st runner", "der 21 Läufer") == ["21st"]
 
 
+def test_small_counts_may_be_written_in_words():
+    assert lacks("2 girls and 1 boy.", "Zwei Mädchen und ein Junge.") == []
+    assert lacks("2 girls and 2 boys.", "Zwei Mädchen und zweite Jungen.") == ["2"]  # "zweite" is no "zwei"
+    assert lacks("3 dogs", "trois chiens", tgt="fr") == []
+    assert lacks("30 dogs", "dreißig Hunde") == ["30"]  # beyond twelve: digits
+    assert lacks("for 2.00 euros", "für 2 Euro") == []  # a zero fraction may go
+    assert renderings("2 girls")[0] == "2"  # the form to force stays the digits
+
+
 # --- matching ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("translation", ["240 Ballons", "2.24 Ballons", "2,24 Ballons", "A-24", "324", "24.5",
