@@ -7,7 +7,8 @@ translation has run into a loop.
   ``4711`` are numbers), URLs, e-mail addresses and placeholders (``{name}``, ``{0}``, ``{{x}}``, ``%s``,
   ``%(x)d``, ``<x id="1"/>``, ``$VAR``, ``${x}``, ``:name``), each with the forms a translation may write
   it in: the target language's convention first (en ``1,250.50`` is de ``1.250,50``, fr ``1 250,50``),
-  then the other forms that mean the same (the source's own form included: many translations keep it).
+  then the other forms that mean the same (the source's own form included: many translations keep it;
+  0-12 in words too, in the languages :data:`_WORDS` knows: "2 girls" is "zwei Mädchen").
 * :func:`missing`: which of them a translation lacks, counted as a multiset ("4 and 4" needs two 4s),
   each rendering matched as a whole token only (``24`` is not in ``240``, ``2.24`` or ``A-24``).
 * :func:`looping`: whether a translation repeats a word n-gram (or, inside a word, a few characters) in a

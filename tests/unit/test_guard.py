@@ -4,6 +4,7 @@ keep it, whole-token multiset matching, loops, and bounded work on hostile lines
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +212,36 @@ def test_the_cap_is_respected_and_keeps_the_first_tokens():
     tokens = protected_tokens(line)
     assert len(tokens) == MAX_PROTECTED
     assert [t.text for t in tokens[:3]] == ["{p0}", "{p1}", "{p2}"]
+
+
+# --- the test set (benchmarks/real_text_sets.py) --------------------------------------------------------------
+
+def _sets():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import real_text_sets
+    finally:
+        sys.path.pop(0)
+    return real_text_sets
+
+
+def test_the_number_captions_are_the_same_on_every_run_and_each_protects_something():
+    sets = _sets()
+    captions = ["A man in an orange hat starring at something.", "Two dogs run on the grass!", "A girl jumps"]
+    made = sets.number_captions(300, seed=1, captions=captions)
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); from real_text_sets import number_captions; "
+            f"print(repr(number_captions(300, seed=1, captions={captions!r})))")
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert repr(made) == again.stdout.strip()  # another process (another hash seed) makes the same set
+    assert len(made) == 300 and made != sets.number_captions(300, seed=2, captions=captions)
+    assert all(protected_tokens(line, "en", "de") for line in made)
+    kinds = {t.kind for line in made for t in protected_tokens(line, "en", "de")}
+    assert kinds == {"number", "time", "date", "code", "url", "email", "placeholder"}
+    assert made[0].startswith("A man in an orange hat starring at something ") and made[0].endswith(".")
+
+
+def test_paragraphs_join_consecutive_lines():
+    sets = _sets()
+    assert sets.paragraphs(["a.", "b.", "c.", "d."], k=3) == ["a. b. c.", "d."]
+    assert sets.paragraphs([], k=3) == []
