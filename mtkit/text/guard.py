@@ -192,28 +192,32 @@ def _render(n: _Number, sign: str, tgt: _Convention) -> list[str]:
 # --- times, dates, ordinals ---------------------------------------------------------------------------------
 
 _TIME = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?")
+_DOT_TIME = re.compile(r"[0-9]{1,2}\.[0-9]{2}")
 _SLASH_DATE = re.compile(r"([0-9]{1,4})/([0-9]{1,2})/([0-9]{1,4})")
 _DOT_DATE = re.compile(r"([0-9]{1,2})\.([0-9]{1,2})\.([0-9]{4})")
 _DASH_DATE = re.compile(r"([0-9]{1,4})-([0-9]{1,2})-([0-9]{1,4})")
 
 
 def _time(chunk: str, meridiem: str | None, tgt: str | None) -> list[str] | None:
+    """A time's forms: on 24 hours where the target counts so (``10:30 pm`` -> ``22:30``), then as written;
+    each as written, with a leading zero, and the target's other style (de ``22.30``, fr ``22h30``)."""
     m = _TIME.fullmatch(chunk)
     if m is None or int(m[1]) > 24 or int(m[2]) > 59 or (m[3] and int(m[3]) > 59):
         return None
     hour, minute, rest = int(m[1]), m[2], f":{m[3]}" if m[3] else ""
-    forms = []
     base = (tgt or "").split("-")[0].split("_")[0].lower()
-    if meridiem and base and base != "en" and hour <= 12:  # 10:30 pm -> 22:30 where the target counts 24 hours
-        h24 = (hour % 12) + (12 if meridiem in "Pp" else 0)
-        forms += [f"{h24:02d}:{minute}{rest}", f"{h24}:{minute}{rest}"]
-    forms.append(chunk)
-    if len(m[1]) == 1:
-        forms.append(f"0{chunk}")
-    if base in ("de", "da", "nb", "no", "fi", "cs", "sk"):
-        forms.append(chunk.replace(":", "."))
-    elif base == "fr":
-        forms += [f"{hour}h{minute}", f"{hour} h {minute}"]
+    hours = [hour]
+    if meridiem and base and base != "en" and hour <= 12:
+        hours.insert(0, (hour % 12) + (12 if meridiem in "Pp" else 0))
+    forms = []
+    for h in dict.fromkeys(hours):
+        forms += [f"{h:02d}:{minute}{rest}" if h != hour else chunk, f"{h}:{minute}{rest}", f"{h:02d}:{minute}{rest}"]
+        if rest:
+            continue
+        if base in ("de", "da", "nb", "no", "fi", "cs", "sk"):
+            forms.append(f"{h}.{minute}")
+        elif base == "fr":
+            forms += [f"{h}h{minute}", f"{h} h {minute}"]
     return forms
 
 
@@ -245,6 +249,8 @@ def _date_parts(chunk: str, src: str | None) -> tuple[str, int, int, bool] | Non
 
 
 def _date(chunk: str, src: str | None, tgt: str | None) -> list[str] | None | bool:
+    """A date's forms: the target's (padded as the source was, then not), as written, ISO 8601; None: no date;
+    False: an ambiguous one (see :func:`_date_parts`)."""
     parts = _date_parts(chunk, src)
     if not parts:
         return parts
@@ -258,7 +264,7 @@ def _date(chunk: str, src: str | None, tgt: str | None) -> list[str] | None | bo
                   "dmy. ": [f"{d}. {m}. {year}", f"{d}.{m}.{year}"], "dmy/": [f"{d}/{m}/{year}"],
                   "dmy-": [f"{d}-{m}-{year}", f"{d}/{m}/{year}"]}.get(style, [])
     iso = [f"{year}-{month:02d}-{day:02d}"] if len(year) == 4 else []
-    return (iso + [chunk] if style == "iso" else forms + [chunk] + iso) if forms or style == "iso" else [chunk, *iso]
+    return iso + [chunk] if style == "iso" else forms + [chunk] + iso
 
 
 def _ordinal(n: int, kind: str) -> list[str]:
@@ -315,9 +321,11 @@ def _numbers(source: str, start: int, end: int, src_lang: str | None, tgt_lang: 
         return tokens
     if len(chunk) > MAX_NUMBER_CHARS:
         return []
-    if ":" in chunk:
-        meridiem = _MERIDIEM.match(source, end)
-        forms = _time(chunk, meridiem[1] if meridiem else None, tgt_lang)
+    meridiem = _MERIDIEM.match(source, end)
+    if ":" in chunk or (meridiem and _DOT_TIME.fullmatch(chunk)):  # 10:30, and 7.45 pm (British)
+        forms = _time(chunk.replace(".", ":"), meridiem[1] if meridiem else None, tgt_lang)
+        if forms and "." in chunk:
+            forms.append(chunk)
         return [Protected(chunk, "time", _unique(forms)) if forms else Protected(chunk, "number", (chunk,))]
     if "/" in chunk or "-" in chunk or chunk.count(".") == 2:
         forms = _date(chunk, src_lang, tgt_lang)

@@ -108,6 +108,8 @@ def test_times_dates_ordinals_in_the_target_convention():
     assert renderings("at 10:30 pm")[0] == "22:30"
     assert "10:30" in renderings("at 10:30 pm")
     assert "10h30" in renderings("at 10:30", tgt="fr")
+    assert renderings("at 7.45 pm")[0] == "19:45" and "7.45" in renderings("at 7.45 pm")  # a British time
+    assert renderings("for 7.45 dollars")[0] == "7,45"  # a decimal
     assert renderings("on 12/24/2020")[0] == "24.12.2020"
     assert renderings("on 12/24/2020", tgt="fr")[0] == "24/12/2020"
     assert {"12/24/2020", "2020-12-24"} <= set(renderings("on 12/24/2020"))
