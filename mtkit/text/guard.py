@@ -404,6 +404,16 @@ def _rendering_pattern(rendering: str) -> re.Pattern[str]:
     return re.compile(before + re.escape(rendering) + after)
 
 
+def token_regex(rendering: str) -> str:
+    """The regular expression of ``rendering`` as a whole token (as :func:`missing` matches it)."""
+    return _rendering_pattern(rendering).pattern
+
+
+def occurrences(text: str, rendering: str, limit: int) -> list[tuple[int, int]]:
+    """The (start, end) of ``rendering``'s first ``limit`` occurrences in ``text`` as a whole token."""
+    return _occurrences(text, rendering, limit)
+
+
 def _occurrences(translation: str, rendering: str, limit: int) -> list[tuple[int, int]]:
     found = []
     for m in _rendering_pattern(rendering).finditer(translation):

@@ -41,10 +41,14 @@ import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import regex
+
 from mtkit.config import DecodeConfig
 from mtkit.engines.constraints import Constraints, ConstraintSource
 from mtkit.engines.engine import Candidate, Engine, Translation
-from mtkit.text.guard import Protected, looping, missing, protected_tokens
+from mtkit.text.guard import Protected, looping, missing, occurrences, protected_tokens, token_regex
+from mtkit.text.lines import clean_output
+from mtkit.text.markup import split_protected
 from mtkit.text.sentences import sentence_spans
 
 LOOP_NGRAM = 3  # a looping sentence is searched again without repeating n-grams of this size
@@ -252,6 +256,15 @@ def _guard(call: _Call, sentences: list[str], found: list[Translation], source: 
                 if (len(still), loop) < (len(lost[i]), loops[i]) or (len(still) <= len(lost[i]) and loops[i]
                                                                       and not loop):
                     found[i] = t
+    if engine.gives_alignments and not decode.sampling:  # what forcing could not put back: carried by alignment
+        def state(i: int, t: Translation) -> tuple[int, bool]:
+            return len(missing(protected[i], t.best.text)), looping(t.best.text, sentences[i])
+
+        carry = [i for i, t in enumerate(found) if t.src_ids and protected[i] and state(i, t) != (0, False)]
+        for i, t in zip(carry, _carried(call, [sentences[i] for i in carry], carry, [protected[i] for i in carry],
+                                        source, numbering), strict=True):
+            if state(i, t) < state(i, found[i]):
+                found[i] = t
     checks = []
     for i, t in enumerate(found):
         still = missing(protected[i], t.best.text) if t.src_ids else []
@@ -279,6 +292,71 @@ def _search_again(call: _Call, sentences: list[str], indices: list[int], lost: l
         return wanted.merged(own) if wanted else own
 
     return call.run(sentences, forced, lambda k: numbering(indices[k]), options)
+
+
+def _carried(call: _Call, sentences: list[str], indices: list[int], lost: list[list[Protected]],
+             source: ConstraintSource | None, numbering: Callable[[int], int]) -> list[Translation]:
+    """``sentences`` translated with their protected tokens (``lost``) taken out and put back beside the target
+    words aligned to their neighbours (in the target's form; :func:`mtkit.text.markup.split_protected`, as
+    ``--protect`` carries placeholders; a token glued to a word there is spaced from it), each as a
+    :class:`Translation` whose best hypothesis is the rebuilt text (its ids, pieces and scores the translation of
+    the rest; its alignment, when asked, that of the rebuilt text)."""
+    decode = call.decode
+    forms = [_target_forms(sentence, tokens) for sentence, tokens in zip(sentences, lost, strict=True)]
+    split = [split_protected(line, pattern) for line, pattern, _ in forms]
+    bodies = [(k, body) for k, (texts, _) in enumerate(split) for body in texts]
+    options = dataclasses.replace(decode, alignments="hard", nbest=1)
+
+    def own(j: int, body: str) -> Constraints | None:
+        return source(indices[bodies[j][0]], body) if source is not None else None
+
+    done = call.run([body for _, body in bodies], own if source is not None else None,
+                    lambda j: numbering(indices[bodies[j][0]]), options) if bodies else []
+    results: dict[int, Translation] = {k: t for (k, _), t in zip(bodies, done, strict=True)}
+    out = []
+    for k, (texts, rebuild) in enumerate(split):
+        t = results.get(k)
+        best = t.best if t is not None else Candidate([], "", [], 0.0, 0.0)
+        text = _spaced(rebuild([(clean_output(best.text), best.alignment or [])]) if texts else rebuild([]),
+                       forms[k][2])
+        alignment = None
+        if decode.alignments != "off":
+            alignment = call.engine.align([sentences[k]], [text], decode, call.target)[0]
+        carried = Candidate(best.ids, text, best.pieces, best.score, best.logprob, alignment)
+        base = t if t is not None else Translation(0, sentences[k], [], [carried])
+        out.append(dataclasses.replace(base, source=sentences[k], candidates=[carried]))
+    return out
+
+
+def _target_forms(sentence: str, lost: list[Protected]):
+    """``sentence`` with each lost token (its first whole-token occurrence not yet taken) written in its target
+    form, the ``regex`` pattern of those forms as whole tokens, and the forms."""
+    forms: list[str] = []
+    for token in lost:
+        found = occurrences(sentence, token.text, 1)
+        if found:
+            (a, b), form = found[0], token.renderings[0]
+            sentence = sentence[:a] + form + sentence[b:]
+            forms.append(form)
+    pattern = "|".join(token_regex(f) for f in sorted(set(forms), key=len, reverse=True)) or r"(?!)"
+    return sentence, regex.compile(pattern), forms
+
+
+def _spaced(text: str, forms: list[str]) -> str:
+    """``text`` with a space between each of ``forms`` that is no whole token of it and a letter or digit glued to
+    it (``x@y.comsich``)."""
+    for form in set(forms):
+        if occurrences(text, form, 1):
+            continue
+        at, out = 0, []
+        while (k := text.find(form, at)) >= 0:
+            end = k + len(form)
+            glued_left = k > 0 and text[k - 1].isalnum() and form[0].isalnum()
+            glued_right = end < len(text) and text[end].isalnum() and form[-1].isalnum()
+            out += [text[at:k], " " if glued_left else "", form, " " if glued_right else ""]
+            at = end
+        text = "".join(out) + text[at:]
+    return text
 
 
 def _joined(item: _Line, checks: list[Checked]) -> Translation:
