@@ -72,6 +72,11 @@ from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
 
+# source auto: lingua's confidence (0..1, relative to the other candidates') at which a detected language is
+# believed when no model translates from it (the text kept as it is when it is the target, else a 400 naming it);
+# under it, the text is too short or mixed to tell, and goes to the likeliest language a model translates from.
+CLEAR = 0.5
+
 
 def page_file(name: str) -> str:
     """A file of the page (``static/``): ``index.html`` at ``/``, its script ``app.js`` at ``/js/app.js``."""
@@ -295,20 +300,25 @@ def libretranslate_router(service: Service):
     async def route(items: list[str], target: str, many: bool) -> tuple[list[dict], list]:
         """``source: auto``: each item's language (LibreTranslate's ``detectedLanguage``) and its model: the one
         that translates from it into ``target``; None for an item already in ``target`` (answered as it is, as
-        LibreTranslate does). An item without letters goes with the request's most frequent language (else the
-        first model's), at confidence 0. A language no model translates into ``target`` is a 400 naming it."""
+        LibreTranslate does). A language lingua is unsure of (under :data:`CLEAR`) gives way to the likeliest
+        language a model translates from into ``target`` (translated, rather than kept or refused); an item
+        without letters goes with the request's most frequent language (else the first model's), at confidence
+        0. A language no model translates into ``target`` is a 400 naming it."""
         into: dict[str, Any] = {}
         for m in service.models:
             if m.tgt_lang == target:
                 into.setdefault(m.src_lang, m)
         if not into:
             pick("auto", target)  # no model translates into target: the message says so
-        found = [values[0] if values else None for values in await service.identify(items)]
-        seen = [code for code, _ in (f for f in found if f is not None) if code in into]
-        fallback = max(seen, key=seen.count) if seen else next(iter(into))
         same = langid.base_code(target)
+        tops = []
+        for values in await service.identify(items):
+            usable = [(code, value) for code, value in values if code in into]
+            tops.append(None if not values else values[0] if values[0][1] >= CLEAR or not usable else usable[0])
+        seen = [top[0] for top in tops if top is not None and top[0] in into]
+        fallback = max(seen, key=seen.count) if seen else next(iter(into))
         detected, chosen = [], []
-        for i, top in enumerate(found):
+        for i, top in enumerate(tops):
             code, value = top if top is not None else (fallback, 0.0)
             if langid.base_code(code) == same:
                 code, model = target, None
