@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mtkit import langid as langid_module
 from mtkit.config import FiltersConfig, LangIdFilter
-from mtkit.data import langid as langid_module
 from mtkit.errors import MtkitError, counted
 from mtkit.io import read_lines
 
@@ -134,7 +134,7 @@ def _lingua_language(code: str, key: str) -> str:
 
 def langid(config: LangIdFilter, src_lang: str, tgt_lang: str) -> Filter:
     """Drops a pair whose source is identified as a language other than ``src_lang`` (or target, ``tgt_lang``),
-    among those and ``config.languages`` (:mod:`mtkit.data.langid`); a side with fewer than ``config.min_chars``
+    among those and ``config.languages`` (:mod:`mtkit.langid`); a side with fewer than ``config.min_chars``
     letters, or that lingua cannot tell, is kept."""
     src_code = _lingua_language(src_lang, "data.src_lang")
     tgt_code = _lingua_language(tgt_lang, "data.tgt_lang")

@@ -14,7 +14,7 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
   line, one output line per input line, as ``mtkit translate`` does.
 * ``GET /languages``: each source language of the loaded models, with its ``targets``.
 * ``POST /detect``: the languages of ``q``, best first, ``[{"confidence": 0-100, "language": code}]``,
-  among the languages the models translate from and common ones (:mod:`mtkit.data.langid`: lingua, on
+  among the languages the models translate from and common ones (:mod:`mtkit.langid`: lingua, on
   each text's first characters). With ``source=auto``, ``/translate`` detects each item's language and
   sends it to the model that translates from it into ``target`` (an item already in ``target`` comes back
   as it is; a language no model translates into ``target`` is a 400 naming it).
@@ -49,8 +49,8 @@ from typing import Any
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
 from pydantic import ValidationError
 
+from mtkit import langid
 from mtkit.config import DecodeOptions
-from mtkit.data import langid
 from mtkit.serve import libretranslate as lt
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (

@@ -18,7 +18,7 @@ import re
 import reprlib
 from typing import Any
 
-from mtkit.data import langid
+from mtkit import langid
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import ApiError, decode_body, parse_form, parse_json, parse_multipart
 

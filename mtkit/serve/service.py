@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from mtkit import langid
 from mtkit.config import DecodeConfig, DecodeOptions
-from mtkit.data import langid
 from mtkit.engines.capabilities import include_refusal
 from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
@@ -226,7 +226,7 @@ class Service:
                                     f"{self.limits.max_constraint_pieces} per request)")
 
     async def identify(self, texts: list[str]) -> list[list[tuple[str, float]]]:
-        """Each text's languages, best first, as ``(code, confidence in 0..1)`` (:func:`mtkit.data.langid.detect`:
+        """Each text's languages, best first, as ``(code, confidence in 0..1)`` (:func:`mtkit.langid.detect`:
         each judged on a bounded prefix; empty for a text without letters), among :attr:`languages`, a served
         source language spelt as its model spells it. In a worker thread: the event loop never waits for lingua
         (which takes seconds to load a language's model the first time)."""
