@@ -148,6 +148,19 @@ def test_auto_routes_each_item_to_the_model_of_its_language(server):
     assert answer["detectedLanguage"]["language"] == "de"
 
 
+def test_auto_with_markup_and_quality_estimates(server):
+    """format html: each item's markup parsed for its own model; qe: none for an item kept as it is."""
+    status, answer = server.post_json("/translate", {"q": [f"<p>{EN[1]}</p>", f"<p>{DE[1]}</p>", f"<b>{FR[1]}</b>"],
+                                                     "source": "auto", "target": "de", "format": "html", "qe": True})
+    assert status == 200, answer
+    assert [d["language"] for d in answer["detectedLanguage"]] == ["en", "de", "fr"]
+    assert answer["translatedText"][1] == f"<p>{DE[1]}</p>" and answer["translatedText"][0].startswith("<p>")
+    assert isinstance(answer["qe"][0], float) and answer["qe"][1] is None and isinstance(answer["qe"][2], float)
+    status, answer = server.post_json("/translate", {"q": [EN[1], "<b>broken"], "source": "auto", "target": "de",
+                                                     "format": "html"})
+    assert status == 400 and answer["error"].startswith("q[1]: ")
+
+
 def test_auto_names_a_language_no_model_translates(server):
     status, answer = server.post_json("/translate", {"q": [EN[0], ES], "source": "auto", "target": "de"})
     assert status == 400
