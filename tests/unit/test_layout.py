@@ -303,6 +303,7 @@ TORCH_FREE = {
     "mtkit", "mtkit.version", "mtkit.cli", "mtkit.logs", "mtkit.errors", "mtkit.io", "mtkit.host_memory",
     "mtkit.langid", "mtkit.api",
     "mtkit.commands", "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.serve",
+    "mtkit.commands.detect",
     "mtkit.commands.export",  # CTranslate2 before torch: `mtkit export ctranslate2` imports it first
     "mtkit.serve", "mtkit.serve.app", "mtkit.serve.server", "mtkit.serve.service", "mtkit.serve.schemas",
     "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
