@@ -228,11 +228,16 @@ class Service:
     async def identify(self, texts: list[str]) -> list[list[tuple[str, float]]]:
         """Each text's languages, best first, as ``(code, confidence in 0..1)`` (:func:`mtkit.langid.detect`:
         each judged on a bounded prefix; empty for a text without letters), among :attr:`languages`, a served
-        source language spelt as its model spells it. In a worker thread: the event loop never waits for lingua
-        (which takes seconds to load a language's model the first time)."""
+        source language spelt as its model spells it. In a worker thread, one text at a time: lingua holds the GIL
+        while it works, so the event loop waits at most for one text's prefix (milliseconds) between calls; but
+        the first text of a script waits for lingua to load its languages' models (seconds, once per server)."""
         if not langid.available():
             raise ApiError(501, f"this server cannot identify languages: {langid.NEEDS_LINGUA}")
-        found = await asyncio.to_thread(langid.detect, texts, self.languages)
+
+        def each() -> list[list[tuple[str, float]]]:
+            return [langid.detect([text], self.languages)[0] for text in texts]
+
+        found = await asyncio.to_thread(each)
         return [[(self.source_of.get(code, code), value) for code, value in values] for values in found]
 
     async def quality(self, translations: list[Translation]) -> list[float | None]:
