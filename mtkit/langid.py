@@ -11,8 +11,11 @@ another language gets the closest candidate, so give every language that may com
 
 Each text is judged on its first :data:`PREFIX_CHARS` characters: the language of a long text shows
 in its beginning, and a stranger's 1 MB text costs no more than a paragraph. A text without letters
-(empty, digits, punctuation) has no language: lingua gives every candidate zero, and :func:`detect`
-gives it an empty list.
+(empty, digits, punctuation), or in a script no candidate is written in, has no language: lingua gives
+every candidate zero, and :func:`detect` gives it an empty list.
+
+lingua holds Python's GIL while it works: a caller that must stay responsive (the server's event loop)
+calls it one text at a time from a worker thread.
 
 lingua loads a language's model the first time a text could be in it (seconds, and a few tens of
 MB per language, held for the life of the process and shared by every detector); a detector for a
@@ -110,7 +113,8 @@ def detect(texts: Sequence[str], candidates: Sequence[str] = COMMON,
 
     Returns:
         Per text, ``(code, confidence)`` for each candidate with a confidence above zero, best first
-        (confidences in 0..1, lingua's relative ones: they sum to 1); empty for a text without letters.
+        (confidences in 0..1, lingua's relative ones: they sum to 1); empty for a text without letters, or
+        whose letters no candidate is written in.
     """
     codes = _checked(tuple(candidates))
     if not codes:
