@@ -4,7 +4,8 @@
 The server is the real app behind the real middleware and uvicorn, in this process, serving three untrained
 tiny Transformers (en -> de, fr -> de, de -> en; different shapes, so each model's output is its own): a
 text sent with ``source: auto`` must come back exactly as the same text sent with its language as ``source``.
-Multi30k's test captions (``/work/shared/data/multi30k``; skipped when absent) measure /detect's accuracy.
+Multi30k's test captions (``../shared/data/multi30k`` beside the checkout, or ``MTKIT_MULTI30K``; skipped when
+absent) measure /detect's accuracy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from test_serve_libretranslate import Running  # noqa: E402
 from mtkit.config import DecodeConfig  # noqa: E402
 from mtkit.serve.models import ServedModel  # noqa: E402
 
-MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", "/work/shared/data/multi30k"))
+MULTI30K = Path(os.environ.get("MTKIT_MULTI30K", Path(__file__).resolve().parents[2].parent / "shared/data/multi30k"))
 EN = ["A man in a blue shirt is standing on a ladder cleaning windows.", "Two dogs are playing in the snow."]
 FR = ["Un homme en chemise bleue nettoie les fenêtres.", "Deux chiens jouent dans la neige."]
 DE = ["Ein Mann in einem blauen Hemd steht auf einer Leiter.", "Zwei Hunde spielen im Schnee."]
@@ -116,7 +117,7 @@ def test_detect_is_right_on_multi30k_captions():
     """≥ 95 % of the first 200 test captions of each language (``/detect`` among the served languages and the
     common ones), one request per caption."""
     if not all((MULTI30K / f"test_2016_flickr.{lang}").is_file() for lang in ("en", "de", "fr")):
-        pytest.skip(f"Multi30k's test captions are not in {MULTI30K}")
+        pytest.skip(f"Multi30k's test captions are not in {MULTI30K} (set MTKIT_MULTI30K to its folder)")
     from mtkit.engines.torch_engine import TorchEngine
 
     s = Served([ServedModel("en-de", TorchEngine(tiny_loaded(), DecodeConfig(beam=1)), "en", "de")])
