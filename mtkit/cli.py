@@ -485,6 +485,33 @@ def score(
                                                   device=device, precision=precision, tgt_lang=tgt_lang))
 
 
+# -------------------------------------------------------------------- detect
+
+
+@app.command()
+def detect(
+    file: str = typer.Argument("-", help="Text file, one text per line (.gz ok); '-' or none for stdin."),
+    languages: str | None = typer.Option(None, "--languages", "-l", help="The candidate languages, ISO 639-1 codes separated by commas (default: 23 common ones: ar cs da de el en es fi fr hi hu it ja ko nl pl pt ro ru sv tr uk zh)."),
+) -> None:
+    """Detect the language of each line (lingua; extra [serve] or [clean]).
+
+    Reads: a text file. Writes: one line per input line to stdout, LANG<TAB>CONFIDENCE
+    (ISO 639-1 code; 0-100, one decimal, as LibreTranslate's /detect), or an empty line for a
+    line without letters. Each line is judged on its first 1,000 characters, among --languages
+    only: a line in another language gets the closest of them. Invalid UTF-8 is an error naming
+    the line, after the lines before it.
+
+    \b
+    Example:
+      mtkit detect mixed.txt
+      cat notes.txt | mtkit detect --languages en,de,fr | cut -f1 | sort | uniq -c
+    """
+    from mtkit.commands.detect import DetectOptions, parse_languages
+    from mtkit.commands.detect import detect as run_detect
+
+    run_detect(file, DetectOptions(languages=parse_languages(languages)))
+
+
 # ---------------------------------------------------------------------- run
 
 

@@ -144,7 +144,9 @@ LAYERS = [
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit.version", "mtkit.host_memory"},
+    # mtkit.langid: language identification (lingua), one job for the cleaning filter, the server and a command
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit.version", "mtkit.host_memory",
+     "mtkit.langid"},
 ]
 INFERENCE = ("mtkit.engines", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
@@ -299,8 +301,9 @@ def test_no_package_is_too_big():
 # (precheck, model_spec). These alone may import inside a function: what needs torch, where it is used.
 TORCH_FREE = {
     "mtkit", "mtkit.version", "mtkit.cli", "mtkit.logs", "mtkit.errors", "mtkit.io", "mtkit.host_memory",
-    "mtkit.api",
+    "mtkit.langid", "mtkit.api",
     "mtkit.commands", "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.serve",
+    "mtkit.commands.detect",
     "mtkit.commands.export",  # CTranslate2 before torch: `mtkit export ctranslate2` imports it first
     "mtkit.serve", "mtkit.serve.app", "mtkit.serve.server", "mtkit.serve.service", "mtkit.serve.schemas",
     "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
