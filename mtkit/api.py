@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from mtkit import langid
 from mtkit.checkpoints.io import is_hugging_face_folder, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.data.languages import same_pairs
@@ -54,7 +55,7 @@ from mtkit.text.lines import clean_output
 from mtkit.text.pipeline import translate_lines
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
-           "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline"]
+           "load", "load_models", "from_model", "comet_scorer", "evaluate", "detect", "pipeline"]
 
 # The decoding options a call may set (DecodeOptions' fields, but forced_eos; the checks and messages are the
 # CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
@@ -380,6 +381,22 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     if refs and isinstance(refs[0], str):
         refs = [refs]
     return score(list(hypotheses), refs, list(metrics), MetricOptions(**options))
+
+
+def detect(texts: str | Sequence[str], candidates: Sequence[str] | None = None) -> list[tuple[str, float]] | list:
+    """The language of a text (or of each of a list), as ``mtkit detect`` and the server's ``/detect`` find it
+    (lingua, :mod:`mtkit.langid`; ``mtkit[serve]``): (ISO 639-1 code, confidence in [0, 1]) pairs, best first,
+    among ``candidates`` (None: :data:`mtkit.langid.COMMON`); a text without letters gets an empty list. Each text
+    is judged on its first :data:`mtkit.langid.PREFIX_CHARS` characters.
+
+        >>> mtkit.detect("Ein Hund rennt durch den Schnee.")[0]      # ('de', 0.97...)
+    """
+    single = isinstance(texts, str)
+    items = [texts] if single else list(texts)
+    if not all(isinstance(text, str) for text in items):
+        raise MtkitError("texts: expected a string or a list of strings")
+    found = langid.detect(items, langid.COMMON if candidates is None else langid.candidates_of(candidates))
+    return found[0] if single else found
 
 
 class TranslationPipeline:

@@ -103,3 +103,14 @@ def test_formatting_and_flags():
     assert parse_languages(None) == langid.COMMON
     with pytest.raises(MtkitError, match="--languages: give ISO 639-1 codes"):
         parse_languages(",")
+
+
+def test_the_python_api_detects_a_text_or_a_list():
+    import mtkit
+
+    assert mtkit.detect("Ein Hund rennt durch den Schnee und bellt.")[0][0] == "de"
+    found = mtkit.detect(["A dog runs through the snow.", "Un chien court dans la neige.", "42 !"], ["en", "fr"])
+    assert [f[0][0] if f else None for f in found] == ["en", "fr", None]
+    assert all(abs(sum(c for _, c in f) - 1) < 1e-6 for f in found if f)  # a distribution over the candidates
+    with pytest.raises(MtkitError, match="expected a string or a list of strings"):
+        mtkit.detect(["fine", 3])
