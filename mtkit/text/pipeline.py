@@ -38,6 +38,7 @@ With both off, the engine's own pipeline runs unchanged.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -237,7 +238,7 @@ def _guard(call: _Call, sentences: list[str], found: list[Translation], source: 
     module docstring). Returns the translations (some replaced) and a :class:`Checked` per sentence."""
     engine, decode = call.engine, call.decode
     protected = [protected_tokens(s, call.pair[0], call.pair[1]) for s in sentences]
-    lost = [missing(p, t.best.text) for p, t in zip(protected, found, strict=True)]
+    lost = [_lost(p, t.best.text, s) for p, t, s in zip(protected, found, sentences, strict=True)]
     loops = [bool(t.src_ids) and looping(t.best.text, s) for s, t in zip(sentences, found, strict=True)]
     forcing = engine.capabilities is None or engine.capabilities.include  # include phrases: the torch engine
     redo = [i for i, t in enumerate(found)
@@ -251,14 +252,14 @@ def _guard(call: _Call, sentences: list[str], found: list[Translation], source: 
             again = _search_again(call, [sentences[i] for i in group], group,
                                   [lost[i] if forcing else [] for i in group], source, numbering, looped)
             for i, t in zip(group, again, strict=True):
-                still = missing(protected[i], t.best.text)
+                still = _lost(protected[i], t.best.text, sentences[i])
                 loop = looping(t.best.text, sentences[i])
                 if (len(still), loop) < (len(lost[i]), loops[i]) or (len(still) <= len(lost[i]) and loops[i]
                                                                       and not loop):
                     found[i] = t
     if engine.gives_alignments and not decode.sampling:  # what forcing could not put back: carried by alignment
         def state(i: int, t: Translation) -> tuple[int, bool]:
-            return len(missing(protected[i], t.best.text)), looping(t.best.text, sentences[i])
+            return len(_lost(protected[i], t.best.text, sentences[i])), looping(t.best.text, sentences[i])
 
         carry = [i for i, t in enumerate(found) if t.src_ids and protected[i] and state(i, t) != (0, False)]
         for i, t in zip(carry, _carried(call, [sentences[i] for i in carry], carry, [protected[i] for i in carry],
@@ -267,7 +268,7 @@ def _guard(call: _Call, sentences: list[str], found: list[Translation], source: 
                 found[i] = t
     checks = []
     for i, t in enumerate(found):
-        still = missing(protected[i], t.best.text) if t.src_ids else []
+        still = _lost(protected[i], t.best.text, sentences[i]) if t.src_ids else []
         gone = {id(p) for p in still}
         repaired = tuple(p.text for p in lost[i] if id(p) not in gone)
         loop = bool(t.src_ids) and looping(t.best.text, sentences[i])
@@ -276,6 +277,24 @@ def _guard(call: _Call, sentences: list[str], found: list[Translation], source: 
         if call.counts is not None:
             call.counts.add(checked, len(protected[i]))
     return found, checks
+
+
+_GLUED = re.compile(r"(?<=[0-9])(?=[^\W\d_])")  # a digit and a letter after it
+
+
+def _lost(tokens: list[Protected], text: str, source: str) -> list[Protected]:
+    """The tokens ``text`` lacks (:func:`mtkit.text.guard.missing`), a number glued to the letters of the word after
+    it counting as lacking (``10:30der``: constrained search forces a number's pieces, and may go on writing a
+    word in the same one) unless the source glued it so too (``5km``)."""
+    if not _GLUED.search(text):
+        return missing(tokens, text)
+    spaced = [t for t in tokens if t.text[-1:].isdigit()
+              and not any(source[b:b + 1].isalpha() for _, b in occurrences(source, t.text, MAX_FORCED))]
+    lacking = missing(tokens, text)
+    if not spaced:
+        return lacking
+    glued = missing(tokens, _GLUED.sub("0", text))  # a digit after it: no whole token ends there
+    return [t for t in tokens if t in lacking or (t in glued and t in spaced)]
 
 
 def _search_again(call: _Call, sentences: list[str], indices: list[int], lost: list[list[Protected]],
@@ -318,7 +337,7 @@ def _carried(call: _Call, sentences: list[str], indices: list[int], lost: list[l
         t = results.get(k)
         best = t.best if t is not None else Candidate([], "", [], 0.0, 0.0)
         text = _spaced(rebuild([(clean_output(best.text), best.alignment or [])]) if texts else rebuild([]),
-                       forms[k][2])
+                       forms[k][2], forms[k][0])
         alignment = None
         if decode.alignments != "off":
             alignment = call.engine.align([sentences[k]], [text], decode, call.target)[0]
@@ -342,17 +361,18 @@ def _target_forms(sentence: str, lost: list[Protected]):
     return sentence, regex.compile(pattern), forms
 
 
-def _spaced(text: str, forms: list[str]) -> str:
-    """``text`` with a space between each of ``forms`` that is no whole token of it and a letter or digit glued to
-    it (``x@y.comsich``)."""
+def _spaced(text: str, forms: list[str], line: str) -> str:
+    """``text`` with a space between each of ``forms`` and a letter or digit glued to it (``x@y.comsich``,
+    ``10:30der``) where ``line`` (the source, the forms written in) does not glue them so."""
     for form in set(forms):
-        if occurrences(text, form, 1):
-            continue
         at, out = 0, []
+        glued = [(a > 0 and line[a - 1].isalnum(), b < len(line) and line[b].isalnum())
+                 for a, b in occurrences(line, form, MAX_FORCED)]
+        left_ok, right_ok = any(g[0] for g in glued), any(g[1] for g in glued)
         while (k := text.find(form, at)) >= 0:
             end = k + len(form)
-            glued_left = k > 0 and text[k - 1].isalnum() and form[0].isalnum()
-            glued_right = end < len(text) and text[end].isalnum() and form[-1].isalnum()
+            glued_left = not left_ok and k > 0 and text[k - 1].isalnum() and form[0].isalnum()
+            glued_right = not right_ok and end < len(text) and text[end].isalnum() and form[-1].isalnum()
             out += [text[at:k], " " if glued_left else "", form, " " if glued_right else ""]
             at = end
         text = "".join(out) + text[at:]

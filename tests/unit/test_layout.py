@@ -2,7 +2,7 @@
 
     cli → commands → {serve, training} → api → {export, importers} → {text, visualize} → engines
     → {decoding, data, metrics, checkpoints} → {model, model_spec} → kernels
-    → {config, errors, io, hub, logs, version, host_memory}
+    → {config, errors, io, hub, logs, version, host_memory, langid}
 
 Nothing imports a layer above its own (no exception), no two modules import each other, however
 indirectly (:func:`test_no_circles_between_modules`), no package grows past :data:`MAX_PACKAGE_LINES`,
@@ -309,6 +309,7 @@ TORCH_FREE = {
     "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
     "mtkit.export", "mtkit.export.cache",
     "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
+    "mtkit.text.pipeline", "mtkit.text.sentences", "mtkit.text.guard",
     "mtkit.engines", "mtkit.engines.engine", "mtkit.engines.ctranslate2_engine", "mtkit.engines.factory",
     "mtkit.engines.threads", "mtkit.engines.device", "mtkit.engines.constraints", "mtkit.engines.mbr",
     "mtkit.engines.quality", "mtkit.engines.capabilities",
