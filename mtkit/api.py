@@ -52,7 +52,7 @@ from mtkit.importers import write_run
 from mtkit.metrics.scores import MetricOptions, score
 from mtkit.text.glossary import Glossary
 from mtkit.text.lines import clean_output
-from mtkit.text.pipeline import translate_lines
+from mtkit.text.pipeline import sentence_reports, translate_lines
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
            "load", "load_models", "from_model", "comet_scorer", "evaluate", "detect", "pipeline"]
@@ -88,11 +88,14 @@ class Hypothesis:
 @dataclass(frozen=True)
 class Result:
     """The translation of one line: its ``hypotheses``, best first (``nbest`` of them when asked; an empty
-    line has one, empty), and the include phrases (constraints, glossary terms) the best one lacks."""
+    line has one, empty), the include phrases (constraints, glossary terms) the best one lacks, and with
+    sentence splitting or the integrity guard on, ``sentences``: each sentence's ``source`` and ``text`` and the
+    guard's ``repaired``, ``missing`` and ``loop`` (:mod:`mtkit.text.pipeline`)."""
 
     source: str
     hypotheses: list[Hypothesis]
     unmet: list[str] = dataclasses.field(default_factory=list)
+    sentences: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -226,7 +229,8 @@ class Model:
     def _result(t: Translation, decode: DecodeConfig) -> Result:
         hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces), c.alignment)
                       for c in t.candidates[: max(1, decode.nbest)]]
-        return Result(t.source, hypotheses, list(t.unmet))
+        reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else []
+        return Result(t.source, hypotheses, list(t.unmet), reports)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
