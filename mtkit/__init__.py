@@ -7,7 +7,7 @@ Importing the package loads nothing heavy (no torch): the API's names are loaded
 
 from mtkit.version import __version__
 
-_API = ("load", "evaluate", "pipeline", "Model", "Result", "Hypothesis", "TranslationPipeline")
+_API = ("load", "evaluate", "detect", "pipeline", "Model", "Result", "Hypothesis", "TranslationPipeline")
 __all__ = ["__version__", *_API]
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from mtkit import langid
 from mtkit.checkpoints.io import is_hugging_face_folder, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.data.languages import same_pairs
@@ -51,15 +52,17 @@ from mtkit.importers import write_run
 from mtkit.metrics.scores import MetricOptions, score
 from mtkit.text.glossary import Glossary
 from mtkit.text.lines import clean_output
+from mtkit.text.pipeline import sentence_reports, translate_lines
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
-           "load", "load_models", "from_model", "comet_scorer", "evaluate", "pipeline"]
+           "load", "load_models", "from_model", "comet_scorer", "evaluate", "detect", "pipeline"]
 
 # The decoding options a call may set (DecodeOptions' fields, but forced_eos; the checks and messages are the
 # CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
-                  "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold")
+                  "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold", "split",
+                  "guard")
 
 
 @dataclass(frozen=True)
@@ -85,11 +88,14 @@ class Hypothesis:
 @dataclass(frozen=True)
 class Result:
     """The translation of one line: its ``hypotheses``, best first (``nbest`` of them when asked; an empty
-    line has one, empty), and the include phrases (constraints, glossary terms) the best one lacks."""
+    line has one, empty), the include phrases (constraints, glossary terms) the best one lacks, and with
+    sentence splitting or the integrity guard on, ``sentences``: each sentence's ``source`` and ``text`` and the
+    guard's ``repaired``, ``missing`` and ``loop`` (:mod:`mtkit.text.pipeline`)."""
 
     source: str
     hypotheses: list[Hypothesis]
     unmet: list[str] = dataclasses.field(default_factory=list)
+    sentences: list[dict] = dataclasses.field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -192,8 +198,8 @@ class Model:
         decode = self.options(**options)
         source = self._constraints(items, glossary, constraints, decode)
         results = [self._result(t, decode)
-                   for t in self._engine().translate(items, buffer_size=max(1, len(items)), constraints=source,
-                                                     options=decode, target=target)]
+                   for t in translate_lines(self._engine(), items, buffer_size=max(1, len(items)), constraints=source,
+                                            options=decode, target=target)]
         return results[0] if single else results
 
     def _constraints(self, items: list[str], glossary, constraints, decode: DecodeConfig):
@@ -223,7 +229,8 @@ class Model:
     def _result(t: Translation, decode: DecodeConfig) -> Result:
         hypotheses = [Hypothesis(clean_output(c.text), c.score, c.logprob, list(c.pieces), c.alignment)
                       for c in t.candidates[: max(1, decode.nbest)]]
-        return Result(t.source, hypotheses, list(t.unmet))
+        reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else []
+        return Result(t.source, hypotheses, list(t.unmet), reports)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of
@@ -380,10 +387,28 @@ def evaluate(hypotheses: Sequence[str], references: Sequence[Sequence[str]] | Se
     return score(list(hypotheses), refs, list(metrics), MetricOptions(**options))
 
 
+def detect(texts: str | Sequence[str], candidates: Sequence[str] | None = None) -> list[tuple[str, float]] | list:
+    """The language of a text (or of each of a list), as ``mtkit detect`` and the server's ``/detect`` find it
+    (lingua, :mod:`mtkit.langid`; ``mtkit[serve]``): (ISO 639-1 code, confidence in [0, 1]) pairs, best first,
+    among ``candidates`` (None: :data:`mtkit.langid.COMMON`); a text without letters gets an empty list. Each text
+    is judged on its first :data:`mtkit.langid.PREFIX_CHARS` characters.
+
+        >>> mtkit.detect("Ein Hund rennt durch den Schnee.")[0]      # ('de', 0.97...)
+    """
+    single = isinstance(texts, str)
+    items = [texts] if single else list(texts)
+    if not all(isinstance(text, str) for text in items):
+        raise MtkitError("texts: expected a string or a list of strings")
+    found = langid.detect(items, langid.COMMON if candidates is None else langid.candidates_of(candidates))
+    return found[0] if single else found
+
+
 class TranslationPipeline:
     """What ``transformers.pipeline("translation", model=...)`` gave until transformers 5 removed it:
     called with a string or a list of strings, it answers ``[{"translation_text": ...}]``, one dict per
-    input (a list of ``num_return_sequences`` dicts per input when that is above 1)."""
+    input (a list of ``num_return_sequences`` dicts per input when that is above 1). Its outputs are
+    ``generate``'s: each input is one sentence and no integrity guard searches again (``mtkit.load(...).translate``
+    splits sentences and guards by default, :mod:`mtkit.text.pipeline`)."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -408,7 +433,7 @@ class TranslationPipeline:
                              "max_length, num_beams and num_return_sequences")
         single = isinstance(inputs, str)
         lines = [inputs] if single else list(inputs)
-        options = DecodeOptions(beam=num_beams, nbest=num_return_sequences)
+        options = DecodeOptions(beam=num_beams, nbest=num_return_sequences, split="none", guard=False)
         if max_length is not None:
             if max_length < 2:
                 raise MtkitError(f"max_length: must be at least 2 (the start token and one more), got {max_length}")

@@ -260,6 +260,8 @@ def translate(
     alignments: bool = typer.Option(False, "--alignments", help="Word alignments of each output, in the Pharaoh format (0-0 1-2: source word - target word, 0-based, whitespace words): 'text ||| 0-0 1-2' (text), a last '||| ...' field (nbest), a key alignment (json). Hard: each target word to its most attended source word."),
     alignment_threshold: float | None = typer.Option(None, "--alignment-threshold", help="Soft alignments (implies --alignments): every word pair of at least this attention weight, in (0, 1]."),
     alignment_layer: int | None = typer.Option(None, "--alignment-layer", help="Align with this decoder layer's mean cross-attention (0-based, negative from the end; default: the guided-alignment head of a model trained with one, else the penultimate layer)."),
+    split: str | None = typer.Option(None, "--split", help="sentences: a line's sentences translated one by one and joined with the line's own whitespace (default); none: each line one sentence."),
+    guard: bool | None = typer.Option(None, "--guard/--no-guard", help="The integrity guard (default on): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
     protect: str | None = typer.Option(None, "--protect", help="A regular expression of placeholders to carry through untranslated (e.g. '\\{\\w+\\}|%s'): taken out of each line, put back beside the words aligned to their neighbours, spaced as in the source (the pattern may take 1 s a line; not with --alignments)."),
     alignments_out: Path | None = typer.Option(None, "--alignments-out", help="Write the best translation's alignment here, a line per input line (implies --alignments; the translations then unchanged)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
@@ -295,7 +297,7 @@ def translate(
             sampling=True if sampling else None, temperature=temperature, top_k=top_k, top_p=top_p, epsilon=epsilon,
             mbr=mbr, mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model,
             alignments="soft" if alignment_threshold is not None else "hard" if alignments else None,
-            alignment_threshold=alignment_threshold, alignment_layer=alignment_layer,
+            alignment_threshold=alignment_threshold, alignment_layer=alignment_layer, split=split, guard=guard,
         ), constraints=constraints,
         glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
         alignments_out=alignments_out, protect=protect,
@@ -409,6 +411,8 @@ def evaluate(
     mbr: str | None = typer.Option(None, "--mbr", help="With --model: minimum-Bayes-risk decoding, chrf | bleu | comet | off (see translate --help)."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8)."),
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: the COMET model of its utility (default Unbabel/wmt22-comet-da)."),
+    split: str | None = typer.Option(None, "--split", help="With --model: sentences: a line's sentences translated one by one and joined with the line's own whitespace (default); none: each line one sentence."),
+    guard: bool | None = typer.Option(None, "--guard/--no-guard", help="With --model: the integrity guard (default on): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
     engine: str = typer.Option("torch", "--engine", help="What runs --model: " + ENGINE_HELP),
     constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
@@ -439,7 +443,8 @@ def evaluate(
         langpair=langpair, hyp_out=hyp_out, metrics=[m.strip() for m in metrics.split(",") if m.strip()],
         chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, mbr=mbr,
-                             mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model), device=device, engine=engine,
+                             mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model, split=split,
+                             guard=guard), device=device, engine=engine,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))
     typer.echo(text)
@@ -478,6 +483,33 @@ def score(
 
     run_score(list(model), src, tgt, ScoreOptions(output_format=output_format, batch_tokens=batch_tokens,
                                                   device=device, precision=precision, tgt_lang=tgt_lang))
+
+
+# -------------------------------------------------------------------- detect
+
+
+@app.command()
+def detect(
+    file: str = typer.Argument("-", help="Text file, one text per line (.gz ok); '-' or none for stdin."),
+    languages: str | None = typer.Option(None, "--languages", "-l", help="The candidate languages, ISO 639-1 codes separated by commas (default: 23 common ones: ar cs da de el en es fi fr hi hu it ja ko nl pl pt ro ru sv tr uk zh)."),
+) -> None:
+    """Detect the language of each line (lingua; extra [serve] or [clean]).
+
+    Reads: a text file. Writes: one line per input line to stdout, LANG<TAB>CONFIDENCE
+    (ISO 639-1 code; 0-100, one decimal, as LibreTranslate's /detect), or an empty line for a
+    line without letters. Each line is judged on its first 1,000 characters, among --languages
+    only: a line in another language gets the closest of them. Invalid UTF-8 is an error naming
+    the line, after the lines before it.
+
+    \b
+    Example:
+      mtkit detect mixed.txt
+      cat notes.txt | mtkit detect --languages en,de,fr | cut -f1 | sort | uniq -c
+    """
+    from mtkit.commands.detect import DetectOptions, parse_languages
+    from mtkit.commands.detect import detect as run_detect
+
+    run_detect(file, DetectOptions(languages=parse_languages(languages)))
 
 
 # ---------------------------------------------------------------------- run
@@ -528,6 +560,8 @@ def serve(
                                                "(decode.batch_tokens) and per merge of requests."),
     src_lang: str | None = typer.Option(None, "--src-lang", help="Source language code of every model (default: its config's data.src_lang)."),
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
+    split: str | None = typer.Option(None, "--split", help="sentences: a line's sentences translated one by one and joined with the line's own whitespace (default; a request's split field too); none: each line one sentence."),
+    guard: bool | None = typer.Option(None, "--guard/--no-guard", help="The integrity guard (default on; a request's guard field too): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
     api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line (# comments): /translate and /detect answer 400 without a key and 403 with a wrong one, as LibreTranslate does; /v1/translate answers 403 to both."),
     decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time (1-64), each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
@@ -571,7 +605,8 @@ def serve(
     run_serve(list(model), ServeOptions(
         engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
         decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a,
-                             max_len_b=max_len_b, batch_tokens=batch_tokens), src_lang=src_lang, tgt_lang=tgt_lang,
+                             max_len_b=max_len_b, batch_tokens=batch_tokens, split=split, guard=guard),
+        src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue,
         max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
         max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,

@@ -79,6 +79,7 @@ from mtkit.metrics import BleuScore, BootstrapScore, MetricOptions, MetricScore,
 from mtkit.metrics.files import Evaluation, read_named, score_files, score_lines
 from mtkit.metrics.scores import METRICS, mean_score
 from mtkit.text.phrases import check_line_counts, read_constraint_options
+from mtkit.text.pipeline import translate_lines
 from mtkit.version import __version__
 
 SCHEMA_VERSION = 1
@@ -237,7 +238,7 @@ def evaluate(options: EvaluateOptions) -> str:
                                                any_target=False, decode_options=o.decode,
                                                comet_model=comet_model))
         comet = model.comet
-        translations = list(model.engine.translate(src_lines, constraints=wanted))
+        translations = list(translate_lines(model.engine, src_lines, constraints=wanted))
         folds_case = model.lowercases
         hypotheses = [t.best.text for t in translations]
         confidences = [confidence(t) for t in translations]

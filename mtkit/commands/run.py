@@ -37,6 +37,7 @@ from mtkit.export.cache import ctranslate2_model
 from mtkit.io import atomic_write_text, read_lines
 from mtkit.metrics import MetricOptions, load_testset
 from mtkit.metrics.files import score_files
+from mtkit.text import pipeline
 from mtkit.training.curves import read_metrics
 from mtkit.training.distill import distill, teacher_decoding
 
@@ -87,7 +88,7 @@ def translate_lines(checkpoints: list[Path], lines: list[str], config: Config,
     pair's), and whether the model's target vocabulary lowercases (``data.spm.lowercase``)."""
     model = load_models(checkpoints, LoadOptions(engine="torch", threads=0, target=target, any_target=False,
                                                  decode=config.decode))
-    return [t.best.text for t in model.engine.translate(lines)], model.lowercases
+    return [t.best.text for t in pipeline.translate_lines(model.engine, lines)], model.lowercases
 
 
 def final_checkpoint(run_dir: Path) -> Path:

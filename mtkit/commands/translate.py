@@ -57,6 +57,7 @@ from mtkit.io import (
 from mtkit.text.lines import OUTPUT_FORMATS, clean_output, format_translation, read_ready_lines, read_text_lines
 from mtkit.text.markup import MARKUPS, PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 from mtkit.text.phrases import check_line_counts, read_constraint_options
+from mtkit.text.pipeline import GuardCounts, sentence_reports, translate_lines
 
 DEFAULT_BUFFER_SIZE = 1000
 
@@ -143,8 +144,14 @@ def _input_name(inputs: list[str]) -> str:
     return STDIN_NAME if inputs == ["-"] else inputs[0] if len(inputs) == 1 else "input"
 
 
+def _say_guard(decode: DecodeConfig, counts: GuardCounts, interactive: bool) -> None:
+    """The integrity guard's counts on stderr, once the input is done (not in an interactive session)."""
+    if decode.guard and not interactive and counts.sentences:
+        print(counts.summary(), file=sys.stderr, flush=True)
+
+
 def _translate_markup(translator, lines: Iterator[str | None], name: str, out: IO[bytes], buffer_size: int,
-                      progress, o: TranslateOptions) -> int:
+                      progress, o: TranslateOptions, counts: GuardCounts) -> int:
     """``--format html|xml``: each line a fragment, translated with its markup carried by the alignments
     (:mod:`mtkit.text.markup`), ``buffer_size`` lines at a time; ``--protect`` (with ``markup`` text): each
     line's placeholders carried the same way. An engine without alignments (ONNX): every tag cuts sentences, the
@@ -152,7 +159,8 @@ def _translate_markup(translator, lines: Iterator[str | None], name: str, out: I
     markup, protect, aligning = o.markup, o.protect_pattern(), o.aligns
 
     def translate(sentences: list[str]) -> list[tuple[str, list]]:
-        return [(clean_output(t.best.text), t.best.alignment or []) for t in translator.translate(sentences)]
+        return [(clean_output(t.best.text), t.best.alignment or []) for t in translate_lines(translator, sentences,
+                                                                                              counts=counts)]
 
     def split(line: str, number: int):
         if protect is not None:
@@ -417,12 +425,15 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if per_line is not None or terms is not None:
         wanted = constraint_source(per_line, terms, f"--constraints {o.constraints}")
     done = words = 0
+    counts = GuardCounts()
+    reporting = translator.decode.split == "sentences" or translator.decode.guard
     started = time.perf_counter()
     if markup is not None:
         try:
             with _output_stream(o.output) as out:
                 done = _translate_markup(translator, _input_lines(inputs, out.flush), _input_name(inputs), out,
-                                         buffer_size, progress, o)
+                                         buffer_size, progress, o, counts)
+            _say_guard(translator.decode, counts, interactive)
         except BrokenPipeError:
             if o.output is None:
                 discard_stdout()
@@ -433,8 +444,8 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         return
     try:
         with _output_stream(o.output) as out, _alignments_stream(o.alignments_out) as aligned:
-            translations = translator.translate(_input_lines(inputs, out.flush), buffer_size=buffer_size,
-                                                constraints=wanted)
+            translations = translate_lines(translator, _input_lines(inputs, out.flush), buffer_size=buffer_size,
+                                           constraints=wanted, counts=counts)
             if qe:  # COMET-QE scores in groups, one at a time where stdin is read as it comes
                 rated = with_quality(translations, scorer, group=1 if "-" in inputs or buffer_size == 1 else 16)
             else:
@@ -442,7 +453,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
             for t, quality in rated:
                 done += 1
                 words += len(t.best.text.split())
-                lines = format_translation(t, output_format, nbest, qe, quality, alignments=aligned is None)
+                reports = sentence_reports(t) if reporting else None
+                lines = format_translation(t, output_format, nbest, qe, quality, alignments=aligned is None,
+                                           sentences=reports)
                 out.write("".join(line + "\n" for line in lines).encode("utf-8"))
                 if aligned is not None:
                     aligned.write((pharaoh(t.best.alignment or []) + "\n").encode("utf-8"))
@@ -455,13 +468,16 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
                 if not attention_done and t.src_ids:
                     from mtkit.visualize import attention_png as draw
 
-                    draw(first_model, translator.vocab, t.src_ids, t.best.ids, o.attention_png, o.attention_layer)
+                    first = t.parts[0] if t.parts else t  # a line of several sentences: its first one's
+                    draw(first_model, translator.vocab, first.src_ids, first.best.ids, o.attention_png,
+                         o.attention_layer)
                     attention_done = True
             check_line_counts(per_line, "--constraints", o.constraints, done)  # stdin: known only now
         if not interactive and done:  # as fairseq-generate ends: what was translated, how fast (loading apart)
             seconds = max(time.perf_counter() - started, 1e-9)
             print(f"translated {counted(done, 'line')} in {seconds:.3f} s: {done / seconds:.1f} lines/s, "
                   f"{words / seconds:.0f} target words/s", file=sys.stderr, flush=True)
+        _say_guard(translator.decode, counts, interactive)
     except BrokenPipeError:
         if o.output is None:
             discard_stdout()  # the CLI then exits 0

@@ -397,6 +397,11 @@ class DecodeConfig:
     alignment_layer: int | None = None  # the decoder layer whose mean cross-attention aligns (negative: from the
     # end); None: the guided-alignment head of a model trained with one, else the penultimate layer
     alignment_threshold: float = 0.5  # with soft alignments: the least weight of a pair, in (0, 1]
+    split: Literal["sentences", "none"] = "sentences"  # a line's sentences translated one by one and joined with
+    # the line's own whitespace (mtkit.text.pipeline); none: a line is one sentence
+    guard: bool = True  # the integrity guard (mtkit.text.guard): a sentence whose translation lacks a number, URL,
+    # e-mail address or placeholder of its source is searched again with it forced; a repetition loop, again
+    # without repeating 3-grams; what still fails is reported
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mtkit import langid as langid_module
 from mtkit.config import FiltersConfig, LangIdFilter
 from mtkit.errors import MtkitError, counted
 from mtkit.io import read_lines
@@ -125,42 +126,31 @@ def urls(src: str, tgt: str) -> str | None:
     return None
 
 
-def _lingua_language(code: str, key: str):
-    try:
-        from lingua import IsoCode639_1
-    except ImportError:
-        raise MtkitError("data.clean.filters.langid: needs lingua (pip install 'mtkit[clean]')") from None
-    base = re.split(r"[-_]", code, maxsplit=1)[0].lower()
-    try:
-        return IsoCode639_1.from_str(base)
-    except ValueError:
-        raise MtkitError(f"{key}: lingua does not identify the language {code!r}") from None
+def _lingua_language(code: str, key: str) -> str:
+    if not langid_module.available():
+        raise MtkitError("data.clean.filters.langid: needs lingua (pip install 'mtkit[clean]')")
+    return langid_module.check_code(code, key)
 
 
 def langid(config: LangIdFilter, src_lang: str, tgt_lang: str) -> Filter:
     """Drops a pair whose source is identified as a language other than ``src_lang`` (or target, ``tgt_lang``),
-    among those and ``config.languages``; a side with fewer than ``config.min_chars`` letters, or that lingua
-    cannot tell, is kept."""
-    from lingua import LanguageDetectorBuilder
-
+    among those and ``config.languages`` (:mod:`mtkit.langid`); a side with fewer than ``config.min_chars``
+    letters, or that lingua cannot tell, is kept."""
     src_code = _lingua_language(src_lang, "data.src_lang")
     tgt_code = _lingua_language(tgt_lang, "data.tgt_lang")
     codes = {src_code, tgt_code}
     codes.update(_lingua_language(x, "data.clean.filters.langid.languages") for x in config.languages)
-    if len(codes) == 1:  # lingua needs two candidates; a same-language pair can still catch nothing
+    if len(codes) == 1:  # a same-language pair and no other candidate: nothing to tell apart
         return lambda src, tgt: None
-    builder = LanguageDetectorBuilder.from_iso_codes_639_1(*sorted(codes, key=lambda c: c.name))
-    if config.accuracy == "low":
-        builder = builder.with_low_accuracy_mode()
-    detector = builder.build()
+    candidates, low = tuple(sorted(codes)), config.accuracy == "low"
 
     def test(src: str, tgt: str) -> str | None:
         for i, (text, want) in enumerate(((src, src_code), (tgt, tgt_code))):
             if _letters(text) < config.min_chars:
                 continue
-            found = detector.detect_language_of(text)
-            if found is not None and found.iso_code_639_1 != want:
-                return f"{_side(i)} is {found.iso_code_639_1.name.lower()}"
+            found = langid_module.best(text, candidates, low)
+            if found is not None and found != want:
+                return f"{_side(i)} is {found}"
         return None
 
     return test

@@ -63,11 +63,12 @@ class Candidate:
     score: float
     logprob: float
     alignment: list[tuple[int, int]] | None = None  # (source word, target word) pairs, with decode.alignments
+    sentences: int = 1  # sentences joined into this one (mtkit.text.pipeline): each with its EOS in ``logprob``
 
     @property
     def mean_logprob(self) -> float:
-        """The mean log-probability per target token (EOS included): the per-sentence confidence."""
-        return self.logprob / (len(self.ids) + 1)
+        """The mean log-probability per target token (each sentence's EOS included): the per-sentence confidence."""
+        return self.logprob / (len(self.ids) + self.sentences)
 
 
 @dataclass
@@ -81,6 +82,10 @@ class Translation:
     unmet: list[str] = field(default_factory=list)  # include phrases the best candidate lacks (as written)
     # include phrases (as given, also in ``unmet``) that the model cannot write, so never forced -> why
     unwritable: dict[str, str] = field(default_factory=dict)
+    # A line of several sentences (mtkit.text.pipeline): each sentence's own translation, in order; empty for one.
+    parts: list[Translation] = field(default_factory=list)
+    # The integrity guard's findings, one per sentence (mtkit.text.pipeline.Checked); empty when it is off.
+    checks: list[Any] = field(default_factory=list)
 
     @property
     def best(self) -> Candidate:
@@ -99,6 +104,13 @@ class Call:
     # Asked between batches and (mtkit's engine) before every search step; True stops the call with
     # :class:`Stopped` (a server's deadline, or a request whose client has gone). None: never.
     should_stop: Callable[[], bool] | None = None
+    # The 1-based input line number that messages give item ``i`` (0-based) of the call; None: ``i + 1``
+    # (a caller that splits lines into sentences names the lines).
+    numbering: Callable[[int], int] | None = None
+
+    def number(self, index: int) -> int:
+        """The line number messages name for item ``index`` (0-based) of the call."""
+        return index + 1 if self.numbering is None else self.numbering(index)
 
     def check_stop(self) -> None:
         if self.should_stop is not None and self.should_stop():
@@ -291,7 +303,8 @@ class Engine:
 
     def translate(self, lines: Iterable[str | None], buffer_size: int = 1000,
                   constraints: ConstraintSource | None = None, options: DecodeConfig | None = None,
-                  target: str | None = None, should_stop: Callable[[], bool] | None = None) -> Iterator[Translation]:
+                  target: str | None = None, should_stop: Callable[[], bool] | None = None,
+                  numbering: Callable[[int], int] | None = None) -> Iterator[Translation]:
         """Translate ``lines`` (text without newlines), reading ``buffer_size`` lines at a time.
 
         Yields one :class:`Translation` per line, in input order, a chunk at a time;
@@ -301,10 +314,9 @@ class Engine:
         ``options``: this call's decoding settings (default: the engine's); ``target``: the target
         language of a multilingual model (None: its only one, or a one-line error). ``should_stop``:
         asked between batches and search steps; when it answers True the call raises :class:`Stopped`.
+        ``numbering``: the line number that warnings and errors give item ``i`` (0-based; None: ``i + 1``).
         """
-        call = self.call(options, target)
-        if should_stop is not None:
-            call = dataclasses.replace(call, should_stop=should_stop)
+        call = dataclasses.replace(self.call(options, target), should_stop=should_stop, numbering=numbering)
         warned = _Warnings()
         buffer_size = max(1, buffer_size)
         chunk: list[str] = []
@@ -326,7 +338,7 @@ class Engine:
 
     def _encode(self, lines: list[str], start: int, call: Call, warned: _Warnings) -> list[list[int]]:
         for i, line in enumerate(lines):
-            check_text(line, f"line {start + i + 1}")
+            check_text(line, f"line {call.number(start + i)}")
         encoded = call.vocab.encode_src_batch(lines)
         max_src_len = self.max_src_len(call.decode)
         out = []
@@ -335,11 +347,11 @@ class Engine:
                 out.append([])
                 continue
             if len(ids) + 1 > max_src_len:
-                self.say(f"warning: line {start + i + 1}: {len(ids) + 1} source tokens (with EOS), "
+                self.say(f"warning: line {call.number(start + i)}: {len(ids) + 1} source tokens (with EOS), "
                          f"truncated to {max_src_len} (decode.max_input_len or the model's max_positions)")
                 ids = ids[: max_src_len - 1]
             out.append(list(ids) + [EOS_ID])
-            self._check_max_len(len(ids) + 1, start + i + 1, call.decode, warned)
+            self._check_max_len(len(ids) + 1, call.number(start + i), call.decode, warned)
         return out
 
     def _check_max_len(self, src_len: int, number: int, d: DecodeConfig, warned: _Warnings) -> None:
@@ -405,12 +417,12 @@ class Engine:
         for i, (line, candidates) in enumerate(zip(lines, chosen, strict=True)):
             missing = unmet(wanted[i], candidates[0].text)
             if missing:
-                self._warn_unmet(start + i + 1, missing, wanted[i], len(src[i]), call.decode)
+                self._warn_unmet(call.number(start + i), missing, wanted[i], len(src[i]), call.decode)
             unwritable = dict(wanted[i].unwritable) if wanted[i] is not None else {}
             for phrase, why in unwritable.items():
                 if phrase not in warned.unwritable:
                     warned.unwritable.add(phrase)
-                    self.say(f"warning: line {start + i + 1}: include phrase {phrase!r}: {why} "
+                    self.say(f"warning: line {call.number(start + i)}: include phrase {phrase!r}: {why} "
                              "(later lines with it are not reported)")
             yield Translation(start + i, line, src[i], candidates, missing + list(unwritable), unwritable)
 

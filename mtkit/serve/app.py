@@ -13,8 +13,11 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
   ``detectedLanguage`` for ``source=auto``. A ``q`` holding several lines is translated line by
   line, one output line per input line, as ``mtkit translate`` does.
 * ``GET /languages``: each source language of the loaded models, with its ``targets``.
-* ``POST /detect``: this server does not detect languages. It answers the one language its
-  models translate from (confidence 100), or 400 when they translate from several.
+* ``POST /detect``: the languages of ``q``, best first, ``[{"confidence": 0-100, "language": code}]``,
+  among the languages the models translate from and common ones (:mod:`mtkit.langid`: lingua, on
+  each text's first characters). With ``source=auto``, ``/translate`` detects each item's language and
+  sends it to the model that translates from it into ``target`` (an item already in ``target`` comes back
+  as it is; a language no model translates into ``target`` is a 400 naming it).
 * ``GET /health`` (``{"status": "ok"}``, 503 until the models decode), ``GET /frontend/settings``,
   ``GET /spec`` (Swagger 2.0), ``GET /js/app.js`` (the page's script, with an empty ``apiSecret``);
   ``/suggest`` and ``/translate_file`` answer as a LibreTranslate with those features off.
@@ -46,6 +49,7 @@ from typing import Any
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
 from pydantic import ValidationError
 
+from mtkit import langid
 from mtkit.config import DecodeOptions
 from mtkit.serve import libretranslate as lt
 from mtkit.serve.models import language_name
@@ -64,9 +68,15 @@ from mtkit.serve.schemas import (
 from mtkit.serve.service import Service
 from mtkit.text.lines import clean_output
 from mtkit.text.markup import MarkupError, split_markup
+from mtkit.text.pipeline import sentence_reports
 from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
+
+# source auto: lingua's confidence (0..1, relative to the other candidates') at which a detected language is
+# believed when no model translates from it (the text kept as it is when it is the target, else a 400 naming it);
+# under it, the text is too short or mixed to tell, and goes to the likeliest language a model translates from.
+CLEAR = 0.5
 
 
 def page_file(name: str) -> str:
@@ -209,24 +219,21 @@ def libretranslate_router(service: Service):
         text_format = fields.get("format") or "text"
         if text_format not in ("text", "html"):
             raise lt.unsupported_format(text_format)
-        model = pick(source, target)
+        if source == "auto":  # each item's language, and the model that translates it (None: it is in target)
+            detected, chosen = await route(items, target, isinstance(q, list))
+        else:
+            detected, chosen = None, [pick(source, target)] * len(items)
         # markup is parsed and rebuilt in a worker thread: a heavy fragment never holds the event loop
-        parsed = await asyncio.to_thread(markup_items, items, text_format, model, "q", len(items) == 1) \
-            if text_format == "html" else \
-            [(split_lines(item), lambda found: "\n".join(text for text, _ in found)) for item in items]
+        parsed = await asyncio.to_thread(parse_items, items, text_format, chosen, len(items) == 1) \
+            if text_format == "html" else parse_items(items, text_format, chosen, len(items) == 1)
         per_item = [lines for lines, _ in parsed]
         service.check_size(per_item)  # the lines of all texts, against --max-sentences
         nbest = alternatives + 1 if alternatives and text_format == "text" else 1  # LibreTranslate: none for html
-        decode = service.decode_for(model, DecodeOptions(nbest=nbest if nbest > 1 else None,
-                                                         alignments="hard" if aligns(model, text_format) else None))
-        all_lines = [line for lines in per_item for line in lines]
-        results = await service.translate(model, all_lines, decode, service.constraints_for(model, all_lines))
+        results = await translate_items(per_item, chosen, text_format, nbest)
 
         def assembled() -> tuple[list, list]:
-            texts, alts, at = [], [], 0
-            for lines, assemble in parsed:
-                got = results[at : at + len(lines)]
-                at += len(lines)
+            texts, alts = [], []
+            for (_, assemble), got in zip(parsed, results):
                 texts.append(assemble([(clean_output(t.best.text), t.best.alignment or []) for t in got]))
                 # The k-th alternative of a text: each line's k-th hypothesis (its last one when it has fewer).
                 alts.append(lt.alternatives_of(texts[-1], [
@@ -237,18 +244,95 @@ def libretranslate_router(service: Service):
         texts, alts = await asyncio.to_thread(assembled) if text_format == "html" else assembled()
         answer: dict[str, Any] = {"translatedText": texts if isinstance(q, list) else texts[0]}
         if lt.flag(fields, "qe"):  # mtkit's, asked for: each text's quality estimate, the mean of its lines'
-            quality, estimates, at = await service.quality(results), [], 0
-            for lines, _ in parsed:
-                found = [v for v in quality[at : at + len(lines)] if v is not None]
-                at += len(lines)
+            quality, estimates, at = await service.quality([t for got in results for t in got]), [], 0
+            for got in results:
+                found = [v for v in quality[at : at + len(got)] if v is not None]
+                at += len(got)
                 estimates.append(sum(found) / len(found) if found else None)
             answer["qe"] = estimates if isinstance(q, list) else estimates[0]
-        if source == "auto":
-            detected = {"confidence": 100.0, "language": model.src_lang}
-            answer["detectedLanguage"] = [detected] * len(items) if isinstance(q, list) else detected
+        if detected is not None:
+            answer["detectedLanguage"] = detected if isinstance(q, list) else detected[0]
         if alternatives:
             answer["alternatives"] = alts if isinstance(q, list) else alts[0]
         return answer
+
+    def parse_items(items: list[str], text_format: str, chosen: list, single: bool) -> list:
+        """Each item's lines to translate and the function that assembles its translation from theirs: markup's
+        sentences (``html``) or the item's lines; nothing for an item already in the target language."""
+        parsed = []
+        for i, (item, model) in enumerate(zip(items, chosen)):
+            if model is None:
+                parsed.append(([], lambda found, item=item: item))
+            elif text_format == "html":
+                parsed.extend(markup_items([item], text_format, model, "q" if single else f"q[{i}]", True))
+            else:
+                parsed.append((split_lines(item), lambda found: "\n".join(text for text, _ in found)))
+        return parsed
+
+    async def translate_items(per_item: list[list[str]], chosen: list, text_format: str, nbest: int) -> list[list]:
+        """Each item's lines translated by its model: the items of one model together, the models at the same
+        time; every model's settings and constraints are checked before any decoding starts."""
+        plans: dict[str, tuple] = {}
+        for i, model in enumerate(chosen):
+            if model is not None:
+                plans.setdefault(model.name, (model, []))[1].append(i)
+        jobs = []
+        for model, indices in plans.values():
+            lines = [line for i in indices for line in per_item[i]]
+            decode = service.decode_for(model, DecodeOptions(
+                nbest=nbest if nbest > 1 else None, alignments="hard" if aligns(model, text_format) else None))
+            jobs.append((indices, lines, decode, service.constraints_for(model, lines), model))
+        tasks = [asyncio.ensure_future(service.translate(model, lines, decode, constraints))
+                 for _, lines, decode, constraints, model in jobs]
+        try:
+            done = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:  # one failed (a full queue, a deadline): the others' work is dropped too
+                task.cancel()
+            raise
+        results: list[list] = [[] for _ in per_item]
+        for (indices, *_), got in zip(jobs, done):
+            at = 0
+            for i in indices:
+                results[i] = got[at : at + len(per_item[i])]
+                at += len(per_item[i])
+        return results
+
+    async def route(items: list[str], target: str, many: bool) -> tuple[list[dict], list]:
+        """``source: auto``: each item's language (LibreTranslate's ``detectedLanguage``) and its model: the one
+        that translates from it into ``target``; None for an item already in ``target`` (answered as it is, as
+        LibreTranslate does). A language lingua is unsure of (under :data:`CLEAR`) gives way to the likeliest
+        language a model translates from into ``target`` (translated, rather than kept or refused); an item
+        without letters goes with the request's most frequent language (else the first model's), at confidence
+        0. A language no model translates into ``target`` is a 400 naming it."""
+        into: dict[str, Any] = {}
+        for m in service.models:
+            if m.tgt_lang == target:
+                into.setdefault(m.src_lang, m)
+        if not into:
+            pick("auto", target)  # no model translates into target: the message says so
+        same = langid.base_code(target)
+        tops = []
+        for values in await service.identify(items):
+            usable = [(code, value) for code, value in values if code in into]
+            tops.append(None if not values else values[0] if values[0][1] >= CLEAR or not usable else usable[0])
+        seen = [top[0] for top in tops if top is not None and top[0] in into]
+        fallback = max(seen, key=seen.count) if seen else next(iter(into))
+        detected, chosen = [], []
+        for i, top in enumerate(tops):
+            code, value = top if top is not None else (fallback, 0.0)
+            if langid.base_code(code) == same:
+                code, model = target, None
+            elif code in into:
+                model = into[code]
+            else:
+                served = ", ".join(f"{language_name(c)} ({c})" for c in into)
+                raise ApiError(400, f"{f'q[{i}]' if many else 'q'} is {language_name(code)} ({code}) (detected, "
+                                    f"confidence {100 * value:.1f}); this server translates into "
+                                    f"{language_name(target)} ({target}) from {served} only: give source")
+            detected.append({"confidence": round(100 * value, 1), "language": code})
+            chosen.append(model)
+        return detected, chosen
 
     def pick(source: str, target: str):
         """The model for a pair both of whose codes this server knows (LibreTranslate's message when none)."""
@@ -269,19 +353,26 @@ def libretranslate_router(service: Service):
                 found.append(m.tgt_lang)
         return [{"code": code, "name": language_name(code), "targets": t} for code, t in targets.items()]
 
-    @router.post("/detect", summary="The source language (no detection: see the description)", tags=tags,
-              description="This server does not detect languages: it answers the one language its models "
-                          "translate from, with confidence 100, or 400 when they translate from several.",
+    @router.post("/detect", summary="Detect the language of a text (LibreTranslate's API)", tags=tags,
+              description="The languages of q, best first, with their confidence (0-100), among the languages the "
+                          "models translate from and common ones (lingua, on the first "
+                          f"{langid.PREFIX_CHARS:,} characters); for a list, each language's mean over the items.",
               openapi_extra=_form_docs("q, api_key"))
     async def detect(request: Request):
         fields = await fields_of(request)
-        if not fields.get("q"):
+        q = fields.get("q")
+        if not q:
             raise lt.missing("q")
-        sources = sorted({m.src_lang for m in service.models})
-        if len(sources) > 1:
-            raise ApiError(400, f"this server does not detect languages and translates from {', '.join(sources)}; "
-                                "give source")
-        return [{"confidence": 100.0, "language": sources[0]}]
+        if not (isinstance(q, str) or (isinstance(q, list) and all(isinstance(x, str) for x in q))):
+            raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+        items = q if isinstance(q, list) else [q]
+        if len(items) > service.limits.max_sentences:
+            raise lt.over_limit(len(items), service.limits.max_sentences)
+        for i, item in enumerate(items):
+            if not item.strip():
+                raise ApiError(400, f"Invalid request: {'q' if isinstance(q, str) else f'q[{i}]'} holds no text "
+                                    "to detect a language in")
+        return lt.detections(await service.identify(items), service.models[0].src_lang)
 
     @router.get("/health", summary="LibreTranslate's health check: 200 once the models decode (503 before)",
                 tags=tags)
@@ -356,12 +447,14 @@ def mtkit_router(service: Service):
                 sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[]))
                 continue
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
-                               confidence=c.mean_logprob, tokens=len(c.ids) + 1,
+                               confidence=c.mean_logprob, tokens=len(c.ids) + c.sentences,
                                alignment=[list(p) for p in c.alignment] if req.alignments else None)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
+            reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else None
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, qe=qe, nbest=hyps,
-                                      unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment))
+                                      unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment,
+                                      sentences=reports))
         return NativeResponse(model=model.name, source=model.src_lang, target=model.tgt_lang, translations=sentences)
 
     async def translate_markup_v1(req: NativeRequest, items: list[str], model) -> NativeResponse:

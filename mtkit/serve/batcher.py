@@ -39,6 +39,7 @@ from mtkit.engines.constraints import Constraints
 from mtkit.engines.engine import Stopped, Translation
 from mtkit.errors import counted
 from mtkit.serve.models import ServedModel
+from mtkit.text.pipeline import translate_lines
 
 logger = logging.getLogger(__name__)
 
@@ -328,8 +329,8 @@ class Batcher:
         start = time.perf_counter()
         merged = [c for job in jobs for c in (job.constraints or [None] * len(job.lines))]
         wanted = _per_line(merged) if any(merged) else None
-        results: list[Translation] = list(self.model.translator.translate(
-            lines, buffer_size=max(1, len(lines)), constraints=wanted, options=jobs[0].decode,
+        results: list[Translation] = list(translate_lines(
+            self.model.translator, lines, buffer_size=max(1, len(lines)), constraints=wanted, options=jobs[0].decode,
             target=self.model.target, should_stop=lambda: self._unwanted(jobs)))
         if len(results) != len(lines):  # the engines' guarantee; never answer a request with another's
             raise RuntimeError(f"{len(lines)} lines gave {len(results)} translations")

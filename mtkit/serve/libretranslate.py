@@ -18,6 +18,7 @@ import re
 import reprlib
 from typing import Any
 
+from mtkit import langid
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import ApiError, decode_body, parse_form, parse_json, parse_multipart
 
@@ -138,6 +139,21 @@ def language_code(value: str, known: dict[str, str]) -> str:
     return known.get(ALIASES.get(lower, lower), ALIASES.get(lower, lower))
 
 
+def detections(found: list[list[tuple[str, float]]], unknown: str) -> list[dict]:
+    """``POST /detect``'s answer: ``[{"confidence": 0-100, "language": code}, ...]``, best first, from each
+    text's ``(code, 0..1)`` list (:meth:`mtkit.serve.service.Service.identify`); for several texts, each
+    language's mean over them (LibreTranslate averages a list's too). Confidences have one decimal; those that
+    round to 0 are left out. Nothing detected (no letters): ``unknown`` at confidence 0, as LibreTranslate
+    answers its default language."""
+    totals: dict[str, float] = {}
+    for values in found:
+        for code, value in values:
+            totals[code] = totals.get(code, 0.0) + value
+    ranked = sorted(((round(100 * v / len(found), 1), code) for code, v in totals.items()), key=lambda x: -x[0])
+    answer = [{"confidence": value, "language": code} for value, code in ranked if value > 0]
+    return answer or [{"confidence": 0.0, "language": ranked[0][1] if ranked else unknown}]
+
+
 def not_supported(code: str) -> ApiError:
     return ApiError(400, f"{shown(code)} is not supported")
 
@@ -167,12 +183,10 @@ def alternatives_of(best: str, candidates: list[str]) -> list[str]:
 
 def frontend_settings(models, char_limit: int, api_keys: bool) -> dict:
     """``GET /frontend/settings``: what LibreTranslate's page reads before anything else. ``models``: the
-    served models (source, target); the page starts on ``auto`` when every model translates from one
-    language (this server answers ``auto`` only then), else on the first model's source."""
-    sources = {m.src_lang for m in models}
+    served models (source, target); the page starts on ``auto`` (each text's language detected and routed to
+    the model that translates from it) and the first model's target."""
     first = models[0]
-    source = ({"code": "auto", "name": "Auto Detect"} if len(sources) == 1
-              else {"code": first.src_lang, "name": language_name(first.src_lang)})
+    source = {"code": "auto", "name": "Auto Detect"}
     return {
         "charLimit": char_limit,
         "frontendTimeout": FRONTEND_TIMEOUT_MS,
@@ -212,7 +226,9 @@ def spec(version: str) -> dict:
                 "consumes": ["application/json", "application/x-www-form-urlencoded", "multipart/form-data"],
                 "parameters": [
                     _param("q", "string", True, "Text to translate, or a list of texts (JSON)"),
-                    _param("source", "string", True, "Source language code, or auto"),
+                    _param("source", "string", True, "Source language code, or auto (each text's language "
+                                                     "detected, and the text sent to the model that translates "
+                                                     "from it)"),
                     _param("target", "string", True, "Target language code"),
                     _param("format", "string", False, "text, or html (inline tags put back around the aligned words)",
                            enum=["text", "html"], default="text"),
@@ -226,9 +242,11 @@ def spec(version: str) -> dict:
                 "responses": {"200": {"description": "Languages", "schema": {"$ref": "#/definitions/languages"}}}}},
             "/detect": {"post": {
                 "tags": ["translate"], "summary": "Detect Language of Text",
-                "parameters": [_param("q", "string", True, "Text"), _KEY],
-                "responses": {"200": {"description": "The source language (mtkit detects none: the one its "
-                                                     "models translate from)",
+                "parameters": [_param("q", "string", True, "Text, or a list of texts (JSON): each judged on its "
+                                                          f"first {langid.PREFIX_CHARS:,} characters"), _KEY],
+                "responses": {"200": {"description": "The languages of q, best first, with their confidence (0-100), "
+                                                     "among the languages the models translate from and common "
+                                                     "ones; for a list, each language's mean over the items",
                                       "schema": {"$ref": "#/definitions/detections"}},
                               "400": _ERROR, "403": _ERROR}}},
             "/translate_file": {"post": {
@@ -250,7 +268,9 @@ def spec(version: str) -> dict:
         "definitions": {
             "translate": {"type": "object", "required": ["translatedText"], "properties": {
                 "translatedText": {"description": "Translated text(s)"},
-                "detectedLanguage": {"description": "With source auto"},
+                "detectedLanguage": {"description": "With source auto: each text's language and confidence (a list "
+                                                    "for a list); a text in the target language comes back as it "
+                                                    "is"},
                 "alternatives": {"description": "With alternatives > 0"},
                 "qe": {"description": "mtkit's, with qe true: each text's quality estimate without a reference "
                                       "(the mean over its lines of COMET-QE's score with mtkit serve --qe-model, "

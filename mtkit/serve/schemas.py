@@ -80,12 +80,19 @@ class NativeRequest(BaseModel):
                             "own tags placed, qe the sentences' mean; no alignments, constraints or glossary.")
     alignments: bool = Field(False, description="With format text: each hypothesis's word alignment, [source word, "
                                                 "target word] pairs, 0-based, words split at whitespace.")
+    split: Literal["sentences", "none"] | None = Field(
+        None, description="sentences: each text's sentences translated one by one and joined with its own "
+                          "whitespace; none: each text one sentence; default: the server's (--split).")
+    guard: bool | None = Field(None, description="The integrity guard: numbers, URLs, e-mail addresses and "
+                                                 "placeholders of the source forced back into a translation that "
+                                                 "lost them, repetition loops searched again; default: the "
+                                                 "server's (--guard).")
 
     def decode_options(self, aligned: bool) -> DecodeOptions:
         """The request's decoding fields as the options of its call (unset: the model's own); ``aligned``:
         with hard word alignments (asked for, or to put back the tags of markup)."""
         return DecodeOptions(beam=self.beam, alpha=self.alpha, length_penalty=self.length_penalty, nbest=self.nbest,
-                             alignments="hard" if aligned else None)
+                             alignments="hard" if aligned else None, split=self.split, guard=self.guard)
 
 
 class Hypothesis(BaseModel):
@@ -96,6 +103,16 @@ class Hypothesis(BaseModel):
     tokens: int = Field(description="Target tokens, EOS included.")
     alignment: list[list[int]] | None = Field(None, description="[source word, target word] pairs (0-based, "
                                                                 "whitespace words), when asked (alignments).")
+
+
+class SentenceReport(BaseModel):
+    source: str = Field(description="The sentence as the text has it.")
+    text: str = Field(description="Its best translation.")
+    repaired: list[str] = Field(default_factory=list, description="Protected tokens (numbers, URLs, e-mail "
+                                                                  "addresses, placeholders) of the source that a "
+                                                                  "second search forced back in.")
+    missing: list[str] = Field(default_factory=list, description="Protected tokens the translation still lacks.")
+    loop: bool = Field(False, description="Whether the translation is still caught in a repetition loop.")
 
 
 class Sentence(BaseModel):
@@ -117,6 +134,10 @@ class Sentence(BaseModel):
                                                                            "(a character outside its vocabulary), "
                                                                            "so never forced -> why.")
     alignment: list[list[int]] | None = Field(None, description="The best hypothesis's alignment, when asked.")
+    sentences: list[SentenceReport] | None = Field(
+        None, description="With format text: each sentence of the text, its source and best translation and, with "
+                          "the guard on, what was repaired, what is still missing and whether it is still in a "
+                          "repetition loop.")
 
 
 class NativeResponse(BaseModel):

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from mtkit import langid
 from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.engines.capabilities import include_refusal
 from mtkit.engines.constraints import Constraints
@@ -75,6 +76,13 @@ class Service:
                             on_queue=lambda n, name=m.name: self.metrics.queue.labels(name).set(n))
             for m in models
         }
+        # Language identification (POST /detect, source auto): among the models' source languages and the common
+        # ones; a detected code maps to the served source it is the base language of (pt -> pt-BR).
+        self.languages = tuple(sorted({langid.base_code(m.src_lang) for m in models if langid.knows(m.src_lang)}
+                                      | set(langid.COMMON)))
+        self.source_of: dict[str, str] = {}
+        for m in models:
+            self.source_of.setdefault(langid.base_code(m.src_lang), m.src_lang)
         self.ready = False
 
     def start(self) -> None:
@@ -216,6 +224,21 @@ class Service:
             if pieces > self.limits.max_constraint_pieces:
                 raise ApiError(400, f"too many constraint pieces: the phrases make {pieces} pieces (the limit is "
                                     f"{self.limits.max_constraint_pieces} per request)")
+
+    async def identify(self, texts: list[str]) -> list[list[tuple[str, float]]]:
+        """Each text's languages, best first, as ``(code, confidence in 0..1)`` (:func:`mtkit.langid.detect`:
+        each judged on a bounded prefix; empty for a text without letters), among :attr:`languages`, a served
+        source language spelt as its model spells it. In a worker thread, one text at a time: lingua holds the GIL
+        while it works, so the event loop waits at most for one text's prefix (milliseconds) between calls; but
+        the first text of a script waits for lingua to load its languages' models (seconds, once per server)."""
+        if not langid.available():
+            raise ApiError(501, f"this server cannot identify languages: {langid.NEEDS_LINGUA}")
+
+        def each() -> list[list[tuple[str, float]]]:
+            return [langid.detect([text], self.languages)[0] for text in texts]
+
+        found = await asyncio.to_thread(each)
+        return [[(self.source_of.get(code, code), value) for code, value in values] for values in found]
 
     async def quality(self, translations: list[Translation]) -> list[float | None]:
         """Each translation's quality estimate (mtkit.engines.quality): COMET-QE's score of its source and

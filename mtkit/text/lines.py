@@ -24,7 +24,9 @@ Output formats (:func:`format_translation`), one line per input line unless note
             the model's own quality estimate, as the server's ``confidence``), ``tokens`` (the pieces),
             ``nbest`` (``decode.nbest`` hypotheses, best first, each with text, score, logprob, confidence and
             tokens) and ``unmet`` (include phrases the translation lacks); a number that is not finite is null,
-            and an empty line has no hypothesis (its numbers null, as the server answers it).
+            and an empty line has no hypothesis (its numbers null, as the server answers it); with splitting or the
+            guard on (``--split sentences``, ``--guard``: the defaults), ``sentences``: each sentence's ``source``
+            and ``text`` and the guard's ``repaired``, ``missing`` and ``loop`` (:mod:`mtkit.text.pipeline`).
 
 With ``--alignments`` (:mod:`mtkit.data.word_alignment`), each hypothesis's word alignment in the Pharaoh
 format (``0-0 1-2``: 0-based source word - target word, words the whitespace tokens of the input line and of
@@ -140,10 +142,13 @@ def _aligned(text: str, c, alignments: bool) -> str:
 
 
 def format_translation(t: Translation, output_format: str = "text", nbest: int = 1, qe: bool = False,
-                       quality: float | None = None, alignments: bool = True) -> list[str]:
+                       quality: float | None = None, alignments: bool = True, sentences: list | None = None
+                       ) -> list[str]:
     """The output lines (without newline) of one translation; see the module docstring. ``qe``: with its
     quality estimate ``quality`` (:mod:`mtkit.engines.quality`), a column of ``text``, a key of ``json``.
-    ``alignments``: with the candidates' word alignments, where they have them (False: written elsewhere)."""
+    ``alignments``: with the candidates' word alignments, where they have them (False: written elsewhere).
+    ``sentences``: json's key ``sentences``, each sentence's report (:func:`mtkit.text.pipeline.sentence_reports`),
+    or None: no such key."""
     best = t.best
     if output_format == "text":
         if qe:
@@ -166,6 +171,8 @@ def format_translation(t: Translation, output_format: str = "text", nbest: int =
         if not hypotheses and alignments and t.best.alignment is not None:
             best["alignment"] = []
         extra = {"qe": None if quality is None else _number(quality)} if qe else {}
+        if sentences is not None:
+            extra["sentences"] = sentences
         return [json.dumps({"line": t.index + 1, **best, "nbest": hypotheses, "unmet": list(t.unmet), **extra},
                            ensure_ascii=False)]
     raise MtkitError(f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}")

@@ -321,7 +321,7 @@ def test_languages_detect_health_metrics_docs_page(server):
     status, _, body = server.get("/languages")
     assert status == 200 and json.loads(body) == [{"code": "en", "name": "English", "targets": ["de"]}]
     status, answer = server.post_form("/detect", {"q": "whatever it is"})
-    assert status == 200 and answer == [{"confidence": 100.0, "language": "en"}]
+    assert status == 200 and answer[0]["language"] == "en" and 0 < answer[0]["confidence"] <= 100
     assert server.get("/health")[0] == 200 and json.loads(server.get("/health")[2]) == {"status": "ok"}
     status, _, body = server.get("/v1/models")
     assert status == 200 and json.loads(body)["models"][0]["name"] == "run"
@@ -497,7 +497,8 @@ def test_libretranslatepy_translates_through_the_server(server, expected):
     api = libretranslatepy.LibreTranslateAPI(f"http://127.0.0.1:{server.port}/")
     line = list(expected)[2]
     assert api.translate(line, "en", "de") == expected[line]
-    assert api.detect(line) == [{"confidence": 100.0, "language": "en"}]
+    detected = api.detect("A man is riding his bike down the street.")
+    assert detected[0]["language"] == "en" and 50 < detected[0]["confidence"] <= 100
     assert {x["code"] for x in api.languages()} == {"en"}
 
 

@@ -59,15 +59,16 @@ def reverse(text: str) -> str:
 class Running:
     """``mtkit serve``'s app (create_app, Cors, Guard) under uvicorn in a thread."""
 
-    def __init__(self, models: list[ServedModel], api_keys: frozenset[str] | None = None) -> None:
+    def __init__(self, models: list[ServedModel], api_keys: frozenset[str] | None = None, limits=None) -> None:
         import uvicorn
 
         from mtkit.serve.app import create_app
         from mtkit.serve.server import Cors, Guard, bind
         from mtkit.serve.service import Limits, Service
 
-        self.service = Service(models, Limits(max_chars=MAX_CHARS, max_sentences=MAX_SENTENCES,
-                                              max_alternatives=MAX_ALTERNATIVES, max_beam=8), api_keys)
+        limits = limits or Limits(max_chars=MAX_CHARS, max_sentences=MAX_SENTENCES, max_alternatives=MAX_ALTERNATIVES,
+                                  max_beam=8)
+        self.service = Service(models, limits, api_keys)
         app = Guard(Cors(create_app(self.service)), 100_000, self.service.metrics)
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
@@ -193,9 +194,9 @@ def test_frontend_settings_as_libretranslates_page_reads_them(one, several):
         "charLimit": MAX_CHARS, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
         "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
         "language": {"source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": "de", "name": "German"}}}
-    # Several source languages: this server cannot take auto for every target, so the page starts on one.
+    # Several source languages: auto still (each text's language detected and sent to the model that has it).
     status, settings = several.json("GET", "/frontend/settings")
-    assert status == 200 and settings["language"] == {"source": {"code": "en", "name": "English"},
+    assert status == 200 and settings["language"] == {"source": {"code": "auto", "name": "Auto Detect"},
                                                       "target": {"code": "de", "name": "German"}}
 
 
@@ -305,8 +306,9 @@ def test_libretranslates_web_page_as_it_talks_to_the_server(one):
     status, answer = one.post_multipart("/translate", form)
     assert status == 200, answer
     # The page reads translatedText, then detectedLanguage.language and .confidence when the source is auto.
-    assert answer == {"translatedText": "three two one", "detectedLanguage": {"confidence": 100.0, "language": "en"},
-                      "alternatives": ["two one three", "one three two"]}
+    detected = answer.pop("detectedLanguage")
+    assert answer == {"translatedText": "three two one", "alternatives": ["two one three", "one three two"]}
+    assert detected["language"] == "en" and 0 < detected["confidence"] <= 100
 
 
 # ------------------------------------------------------------------------------------ messages
@@ -388,15 +390,20 @@ def test_alternatives_as_libretranslate_gives_them(one):
 
 def test_language_codes_as_libretranslate_reads_them(several):
     """``iso2model``: codes are matched without regard to case; ``source=auto`` answers the detected language
-    (mtkit: the one source that translates into the target, confidence 100) for a text and for a list."""
+    for a text and for a list, and sends each text to the model that translates from it."""
     assert several.post_json("/translate", {**OK, "source": "EN", "target": "Fr"}) == (
         200, {"translatedText": "three two one"})
     # LibreTranslate's aliases (language.py): zh-Hans is its zh, which this server does not have.
     assert several.post_json("/translate", {**OK, "target": "zh-Hans"}) == (400, {"error": "zh is not supported"})
-    assert several.post_json("/translate", {**OK, "q": ["one two"], "source": "auto", "target": "fr"}) == (
-        200, {"translatedText": ["two one"], "detectedLanguage": [{"confidence": 100.0, "language": "en"}]})
-    status, answer = several.post_json("/translate", {**OK, "source": "auto", "target": "de"})
-    assert status == 400 and "give source" in answer["error"]  # en and fr both translate into de: no detection
+    status, answer = several.post_json("/translate", {**OK, "q": ["one two three"], "source": "auto", "target": "fr"})
+    assert status == 200 and answer["translatedText"] == ["three two one"]
+    assert [d["language"] for d in answer["detectedLanguage"]] == ["en"]
+    # en and fr both translate into de: each text goes to the model of its language (both reverse words here)
+    status, answer = several.post_json("/translate", {**OK, "q": ["the cat sleeps on the sofa",
+                                                                  "le chat dort sur le canapé"],
+                                                       "source": "auto", "target": "de"})
+    assert status == 200 and answer["translatedText"] == ["sofa the on sleeps cat the", "canapé le sur dort chat le"]
+    assert [d["language"] for d in answer["detectedLanguage"]] == ["en", "fr"]
 
 
 def test_api_keys_as_libretranslate_answers_them():
@@ -535,7 +542,7 @@ def test_v1_markup_answers_its_quality_estimate_and_its_n_best_list(aligned, one
     assert (first["score"], first["logprob"], first["tokens"]) == (-2.0, -4.0, 5)  # both sentences'
     assert first["confidence"] == pytest.approx((-2 / 3 + -2 / 2) / 2) == blocks["confidence"] == blocks["qe"]
     assert empty == {"text": "<b></b>", "confidence": None, "qe": None, "nbest": [], "unmet": [],
-                     "unmet_reasons": {}, "alignment": None}
+                     "unmet_reasons": {}, "alignment": None, "sentences": None}
     # an engine without alignments: the text between tags, each hypothesis's own
     status, answer = one.post_json("/v1/translate", {"text": "one <b>two three</b>", "format": "xml", "nbest": 2})
     assert status == 200, answer

@@ -28,7 +28,7 @@ def close(a: float, b: float) -> bool:
 
 @pytest.mark.parametrize("name, options", [("beam 2, nbest 2", {"beam": 2, "nbest": 2}), ("greedy", {"beam": 1})])
 def test_a_format1_checkpoint_translates_as_it_did(model, recorded, name, options):
-    results = model.translate(recorded["sources"], **options)
+    results = model.translate(recorded["sources"], **options, guard=False)  # the search's own outputs
     got = [[{"text": h.text, "tokens": list(h.tokens), "score": h.score, "logprob": h.logprob} for h in r.hypotheses]
            for r in results]
     want = recorded[name]
@@ -88,5 +88,5 @@ def test_averaging_format1_checkpoints_writes_the_current_format(tmp_path, recor
     payload = read_payload(out)
     assert payload["format_version"] == CHECKPOINT_FORMAT
     assert "decoder.layers.0.cross_attn_norm.weight" in payload["model"]
-    results = mtkit.load(out, threads=1).translate(recorded["sources"], beam=1)
+    results = mtkit.load(out, threads=1).translate(recorded["sources"], beam=1, guard=False)
     assert [r.hypotheses[0].text for r in results] == [r[0]["text"] for r in recorded["greedy"]]

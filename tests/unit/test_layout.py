@@ -2,7 +2,7 @@
 
     cli → commands → {serve, training} → api → {export, importers} → {text, visualize} → engines
     → {decoding, data, metrics, checkpoints} → {model, model_spec} → kernels
-    → {config, errors, io, hub, logs, version, host_memory}
+    → {config, errors, io, hub, logs, version, host_memory, langid}
 
 Nothing imports a layer above its own (no exception), no two modules import each other, however
 indirectly (:func:`test_no_circles_between_modules`), no package grows past :data:`MAX_PACKAGE_LINES`,
@@ -144,7 +144,9 @@ LAYERS = [
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
-    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit.version", "mtkit.host_memory"},
+    # mtkit.langid: language identification (lingua), one job for the cleaning filter, the server and a command
+    {"mtkit.config", "mtkit.errors", "mtkit.io", "mtkit.hub", "mtkit.logs", "mtkit.version", "mtkit.host_memory",
+     "mtkit.langid"},
 ]
 INFERENCE = ("mtkit.engines", "mtkit.decoding", "mtkit.export",
              "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.export",
@@ -299,13 +301,15 @@ def test_no_package_is_too_big():
 # (precheck, model_spec). These alone may import inside a function: what needs torch, where it is used.
 TORCH_FREE = {
     "mtkit", "mtkit.version", "mtkit.cli", "mtkit.logs", "mtkit.errors", "mtkit.io", "mtkit.host_memory",
-    "mtkit.api",
+    "mtkit.langid", "mtkit.api",
     "mtkit.commands", "mtkit.commands.translate", "mtkit.commands.evaluate", "mtkit.commands.serve",
+    "mtkit.commands.detect",
     "mtkit.commands.export",  # CTranslate2 before torch: `mtkit export ctranslate2` imports it first
     "mtkit.serve", "mtkit.serve.app", "mtkit.serve.server", "mtkit.serve.service", "mtkit.serve.schemas",
     "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
     "mtkit.export", "mtkit.export.cache",
     "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
+    "mtkit.text.pipeline", "mtkit.text.sentences", "mtkit.text.guard",
     "mtkit.engines", "mtkit.engines.engine", "mtkit.engines.ctranslate2_engine", "mtkit.engines.factory",
     "mtkit.engines.threads", "mtkit.engines.device", "mtkit.engines.constraints", "mtkit.engines.mbr",
     "mtkit.engines.quality", "mtkit.engines.capabilities",
