@@ -443,15 +443,15 @@ def mtkit_router(service: Service):
         quality = await service.quality(results)
         sentences = []
         for t, qe in zip(results, quality):
+            reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else None
             if not t.src_ids:
-                sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[]))
+                sentences.append(Sentence(text="", confidence=None, qe=None, nbest=[], sentences=reports))
                 continue
             hyps = [Hypothesis(text=clean_output(c.text), score=c.score, logprob=c.logprob,
                                confidence=c.mean_logprob, tokens=len(c.ids) + c.sentences,
                                alignment=[list(p) for p in c.alignment] if req.alignments else None)
                     for c in t.candidates[: decode.nbest]]
             hyps = hyps[:1] + [h for h in hyps[1:] if h.text]  # an empty alternative is no alternative
-            reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else None
             sentences.append(Sentence(text=hyps[0].text, confidence=hyps[0].confidence, qe=qe, nbest=hyps,
                                       unmet=t.unmet, unmet_reasons=t.unwritable, alignment=hyps[0].alignment,
                                       sentences=reports))

@@ -15,6 +15,7 @@ from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
 
 from mtkit.commands import processes as ensemble
 from mtkit.config import config_from_dict
+from mtkit.text.pipeline import translate_lines
 
 pytestmark = pytest.mark.slow  # real processes and training: the fast tier is pytest -m 'not slow'
 
@@ -88,7 +89,7 @@ def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp
     # The test translations are the ensemble's: the same as decoding with both models here.
     members = [load_model(r / "checkpoints" / "averaged.pt") for r in runs]
     sources = (work / "data" / "test.src.txt").read_text().splitlines()
-    expected = TorchEngine(members, DecodeConfig(beam=2)).translate_text(sources)
+    expected = [t.best.text for t in translate_lines(TorchEngine(members, DecodeConfig(beam=2)), sources)]
     assert (work / "test.hyp").read_text().splitlines() == expected
 
     again = mtkit("run", str(recipe), "-w", str(work))

@@ -24,6 +24,7 @@ from mtkit.decoding import search  # noqa: E402
 from mtkit.decoding.options import SearchOptions  # noqa: E402
 from mtkit.engines.onnx_engine import OnnxModel  # noqa: E402
 from mtkit.export.onnx import export_model  # noqa: E402
+from mtkit.text.pipeline import translate_lines  # noqa: E402
 
 
 def padded(rows: list[list[int]]) -> torch.Tensor:
@@ -423,7 +424,7 @@ def test_evaluate_scores_an_onnx_export_with_engine_onnx(tiny_export, tmp_path):
     done = mtkit_cli(*args, "--engine", "onnx", "--hyp-out", str(tmp_path / "hyp.txt"), "--json")
     assert done.returncode == 0, done.stderr
     assert "(ONNX Runtime" in done.stderr
-    want = OnnxEngine(tiny_export, exported_decode(tiny_export)).translate_text(lines)
+    want = [t.best.text for t in translate_lines(OnnxEngine(tiny_export, exported_decode(tiny_export)), lines)]
     assert (tmp_path / "hyp.txt").read_text().splitlines() == want
 
 

@@ -254,7 +254,7 @@ def test_a_hugging_face_export_reads_the_tag_from_the_source_and_translates_the_
             with torch.no_grad():
                 out = model.generate(**one, max_new_tokens=one["input_ids"].size(1) + 51)
             theirs += tok.batch_decode(out, skip_special_tokens=True)
-        ours = run_mtkit("translate", "-m", multi_run, "--beam", "1", "--tgt-lang", lang, src)
+        ours = run_mtkit("translate", "-m", multi_run, "--beam", "1", "--tgt-lang", lang, "--no-guard", src)
         pairs = list(zip(theirs, ours.stdout.splitlines(), strict=True))
         assert sum(a == b for a, b in pairs) >= 39, [p for p in pairs if p[0] != p[1]]
     # a tag typed anywhere else is text, as in mtkit

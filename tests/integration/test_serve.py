@@ -252,7 +252,7 @@ def test_native_api_nbest_scores_and_confidence(server, expected, reverse_run):
     assert (answer["model"], answer["source"], answer["target"]) == ("run", "en", "de")
     first, empty = answer["translations"]
     assert empty == {"text": "", "confidence": None, "qe": None, "nbest": [], "unmet": [], "unmet_reasons": {},
-                     "alignment": None}  # (alignments: only when asked)
+                     "alignment": None, "sentences": []}  # (alignments: only when asked)
     assert first["qe"] == first["confidence"]  # without --qe-model, the quality estimate is the confidence
     assert 1 <= len(first["nbest"]) <= 3 and first["text"] == first["nbest"][0]["text"]
     scores = [h["score"] for h in first["nbest"]]
