@@ -150,6 +150,20 @@ class EngineOptions:
     warn: bool = True
 
 
+def chunks(lines: Iterable[str | None], buffer_size: int) -> Iterator[list[str]]:
+    """``lines`` in chunks of ``buffer_size`` (at least 1), a None ending a chunk early (no more input is ready)."""
+    buffer_size = max(1, buffer_size)
+    chunk: list[str] = []
+    for line in lines:
+        if line is not None:
+            chunk.append(line)
+        if chunk and (line is None or len(chunk) >= buffer_size):
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class Engine:
     """Lines in, :class:`Translation` objects out, in input order; engines supply :meth:`search_batch`.
 
@@ -318,18 +332,10 @@ class Engine:
         """
         call = dataclasses.replace(self.call(options, target), should_stop=should_stop, numbering=numbering)
         warned = _Warnings()
-        buffer_size = max(1, buffer_size)
-        chunk: list[str] = []
         start = 0
-        for line in lines:
-            if line is not None:
-                chunk.append(line)
-            if chunk and (line is None or len(chunk) >= buffer_size):
-                yield from self._translate_chunk(chunk, start, constraints, call, warned)
-                start += len(chunk)
-                chunk = []
-        if chunk:
+        for chunk in chunks(lines, buffer_size):
             yield from self._translate_chunk(chunk, start, constraints, call, warned)
+            start += len(chunk)
 
     def translate_text(self, lines: Sequence[str], constraints: ConstraintSource | None = None,
                        options: DecodeConfig | None = None, target: str | None = None) -> list[str]:

@@ -46,7 +46,7 @@ import regex
 
 from mtkit.config import DecodeConfig
 from mtkit.engines.constraints import Constraints, ConstraintSource
-from mtkit.engines.engine import Candidate, Engine, Translation
+from mtkit.engines.engine import Candidate, Engine, Translation, chunks
 from mtkit.text.guard import Protected, looping, missing, occurrences, protected_tokens, token_regex
 from mtkit.text.lines import clean_output
 from mtkit.text.markup import split_protected
@@ -163,18 +163,10 @@ def translate_lines(engine: Engine, lines: Iterable[str | None], *, buffer_size:
                                     target=target, should_stop=should_stop)
         return
     call = _Call(engine, decode, constraints, target, should_stop, languages(engine, target), counts)
-    buffer_size = max(1, buffer_size)
-    chunk: list[str] = []
     start = 0
-    for line in lines:
-        if line is not None:
-            chunk.append(line)
-        if chunk and (line is None or len(chunk) >= buffer_size):
-            yield from _chunk(call, chunk, start)
-            start += len(chunk)
-            chunk = []
-    if chunk:
+    for chunk in chunks(lines, buffer_size):
         yield from _chunk(call, chunk, start)
+        start += len(chunk)
 
 
 def _has_own_includes(constraints: ConstraintSource | None, index: int) -> bool:

@@ -37,30 +37,10 @@ ES = "Un hombre con una camisa azul está limpiando las ventanas."
 BODY_LIMIT, MAX_CHARS, MAX_SENTENCES = 2_000_000, 20_000, 256
 
 
-class Served(Running):
-    """:class:`test_serve_libretranslate.Running` with this module's limits."""
+def Served(models: list[ServedModel]) -> Running:  # noqa: N802 - a Running with this module's limits
+    from mtkit.serve.service import Limits
 
-    def __init__(self, models: list[ServedModel]) -> None:
-        import threading
-        import time
-
-        import uvicorn
-
-        from mtkit.serve.app import create_app
-        from mtkit.serve.server import Cors, Guard, bind
-        from mtkit.serve.service import Limits, Service
-
-        self.service = Service(models, Limits(max_chars=MAX_CHARS, max_sentences=MAX_SENTENCES))
-        app = Guard(Cors(create_app(self.service)), BODY_LIMIT, self.service.metrics)
-        self.sock = bind("127.0.0.1", 0)
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60  # a bound on a hang, not a timing assertion
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert self.server.started
+    return Running(models, limits=Limits(max_chars=MAX_CHARS, max_sentences=MAX_SENTENCES), body_limit=BODY_LIMIT)
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,8 @@ def reverse(text: str) -> str:
 class Running:
     """``mtkit serve``'s app (create_app, Cors, Guard) under uvicorn in a thread."""
 
-    def __init__(self, models: list[ServedModel], api_keys: frozenset[str] | None = None, limits=None) -> None:
+    def __init__(self, models: list[ServedModel], api_keys: frozenset[str] | None = None, limits=None,
+                 body_limit: int = 100_000) -> None:
         import uvicorn
 
         from mtkit.serve.app import create_app
@@ -69,7 +70,7 @@ class Running:
         limits = limits or Limits(max_chars=MAX_CHARS, max_sentences=MAX_SENTENCES, max_alternatives=MAX_ALTERNATIVES,
                                   max_beam=8)
         self.service = Service(models, limits, api_keys)
-        app = Guard(Cors(create_app(self.service)), 100_000, self.service.metrics)
+        app = Guard(Cors(create_app(self.service)), body_limit, self.service.metrics)
         self.sock = bind("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
