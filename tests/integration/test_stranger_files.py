@@ -7,7 +7,8 @@ config, vocabulary, manifest and SentencePiece files (read whole before: a Memor
 that the tests write nothing of that size; a FIFO or ``/dev/zero`` in place of a file (a hang, or a read
 until memory ran out); a beam of 10^9 from a flag, an import or a manifest; closed standard streams;
 invalid UTF-8 given to ``translate`` and ``score``; write errors that named a temporary; and an exported
-model given to ``translate`` without ``--engine ctranslate2``.
+model given to ``translate`` without ``--engine ctranslate2``. Invalid UTF-8 in a named file is the exception:
+the CLI in this process reads it (what it says is the subject; only standard input needs a process of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import fast_first, write_tiny_checkpoint
+from inprocess import run_mtkit
 from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error, run_limited, write_marian
 
 DEEP = 200_000
@@ -68,8 +70,7 @@ def exported(checkpoint, tmp_path_factory) -> Path:
     """``checkpoint`` exported to CTranslate2 by the CLI (a pristine copy: tests spoil copies of it)."""
     pytest.importorskip("ctranslate2")
     out = tmp_path_factory.mktemp("export") / "ct2"
-    r = subprocess.run([*MTKIT, "export", "ctranslate2", str(checkpoint), str(out)], capture_output=True,
-                       text=True, env=ENV, timeout=300, check=False)
+    r = run_mtkit("export", "ctranslate2", checkpoint, out)  # in this process: a good model, the tests' subject after
     assert r.returncode == 0, r.stderr
     return out
 
@@ -358,7 +359,7 @@ def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tm
 # ------------------------------------------------------------------ invalid UTF-8
 
 
-@pytest.mark.slow  # mtkit processes that load the model, ~12 s of CPU (fast: test_translator's read_text_lines cases)
+@pytest.mark.slow  # mtkit processes that load the model (fast: test_translator's read_text_lines cases)
 def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(checkpoint, tmp_path):
     """It silently became U+FFFD; prepare and evaluate refused it with file and line, and now these too."""
     bad = tmp_path / "bad.txt"
@@ -374,9 +375,9 @@ def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(check
         (["score", "-m", checkpoint, "--src", good, "--tgt", "-"], raw, "<stdin>: line 2: invalid UTF-8"),
     ]
     for args, stdin, fragment in cases:
-        if stdin is None:
-            r = mtkit(*args)
-        else:
+        if stdin is None:  # a file: what the command reads and says (in this process; no limit is the point here)
+            r = run_mtkit(*args)
+        else:  # standard input as a process has it: bytes decoded by mtkit, not by a test harness
             r = subprocess.run([*MTKIT, *map(str, args)], input=stdin.encode("latin-1"), capture_output=True,
                                env=ENV, timeout=120, check=False)
             r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
