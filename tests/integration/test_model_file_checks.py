@@ -215,13 +215,21 @@ def marian_imports(request, tmp_path_factory) -> dict:
     cases = []
     for k, name in enumerate(names):
         config, generation, _ = MARIAN_CASES[name]
-        cases.append((name, str(spoiled_marian(root / f"{k}" / "hf", config, generation)), str(root / f"{k}" / "run")))
-    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, str(Path(__file__).parent), json.dumps(cases)],
+        cases.append((name, spoiled_marian(root / f"{k}" / "hf", config, generation), root / f"{k}" / "run"))
+    said = import_each(cases)
+    return {name: (*said[name], out) for name, _, out in cases}
+
+
+def import_each(cases: list[tuple[str, Path, Path]]) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
+    """name -> (what `mtkit import marian FOLDER -o OUT` gave, its seconds) for each (name, FOLDER, OUT) of
+    ``cases``, imported one after another by the CLI's entry point in ONE process under the memory limit."""
+    listed = [(name, str(folder), str(out)) for name, folder, out in cases]
+    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, str(Path(__file__).parent), json.dumps(listed)],
                           capture_output=True, text=True, env=ENV, timeout=600, preexec_fn=_limited, check=False)
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout.splitlines()[-1])
-    return {name: (subprocess.CompletedProcess(["mtkit", "import", "marian", folder], *said[name][:3]), said[name][3],
-                   Path(out)) for name, folder, out in cases}
+    return {name: (subprocess.CompletedProcess(["mtkit", "import", "marian", folder], *said[name][:3]), said[name][3])
+            for name, folder, _ in listed}
 
 
 @pytest.mark.parametrize("name", fast_first(MARIAN_CASES))
