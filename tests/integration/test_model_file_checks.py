@@ -5,7 +5,7 @@ build; the tensors say how large it is. ``encoder_layers: 100000000`` over a one
 allocate until the machine ran out of memory. Each case here is the real ``mtkit`` CLI in a process under
 an address-space limit (:data:`MEMORY_LIMIT`, which torch's import survives and no such model fits in):
 exit code 1, one ``error:`` line naming the key, no traceback, nothing written. The Marian folders' cases
-are imported one after another by the CLI's entry point in one such process (:data:`IMPORT_EACH`).
+are imported one after another by the CLI's entry point in one such process (:func:`run_each`).
 
 The folders are made by hand, tensor by tensor, in the layout ``MarianMTModel.save_pretrained`` writes
 (:func:`test_the_handmade_folder_has_the_huggingface_layout` checks that against transformers where it is
@@ -189,15 +189,15 @@ def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     checkpoint_config(load_checkpoint(ckpt), ckpt)  # a checkpoint whose config fits passes the check
 
 
-# `mtkit import marian` of each folder in turn, through the CLI's entry point, in one process under the limit.
-IMPORT_EACH = """
+# `mtkit ARGS` of each case in turn, through the CLI's entry point, in one process (under the limit).
+RUN_EACH = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from inprocess import run_mtkit
 said = {}
-for name, folder, out in json.loads(sys.argv[2]):
+for name, args, stdin in json.loads(sys.argv[2]):
     start = time.monotonic()
-    done = run_mtkit("import", "marian", folder, "-o", out)
+    done = run_mtkit(*args, stdin=stdin)
     said[name] = [done.returncode, done.stdout, done.stderr, time.monotonic() - start]
 print(json.dumps(said))
 """
@@ -223,13 +223,22 @@ def marian_imports(request, tmp_path_factory) -> dict:
 def import_each(cases: list[tuple[str, Path, Path]]) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
     """name -> (what `mtkit import marian FOLDER -o OUT` gave, its seconds) for each (name, FOLDER, OUT) of
     ``cases``, imported one after another by the CLI's entry point in ONE process under the memory limit."""
-    listed = [(name, str(folder), str(out)) for name, folder, out in cases]
-    done = subprocess.run([sys.executable, "-c", IMPORT_EACH, str(Path(__file__).parent), json.dumps(listed)],
-                          capture_output=True, text=True, env=ENV, timeout=600, preexec_fn=_limited, check=False)
+    return run_each([(name, ["import", "marian", folder, "-o", out], None) for name, folder, out in cases])
+
+
+def run_each(cases: list[tuple[str, list, str | None]], env: dict | None = None,
+             ) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
+    """name -> (what `mtkit ARGS` gave with STDIN as its standard input, its seconds) for each (name, ARGS, STDIN)
+    of ``cases``, run one after another by the CLI's entry point (tests/integration/inprocess.py) in ONE process
+    under the memory limit, with ``env`` (default :data:`ENV`); its timeout only guards against a hang."""
+    listed = [(name, [str(a) for a in args], stdin) for name, args, stdin in cases]
+    done = subprocess.run([sys.executable, "-c", RUN_EACH, str(Path(__file__).parent), json.dumps(listed)],
+                          capture_output=True, text=True, env=ENV if env is None else env, timeout=600,
+                          preexec_fn=_limited, check=False)
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout.splitlines()[-1])
-    return {name: (subprocess.CompletedProcess(["mtkit", "import", "marian", folder], *said[name][:3]), said[name][3])
-            for name, folder, _ in listed}
+    return {name: (subprocess.CompletedProcess(["mtkit", *args], *said[name][:3]), said[name][3])
+            for name, args, _ in listed}
 
 
 @pytest.mark.parametrize("name", fast_first(MARIAN_CASES))
