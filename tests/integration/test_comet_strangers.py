@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 from conftest import write_tiny_checkpoint, zip_bomb
-from test_model_file_checks import _limited, assert_one_error
+from test_model_file_checks import _limited, assert_one_error, run_each
 from test_stranger_files import deep_json, sparse
 from tiny_comet import write_tiny_comet
 
@@ -68,14 +68,18 @@ def copy_of(kiwi: Path, target: Path) -> Path:
     return target
 
 
+def run_env(tmp_path: Path) -> dict:
+    """Offline, its Hugging Face caches (where transformers copies a model's code before running it) inside
+    ``tmp_path``."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": "", "CUDA_VISIBLE_DEVICES": "",
+            "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home"),
+            "HF_MODULES_CACHE": str(tmp_path / "hf-home" / "modules")}
+
+
 def run(tmp_path: Path, *args, stdin: str = "") -> subprocess.CompletedProcess:
-    """The CLI under the memory limit, offline, its Hugging Face caches (where transformers copies a
-    model's code before running it) inside ``tmp_path``; ``timeout``: only against a hang."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MTKIT_DEBUG": "", "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home"),
-           "HF_MODULES_CACHE": str(tmp_path / "hf-home" / "modules")}
+    """The CLI under the memory limit, with :func:`run_env`; ``timeout``: only against a hang."""
     return subprocess.run([sys.executable, "-m", "mtkit", *map(str, args)], capture_output=True, text=True,
-                          input=stdin, env=env, timeout=300, preexec_fn=_limited, check=False)
+                          input=stdin, env=run_env(tmp_path), timeout=300, preexec_fn=_limited, check=False)
 
 
 def texts(tmp_path: Path) -> tuple[Path, Path]:
@@ -235,19 +239,35 @@ def test_input_segments_that_are_not_names_are_one_line(kiwi, tmp_path):
 # ------------------------------------------------------------------ the encoder's JSON files
 
 
-@pytest.mark.slow  # the CLI in a process of its own: torch's and transformers' imports
+@pytest.fixture(scope="module")
+def deep_or_huge(request, kiwi, translator, tmp_path_factory) -> dict:
+    """node id -> (what ``translate --qe-model`` said, the spoiled encoder file) for every case of
+    test_a_deep_or_huge_encoder_file_is_one_error_line this session runs: one after another in ONE process
+    under the memory limit, as :func:`run` sets it up (a process per case spent most of its time importing
+    torch and transformers)."""
+    root = tmp_path_factory.mktemp("deep-or-huge")
+    cases, paths = [], {}
+    test = "test_a_deep_or_huge_encoder_file_is_one_error_line"
+    for k, item in enumerate(i for i in request.session.items if getattr(i, "originalname", None) == test):
+        name, shape = item.callspec.params["name"], item.callspec.params["shape"]
+        model = copy_of(kiwi, root / f"{k}" / "model")
+        path = paths[item.nodeid] = model / "encoder" / name
+        if shape == "deep":
+            path.write_text(deep_json())
+        else:
+            sparse(path)
+        cases.append((item.nodeid, ["translate", "-m", translator, "--qe-model", model], ANSWERS))
+    said = run_each(cases, env=run_env(root))
+    return {nodeid: (said[nodeid][0], paths[nodeid]) for nodeid in paths}
+
+
+@pytest.mark.slow  # the CLI under the memory limit in a process of its own (one for all the cases)
 @pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "tokenizer_config.json"])
 @pytest.mark.parametrize("shape", ["deep", "huge"])
-def test_a_deep_or_huge_encoder_file_is_one_error_line(kiwi, translator, tmp_path, name, shape):
-    model = copy_of(kiwi, tmp_path / "model")
-    path = model / "encoder" / name
-    if shape == "deep":
-        path.write_text(deep_json())
-        expected = f"{path}: nested more than 64 levels deep"
-    else:
-        sparse(path)
-        expected = f"{path}: larger than a"
-    assert_one_error(qe(tmp_path, "translate", model, translator), expected)
+def test_a_deep_or_huge_encoder_file_is_one_error_line(deep_or_huge, request, name, shape):
+    said, path = deep_or_huge[request.node.nodeid]
+    expected = f"{path}: nested more than 64 levels deep" if shape == "deep" else f"{path}: larger than a"
+    assert_one_error(said, expected)
 
 
 @pytest.mark.slow  # the CLI in a process of its own: torch's and transformers' imports

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import fast_first, write_reverse_corpus
+from inprocess import run_mtkit
 from test_corpora import corpora_config
 from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error
 
@@ -208,23 +209,24 @@ def test_a_rule_that_is_off_has_no_row_in_the_manifest_or_the_report(tmp_path):
 @pytest.mark.slow
 def test_a_language_filter_needs_the_languages_and_files_without_them_are_said_to_be_en_de(tmp_path):
     src, tgt = corpus(tmp_path, n=30)
-    r = mtkit("prepare", "--src", src, "--tgt", tgt, "--filter", "langid", "-o", tmp_path / "a",
-              "--set", "data.spm.vocab_size=60")
+    # the CLI in this process: the languages a corpus is taken in are the subject, not the process or its memory
+    r = run_mtkit("prepare", "--src", src, "--tgt", tgt, "--filter", "langid", "-o", tmp_path / "a",
+                  "--set", "data.spm.vocab_size=60")
     line = assert_one_error(r, "data.clean.filters.langid: needs the corpus's languages")
     assert "--src-lang and --tgt-lang" in line and "en-de would be assumed" in line
-    r = mtkit("prepare", "--src", src, "--tgt", tgt, "--tgt-lang", "cs", "--filter", "langid", "-o", tmp_path / "b",
-              "--set", "data.spm.vocab_size=60")
+    r = run_mtkit("prepare", "--src", src, "--tgt", tgt, "--tgt-lang", "cs", "--filter", "langid", "-o",
+                  tmp_path / "b", "--set", "data.spm.vocab_size=60")
     assert "give --src-lang (or data.src_lang" in assert_one_error(r, "no --src-lang (the pair en-cs would be")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
-    r = mtkit("prepare", "--src", src, "--tgt", tgt, "-o", tmp_path / "c", "--set", "data.spm.vocab_size=60")
+    r = run_mtkit("prepare", "--src", src, "--tgt", tgt, "-o", tmp_path / "c", "--set", "data.spm.vocab_size=60")
     assert r.returncode == 0, r.stderr
     assert "note: no --src-lang and --tgt-lang given: the corpus is taken as en-de" in r.stderr
-    r = mtkit("prepare", "--src", src, "--tgt", tgt, "--src-lang", "fr", "--tgt-lang", "cs", "-o", tmp_path / "d",
-              "--set", "data.spm.vocab_size=60")
+    r = run_mtkit("prepare", "--src", src, "--tgt", tgt, "--src-lang", "fr", "--tgt-lang", "cs", "-o",
+                  tmp_path / "d", "--set", "data.spm.vocab_size=60")
     assert r.returncode == 0 and "note:" not in r.stderr, r.stderr
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump({"data": {"src_lang": "fr", "tgt_lang": "cs", "spm": {"vocab_size": 60},
                                                "train": {"src": str(src), "tgt": str(tgt)}}}))
-    r = mtkit("prepare", recipe, "-o", tmp_path / "e")
+    r = run_mtkit("prepare", recipe, "-o", tmp_path / "e")
     assert r.returncode == 0 and "note:" not in r.stderr, r.stderr

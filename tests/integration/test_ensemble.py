@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 from conftest import TINY_MODEL, reverse_data_config, write_reverse_corpus
+from inprocess import run_mtkit
 
 from mtkit.commands import processes as ensemble
 from mtkit.config import config_from_dict
@@ -24,7 +25,13 @@ ENV.update({"OMP_WAIT_POLICY": "PASSIVE", "MTKIT_DEBUG": ""})
 
 
 def mtkit(*args: str) -> subprocess.CompletedProcess:
+    """A real ``python -m mtkit`` (without the tests' OMP_NUM_THREADS: members share the cores as a user's would)."""
     return subprocess.run([sys.executable, "-m", "mtkit", *args], capture_output=True, text=True, env=ENV, timeout=600)
+
+
+def mtkit_cli(*args: str) -> subprocess.CompletedProcess:
+    """The CLI in this process: for the commands that start no member processes (what they say is the subject)."""
+    return run_mtkit(*args)
 
 
 def tiny_recipe(tmp_path: Path, **train) -> Path:
@@ -92,26 +99,26 @@ def test_run_trains_the_members_side_by_side_and_decodes_with_their_ensemble(tmp
     expected = [t.best.text for t in translate_lines(TorchEngine(members, DecodeConfig(beam=2)), sources)]
     assert (work / "test.hyp").read_text().splitlines() == expected
 
-    again = mtkit("run", str(recipe), "-w", str(work))
+    again = mtkit_cli("run", str(recipe), "-w", str(work))  # every stage skipped: no member starts
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("has finished; skipped") == 2 and "train member" not in again.stderr
 
     # mtkit evaluate takes the same ensemble with -m repeated.
     hyp = tmp_path / "eval.hyp"
-    scored = mtkit("evaluate", "-m", str(runs[0] / "checkpoints" / "averaged.pt"), "-m",
-                   str(runs[1] / "checkpoints" / "averaged.pt"), "--src", str(work / "data" / "test.src.txt"),
-                   "--ref", str(work / "data" / "test.tgt.txt"), "--hyp-out", str(hyp), "--beam", "2", "--json")
+    scored = mtkit_cli("evaluate", "-m", str(runs[0] / "checkpoints" / "averaged.pt"), "-m",
+                       str(runs[1] / "checkpoints" / "averaged.pt"), "--src", str(work / "data" / "test.src.txt"),
+                       "--ref", str(work / "data" / "test.tgt.txt"), "--hyp-out", str(hyp), "--beam", "2", "--json")
     assert scored.returncode == 0, scored.stderr
     assert hyp.read_text().splitlines() == expected
 
 
 def test_a_failing_member_is_named_with_its_last_words(tmp_path):
     recipe = tiny_recipe(tmp_path)
-    prepared = mtkit("prepare", str(recipe), "--out", str(tmp_path / "data"))
+    prepared = mtkit_cli("prepare", str(recipe), "--out", str(tmp_path / "data"))
     assert prepared.returncode == 0, prepared.stderr
     # Member 2's directory already holds a run, which --no-resume refuses to overwrite.
-    single = mtkit("train", str(recipe), "-d", str(tmp_path / "data"), "-r", str(tmp_path / "run-2"),
-                   "--set", "train.ensemble=1", "--set", "train.max_steps=2")
+    single = mtkit_cli("train", str(recipe), "-d", str(tmp_path / "data"), "-r", str(tmp_path / "run-2"),
+                       "--set", "train.ensemble=1", "--set", "train.max_steps=2")
     assert single.returncode == 0, single.stderr
     result = mtkit("train", str(recipe), "-d", str(tmp_path / "data"), "-r", str(tmp_path / "run"), "--no-resume")
     assert result.returncode == 1

@@ -4,7 +4,8 @@ A Marian folder's ``config.json`` and an mtkit checkpoint's stored ``config`` sa
 build; the tensors say how large it is. ``encoder_layers: 100000000`` over a one-layer file used to
 allocate until the machine ran out of memory. Each case here is the real ``mtkit`` CLI in a process under
 an address-space limit (:data:`MEMORY_LIMIT`, which torch's import survives and no such model fits in):
-exit code 1, one ``error:`` line naming the key, no traceback, nothing written.
+exit code 1, one ``error:`` line naming the key, no traceback, nothing written. The Marian folders' cases
+are imported one after another by the CLI's entry point in one such process (:func:`run_each`).
 
 The folders are made by hand, tensor by tensor, in the layout ``MarianMTModel.save_pretrained`` writes
 (:func:`test_the_handmade_folder_has_the_huggingface_layout` checks that against transformers where it is
@@ -188,15 +189,64 @@ def test_the_memory_limit_leaves_room_for_a_good_import(tmp_path):
     checkpoint_config(load_checkpoint(ckpt), ckpt)  # a checkpoint whose config fits passes the check
 
 
-@pytest.mark.parametrize("name", fast_first(MARIAN_CASES))  # each case: an mtkit process
-def test_import_marian_refuses_a_config_its_weights_disagree_with(tmp_path, name):
+# `mtkit ARGS` of each case in turn, through the CLI's entry point, in one process (under the limit).
+RUN_EACH = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from inprocess import run_mtkit
+said = {}
+for name, args, stdin in json.loads(sys.argv[2]):
+    start = time.monotonic()
+    done = run_mtkit(*args, stdin=stdin)
+    said[name] = [done.returncode, done.stdout, done.stderr, time.monotonic() - start]
+print(json.dumps(said))
+"""
+
+
+@pytest.fixture(scope="module")
+def marian_imports(request, tmp_path_factory) -> dict:
+    """name -> (the CompletedProcess of `mtkit import marian` of the case's spoiled folder, its seconds, the output
+    folder it was told to write), for the cases of MARIAN_CASES this session runs: all in ONE process under the
+    memory limit (an mtkit process per case spent most of its time importing torch and transformers)."""
     pytest.importorskip("safetensors")
-    config, generation, fragment = MARIAN_CASES[name]
-    folder = spoiled_marian(tmp_path / "hf", config, generation)
-    r, seconds = run_limited("import", "marian", folder, "-o", tmp_path / "run")
-    line = assert_one_error(r, fragment)
+    names = [item.callspec.params["name"] for item in request.session.items
+             if getattr(item, "originalname", None) == "test_import_marian_refuses_a_config_its_weights_disagree_with"]
+    root = tmp_path_factory.mktemp("marian-imports")
+    cases = []
+    for k, name in enumerate(names):
+        config, generation, _ = MARIAN_CASES[name]
+        cases.append((name, spoiled_marian(root / f"{k}" / "hf", config, generation), root / f"{k}" / "run"))
+    said = import_each(cases)
+    return {name: (*said[name], out) for name, _, out in cases}
+
+
+def import_each(cases: list[tuple[str, Path, Path]]) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
+    """name -> (what `mtkit import marian FOLDER -o OUT` gave, its seconds) for each (name, FOLDER, OUT) of
+    ``cases``, imported one after another by the CLI's entry point in ONE process under the memory limit."""
+    return run_each([(name, ["import", "marian", folder, "-o", out], None) for name, folder, out in cases])
+
+
+def run_each(cases: list[tuple[str, list, str | None]], env: dict | None = None,
+             ) -> dict[str, tuple[subprocess.CompletedProcess, float]]:
+    """name -> (what `mtkit ARGS` gave with STDIN as its standard input, its seconds) for each (name, ARGS, STDIN)
+    of ``cases``, run one after another by the CLI's entry point (tests/integration/inprocess.py) in ONE process
+    under the memory limit, with ``env`` (default :data:`ENV`); its timeout only guards against a hang."""
+    listed = [(name, [str(a) for a in args], stdin) for name, args, stdin in cases]
+    done = subprocess.run([sys.executable, "-c", RUN_EACH, str(Path(__file__).parent), json.dumps(listed)],
+                          capture_output=True, text=True, env=ENV if env is None else env, timeout=600,
+                          preexec_fn=_limited, check=False)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.splitlines()[-1])
+    return {name: (subprocess.CompletedProcess(["mtkit", *args], *said[name][:3]), said[name][3])
+            for name, args, _ in listed}
+
+
+@pytest.mark.parametrize("name", fast_first(MARIAN_CASES))
+def test_import_marian_refuses_a_config_its_weights_disagree_with(marian_imports, name):
+    r, seconds, out = marian_imports[name]
+    line = assert_one_error(r, MARIAN_CASES[name][2])
     print(f"{name}: {seconds:.2f} s: {line}")
-    assert not (tmp_path / "run").exists()
+    assert not out.exists()
 
 
 @pytest.mark.slow  # an mtkit process that reads torch's pickle (fast: the safetensors cases)

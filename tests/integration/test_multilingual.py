@@ -23,9 +23,11 @@ def demo_pair(tgt: str) -> dict:
 
 
 DATA = {"pairs": [demo_pair("de"), demo_pair("fr")], "spm": {"vocab_size": 300}, "workers": 1}
+# 250 updates: both directions well learned (test chrF in the 60s and 70s, every output closer to its own
+# language; 400 reached the 80s), at 5/8 of the time of the two models trained here.
 TRAIN = {"max_tokens": 1000, "lr_schedule": "inverse_sqrt", "lr": 3e-3, "warmup": 100, "label_smoothing": 0.0,
-         "log_every": 50, "valid_every": 200, "bleu_every": 400, "bleu_beam": 1, "best_metric": "bleu",
-         "save_every": 0, "max_steps": 400, "seed": 3}
+         "log_every": 50, "valid_every": 125, "bleu_every": 250, "bleu_beam": 1, "best_metric": "bleu",
+         "save_every": 0, "max_steps": 250, "seed": 3}
 
 
 def loaded_engine(paths: list[Path], **settings):

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from conftest import WORDS, http_exchange
+from inprocess import run_mtkit
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -117,8 +118,9 @@ class Server:
 
 
 def mtkit_translate(*args, lines: list[str]) -> list[str]:
-    done = subprocess.run([*MTKIT, "translate", "--device", "cpu", *map(str, args)], input="\n".join(lines) + "\n",
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    """What ``mtkit translate`` writes for ``lines`` (the CLI in this process: the reference the servers'
+    answers are compared with)."""
+    done = run_mtkit("translate", "--device", "cpu", *args, stdin="\n".join(lines) + "\n")
     assert done.returncode == 0, done.stderr
     out = done.stdout.split("\n")[:-1]
     assert len(out) == len(lines)
@@ -471,8 +473,7 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_0(reverse_run, tmp_pat
 def test_the_ctranslate2_engine_serves_like_mtkit_translate(reverse_run, tmp_path):
     pytest.importorskip("ctranslate2")
     out = tmp_path / "ct2"
-    done = subprocess.run([*MTKIT, "export", "ctranslate2", str(reverse_run), str(out)], capture_output=True, text=True,
-                          env=ENV, timeout=300)
+    done = run_mtkit("export", "ctranslate2", reverse_run, out)
     assert done.returncode == 0, done.stderr
     lines = sentences(20, seed=11) + [""]
     want = mtkit_translate("--engine", "ctranslate2", "-m", out, lines=lines)

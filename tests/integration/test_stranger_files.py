@@ -7,7 +7,9 @@ config, vocabulary, manifest and SentencePiece files (read whole before: a Memor
 that the tests write nothing of that size; a FIFO or ``/dev/zero`` in place of a file (a hang, or a read
 until memory ran out); a beam of 10^9 from a flag, an import or a manifest; closed standard streams;
 invalid UTF-8 given to ``translate`` and ``score``; write errors that named a temporary; and an exported
-model given to ``translate`` without ``--engine ctranslate2``.
+model given to ``translate`` without ``--engine ctranslate2``. The spoiled Marian folders are imported one
+after another by the CLI's entry point in one such process (:func:`test_model_file_checks.import_each`); invalid
+UTF-8 in a named file is read by the CLI in this process (only standard input needs a process of its own).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import fast_first, write_tiny_checkpoint
-from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error, run_limited, write_marian
+from inprocess import run_mtkit
+from test_model_file_checks import ENV, MEMORY_LIMIT, assert_one_error, import_each, write_marian
 
 DEEP = 200_000
 HUGE_FILE = 3 << 30  # bytes: the issue's 3 GB files, sparse (no block of them is written)
@@ -68,8 +71,7 @@ def exported(checkpoint, tmp_path_factory) -> Path:
     """``checkpoint`` exported to CTranslate2 by the CLI (a pristine copy: tests spoil copies of it)."""
     pytest.importorskip("ctranslate2")
     out = tmp_path_factory.mktemp("export") / "ct2"
-    r = subprocess.run([*MTKIT, "export", "ctranslate2", str(checkpoint), str(out)], capture_output=True,
-                       text=True, env=ENV, timeout=300, check=False)
+    r = run_mtkit("export", "ctranslate2", checkpoint, out)  # in this process: a good model, the tests' subject after
     assert r.returncode == 0, r.stderr
     return out
 
@@ -84,48 +86,96 @@ def copy_dir(source: Path, target: Path) -> Path:
 # ------------------------------------------------------------------ deep, huge and special model files
 
 
-@pytest.mark.parametrize("name", fast_first(["config.json", "generation_config.json", "vocab.json",
-                                             "tokenizer_config.json"]))  # each case: an mtkit process
-def test_json_nested_200000_deep_in_a_marian_folder_is_one_error_line(tmp_path, name):
-    folder = write_marian(tmp_path / "hf")
+def _deep_json_folder(folder: Path, name: str) -> Path:
+    write_marian(folder)
     (folder / name).write_text(deep_json())
-    r, _ = run_limited("import", "marian", folder, "-o", tmp_path / "run")
-    assert_one_error(r, f"{folder / name}: nested more than 64 levels deep")
-    assert not (tmp_path / "run").exists()
+    return folder
 
 
-@pytest.mark.slow  # an mtkit process (import marian): json nested deep keeps the folder's parsers in the fast tier
-def test_a_safetensors_header_nested_200000_deep_is_one_error_line(tmp_path):
-    folder = write_marian(tmp_path / "hf")
+def _deep_header_folder(folder: Path) -> Path:
+    write_marian(folder)
     header = deep_json().encode()
     (folder / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    r, _ = run_limited("import", "marian", folder, "-o", tmp_path / "run")
-    assert_one_error(r, f"{folder / 'model.safetensors'}: not readable model weights")
+    return folder
 
 
-@pytest.mark.parametrize(("name", "what"), fast_first([("config.json", "model config"), ("vocab.json", "vocabulary"),
-                                                       ("generation_config.json", "model config"),
-                                                       ("source.spm", "SentencePiece model")]))  # each: a process
-def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(tmp_path, name, what):
-    """Read whole, each was a MemoryError under the limit (3 GiB of address space for 3 GB)."""
-    folder = write_marian(tmp_path / "hf")
+def _huge_file_folder(folder: Path, name: str, what: str) -> Path:
+    write_marian(folder)
     sparse(folder / name)
-    r, _ = run_limited("import", "marian", folder, "-o", tmp_path / "run")
-    assert_one_error(r, f"{folder / name}: larger than a {what} can be (at most ")
+    return folder
 
 
-@pytest.mark.slow  # mtkit processes; a FIFO or a device as the model (test_checkpoint_bounds) is in the fast tier
-@pytest.mark.parametrize(("name", "special"), [(n, s) for n in ("config.json", "vocab.json", "source.spm")
-                                               for s in ("fifo", "/dev/zero", "/dev/urandom")])
-def test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file(tmp_path, name, special):
-    """A FIFO hung the read forever (no writer ever comes); a device never ends."""
-    folder = write_marian(tmp_path / "hf")
+def _special_file_folder(folder: Path, name: str, special: str) -> Path:
+    write_marian(folder)
     (folder / name).unlink()
     if special == "fifo":
         os.mkfifo(folder / name)
     else:
         (folder / name).symlink_to(special)
-    r = mtkit("import", "marian", folder, "-o", tmp_path / "run", timeout=120)
+    return folder
+
+
+def _generation_folder(folder: Path, generation: dict, fragment: str) -> Path:
+    from test_model_file_checks import spoiled_marian
+
+    return spoiled_marian(folder, {}, generation)
+
+
+# test -> the Marian folder its case imports, from the case's parameters
+SPOILED_FOLDERS = {
+    "test_json_nested_200000_deep_in_a_marian_folder_is_one_error_line": _deep_json_folder,
+    "test_a_safetensors_header_nested_200000_deep_is_one_error_line": _deep_header_folder,
+    "test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read": _huge_file_folder,
+    "test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file": _special_file_folder,
+    "test_an_imported_num_beams_of_a_billion_is_one_error_line": _generation_folder,
+}
+
+
+@pytest.fixture(scope="module")
+def imported(request, tmp_path_factory) -> dict:
+    """node id -> (what `mtkit import marian` of the case's spoiled folder gave, the folder, the output folder
+    it was told to write), for every case of SPOILED_FOLDERS' tests this session runs: imported one after
+    another in ONE process under the memory limit (a process per case spent most of its time importing torch
+    and transformers; a FIFO read that hangs still ends at that process's timeout)."""
+    root = tmp_path_factory.mktemp("spoiled-marian")
+    cases, folders = [], {}
+    for k, item in enumerate(i for i in request.session.items if getattr(i, "originalname", None) in SPOILED_FOLDERS):
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        folders[item.nodeid] = SPOILED_FOLDERS[item.originalname](root / f"{k}" / "hf", **params), root / f"{k}" / "run"
+        cases.append((item.nodeid, *folders[item.nodeid]))
+    said = import_each(cases)
+    return {nodeid: (said[nodeid][0], *folders[nodeid]) for nodeid in folders}
+
+
+@pytest.mark.parametrize("name", fast_first(["config.json", "generation_config.json", "vocab.json",
+                                             "tokenizer_config.json"]))
+def test_json_nested_200000_deep_in_a_marian_folder_is_one_error_line(imported, request, name):
+    r, folder, out = imported[request.node.nodeid]
+    assert_one_error(r, f"{folder / name}: nested more than 64 levels deep")
+    assert not out.exists()
+
+
+@pytest.mark.slow  # json nested deep keeps the folder's parsers in the fast tier
+def test_a_safetensors_header_nested_200000_deep_is_one_error_line(imported, request):
+    r, folder, _ = imported[request.node.nodeid]
+    assert_one_error(r, f"{folder / 'model.safetensors'}: not readable model weights")
+
+
+@pytest.mark.parametrize(("name", "what"), fast_first([("config.json", "model config"), ("vocab.json", "vocabulary"),
+                                                       ("generation_config.json", "model config"),
+                                                       ("source.spm", "SentencePiece model")]))
+def test_a_3_gb_file_in_a_marian_folder_is_refused_before_it_is_read(imported, request, name, what):
+    """Read whole, each was a MemoryError under the limit (3 GiB of address space for 3 GB)."""
+    r, folder, _ = imported[request.node.nodeid]
+    assert_one_error(r, f"{folder / name}: larger than a {what} can be (at most ")
+
+
+@pytest.mark.slow  # a FIFO or a device as the model (test_checkpoint_bounds) is in the fast tier
+@pytest.mark.parametrize(("name", "special"), [(n, s) for n in ("config.json", "vocab.json", "source.spm")
+                                               for s in ("fifo", "/dev/zero", "/dev/urandom")])
+def test_a_fifo_or_a_device_in_a_marian_folder_is_not_a_regular_file(imported, request, name, special):
+    """A FIFO hung the read forever (no writer ever comes); a device never ends."""
+    r, folder, _ = imported[request.node.nodeid]
     assert_one_error(r, f"{folder / name}: not a regular file")
 
 
@@ -316,17 +366,14 @@ def test_a_beam_of_a_billion_in_a_checkpoint_is_one_error_line(checkpoint, tmp_p
     assert_one_error(r, "decode.beam: must be at most 1024, got 1000000000")
 
 
-# Each case an mtkit process; the same bound from a flag and in a checkpoint (above) are in the fast tier.
+# The same bound from a flag and in a checkpoint (above) are in the fast tier.
 @pytest.mark.parametrize(("generation", "fragment"), fast_first([
     ({"num_beams": 10**9}, "generation_config.json: num_beams: must be at most 1024, got 1000000000"),
     ({"max_new_tokens": 10**9}, "generation_config.json: max_new_tokens: must be at most 65536"),
     ({"no_repeat_ngram_size": 10**9}, "generation_config.json: no_repeat_ngram_size: must be at most 65536"),
 ], keep=0))
-def test_an_imported_num_beams_of_a_billion_is_one_error_line(tmp_path, generation, fragment):
-    from test_model_file_checks import spoiled_marian
-
-    folder = spoiled_marian(tmp_path / "hf", {}, generation)
-    r, _ = run_limited("import", "marian", folder, "-o", tmp_path / "run")
+def test_an_imported_num_beams_of_a_billion_is_one_error_line(imported, request, generation, fragment):
+    r, _, _ = imported[request.node.nodeid]
     assert_one_error(r, fragment)
 
 
@@ -358,7 +405,7 @@ def test_translate_and_score_with_a_closed_standard_stream_say_so(checkpoint, tm
 # ------------------------------------------------------------------ invalid UTF-8
 
 
-@pytest.mark.slow  # mtkit processes that load the model, ~12 s of CPU (fast: test_translator's read_text_lines cases)
+@pytest.mark.slow  # mtkit processes that load the model (fast: test_translator's read_text_lines cases)
 def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(checkpoint, tmp_path):
     """It silently became U+FFFD; prepare and evaluate refused it with file and line, and now these too."""
     bad = tmp_path / "bad.txt"
@@ -374,9 +421,9 @@ def test_invalid_utf8_given_to_translate_or_score_names_the_input_and_line(check
         (["score", "-m", checkpoint, "--src", good, "--tgt", "-"], raw, "<stdin>: line 2: invalid UTF-8"),
     ]
     for args, stdin, fragment in cases:
-        if stdin is None:
-            r = mtkit(*args)
-        else:
+        if stdin is None:  # a file: what the command reads and says (in this process; no limit is the point here)
+            r = run_mtkit(*args)
+        else:  # standard input as a process has it: bytes decoded by mtkit, not by a test harness
             r = subprocess.run([*MTKIT, *map(str, args)], input=stdin.encode("latin-1"), capture_output=True,
                                env=ENV, timeout=120, check=False)
             r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())

@@ -287,7 +287,7 @@ def test_works_under_torch_compile():
     assert torch.allclose(compiled(src, tgt), model(src, tgt), atol=1e-6)
 
 
-def _train(model, make_example, steps=800, lr=3e-3, seed=0):
+def _train(model, make_example, steps=300, lr=3e-3, seed=0):
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
     # Decaying to 0 ends on a settled model: at a constant rate the last steps' noise alone moved
@@ -327,7 +327,8 @@ def _train(model, make_example, steps=800, lr=3e-3, seed=0):
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_tiny_model_learns_copy_and_reverse(task, seed):
     """On the reference kernels, for every seed of a small set (the rate decays to 0, so the end state
-    does not hang on one seed's last steps)."""
+    does not hang on one seed's last steps). 300 steps: every seed of 0-5 ends with a loss under 0.01 and
+    every token right, while at 150 steps none passes (the check still tells learning from not)."""
     cfg = ModelConfig(d_model=64, h=4, d_ff=128, encoder_layers=2, decoder_layers=2, dropout=0.0)
     torch.manual_seed(seed)
     model = Transformer(cfg, 16, 16, kernels="reference")
