@@ -162,7 +162,7 @@ def test_the_teacher_translates_as_its_own_recipe_decodes_not_as_the_students(tm
     folder = tmp_path / "distill"
     distill(config_from_dict(raw), folder, progress=False)
     made = json.loads((folder / "shards" / "settings.json").read_text())["decode"]
-    assert made == config_to_dict(DecodeConfig(beam=3, max_len_b=6, alpha=0.0))
+    assert made == config_to_dict(DecodeConfig(beam=3, max_len_b=6, alpha=0.0, guard=False))
     own = load_models([teacher], LoadOptions(engine="torch", device="cpu", threads=1, any_target=False)).engine
     sources = Path(raw["data"]["train"]["src"]).read_text().splitlines()
     assert [row[0] for row in read_shards(folder / "shards", 3)] == [t.best.text for t in own.translate(sources)]
