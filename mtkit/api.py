@@ -31,7 +31,8 @@ from mtkit import langid
 from mtkit.checkpoints.io import is_hugging_face_folder, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.data.languages import same_pairs
-from mtkit.engines.capabilities import either, include_refusal
+from mtkit.documents import DOCUMENT_FORMATS, Limits, Texts, translate_bytes, translate_file
+from mtkit.engines.capabilities import CAPABILITIES, either, include_refusal
 from mtkit.engines.constraints import MAX_LINE_PHRASES, Constraints, constraint_source
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Engine, Translation
@@ -52,7 +53,7 @@ from mtkit.importers import write_run
 from mtkit.metrics.scores import MetricOptions, score
 from mtkit.text.glossary import Glossary
 from mtkit.text.lines import clean_output
-from mtkit.text.pipeline import sentence_reports, translate_lines
+from mtkit.text.pipeline import GuardCounts, sentence_reports, translate_lines
 
 __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypothesis", "TranslationPipeline",
            "load", "load_models", "from_model", "comet_scorer", "evaluate", "detect", "pipeline"]
@@ -231,6 +232,37 @@ class Model:
                       for c in t.candidates[: max(1, decode.nbest)]]
         reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else []
         return Result(t.source, hypotheses, list(t.unmet), reports)
+
+    def document_texts(self, *, target: str | None = None, counts: GuardCounts | None = None,
+                       progress: Any = None, **options: Any) -> Texts:
+        """What a document's format hands its text to (:class:`mtkit.documents.Texts`): this model's translations
+        with hard word alignments (which put formatting back), ``options`` as :meth:`translate` takes them."""
+        engine = self._engine()
+        aligned = CAPABILITIES[self.kind].alignments
+        decode = self.options(**options)
+        if aligned and decode.alignments == "off":
+            decode = dataclasses.replace(decode, alignments="hard")
+
+        def translate(sentences: list[str]) -> list[tuple[str, list]]:
+            return [(clean_output(t.best.text), t.best.alignment or [])
+                    for t in translate_lines(engine, sentences, buffer_size=max(1, len(sentences)), options=decode,
+                                             target=target, counts=counts)]
+
+        return Texts(translate, aligned=aligned, progress=progress)
+
+    def translate_document(self, data: bytes, format: str, *, name: str = "document", target: str | None = None,
+                           limits: Limits | None = None, **options: Any) -> bytes:
+        """The document ``data`` (``format``: one of :data:`mtkit.documents.DOCUMENT_FORMATS`) translated, its
+        structure and formatting kept (:mod:`mtkit.documents`); ``name`` names it in errors."""
+        if format not in DOCUMENT_FORMATS:
+            raise MtkitError(f"format {format!r}: expected one of {', '.join(DOCUMENT_FORMATS)}")
+        return translate_bytes(data, format, self.document_texts(target=target, **options), name, limits or Limits())
+
+    def translate_file(self, source: str | Path, out: str | Path, *, format: str | None = None,
+                       target: str | None = None, limits: Limits | None = None, **options: Any) -> str:
+        """Translate the document ``source`` into ``out`` (written whole or not at all), the format taken from
+        ``source``'s extension or ``format`` (.docx .pptx .odt .odp .epub .srt .vtt .md .html .txt); returns it."""
+        return translate_file(source, out, self.document_texts(target=target, **options), format, limits or Limits())
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of

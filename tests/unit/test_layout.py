@@ -138,7 +138,7 @@ LAYERS = [
     {"mtkit.commands"},
     {"mtkit.serve", "mtkit.training"},
     {"mtkit.api", "mtkit"},  # mtkit.load converts a run for CTranslate2 and imports a Marian folder
-    {"mtkit.export", "mtkit.importers"},
+    {"mtkit.export", "mtkit.importers", "mtkit.documents"},
     {"mtkit.text", "mtkit.visualize"},
     {"mtkit.engines"},
     {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
@@ -310,6 +310,7 @@ TORCH_FREE = {
     "mtkit.export", "mtkit.export.cache",
     "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
     "mtkit.text.pipeline", "mtkit.text.sentences", "mtkit.text.guard",
+    "mtkit.documents",  # a format's module is imported when its format is asked for
     "mtkit.engines", "mtkit.engines.engine", "mtkit.engines.ctranslate2_engine", "mtkit.engines.factory",
     "mtkit.engines.threads", "mtkit.engines.device", "mtkit.engines.constraints", "mtkit.engines.mbr",
     "mtkit.engines.quality", "mtkit.engines.capabilities",
@@ -327,7 +328,9 @@ TORCH_FREE = {
 OPTIONAL = ("ctranslate2", "transformers", "safetensors", "onnx", "onnxscript", "onnxruntime", "huggingface_hub",
             "lingua", "eflomal", "fastapi", "fastapi_offline", "starlette", "uvicorn", "prometheus_client",
             "python_multipart", "torch.utils.tensorboard", "fcntl", "resource",
-            "datasets", "matplotlib", "sacremoses")
+            "datasets", "matplotlib", "sacremoses",
+            # the documents extra: each format's library where the format is read (mtkit.documents)
+            "docx", "pptx", "defusedxml", "lxml", "srt", "webvtt", "markdown_it")
 
 
 def test_the_torch_free_modules_load_no_torch():
