@@ -233,36 +233,43 @@ class Model:
         reports = sentence_reports(t) if decode.split == "sentences" or decode.guard else []
         return Result(t.source, hypotheses, list(t.unmet), reports)
 
-    def document_texts(self, *, target: str | None = None, counts: GuardCounts | None = None,
-                       progress: Any = None, **options: Any) -> Texts:
+    def document_texts(self, *, target: str | None = None, glossary: Mapping[str, str] | str | Path | None = None,
+                       counts: GuardCounts | None = None, progress: Any = None, **options: Any) -> Texts:
         """What a document's format hands its text to (:class:`mtkit.documents.Texts`): this model's translations
-        with hard word alignments (which put formatting back), ``options`` as :meth:`translate` takes them."""
+        with hard word alignments (which put formatting back), ``glossary`` and ``options`` as :meth:`translate`
+        takes them; ``counts``: the integrity guard's tally, added to; ``progress``: called with each batch's
+        number of fragments."""
         engine = self._engine()
         aligned = CAPABILITIES[self.kind].alignments
         decode = self.options(**options)
         if aligned and decode.alignments == "off":
             decode = dataclasses.replace(decode, alignments="hard")
+        source = self._constraints([], glossary, None, decode)
 
         def translate(sentences: list[str]) -> list[tuple[str, list]]:
             return [(clean_output(t.best.text), t.best.alignment or [])
                     for t in translate_lines(engine, sentences, buffer_size=max(1, len(sentences)), options=decode,
-                                             target=target, counts=counts)]
+                                             constraints=source, target=target, counts=counts)]
 
         return Texts(translate, aligned=aligned, progress=progress)
 
     def translate_document(self, data: bytes, format: str, *, name: str = "document", target: str | None = None,
-                           limits: Limits | None = None, **options: Any) -> bytes:
+                           glossary: Mapping[str, str] | str | Path | None = None, limits: Limits | None = None,
+                           **options: Any) -> bytes:
         """The document ``data`` (``format``: one of :data:`mtkit.documents.DOCUMENT_FORMATS`) translated, its
         structure and formatting kept (:mod:`mtkit.documents`); ``name`` names it in errors."""
         if format not in DOCUMENT_FORMATS:
             raise MtkitError(f"format {format!r}: expected one of {', '.join(DOCUMENT_FORMATS)}")
-        return translate_bytes(data, format, self.document_texts(target=target, **options), name, limits or Limits())
+        texts = self.document_texts(target=target, glossary=glossary, **options)
+        return translate_bytes(data, format, texts, name, limits or Limits())
 
     def translate_file(self, source: str | Path, out: str | Path, *, format: str | None = None,
-                       target: str | None = None, limits: Limits | None = None, **options: Any) -> str:
+                       target: str | None = None, glossary: Mapping[str, str] | str | Path | None = None,
+                       limits: Limits | None = None, **options: Any) -> str:
         """Translate the document ``source`` into ``out`` (written whole or not at all), the format taken from
         ``source``'s extension or ``format`` (.docx .pptx .odt .odp .epub .srt .vtt .md .html .txt); returns it."""
-        return translate_file(source, out, self.document_texts(target=target, **options), format, limits or Limits())
+        texts = self.document_texts(target=target, glossary=glossary, **options)
+        return translate_file(source, out, texts, format, limits or Limits())
 
     def score(self, sources: Sequence[str], targets: Sequence[str], *, target: str | None = None) -> list:
         """log P(target | source) of each pair by forced decoding: a list of

@@ -249,7 +249,7 @@ def translate(
     mbr: str | None = typer.Option(None, "--mbr", help="Minimum-Bayes-risk decoding: among --mbr-candidates hypotheses (an n-best list, or samples with --sampling), the one of the highest expected utility: chrf | bleu | comet | off."),
     mbr_candidates: int | None = typer.Option(None, "--mbr-candidates", help="With --mbr: hypotheses to choose from (default 8; the beam is widened to as many)."),
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: a reference-based COMET model, hub name or folder (default Unbabel/wmt22-comet-da; needs mtkit[comet])."),
-    output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet, sentences) | html | xml (each line a fragment: inline tags put back around the aligned words); default text, nbest with --nbest K > 1."),
+    output_format: str | None = typer.Option(None, "--format", help="text | tokens | scores | nbest (K lines per input: INDEX ||| text ||| SCORE) | json (one object per input: text, score, logprob, confidence, tokens, nbest, unmet, sentences) | html | xml (each line a fragment: inline tags put back around the aligned words) | docx | pptx | odt | odp | epub | srt | vtt | md | txt (the input is one document of that format: translated whole, its structure and formatting kept; taken from FILE's extension without --format, .html included); default text, nbest with --nbest K > 1."),
     qe: bool = typer.Option(False, "--qe", help="Each translation's quality estimate, without a reference: a tab-separated column of --format text, a key qe of json. The model's confidence (mean log-probability per token), or COMET-QE's score with --qe-model."),
     qe_model: str | None = typer.Option(None, "--qe-model", help="A reference-free COMET model (hub name or folder, e.g. Unbabel/wmt22-cometkiwi-da) for --qe (implies it; needs mtkit[comet])."),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N."),
@@ -272,17 +272,20 @@ def translate(
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="The language to translate into, for a "
                                            "multilingual model (required when it has several targets)."),
 ) -> None:
-    """Translate text, one output line per input line, always.
+    """Translate text, one output line per input line, always; or one document, into the same format.
 
     Reads: files or stdin, one sentence per line (from a pipe, what has arrived is translated
     whenever no more is ready). Writes: translations to stdout (or --output); the checkpoint
-    loaded, warnings and progress to stderr.
+    loaded, warnings and progress to stderr. A FILE.docx, .pptx, .odt, .odp, .epub, .srt, .vtt,
+    .md or .html (or --format with one of them) is one document: its structure, timings, code
+    and formatting come back as they were, its text translated (docs/documents.md).
 
     \b
     Example:
       echo "two hundred five" | mtkit translate -m work/demo/run
       mtkit translate -m work/demo/run --beam 5 --nbest 3 test.en    # 3 lines per input
       mtkit translate -m work/demo/run --glossary terms.tsv test.en  # forces its terms in (torch engine)
+      mtkit translate -m work/demo/run talk.srt -o talk.de.srt       # a document, in its own format
     """
     from mtkit.commands.translate import TranslateOptions
     from mtkit.commands.translate import translate as run_translate

@@ -23,6 +23,8 @@ No torch at import time: this module is loaded when the CLI starts, and the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import select
 import signal
 import sys
@@ -38,6 +40,7 @@ import regex
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeConfig, DecodeOptions
 from mtkit.data.word_alignment import pharaoh
+from mtkit.documents import DOCUMENT_FORMATS, EXTENSIONS, Limits, is_binary, translate_bytes
 from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
 from mtkit.engines.constraints import constraint_source
 from mtkit.engines.quality import with_quality
@@ -58,6 +61,9 @@ from mtkit.text.lines import OUTPUT_FORMATS, clean_output, format_translation, r
 from mtkit.text.markup import MARKUPS, PROTECT_TIMEOUT, MarkupError, split_markup, split_protected, translate_split
 from mtkit.text.phrases import check_line_counts, read_constraint_options
 from mtkit.text.pipeline import GuardCounts, sentence_reports, translate_lines
+
+DOCUMENT_ONLY = tuple(f for f in DOCUMENT_FORMATS if f not in MARKUPS)  # --format docx ... (html, xml: a line each)
+DOCUMENT_LIMITS = Limits()
 
 DEFAULT_BUFFER_SIZE = 1000
 
@@ -233,6 +239,7 @@ class TranslateOptions:
     qe_model: str | None = None  # a reference-free COMET model for it (implies qe); None: the model's confidence
     alignments_out: Path | None = None  # the best translations' word alignments go here, a line per input line
     protect: str | None = None  # a regular expression: its matches (placeholders) carried through by the alignment
+    document: str | None = None  # the input is one document of this format (mtkit.documents): set by translate()
 
     @property
     def markup(self) -> str | None:
@@ -271,7 +278,8 @@ class TranslateOptions:
         """The decoding options with what the output implies: hard word alignments where markup or placeholders
         are put back by them (the ONNX engine gives none: it translates between tags only) and for
         ``--alignments-out``."""
-        implied = (self.markup is not None and self.aligns) or self.alignments_out is not None
+        placed = self.markup is not None or self.document is not None  # tags, placeholders or a document's runs
+        implied = (placed and self.aligns) or self.alignments_out is not None
         if implied and self.decode.alignments in (None, "off"):
             return self.decode.replace(alignments="hard")
         return self.decode
@@ -281,8 +289,11 @@ class TranslateOptions:
         (the decoding options through :meth:`DecodeOptions.check`), in a fixed order: the format, the markup, the
         engine and its settings, then the decoding options and what they go with."""
         output_format, markup = self.output_format, self.markup
-        if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS:
-            raise MtkitError(f"--format {output_format}: expected one of {', '.join(OUTPUT_FORMATS + MARKUPS)}")
+        if output_format is not None and output_format not in OUTPUT_FORMATS + MARKUPS + DOCUMENT_ONLY:
+            raise MtkitError(f"--format {output_format}: expected one of "
+                             f"{', '.join(OUTPUT_FORMATS + MARKUPS + DOCUMENT_ONLY)}")
+        if self.document is not None:
+            self._check_document()
         if self.protect is not None:
             if output_format not in (None, "text"):
                 raise MtkitError(f"--protect takes placeholders out of plain text (--format text), not --format "
@@ -332,6 +343,77 @@ class TranslateOptions:
                              f"--format {output_format} prints the best one only")
         if not CAPABILITIES[self.engine].attention_maps and self.attention_png is not None:
             raise MtkitError(f"--attention-png needs --engine {either('attention_maps')}")
+
+
+    def _check_document(self) -> None:
+        """A document comes back whole, in its own format: nothing that adds to the output or asks per line."""
+        for flag, given in (("--nbest", (self.decode.nbest or 1) > 1),
+                            ("--alignments", self.decode.alignments not in (None, "off")),
+                            ("--alignments-out", self.alignments_out is not None), ("--qe", self.wants_qe),
+                            ("--attention-png", self.attention_png is not None),
+                            ("--protect", self.protect is not None), ("--constraints", self.constraints is not None)):
+            if given:
+                raise MtkitError(f"a {self.document} document is translated whole into its own format: drop {flag} "
+                                 "(--glossary applies to documents)")
+
+
+def document_format(inputs: list[str], given: str | None) -> str | None:
+    """The document format the inputs are translated as (:mod:`mtkit.documents`), or None (lines): ``--format``
+    one of the document formats, or one named file whose extension is a document's (.txt and ``--format
+    html|xml`` stay lines: a fragment a line)."""
+    if given in DOCUMENT_ONLY:
+        return given
+    if given is not None:
+        return None
+    named = [name for name in inputs if name != "-" and Path(name).suffix.lower() in EXTENSIONS
+             and EXTENSIONS[Path(name).suffix.lower()] != "txt"]
+    if not named:
+        return None
+    if len(inputs) > 1:
+        raise MtkitError(f"{named[0]}: a document is translated on its own: give one input with -o OUT")
+    return EXTENSIONS[Path(named[0]).suffix.lower()]
+
+
+def _read_document(name: str, o: TranslateOptions) -> bytes:
+    """The document's bytes (a file, or stdin), refused past :data:`DOCUMENT_LIMITS` before it is read; checked
+    before the model loads."""
+    if o.output is None and is_binary(o.document) and sys.stdout.isatty():
+        raise MtkitError(f"{name}: a {o.document} document is binary: write it to a file with -o OUT (or a pipe)")
+    limit = DOCUMENT_LIMITS.max_bytes
+    try:
+        if name == "-":
+            data = standard_input().read(limit + 1)
+            name = STDIN_NAME
+        else:
+            size = os.stat(name).st_size
+            if size > limit:
+                raise MtkitError(f"{name}: {size:,} bytes, more than the {limit:,} a document may have")
+            with open(name, "rb") as f:
+                data = f.read(limit + 1)
+    except OSError as e:
+        raise MtkitError(f"{name}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise MtkitError(f"{name}: more than the {limit:,} bytes a document may have")
+    return data
+
+
+def _translate_document(model, name: str, data: bytes, o: TranslateOptions) -> None:
+    """One document in, the same document out (:mod:`mtkit.documents`): to ``--output`` (a temporary file, renamed)
+    or stdout; the integrity guard's counts on stderr."""
+    counts = GuardCounts()
+    progress = sentence_progress()
+    if progress is not None:
+        progress.unit = "par"
+    try:
+        texts = model.document_texts(target=o.tgt_lang, glossary=o.glossary, counts=counts,
+                                     progress=None if progress is None else progress.update)
+        result = translate_bytes(data, o.document, texts, STDIN_NAME if name == "-" else name, DOCUMENT_LIMITS)
+    finally:
+        if progress is not None:
+            progress.close()
+    with _output_stream(o.output) as out:
+        out.write(result)
+    _say_guard(model.engine.decode, counts, False)
 
 
 def _check_files(inputs: list[str], o: TranslateOptions):
@@ -389,11 +471,15 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
         tgt_lang: the target language of a multilingual model (required when it has several).
     """
     o = options or TranslateOptions()
+    inputs = list(inputs) if inputs else ["-"]
+    document = document_format(inputs, o.output_format)
+    if document is not None:
+        o = dataclasses.replace(o, document=document, output_format=None)
     o.check()
     output_format, markup, qe = o.output_format, o.markup, o.wants_qe
     paths = list(model_path) if isinstance(model_path, (list, tuple)) else [model_path]
-    inputs = list(inputs) if inputs else ["-"]
     per_line, terms = _check_files(inputs, o)
+    document_data = _read_document(inputs[0], o) if o.document is not None else b""
     interactive = "-" in inputs and sys.stdin.isatty()
     buffer_size = 1 if interactive else o.buffer_lines
 
@@ -419,6 +505,9 @@ def translate(model_path: Path | list[Path], inputs: list[str] | None = None,
     if qe and output_format == "nbest":
         raise MtkitError(f"--qe adds a column to --format text or a key to json; --nbest {nbest} lists hypotheses "
                          "with --format nbest: add --format json")
+    if o.document is not None:
+        _translate_document(model, inputs[0], document_data, o)
+        return
     attention_done = o.attention_png is None
     progress = sentence_progress(enabled=not interactive)
     wanted = None

@@ -121,7 +121,13 @@ def translate_bytes(data: bytes, fmt: str, texts: Texts, name: str, limits: Limi
     document of that format."""
     if len(data) > limits.max_bytes:
         raise MtkitError(f"{name}: {len(data):,} bytes, more than the {limits.max_bytes:,} a document may have")
-    module = importlib.import_module(f"{__name__}.{FORMATS[fmt][0]}")
+    try:
+        module = importlib.import_module(f"{__name__}.{FORMATS[fmt][0]}")
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.startswith(__name__):
+            raise
+        raise MtkitError(f"{name}: a {fmt} document needs {e.name}, which is not installed: "
+                         "pip install 'mtkit[documents]'") from None
     return module.translate(data, fmt, texts, name, limits)
 
 
