@@ -262,9 +262,11 @@ def _rebuild(paragraph: etree._Element, pieces: list[Piece]) -> None:
 
 
 def _respaced(pieces: list[Piece]) -> list[Piece]:
-    """``pieces`` with the spaces beside each atom as they were in the source where the translation lost them
-    (a field after "Page "), and beside a separator exactly as they were (:func:`_pieces` put spaces there for
-    the translator, and a space before a tab or after a line break would show)."""
+    """``pieces`` with the spaces beside each atom as they were in the source: :func:`_pieces` put spaces beside
+    a separator for the translator (a space before a tab or after a line break would show), and
+    :func:`mtkit.text.markup.place` puts a void tag before the word after it ("Page <field/>" comes back
+    "Seite<field/> ", "dog<note/> runs" as "Hund <note/>rennt"). An atom that was glued to the words on both
+    sides and lands between two words is glued to the one before it (a footnote's mark)."""
     out = [Piece(p.text, p.run, p.wrappers, p.atom) for p in pieces]
     for k, piece in enumerate(out):
         atom = piece.atom
@@ -272,16 +274,16 @@ def _respaced(pieces: list[Piece]) -> list[Piece]:
             continue
         left = out[k - 1] if k and out[k - 1].atom is None else None
         right = out[k + 1] if k + 1 < len(out) and out[k + 1].atom is None else None
-        if left is not None and k == 1 and not atom.before and not left.text.strip():
-            left.text = ""  # the space markup.place put before an atom that began the paragraph
-        if right is not None and k + 2 == len(out) and not atom.after and not right.text.strip():
-            right.text = ""  # and after one that ended it ("Page <field/>" comes back "Seite<field/> ")
         if left is not None:
-            left.text = left.text.rstrip(" ") if atom.separates else left.text
-            left.text += " " if atom.before and left.text and not left.text.endswith(" ") else ""
+            left.text = left.text.rstrip(" ")
         if right is not None:
-            right.text = right.text.lstrip(" ") if atom.separates else right.text
-            right.text = (" " if atom.after and right.text and not right.text.startswith(" ") else "") + right.text
+            right.text = right.text.lstrip(" ")
+        words_before = left is not None and (left.text != "" or k > 1)
+        words_after = right is not None and (right.text != "" or k + 2 < len(out))
+        if words_before and atom.before:
+            left.text += " "
+        if words_after and (atom.after or (words_before and not atom.before and not atom.separates)):
+            right.text = " " + right.text
     return [p for p in out if p.atom is not None or p.text]
 
 

@@ -319,6 +319,33 @@ def test_a_part_without_translatable_text_is_left_alone_and_fragments_are_batche
     assert text_of(tree(out).findall(".//text:p", NS)[699]) == "Ein Hund 699"
 
 
+ODD = """<text:p text:style-name="P1"><text:span text:style-name="T1">A red dog &amp; a <text:span
+ text:style-name="T2">big</text:span> man &lt;3</text:span></text:p>
+ <text:p>A man<text:line-break/>in a red shirt<text:soft-page-break/> is riding.</text:p>
+ <text:p><text:span text:style-name="T1">A dog</text:span><text:tab/></text:p>"""
+
+
+def test_a_paragraph_in_one_span_escapes_breaks_and_atoms_glued_to_a_word():
+    source = odf(body=ODD)
+    assert entries(translate_bytes(source, "odt", Texts(identity), "a.odt")) == entries(source)
+    one, breaks, tab = tree(translate_bytes(source, "odt", Texts(toy), "a.odt")).iterfind(".//office:text/text:p", NS)
+    outer = one.find("text:span", NS)
+    assert one.text is None and outer.tail is None and len(one) == 1  # the span around it all, as it was
+    assert text_of(outer) == "Ein Hund rot & ein Mann groß <3" and text_of(outer.find("text:span", NS)) == "groß"
+    assert breaks.text == "Ein Mann" and breaks[0].tail == "in ein Hemd rot" and breaks[1].tail == " ist fährt."
+    assert text_of(tab) == "Ein Hund" and etree.QName(tab[-1]).localname == "tab" and tab[-1].tail is None
+
+
+def test_without_alignments_the_text_between_tags_is_translated():
+    source = odf(body=ODD)
+    assert entries(translate_bytes(source, "odt", Texts(identity, aligned=False), "a.odt")) == entries(source)
+    out = translate_bytes(source, "odt", Texts(toy, aligned=False), "a.odt")
+    assert structure(out) == structure(source)
+    one = tree(out).find(".//office:text/text:p", NS)
+    assert text_of(one) == "Ein Hund rot & ein groß Mann <3"
+    assert text_of(one.find(".//text:span/text:span", NS)) == "groß"
+
+
 # ------------------------------------------------------------------ what is not an ODF document: one line
 
 
