@@ -40,7 +40,7 @@ import regex
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeConfig, DecodeOptions
 from mtkit.data.word_alignment import pharaoh
-from mtkit.documents import DOCUMENT_FORMATS, EXTENSIONS, Limits, is_binary, translate_bytes
+from mtkit.documents import DOCUMENT_FORMATS, EXTENSIONS, Limits, is_binary, precheck, translate_bytes
 from mtkit.engines.capabilities import CAPABILITIES, either, engines_without
 from mtkit.engines.constraints import constraint_source
 from mtkit.engines.quality import with_quality
@@ -394,6 +394,7 @@ def _read_document(name: str, o: TranslateOptions) -> bytes:
         raise MtkitError(f"{name}: {e.strerror or e}") from None
     if len(data) > limit:
         raise MtkitError(f"{name}: more than the {limit:,} bytes a document may have")
+    precheck(data, o.document, name, DOCUMENT_LIMITS)
     return data
 
 

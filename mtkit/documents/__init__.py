@@ -19,10 +19,10 @@ from __future__ import annotations
 import html
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from mtkit.data.word_alignment import word_spans
+from mtkit.documents.limits import Limits
 from mtkit.errors import MtkitError
 from mtkit.io import atomic_path, remove_dead_temporaries
 from mtkit.text.markup import MarkupError, translate_markup
@@ -45,17 +45,6 @@ EXTENSIONS = {ext: name for name, (_, exts, _) in FORMATS.items() for ext in ext
 
 Aligned = Sequence[tuple[int, int]]
 SentenceTranslator = Callable[[list[str]], list[tuple[str, Aligned]]]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a document from elsewhere may cost: its size on disk, and what its archive may inflate to."""
-
-    max_bytes: int = 256 << 20  # the file itself
-    max_entries: int = 10_000  # entries of an archive (.docx, .pptx, .odt, .epub)
-    max_inflated: int = 1 << 30  # all entries together, inflated
-    max_entry: int = 256 << 20  # one entry, inflated
-    max_ratio: int = 200  # inflated / compressed, for an entry past 1 MiB inflated (a zip bomb's is ~1000)
 
 
 def format_of(path: str | Path, given: str | None = None) -> str:
@@ -129,6 +118,30 @@ def translate_bytes(data: bytes, fmt: str, texts: Texts, name: str, limits: Limi
         raise MtkitError(f"{name}: a {fmt} document needs {e.name}, which is not installed: "
                          "pip install 'mtkit[documents]'") from None
     return module.translate(data, fmt, texts, name, limits)
+
+
+XML_PARTS = (".xml", ".rels", ".opf", ".ncx", ".xhtml", ".htm", ".html", ".svg")
+
+
+def precheck(data: bytes, fmt: str, name: str, limits: Limits = Limits()) -> None:
+    """What can be refused before a model loads or a request queues, at a cost bounded by the size: the size, an
+    archive's directory and entries (:class:`mtkit.documents.archive.Archive`) and its XML parts (vetted), a text
+    format's encoding. A file that passes may still be refused by its format's reader."""
+    if len(data) > limits.max_bytes:
+        raise MtkitError(f"{name}: {len(data):,} bytes, more than the {limits.max_bytes:,} a document may have")
+    if not is_binary(fmt):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1
+            raise MtkitError(f"{name}: line {line}: not valid UTF-8 (byte {e.start:,})") from None
+        return
+    from mtkit.documents.archive import Archive  # defusedxml and lxml: the documents extra
+
+    archive = Archive(data, name, limits)
+    for entry in archive.names():
+        if entry.lower().endswith(XML_PARTS) and not entry.lower().endswith((".htm", ".html")):
+            archive.xml(entry)
 
 
 def translate_file(source: str | Path, out: str | Path, texts: Texts, fmt: str | None = None,

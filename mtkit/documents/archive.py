@@ -22,7 +22,7 @@ import defusedxml
 from defusedxml.ElementTree import fromstring
 from lxml import etree
 
-from mtkit.documents import Limits
+from mtkit.documents.limits import Limits
 from mtkit.errors import MtkitError
 
 _CHUNK = 1 << 16
