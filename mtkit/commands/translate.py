@@ -375,27 +375,38 @@ def document_format(inputs: list[str], given: str | None) -> str | None:
 
 
 def _read_document(name: str, o: TranslateOptions) -> bytes:
-    """The document's bytes (a file, or stdin), refused past :data:`DOCUMENT_LIMITS` before it is read; checked
-    before the model loads."""
+    """The document's bytes (a file, or stdin), refused past :data:`DOCUMENT_LIMITS` before more is read and
+    checked (:func:`mtkit.documents.precheck`) before the model loads."""
     if o.output is None and is_binary(o.document) and sys.stdout.isatty():
         raise MtkitError(f"{name}: a {o.document} document is binary: write it to a file with -o OUT (or a pipe)")
     limit = DOCUMENT_LIMITS.max_bytes
+    shown_name = STDIN_NAME if name == "-" else name
     try:
         if name == "-":
-            data = standard_input().read(limit + 1)
-            name = STDIN_NAME
+            data = _read_bounded(standard_input(), limit)
         else:
             size = os.stat(name).st_size
             if size > limit:
                 raise MtkitError(f"{name}: {size:,} bytes, more than the {limit:,} a document may have")
             with open(name, "rb") as f:
-                data = f.read(limit + 1)
+                data = _read_bounded(f, limit)
     except OSError as e:
-        raise MtkitError(f"{name}: {e.strerror or e}") from None
-    if len(data) > limit:
-        raise MtkitError(f"{name}: more than the {limit:,} bytes a document may have")
-    precheck(data, o.document, name, DOCUMENT_LIMITS)
+        raise MtkitError(f"{shown_name}: {e.strerror or e}") from None
+    if data is None:
+        raise MtkitError(f"{shown_name}: more than the {limit:,} bytes a document may have")
+    precheck(data, o.document, shown_name, DOCUMENT_LIMITS)
     return data
+
+
+def _read_bounded(f: IO[bytes], limit: int) -> bytes | None:
+    """All of ``f`` in chunks (``read(limit)`` would allocate ``limit`` bytes at once), or None past ``limit``."""
+    chunks, total = [], 0
+    while chunk := f.read(1 << 20):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            return None
+    return b"".join(chunks)
 
 
 def _translate_document(model, name: str, data: bytes, o: TranslateOptions) -> None:

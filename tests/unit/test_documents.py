@@ -4,6 +4,7 @@ and XML from strangers refused at a cost bounded by their size, plain text, and 
 from __future__ import annotations
 
 import io
+import re
 import struct
 import tracemalloc
 import zipfile
@@ -267,3 +268,37 @@ def test_one_document_at_a_time(monkeypatch, capsys, tiny, tmp_path):
     (tmp_path / "b.txt").write_text("x\n")
     code, _, err = run(monkeypatch, capsys, "translate", "-m", tiny, tmp_path / "a.srt", tmp_path / "b.txt")
     assert "a document is translated on its own: give one input with -o OUT" in error_line(code, err)
+
+
+def hostile(kind: str) -> bytes:
+    if kind == "bomb":
+        return bomb(64)
+    if kind == "xxe":
+        return zipped({"mimetype": b"application/vnd.oasis.opendocument.text", "content.xml": XXE})
+    if kind == "laughs":
+        return zipped({"[Content_Types].xml": b"<Types/>", "word/document.xml": LAUGHS})
+    if kind == "traversal":
+        return zipped({"mimetype": b"application/epub+zip", "../../evil.xhtml": b"<html/>"})
+    whole = zipped({"ppt/slides/slide1.xml": b"<p>" + b"word " * 4000 + b"</p>"})
+    return whole[: len(whole) // 2]
+
+
+@pytest.mark.parametrize("kind, name, said", [
+    ("bomb", "report.docx", "inflates 1,0[0-9][0-9] times (a zip bomb?)"),
+    ("xxe", "letter.odt", "content.xml: refused XML"),
+    ("laughs", "report.docx", "word/document.xml: refused XML"),
+    ("traversal", "book.epub", "'../../evil.xhtml' leaves the archive's folder"),
+    ("truncated", "deck.pptx", "not a readable zip archive")])
+def test_hostile_archives_are_one_line_before_the_model_loads_and_leave_nothing(monkeypatch, capsys, tiny, tmp_path,
+                                                                               kind, name, said):
+    (tmp_path / name).write_bytes(hostile(kind))
+    (tmp_path / "out").mkdir()
+    tracemalloc.start()
+    code, _, err = run(monkeypatch, capsys, "translate", "-m", tiny, tmp_path / name, "-o", tmp_path / "out" / name)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    line = error_line(code, err)
+    assert line.startswith(f"error: {tmp_path / name}: ") and re.search(re.escape(said).replace(
+        re.escape("[0-9][0-9]"), "[0-9][0-9]"), line), line
+    assert "loaded" not in err and list((tmp_path / "out").iterdir()) == []
+    assert peak < 32 << 20  # the file itself and the directory, never what it inflates to
