@@ -164,24 +164,31 @@ def _escaped(text: str, fmt: str) -> str:
     return text if fmt == "srt" else _VTT_UNSAFE.sub(lambda m: _VTT_ESCAPES[m.group(0)], text)
 
 
-def from_fragment(frag: Fragment, markup: str, fmt: str) -> list[tuple[str, bool]]:
-    """The translated placeholder ``markup`` back in subtitle syntax: pieces (text, whether it is a tag)."""
+def from_fragment(tags: Sequence[tuple[str, str | None]], markup: str, escape: Callable[[str], str],
+                  drop_empty: Callable[[int], bool] = lambda number: False) -> list[tuple[str, bool]]:
+    """The translated placeholder ``markup`` back in the document's syntax: pieces (text, whether it is markup),
+    ``tags[N]`` written for ``<g id="N">`` (and its closing tag) or ``<x id="N"/>``, the text between them
+    through ``escape``; a ``<g>`` for which ``drop_empty`` says so is left out when it wraps no text."""
     pieces: list[tuple[str, bool]] = []
-    stack: list[int] = []
+    stack: list[tuple[int, int]] = []  # (tag number, its piece)
     at = 0
     for m in _PLACEHOLDER.finditer(markup):
         if m.start() > at:
-            pieces.append((_escaped(html.unescape(markup[at : m.start()]), fmt), False))
+            pieces.append((escape(html.unescape(markup[at : m.start()])), False))
         at = m.end()
         closing, kind, number, _ = m.groups()
         if closing:
-            pieces.append((frag.tags[stack.pop()][1] or "", True))
+            opened, k = stack.pop()
+            if drop_empty(opened) and not any(p[0].strip() for p in pieces[k + 1 :]):
+                pieces[k] = ("", True)
+            else:
+                pieces.append((tags[opened][1] or "", True))
         else:
-            pieces.append((frag.tags[int(number)][0], True))
+            pieces.append((tags[int(number)][0], True))
             if kind == "g":
-                stack.append(int(number))
+                stack.append((int(number), len(pieces) - 1))
     if at < len(markup):
-        pieces.append((_escaped(html.unescape(markup[at:]), fmt), False))
+        pieces.append((escape(html.unescape(markup[at:])), False))
     return pieces
 
 
@@ -239,7 +246,7 @@ def translate(data: bytes, fmt: str, texts: Texts, name: str, limits: Limits) ->
         words = _plain(markup)
         if words == _plain(frag.markup) or not words.strip():
             continue  # its own words came back (an identity round trip gives the file back), or none: as written
-        broken = break_lines(from_fragment(frag, markup, fmt), count)
+        broken = break_lines(from_fragment(frag.tags, markup, lambda t: _escaped(t, fmt)), count)
         for i, (old, new) in enumerate(zip(body, broken)):
             lines[first + i] = new + lines[first + i][len(old):]
         for i in range(len(broken), count):  # fewer places to break than lines: the rest go
