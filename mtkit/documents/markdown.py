@@ -76,6 +76,7 @@ class _Inline:
     segments: list[_Segment] = field(default_factory=list)
     tags: list[tuple[str, str | None]] = field(default_factory=list)
     emphasis: set[int] = field(default_factory=set)
+    entities: dict[str, str] = field(default_factory=dict)  # a character the source wrote as an entity: as written
 
 
 def _parser() -> MarkdownIt:
@@ -125,6 +126,8 @@ def _inline(content: str, children: list[Token], md: MarkdownIt, env: dict) -> _
         elif kind == "text_special":  # an escape or an entity: the character it stands for
             expect(token.markup)
             out.append(html.escape(token.content, quote=False))
+            if token.info == "entity":
+                found.entities[token.content] = token.markup
         elif kind == "softbreak":
             m = _SOFT.match(content, at)
             if m is None:
@@ -216,8 +219,19 @@ def _html_pairs(children: list[Token]) -> dict[int, int]:
     return pairs
 
 
-def _escape(text: str, cell: bool) -> str:
-    return (_CELL_SPECIAL if cell else _SPECIAL).sub(lambda m: "".join("\\" + c for c in m.group(0)), text)
+def _escaper(inline: _Inline, cell: bool) -> Callable[[str], str]:
+    """What escapes a block's translated text: what Markdown would read backslash-escaped (a cell's ``|`` too),
+    each character the block's source wrote as an entity written so again."""
+    pattern = (_CELL_SPECIAL if cell else _SPECIAL).pattern
+    if inline.entities:
+        pattern = "|".join(re.escape(c) for c in sorted(inline.entities, key=len, reverse=True)) + "|" + pattern
+    special = re.compile(pattern)
+
+    def escape(m: re.Match) -> str:
+        found = m.group(0)
+        return inline.entities.get(found) or "".join("\\" + c for c in found)
+
+    return lambda text: special.sub(escape, text)
 
 
 def _escape_leading(text: str) -> str:
@@ -243,8 +257,9 @@ def _can_break(joined: str, start: int, end: int) -> bool:
 def _render(inline: _Inline, translated: list[str], cell: bool) -> list[str]:
     """A block's translated segments as its new lines (at most as many as the source's)."""
     lines: list[str] = []
+    escape = _escaper(inline, cell)
     for segment, markup in zip(inline.segments, translated, strict=True):
-        pieces = from_fragment(inline.tags, markup, lambda t: _escape(t, cell), inline.emphasis.__contains__)
+        pieces = from_fragment(inline.tags, markup, escape, inline.emphasis.__contains__)
         first = next((k for k, (t, m) in enumerate(pieces) if t and (m or t.strip())), None)
         if first is not None and not pieces[first][1]:  # nothing before it: its first characters begin the line
             pieces[first] = (_escape_leading(pieces[first][0].lstrip()), False)

@@ -144,14 +144,20 @@ def to_fragment(text: str, fmt: str) -> Fragment:
             pair[opened], pair[k] = k, opened
     frag = Fragment("", [])
     out: list[str] = []
-    for k, (kind, written, _) in enumerate(tokens):
+    k = 0
+    while k < len(tokens):
+        kind, written, tag_name = tokens[k]
+        k += 1
+        if kind == "open" and tag_name == "rt" and k - 1 in pair:  # a ruby's reading goes whole with its base
+            written = "".join(t[1] for t in tokens[k - 1 : pair[k - 1] + 1])
+            kind, k = "atom", pair[k - 1] + 1
         if kind == "text":
             plain = html.unescape(written) if fmt == "vtt" else written
             out.append(html.escape(plain, quote=False))
-        elif kind == "open" and k in pair:
+        elif kind == "open" and k - 1 in pair:
             out.append(f'<g id="{len(frag.tags)}">')
-            frag.tags.append((written, tokens[pair[k]][1]))
-        elif kind == "close" and k in pair:
+            frag.tags.append((written, tokens[pair[k - 1]][1]))
+        elif kind == "close" and k - 1 in pair:
             out.append("</g>")
         else:
             out.append(f'<x id="{len(frag.tags)}"/>')
