@@ -88,10 +88,11 @@ def _inline(content: str, children: list[Token], md: MarkdownIt, env: dict) -> _
     """``content`` (an inline token's source) as placeholder segments, walked along its ``children``."""
     found = _Inline()
     out: list[str] = []
-    stack: list[int] = []
-    at, segment = 0, _Segment()
+    stack: list[tuple[int, int, int, int]] = []  # each open pair: (tag number, its place in out, words, source)
+    at, segment, words = 0, _Segment(), 0  # words: text pieces with a word, so far
     state: StateInline | None = None
     skipping = False  # inside an autolink, taken whole
+    link_ends: dict[int, int] = {}  # an open link's tag number: where its source ends
 
     def expect(written: str) -> None:
         nonlocal at
@@ -115,6 +116,13 @@ def _inline(content: str, children: list[Token], md: MarkdownIt, env: dict) -> _
         found.tags.append((content[at:end], None))
         at = end
 
+    def open_pair(written: str) -> None:
+        """A pair's opening syntax (``written``, at ``at``) as a ``<g>``; its closing syntax comes when it closes."""
+        stack.append((len(found.tags), len(out), words, at))
+        out.append(f'<g id="{len(found.tags)}">')
+        found.tags.append((written, None))
+        expect(written)
+
     paired = _html_pairs(children)
     for k, token in enumerate(children):
         kind = token.type
@@ -123,9 +131,11 @@ def _inline(content: str, children: list[Token], md: MarkdownIt, env: dict) -> _
         elif kind == "text":
             expect(token.content)
             out.append(html.escape(token.content, quote=False))
+            words += bool(token.content.strip())
         elif kind == "text_special":  # an escape or an entity: the character it stands for
             expect(token.markup)
             out.append(html.escape(token.content, quote=False))
+            words += bool(token.content.strip())
             if token.info == "entity":
                 found.entities[token.content] = token.markup
         elif kind == "softbreak":
@@ -144,39 +154,35 @@ def _inline(content: str, children: list[Token], md: MarkdownIt, env: dict) -> _
             found.segments.append(segment)
             out, segment = [], _Segment()
         elif kind in _PAIRED:
-            expect(token.markup)
-            stack.append(len(found.tags))
             found.emphasis.add(len(found.tags))
-            out.append(f'<g id="{len(found.tags)}">')
-            found.tags.append((token.markup, None))
+            open_pair(token.markup)
         elif kind == "html_inline" and k in paired and paired[k] > k:  # <span> ... </span>: around its words
-            expect(token.content)
-            stack.append(len(found.tags))
-            out.append(f'<g id="{len(found.tags)}">')
-            found.tags.append((token.content, None))
+            open_pair(token.content)
         elif kind in _PAIRED.values() or kind == "link_close" or (kind == "html_inline" and k in paired):
             if not stack:
                 raise _Skip
-            opened = stack.pop()
+            opened, place, words_before, source = stack.pop()
             start = at
             if kind == "html_inline":
                 expect(token.content)
             elif kind == "link_close":
                 expect("]")
-                at = found.tags[opened][1]  # where the link ends (its URL and title), found when it opened
+                at = link_ends.pop(opened)  # where the link ends (its URL and title), found when it opened
             else:
                 expect(token.markup)
             found.tags[opened] = (found.tags[opened][0], content[start:at])
-            out.append("</g>")
+            if words == words_before:  # no word inside (``**`code`**``, a linked image): one atom, whole
+                del out[place:]
+                out.append(f'<x id="{len(found.tags)}"/>')
+                found.tags.append((content[source:at], None))
+            else:
+                out.append("</g>")
         elif kind == "link_open" and token.info == "auto":
             atom(ended_by(autolink))
             skipping = True
         elif kind == "link_open":
-            end = ended_by(link)
-            expect("[")
-            stack.append(len(found.tags))
-            out.append(f'<g id="{len(found.tags)}">')
-            found.tags.append(("[", end))
+            link_ends[len(found.tags)] = ended_by(link)
+            open_pair("[")
         elif kind == "image":
             atom(ended_by(image))
         elif kind == "code_inline":

@@ -176,25 +176,33 @@ def from_fragment(tags: Sequence[tuple[str, str | None]], markup: str, escape: C
     ``tags[N]`` written for ``<g id="N">`` (and its closing tag) or ``<x id="N"/>``, the text between them
     through ``escape``; a ``<g>`` for which ``drop_empty`` says so is left out when it wraps no text."""
     pieces: list[tuple[str, bool]] = []
-    stack: list[tuple[int, int]] = []  # (tag number, its piece)
+    stack: list[tuple[int, int, int]] = []  # (tag number, its piece, how many pieces held anything before it)
+    held = 0  # pieces so far that hold text or markup (not whitespace alone): counted, never searched again
+
+    def add(text: str, markup: bool) -> None:
+        nonlocal held
+        pieces.append((text, markup))
+        held += bool(text.strip())
+
     at = 0
     for m in _PLACEHOLDER.finditer(markup):
         if m.start() > at:
-            pieces.append((escape(html.unescape(markup[at : m.start()])), False))
+            add(escape(html.unescape(markup[at : m.start()])), False)
         at = m.end()
         closing, kind, number, _ = m.groups()
         if closing:
-            opened, k = stack.pop()
-            if drop_empty(opened) and not any(p[0].strip() for p in pieces[k + 1 :]):
+            opened, k, before = stack.pop()
+            if drop_empty(opened) and held == before + 1:  # nothing since its opening tag
                 pieces[k] = ("", True)
+                held -= 1
             else:
-                pieces.append((tags[opened][1] or "", True))
+                add(tags[opened][1] or "", True)
         else:
-            pieces.append((tags[int(number)][0], True))
+            add(tags[int(number)][0], True)
             if kind == "g":
-                stack.append((int(number), len(pieces) - 1))
+                stack.append((int(number), len(pieces) - 1, held - 1))
     if at < len(markup):
-        pieces.append((escape(html.unescape(markup[at:])), False))
+        add(escape(html.unescape(markup[at:])), False)
     return pieces
 
 
