@@ -102,7 +102,8 @@ def _blocks(lines: list[str], fmt: str, name: str) -> list[Cue]:
             k += 1
         if k >= n or not timing.fullmatch(body(k)):
             found = shown(body(k)) if k < n else "the end of the file"
-            raise MtkitError(f"{_where(name, k + 1)}: expected a timing (after line {start + 1}), found {found}")
+            after = f" (after the cue's line {start + 1})" if k > start else ""
+            raise MtkitError(f"{_where(name, k + 1)}: expected a timing{after}, found {found}")
         k += 1
         first = k
         while k < n and not blank(k):

@@ -148,7 +148,7 @@ def test_srt_translated_keeps_timings_lines_and_tags_on_the_aligned_words():
     # (whether a tag takes the punctuation beside its word is mtkit.text.markup's business: either is fine here)
     assert re.fullmatch(r'- Hallo mein <font color="#ff0000">Freund\.?</font>\.?', dialogue[0])
     assert re.fullmatch(r"- Ja, <u>hallo!?</u>!?", dialogue[1])  # each line of a dialogue alone
-    assert long[0].startswith("<i>") and long[-1].endswith("</i>") and "Haus." in long[-1]
+    assert long[0].startswith("<i>") and re.search(r"Haus\.?</i>\.?$", long[-1])
     assert "Tom & Jerry <3" in last[0] and "<i>Ball" in last[0]  # literal text, an unclosed tag kept in place
 
 
@@ -176,9 +176,10 @@ def test_a_cue_breaks_at_spaces_outside_tags_balanced_by_length():
      "line 6: expected a timing"),
     ("srt", b"1\n00:00:01,000 --> 00:00:02,000\nok\n\nstray text\n", "line 5: expected a cue number or a timing"),
     ("srt", b"1\n00:00:01,000 --> 00:00:02,000\n\xff\xfe text\n", "line 3: not valid UTF-8"),
-    ("srt", b"1\n", "line 2: expected a timing (after line 1), found the end of the file"),
+    ("srt", b"1\n", "line 2: expected a timing (after the cue's line 1), found the end of the file"),
     ("vtt", b"1\n00:01.000 --> 00:02.000\nhi\n", "line 1: not a WebVTT file"),
-    ("vtt", b"WEBVTT\n\nid\n00:01,000 --> 00:02.000\nhi\n", "line 4: expected a timing"),
+    ("vtt", b"WEBVTT\n\nid\n00:01,000 --> 00:02.000\nhi\n", "line 4: expected a timing (after the cue's line 3)"),
+    ("vtt", b"WEBVTT\n\n00:01.000 --> 00:02\nhi\n", "line 3: expected a timing, found '00:01.000 --> 00:02'"),
     ("vtt", b"WEBVTT\n\n00:01.000 --> 00:02.000\n\xc3 hi\n", "line 4: not valid UTF-8"),
 ])
 def test_malformed_subtitles_are_one_line_naming_the_line(fmt, data, expected):
