@@ -7,7 +7,7 @@ file and line; deep nesting costs linear time. One slow test on the Multi30k mod
 from __future__ import annotations
 
 import re
-import time
+import tracemalloc
 
 import pytest
 from conftest import MODELS
@@ -190,23 +190,20 @@ def test_a_huge_subtitle_file_is_refused_before_it_is_read(tmp_path):
     big = tmp_path / "talk.srt"
     with big.open("wb") as f:
         f.truncate(1 << 30)  # a sparse 1 GB file: nothing to read if the size is checked first
-    started = time.perf_counter()
+    tracemalloc.start()
     with pytest.raises(MtkitError, match="talk.srt: 1,073,741,824 bytes, more than"):
         translate_file(big, tmp_path / "out.srt", Texts(words))
-    assert time.perf_counter() - started < 1 and not (tmp_path / "out.srt").exists()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20 and not (tmp_path / "out.srt").exists()  # refused by its size: not a byte read
 
 
-def test_many_cues_cost_linear_time():
-    def cues(n: int) -> str:
-        return "".join(f"{k}\n00:00:{k % 60:02d},000 --> 00:00:{k % 60:02d},500\nThe <i>dog</i> runs {k}.\n\n"
-                       for k in range(1, n + 1))
-
-    timings = []
-    for n in (500, 2000):
-        started = time.perf_counter()
-        assert run(cues(n), "srt") == cues(n).encode()
-        timings.append(time.perf_counter() - started)
-    assert timings[1] < 4 * timings[0] * 2.5  # linear, with room for a noisy machine
+def test_many_cues_come_back_in_one_pass():
+    """Two thousand cues: every one back as written (the reader is one pass over the lines; its cost is timed in
+    no test, see benchmarks/documents.py)."""
+    cues = "".join(f"{k}\n00:00:{k % 60:02d},000 --> 00:00:{k % 60:02d},500\nThe <i>dog</i> runs {k}.\n\n"
+                   for k in range(1, 2001))
+    assert run(cues, "srt") == cues.encode()
 
 
 # ------------------------------------------------------------------ markdown
@@ -336,11 +333,9 @@ def test_markdown_paragraph_lines_break_only_where_no_block_begins():
                                   "".join("  " * k + "- the dog\n" for k in range(300)),
                                   "*" * 5_000 + "the dog" + "*" * 5_000 + "\n",
                                   "[" * 5_000 + "the dog" + "]" * 5_000 + "\n"])
-def test_deep_markdown_costs_linear_time_and_no_recursion(deep):
-    started = time.perf_counter()
+def test_deep_markdown_costs_no_recursion(deep):
     assert run(deep, "md") == deep.encode()
-    run(deep, "md", words)
-    assert time.perf_counter() - started < 5
+    assert run(deep, "md", words)
 
 
 def test_malformed_markdown_is_one_line():
