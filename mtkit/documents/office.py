@@ -47,6 +47,7 @@ _PARTS = {  # the content types whose parts hold a document's text
 _MAIN = {"docx": re.compile(r"(wordprocessingml|ms-word)\.[A-Za-z.]*main\+xml$"),
          "pptx": re.compile(r"(presentationml|ms-powerpoint)\.[A-Za-z.]*main\+xml$")}
 _MAIN_NAME = {"docx": "Word document part", "pptx": "PowerPoint presentation part"}
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")  # what XML 1.0 cannot hold
 _EMPTY_G = re.compile(r'<g id="([0-9]+)"></g>')
 
 
@@ -156,7 +157,7 @@ class Reader:
             props = copy.deepcopy(props)
             for name in self.d.unmarked:
                 props.attrib.pop(name, None)
-            key = etree.tostring(props)
+            key = etree.tostring(props) if len(props) or props.attrib else b""
         if key not in runs:
             skeleton = copy.deepcopy(run)
             for child in list(skeleton):
@@ -307,6 +308,8 @@ class Reader:
                 continue
             atom = Atom(item.folded or [item.origin], separator=item.separator)
             pieces.append(Piece("", item.run, item.wrappers, atom))
+        if not any(piece.atom is None and piece.text.strip() for piece in pieces):  # its text was a field's code
+            return None
         first = next(k for k, piece in enumerate(pieces) if piece.atom is None or piece.wrappers)
         last = max(k for k, piece in enumerate(pieces) if piece.atom is None or piece.wrappers)
         head, tail = [piece.atom for piece in pieces[:first]], [piece.atom for piece in pieces[last + 1:]]
@@ -409,6 +412,9 @@ class Writer:
             current.append(el)
 
     def text(self, para: Paragraph, key: Hashable, text: str, sink: Callable) -> None:
+        if not text:
+            return
+        text = _NOT_XML.sub("", text)
         if not text:
             return
         run = self.run(para, key)

@@ -131,6 +131,15 @@ def build_docx() -> bytes:
             '</w:t></w:r><w:r><w:pict><v:shape id="box" style="width:100pt;height:40pt"><v:textbox><w:txbxContent>'
             '<w:p><w:r><w:t>Text in a box.</w:t></w:r></w:p></w:txbxContent></v:textbox></v:shape></w:pict></w:r>'
             '</w:p>')
+    _raw(d, f'<w:p {w}><w:r><w:t xml:space="preserve">Today is </w:t></w:r><w:r><w:fldChar w:fldCharType="begin"/>'
+            '</w:r><w:r><w:instrText> DATE </w:instrText></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r><w:r><w:t '
+            'xml:space="preserve"> a good day.</w:t></w:r></w:p>')
+    _raw(d, f'<w:p {w}><w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText> TOC \\o </w:instrText></w:r>'
+            '<w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>The first chapter</w:t></w:r></w:p>')
+    _raw(d, f'<w:p {w}><w:r><w:t>The second chapter</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r></w:p>')
+    p = d.add_paragraph("The colour")
+    p.add_run("s").italic = True  # formatting inside a word: the identity round trip leaves it where it is
+    p.add_run(" of the sea.")
     table = d.add_table(rows=2, cols=2)
     for (r, c), text in zip([(0, 0), (0, 1), (1, 0)], ["The first cell", "The second cell", "A third cell"],
                             strict=True):
@@ -171,6 +180,11 @@ def build_pptx() -> bytes:
     link.hyperlink.address = URL
     p.add_run().text = " today."
     body.add_paragraph().text = "First line\vsecond line."
+    p = body.add_paragraph()
+    p.add_run().text = "The colour of the "
+    p.add_run().text = "see"
+    p.runs[-1]._r.get_or_add_rPr().set("err", "1")  # a spelling mark: no formatting of its own
+    p.add_run().text = " is blue."
     p = body.add_paragraph()
     p.add_run().text = "Slide "
     p._p.append(etree.fromstring(f'<a:fld xmlns:a="{A[1:-1]}" id="{{B6F15528-21DE-4FAA-801E-634DDDAF4B2B}}" '
@@ -252,7 +266,8 @@ def test_every_docx_paragraph_is_translated_wherever_it_is(docx_bytes, docx_out)
         assert not any(re.search("[a-z]{2}", t) for t in translated), (part, translated)  # no English left
         assert len(source) <= len(translated)
     body = texts_of(docx_out, "word/document.xml", W)
-    for text in ["The yearly report", "The first cell", "A nested cell", "Text in a box.", "Before the box."]:
+    for text in ["The yearly report", "Today is a good day.", "The first chapter", "The second chapter",
+                 "The first cell", "A nested cell", "Text in a box.", "Before the box."]:
         assert expected(text) in body
     assert expected("The footnote text.") in texts_of(docx_out, "word/footnotes.xml", W)
     assert expected("The endnote text.") in texts_of(docx_out, "word/endnotes.xml", W)
@@ -321,6 +336,15 @@ def test_docx_tabs_breaks_fields_notes_and_tracked_changes_keep_their_place(docx
     changes = holding("FOX")
     assert ["".join(t.text for t in e.iter(W + "t")) for e in changes.iter(W + "ins")] == ["QUICK"]
     assert [e.text for e in changes.iter(W + "delText")] == ["slow"]
+    marked = list(holding("REPORT."))[-3:]  # the bookmark around the translation of the word it marked
+    assert [e.tag[len(W):] for e in marked] == ["bookmarkStart", "r", "bookmarkEnd"]
+    assert marked[0].get(W + "id") == marked[2].get(W + "id") == "0" and marked[1].findtext(W + "t") == "PAGE"
+    runs = list(note)  # the footnote's mark right after the word it followed ("here<ref/>.")
+    at = next(k for k, r in enumerate(runs) if (r.findtext(W + "t") or "").endswith("HERE."))
+    assert runs[at + 1].find(W + "footnoteReference") is not None
+    notes = etree.fromstring(entries(docx_out)["word/footnotes.xml"])
+    own = next(p for p in notes.iter(W + "p") if "FOOTNOTE" in "".join(p.itertext()))
+    assert next(e for e in own if e.tag != W + "pPr").find(W + "footnoteRef") is not None  # its number still first
     sdt = next(holding("HOUSE").iter(W + "sdt"))
     assert sdt.find(f"{W}sdtPr/{W}alias").get(W + "val") == "Pick"
     assert "".join(t.text for t in sdt.iter(W + "t")) == "HOUSE BLUE"
@@ -376,14 +400,34 @@ def test_every_pptx_text_frame_and_the_notes_are_translated(pptx_bytes, pptx_out
 
 def test_pptx_formatting_hyperlinks_breaks_and_fields_keep_their_place(pptx_out):
     body = pptx.Presentation(io.BytesIO(pptx_out)).slides[0].placeholders[1].text_frame
-    red, link, lines, number = body.paragraphs
+    red, link, lines, spelling, number = body.paragraphs
     assert red.text == expected("A man in a red shirt is riding a bike.")
     assert [r.text for r in red.runs if r.font.bold] == ["RED"]
     assert [(r.text, r.hyperlink.address) for r in link.runs if r.hyperlink.address] == [("GUIDE THE", URL)]
     assert lines.text == "LINE.\vSECOND LINE FIRST"
     assert [e.tag[len(A):] for e in lines._p if e.tag != A + "pPr"].count("br") == 1
+    assert [r.text for r in spelling.runs] == [expected("The colour of the see is blue.")]
+    assert "err" not in etree.tostring(spelling._p).decode()
     fld = number._p.find(A + "fld")
     assert fld is not None and fld.get("type") == "slidenum" and fld.findtext(A + "t") == "1"
+
+
+def test_fragments_go_to_texts_a_batch_at_a_time():
+    calls = []
+
+    class Counted(Texts):
+        def fragments(self, fragments, kind="xml", where=""):
+            calls.append(len(fragments))
+            return super().fragments(fragments, kind, where)
+
+    d = docx.Document()
+    for k in range(300):
+        d.add_paragraph(f"Paragraph number {k} is here.")
+    buf = io.BytesIO()
+    d.save(buf)
+    out = translate_bytes(buf.getvalue(), "docx", Counted(reverse_upper), "many.docx")
+    assert calls == [256, 44]
+    assert texts_of(out, "word/document.xml", W)[-1] == expected("Paragraph number 299 is here.")
 
 
 # ------------------------------------------------------------------ files that are not documents
@@ -460,3 +504,24 @@ def test_the_real_model_translates_a_docx_with_bold_on_the_aligned_word(model):
         bold = [r.text for r in p.runs if r.bold]
         assert len(bold) == 1 and "rot" in bold[0] and len(bold[0].split()) <= 2, (p.text, bold)
         assert [r.text for r in p.runs if not r.bold]  # the rest of the sentence not bold
+
+
+@pytest.mark.slow
+def test_the_real_model_translates_a_pptx_with_bold_on_the_aligned_word(model):
+    prs = pptx.Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[1])
+    slide.shapes.title.text = "A dog runs in the grass."
+    p = slide.placeholders[1].text_frame.paragraphs[0]
+    for text in ["A man in a ", "red", " shirt is riding a bike."]:
+        p.add_run().text = text
+    p.runs[1].font.bold = True
+    slide.notes_slide.notes_text_frame.text = "A girl is walking on the beach."
+    buf = io.BytesIO()
+    prs.save(buf)
+    out = pptx.Presentation(io.BytesIO(model.translate_document(buf.getvalue(), "pptx", name="real.pptx")))
+    slide = out.slides[0]
+    texts = [slide.shapes.title.text, p.text, slide.notes_slide.notes_text_frame.text]
+    p = slide.placeholders[1].text_frame.paragraphs[0]
+    bold = [r.text for r in p.runs if r.font.bold]
+    assert len(bold) == 1 and "rot" in bold[0] and len(bold[0].split()) <= 2, (p.text, bold)
+    assert re.search(r"\b(Hund|Mann|Mädchen)\b", " ".join(texts)) and "shirt" not in p.text, texts
