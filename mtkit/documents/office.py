@@ -29,6 +29,7 @@ import copy
 import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from lxml import etree
 
@@ -38,6 +39,7 @@ from mtkit.documents.runs import Fragment, Piece, from_fragment, to_fragment
 from mtkit.errors import MtkitError
 
 BATCH = 256  # fragments per call to Texts.fragments
+MAX_NESTED = 16  # fields nested, and bookmarks, in a paragraph that become wrappers (each costs a pass over it)
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 _TYPES_NS = "{http://schemas.openxmlformats.org/package/2006/content-types}"
 _PARTS = {  # the content types whose parts hold a document's text
@@ -53,13 +55,10 @@ _EMPTY_G = re.compile(r'<g id="([0-9]+)"></g>')
 
 @dataclass(frozen=True)
 class Dialect:
-    """What a paragraph is made of in one format (local names in its namespace ``ns``)."""
+    """What a paragraph is made of in one format: local names in its namespace ``ns``, where both formats call a
+    paragraph ``p``, a run ``r``, its properties ``rPr`` and its text ``t``."""
 
     ns: str
-    paragraph: str
-    run: str
-    text: str
-    props: str
     keep: frozenset[str]  # the paragraph's own children (properties), kept where they are
     drop: frozenset[str]  # what describes the source text only: gone from a changed paragraph
     separators: frozenset[str]  # atoms that part words (a tab, a break)
@@ -74,7 +73,7 @@ class Dialect:
 
 
 def word(ns: str) -> Dialect:
-    return Dialect(ns, "p", "r", "t", "rPr", keep=frozenset({"pPr"}),
+    return Dialect(ns, keep=frozenset({"pPr"}),
                    drop=frozenset({"proofErr", "lastRenderedPageBreak", "softHyphen"}),
                    separators=frozenset({"tab", "br", "cr", "ptab"}),
                    wrappers=frozenset({"hyperlink", "ins", "moveTo", "smartTag", "customXml", "sdt", "fldSimple",
@@ -84,7 +83,7 @@ def word(ns: str) -> Dialect:
 
 
 def drawing(ns: str) -> Dialect:
-    return Dialect(ns, "p", "r", "t", "rPr", keep=frozenset({"pPr", "endParaRPr"}), drop=frozenset(),
+    return Dialect(ns, keep=frozenset({"pPr", "endParaRPr"}), drop=frozenset(),
                    separators=frozenset({"br"}), unmarked=("err", "dirty"))
 
 
@@ -107,11 +106,13 @@ class Atom:
 
 
 @dataclass
-class Field:
-    """A complex field as a wrapper: its code (begin .. separate) written before its result, its end after."""
+class Around:
+    """A wrapper that is no element but what is written before and after its words: a complex field's code
+    (begin .. separate) and its end around its result, a bookmark's start and end, atoms after the word they
+    followed."""
 
-    code: list[tuple[Hashable, etree._Element]]
-    end: list[tuple[Hashable, etree._Element]]
+    before: list[tuple[Hashable, etree._Element]]
+    after: list[tuple[Hashable, etree._Element]]
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Paragraph:
     part: str
     fragment: Fragment
     runs: dict[Hashable, etree._Element]  # formatting key -> a run holding only those properties
-    shells: dict[Hashable, object] = field(default_factory=dict)  # wrapper key -> element shell or Field
+    shells: dict[Hashable, object] = field(default_factory=dict)  # wrapper key -> element shell or Around
     head: list[Atom] = field(default_factory=list)  # atoms before its first text (a footnote's number) and after
     tail: list[Atom] = field(default_factory=list)  # its last (a picture): kept first and last, out of the fragment
 
@@ -150,7 +151,7 @@ class Reader:
         return tag[len(self.d.ns) + 2:]
 
     def run_key(self, run, runs: dict) -> Hashable:
-        props = run.find(self.d.q(self.d.props))
+        props = run.find(self.d.q("rPr"))
         if props is None:
             key: Hashable = b""
         else:
@@ -159,10 +160,7 @@ class Reader:
                 props.attrib.pop(name, None)
             key = etree.tostring(props) if len(props) or props.attrib else b""
         if key not in runs:
-            skeleton = copy.deepcopy(run)
-            for child in list(skeleton):
-                skeleton.remove(child)
-            skeleton.text = None
+            skeleton = etree.Element(run.tag, run.attrib, nsmap=run.nsmap)  # (lxml drops the repeated nsmap)
             if props is not None:
                 skeleton.append(props)
             runs[key] = skeleton
@@ -179,11 +177,12 @@ class Reader:
         content = [c for c in holder if not (holder is el and self.local(c) in d.wrapper_props)]
         if not content:
             return None
-        shell = copy.deepcopy(el)
-        inner = shell if holder is el else shell.find(d.q("sdtContent"))
-        for c in list(inner):
-            if not (inner is shell and self.local(c) in d.wrapper_props):
-                inner.remove(c)
+        shell = etree.Element(el.tag, el.attrib, nsmap=el.nsmap)  # its properties, not its content
+        for c in el:
+            if self.local(c) in d.wrapper_props:
+                shell.append(copy.deepcopy(c))
+        if holder is not el:
+            etree.SubElement(shell, d.q("sdtContent"))
         key = ("el", etree.tostring(shell))
         shells.setdefault(key, shell)
         return key, content
@@ -202,13 +201,13 @@ class Reader:
             name = self.local(el)
             if (len(stack) == 1 and name in d.keep) or name in d.drop:
                 continue
-            if name == d.run:
+            if name == "r":
                 key = self.run_key(el, runs)
                 for c in el:
                     cname = self.local(c)
-                    if cname == d.props or cname in d.drop:
+                    if cname == "rPr" or cname in d.drop:
                         continue
-                    if cname == d.text:
+                    if cname == "t":
                         out.append(_Item(key, wrappers, (key, c), c.text or ""))
                     else:
                         out.append(_Item(key, wrappers, (key, c), separator=cname in d.separators))
@@ -235,6 +234,8 @@ class Reader:
         complete, open_ = [], []
         for k, t in enumerate(kinds):
             if t == "begin":
+                if len(open_) == MAX_NESTED:  # (no document nests fields so deep; each level costs a pass)
+                    return None
                 open_.append([k, None])
             elif t == "separate" and open_ and open_[-1][1] is None:
                 open_[-1][1] = k
@@ -242,8 +243,8 @@ class Reader:
                 b, s = open_.pop()
                 complete.append((b, s, k))
         # code ranges: carried whole (a field without a result whole, one open past the paragraph's end to it)
-        ranges = [(b, s) if s is not None and any(i.text and i.text.strip() for i in items[s + 1:e]) else (b, e)
-                  for b, s, e in complete]
+        texts = list(accumulate((bool(i.text and i.text.strip()) for i in items), initial=0))
+        ranges = [(b, s) if s is not None and texts[e] > texts[s + 1] else (b, e) for b, s, e in complete]
         ranges += [(b, s if s is not None else len(items) - 1) for b, s in open_]
         ranges.sort()
         merged: list[list[int]] = []
@@ -274,17 +275,17 @@ class Reader:
                     return None
                 code = [i.origin for i in items[k:e + 1]]
                 if k in wrapped:
-                    shells[("field", k)] = Field(code, [])
+                    shells[("field", k)] = Around(code, [])
                 else:
                     out.append(_Item(items[k].run, items[k].wrappers, items[k].origin, folded=code))
                 k = e + 1
             else:
                 if k in ends:
-                    shells[ends[k]].end = [items[k].origin]
+                    shells[ends[k]].after = [items[k].origin]
                 else:
                     out.append(items[k])
                 k += 1
-        if any(isinstance(s, Field) and not s.end for s in shells.values()):  # fields nested across each other
+        if any(isinstance(s, Around) and not s.after for s in shells.values()):  # fields nested across each other
             return None
         return out
 
@@ -345,13 +346,13 @@ class Reader:
             elif any(name == start for start, _ in d.ranges):
                 opened[(name, ident)] = k
         gone: set[int] = set()
-        for s, e in sorted(pairs):  # the outer first, as with fields
+        for s, e in sorted(pairs)[:MAX_NESTED]:  # the outer first, as with fields (each costs a pass)
             prefix = items[s].wrappers
             if e == s + 1 or items[e].wrappers != prefix or any(
                     items[k].wrappers[:len(prefix)] != prefix for k in range(s + 1, e)):
                 continue
             key = ("range", s)
-            shells[key] = Field([items[s].origin], [items[e].origin])
+            shells[key] = Around([items[s].origin], [items[e].origin])
             for k in range(s + 1, e):
                 items[k].wrappers = (*prefix, key, *items[k].wrappers[len(prefix):])
             gone |= {s, e}
@@ -362,7 +363,7 @@ class Reader:
         """Atoms written right after a word ("here<footnote/>."), which an atom alone would put before the word
         aligned to the one after it, wrapped with that word instead: written after its translation."""
         out: list[Piece] = []
-        after: Field | None = None  # the wrapper of the word just wrapped, while its atoms follow
+        after: Around | None = None  # the wrapper of the word just wrapped, while its atoms follow
         for piece in pieces:
             atom = piece.atom
             word = out[-1] if out else None
@@ -380,9 +381,9 @@ class Reader:
                 if start:
                     out.append(Piece(word.text[:start], word.run, word.wrappers))
                 key = ("after", len(shells))
-                after = shells[key] = Field([], [])
+                after = shells[key] = Around([], [])
                 out.append(Piece(word.text[start:], word.run, (*word.wrappers, key)))
-            after.end.extend(atom.origins)
+            after.after.extend(atom.origins)
         return out
 
 
@@ -418,7 +419,7 @@ class Writer:
         if not text:
             return
         run = self.run(para, key)
-        t = etree.SubElement(run, self.d.q(self.d.text))
+        t = etree.SubElement(run, self.d.q("t"))
         t.text = text
         if self.d.fields and (text != text.strip() or "  " in text):  # Word drops unmarked edge spaces
             t.set(_XML_SPACE, "preserve")
@@ -452,8 +453,8 @@ class Writer:
         def close() -> None:
             key, _ = stack.pop()
             shell = para.shells[key]
-            if isinstance(shell, Field):
-                self.origins(para, shell.end, stack[-1][1], used)
+            if isinstance(shell, Around):
+                self.origins(para, shell.after, stack[-1][1], used)
 
         for piece in pieces:
             common = 0
@@ -464,8 +465,8 @@ class Writer:
                 close()
             for key in piece.wrappers[common:]:
                 shell = para.shells[key]
-                if isinstance(shell, Field):
-                    self.origins(para, shell.code, stack[-1][1], used)
+                if isinstance(shell, Around):
+                    self.origins(para, shell.before, stack[-1][1], used)
                     stack.append((key, stack[-1][1]))
                 else:
                     made = copy.deepcopy(shell)
