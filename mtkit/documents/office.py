@@ -155,14 +155,15 @@ class Reader:
         if props is None:
             key: Hashable = b""
         else:
-            props = copy.deepcopy(props)
-            for name in self.d.unmarked:
-                props.attrib.pop(name, None)
+            if any(name in props.attrib for name in self.d.unmarked):
+                props = copy.deepcopy(props)
+                for name in self.d.unmarked:
+                    props.attrib.pop(name, None)
             key = etree.tostring(props) if len(props) or props.attrib else b""
         if key not in runs:
             skeleton = etree.Element(run.tag, run.attrib, nsmap=run.nsmap)  # (lxml drops the repeated nsmap)
             if props is not None:
-                skeleton.append(props)
+                skeleton.append(copy.deepcopy(props))
             runs[key] = skeleton
         return key
 
@@ -519,11 +520,8 @@ def _parts(archive: Archive, fmt: str) -> list[str]:
                  for o in types.iter(f"{_TYPES_NS}Override")]
     if not any(_MAIN[fmt].search(kind) and part in archive.entries for part, kind in overrides):
         raise MtkitError(f"{name}: not a .{fmt} (no {_MAIN_NAME[fmt]} in the archive)")
-    parts = [part for part, kind in overrides if _PARTS[fmt].search(kind)]
-    missing = [part for part in parts if part not in archive.entries]
-    if missing:
-        raise MtkitError(f"{name}: [Content_Types].xml names {missing[0]!r}, which the archive lacks")
-    return parts
+    # (a part named twice is read once; one named but absent is nothing to translate, as Word and PowerPoint see it)
+    return list(dict.fromkeys(part for part, kind in overrides if _PARTS[fmt].search(kind) and part in archive.entries))
 
 
 def _dialect(root, fmt: str) -> Dialect:

@@ -20,7 +20,7 @@ from docx.shared import RGBColor  # noqa: E402
 from lxml import etree  # noqa: E402
 from pptx.util import Inches  # noqa: E402
 
-from mtkit.documents import Texts, identity, translate_bytes  # noqa: E402
+from mtkit.documents import Texts, identity, translate_bytes, translate_file  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 
 MODEL = Path("/work/shared/models/multi30k-en-de")
@@ -430,6 +430,13 @@ def test_fragments_go_to_texts_a_batch_at_a_time():
     assert texts_of(out, "word/document.xml", W)[-1] == expected("Paragraph number 299 is here.")
 
 
+def test_translate_file_takes_the_format_from_the_extension(tmp_path, pptx_bytes):
+    source, out = tmp_path / "deck.pptx", tmp_path / "deck.de.pptx"
+    source.write_bytes(pptx_bytes)
+    assert translate_file(source, out, Texts(reverse_upper)) == "pptx"
+    assert pptx.Presentation(out).slides[0].shapes.title.text == expected("The title slide")
+
+
 # ------------------------------------------------------------------ files that are not documents
 
 
@@ -520,8 +527,8 @@ def test_the_real_model_translates_a_pptx_with_bold_on_the_aligned_word(model):
     prs.save(buf)
     out = pptx.Presentation(io.BytesIO(model.translate_document(buf.getvalue(), "pptx", name="real.pptx")))
     slide = out.slides[0]
-    texts = [slide.shapes.title.text, p.text, slide.notes_slide.notes_text_frame.text]
     p = slide.placeholders[1].text_frame.paragraphs[0]
+    texts = [slide.shapes.title.text, p.text, slide.notes_slide.notes_text_frame.text]
     bold = [r.text for r in p.runs if r.font.bold]
     assert len(bold) == 1 and "rot" in bold[0] and len(bold[0].split()) <= 2, (p.text, bold)
     assert re.search(r"\b(Hund|Mann|Mädchen)\b", " ".join(texts)) and "shirt" not in p.text, texts
