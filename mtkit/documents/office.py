@@ -366,24 +366,27 @@ class Reader:
         out: list[Piece] = []
         after: Around | None = None  # the wrapper of the word just wrapped, while its atoms follow
         for piece in pieces:
-            atom = piece.atom
-            word = out[-1] if out else None
+            atom, word = piece.atom, (out[-1] if out else None)
+            level = len(piece.wrappers)
             glued = (isinstance(atom, Atom) and not atom.separator and word is not None
-                     and word.wrappers[:len(piece.wrappers)] == piece.wrappers
-                     and (after is not None or (word.atom is None and word.text[-1:].strip() != ""
-                                                and word.wrappers == piece.wrappers)))
+                     and word.wrappers[:level] == piece.wrappers)
+            if glued and after is None:
+                glued = word.atom is None and word.text[-1:].strip() != ""
+                start = re.search(r"\S+$", word.text).start() if glued else 0
+                if glued and len(word.wrappers) > level:  # "<link>here</link><ref/>": only a link that is one word
+                    before = out[-2].wrappers[level:level + 1] if len(out) > 1 else ()
+                    glued = start == 0 and before != word.wrappers[level:level + 1]
             if not glued:
                 out.append(piece)
                 after = None
                 continue
             if after is None:
                 out.pop()
-                start = re.search(r"\S+$", word.text).start()
                 if start:
                     out.append(Piece(word.text[:start], word.run, word.wrappers))
                 key = ("after", len(shells))
                 after = shells[key] = Around([], [])
-                out.append(Piece(word.text[start:], word.run, (*word.wrappers, key)))
+                out.append(Piece(word.text[start:], word.run, (*piece.wrappers, key, *word.wrappers[level:])))
             after.after.extend(atom.origins)
         return out
 

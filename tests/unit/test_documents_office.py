@@ -350,6 +350,23 @@ def test_docx_tabs_breaks_fields_notes_and_tracked_changes_keep_their_place(docx
     assert "".join(t.text for t in sdt.iter(W + "t")) == "HOUSE BLUE"
 
 
+def test_a_note_after_a_linked_word_follows_the_link_where_it_moves():
+    d = docx.Document()
+    rid = d.part.relate_to(URL, "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink",
+                           is_external=True)
+    _raw(d, f'<w:p {nsdecls("w", "r")}><w:r><w:t xml:space="preserve">Read </w:t></w:r><w:hyperlink r:id="{rid}">'
+            '<w:r><w:t>this</w:t></w:r></w:hyperlink><w:r><w:rPr><w:vertAlign w:val="superscript"/></w:rPr>'
+            '<w:endnoteReference w:id="1"/></w:r><w:r><w:t xml:space="preserve"> and the rest.</w:t></w:r></w:p>')
+    buf = io.BytesIO()
+    d.save(buf)
+    out = translate_bytes(buf.getvalue(), "docx", Texts(reverse_upper), "note.docx")
+    p = next(etree.fromstring(entries(out)["word/document.xml"]).iter(W + "p"))
+    children = [(e.tag[len(W):], "".join(e.itertext())) for e in p]
+    at = children.index(("hyperlink", "THIS"))
+    assert children[at + 1][0] == "r" and p[at + 1].find(W + "endnoteReference") is not None
+    assert "".join(text for _, text in children) == expected("Read this and the rest.")
+
+
 def test_deeply_nested_wrappers_are_read_without_recursion():
     w = nsdecls("w")
     depth = 200
