@@ -3,26 +3,30 @@ was.
 
 The package is opened through :class:`~mtkit.documents.archive.Archive` (bounded; every XML part vetted by
 defusedxml) and the parts that hold text are edited as XML with lxml, not through python-docx/python-pptx: those
-see only the body, tables and headers (not footnotes, endnotes, text boxes, content controls or track changes) and
+see the body, tables and headers but not footnotes, endnotes, text boxes, content controls or tracked changes, and
 rewrite every part they load, where editing the XML reaches every paragraph wherever it sits and leaves a part's
 bytes as they were when none of its paragraphs changed. The parts come from ``[Content_Types].xml``: Word's main
 document, headers, footers, footnotes and endnotes; PowerPoint's slides and notes (layouts and masters hold
-placeholder prompts, not the presentation's text, and are left alone).
+placeholder prompts, not the presentation's text, and are left alone; so are comments, charts and SmartArt).
 
 A paragraph (``w:p``, ``a:p``) is read into :mod:`.runs` pieces: each run's text with its properties as written
 (``w:rPr``/``a:rPr``, PowerPoint's hyperlink included) as its formatting; hyperlinks, content controls, tracked
 insertions, smart tags and simple fields as wrappers around their runs; a complex field (``w:fldChar`` begin, its
-code, separate, its result, end) as a wrapper too, its code carried whole (``w:instrText`` is never translated) and
-its result translated; tabs, breaks, pictures, footnote references, bookmarks, deletions and whatever else is not
-text as atoms carried to their place. Spelling marks (``w:proofErr``, ``err``) and layout caches
-(``w:lastRenderedPageBreak``) describe the English text and are dropped from a paragraph that changes. A paragraph
-whose fragment comes back as it went is left untouched, so the identity round trip gives back the same bytes.
+code, separate, its result, end) and a bookmark that opens and closes in the paragraph as wrappers too, the
+field's code carried whole (``w:instrText`` is never translated) and its result translated; tabs, breaks,
+pictures, footnote references, deletions and whatever else is not text as atoms carried to their place. Three
+rules put atoms where a reader expects them, which an atom alone (put before the word aligned to the one after
+it) would miss: atoms before the paragraph's first text or after its last (a footnote's own number, a picture)
+stay first or last; an atom written right after a word (``here<footnote/>.``) follows that word's translation; a
+tab or a break between two words without spaces is spaced for the translation (else the two read as one word)
+and unspaced again. Spelling marks (``w:proofErr``, ``err``) and layout caches (``w:lastRenderedPageBreak``)
+describe the English text and are dropped from a paragraph that changes. A paragraph whose text comes back as it
+went is left untouched (its formatting is where it was), so the identity round trip gives back the same bytes.
 
 Fragments go to :class:`~mtkit.documents.Texts` a few hundred at a time (the engine batches their sentences). The
 paragraphs are walked with explicit stacks (any nesting depth) and changed from the last to the first, so that a
 text box inside a paragraph is translated before its paragraph's runs are rebuilt around it.
 """
-
 from __future__ import annotations
 
 import copy
