@@ -97,6 +97,12 @@ _DRAWING_NS = {False: "http://schemas.openxmlformats.org/drawingml/2006/main",
                True: "http://purl.oclc.org/ooxml/drawingml/main"}
 
 
+def _local(el, ns: str) -> str:
+    """An element's local name in the namespace ``ns``; "" for another namespace, a comment or an instruction."""
+    tag = el.tag
+    return tag[len(ns) + 2:] if isinstance(tag, str) and tag.startswith(f"{{{ns}}}") else ""
+
+
 @dataclass(eq=False)
 class Atom:
     """What is carried whole: ``origins`` (a run's properties key and one of its children, or None and an element
@@ -149,10 +155,7 @@ class Reader:
         self.d = d
 
     def local(self, el) -> str:
-        tag = el.tag
-        if not isinstance(tag, str) or not tag.startswith(f"{{{self.d.ns}}}"):
-            return ""
-        return tag[len(self.d.ns) + 2:]
+        return _local(el, self.d.ns)
 
     def run_key(self, run, runs: dict) -> Hashable:
         props = run.find(self.d.q("rPr"))
@@ -401,9 +404,6 @@ class Writer:
     def __init__(self, d: Dialect) -> None:
         self.d = d
 
-    def run(self, para: Paragraph, key: Hashable):
-        return copy.deepcopy(para.runs[key])
-
     def origins(self, para: Paragraph, origins, sink: Callable, used: set[int]) -> None:
         """Elements carried whole: run children in runs of their own properties (adjacent ones sharing one)."""
         current, current_key = None, None
@@ -416,7 +416,7 @@ class Writer:
                 current = None
                 continue
             if current is None or key != current_key:
-                current, current_key = self.run(para, key), key
+                current, current_key = copy.deepcopy(para.runs[key]), key
                 sink(current)
             current.append(el)
 
@@ -426,7 +426,7 @@ class Writer:
         text = _NOT_XML.sub("", text)
         if not text:
             return
-        run = self.run(para, key)
+        run = copy.deepcopy(para.runs[key])
         t = etree.SubElement(run, self.d.q("t"))
         t.text = text
         if self.d.fields and (text != text.strip() or "  " in text):  # Word drops unmarked edge spaces
@@ -437,8 +437,7 @@ class Writer:
         d, p = self.d, para.element
         trailing = None
         for child in list(p):
-            name = child.tag[len(d.ns) + 2:] if isinstance(child.tag, str) and child.tag.startswith(
-                f"{{{d.ns}}}") else ""
+            name = _local(child, d.ns)
             if name in d.keep:
                 if name != "pPr":
                     trailing = child
