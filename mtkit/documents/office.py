@@ -127,6 +127,8 @@ class Around:
 
 @dataclass
 class _Item:
+    """A run's text, or one thing of a paragraph that is not text, as read (before fields and bookmarks fold)."""
+
     run: Hashable
     wrappers: tuple[Hashable, ...]
     origin: tuple[Hashable, etree._Element]

@@ -480,7 +480,7 @@ def _with_part(data: bytes, name: str, body: bytes) -> bytes:
     return out.getvalue()
 
 
-def test_a_docx_whose_document_has_a_dtd_is_refused(docx_bytes):
+def test_a_docx_whose_document_has_a_dtd_or_is_not_xml_is_refused(docx_bytes):
     laughs = (b'<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;">'
               b'<!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;">]>\n<w:document xmlns:w="' + W[1:-1].encode()
               + b'"><w:body><w:p><w:r><w:t>&lol3;</w:t></w:r></w:p></w:body></w:document>')
@@ -491,6 +491,12 @@ def test_a_docx_whose_document_has_a_dtd_is_refused(docx_bytes):
     broken = _with_part(docx_bytes, "word/document.xml", b"<w:document><w:body>")
     with pytest.raises(MtkitError, match=r"^bad\.docx: word/document\.xml: not well-formed"):
         translate_bytes(broken, "docx", Texts(identity), "bad.docx")
+    latin = _with_part(docx_bytes, "word/document.xml", b'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="'
+                       + W[1:-1].encode() + b'"><w:body><w:p><w:r><w:t>caf\xe9</w:t></w:r></w:p></w:body></w:document>')
+    with pytest.raises(MtkitError, match=r"^latin\.docx: word/document\.xml: not well-formed"):
+        translate_bytes(latin, "docx", Texts(identity), "latin.docx")
+    with pytest.raises(MtkitError, match=r"^text\.pptx: not a readable zip archive"):
+        translate_bytes(b"A text file, not a presentation.\n", "pptx", Texts(identity), "text.pptx")
 
 
 # ------------------------------------------------------------------ the real model
