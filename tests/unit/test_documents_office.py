@@ -137,6 +137,8 @@ def build_docx() -> bytes:
     _raw(d, f'<w:p {w}><w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText> TOC \\o </w:instrText></w:r>'
             '<w:r><w:fldChar w:fldCharType="separate"/></w:r><w:r><w:t>The first chapter</w:t></w:r></w:p>')
     _raw(d, f'<w:p {w}><w:r><w:t>The second chapter</w:t></w:r><w:r><w:fldChar w:fldCharType="end"/></w:r></w:p>')
+    _raw(d, f'<w:sdt {w}><w:sdtPr><w:alias w:val="Block"/><w:id w:val="78"/></w:sdtPr><w:sdtContent><w:p><w:r>'
+            '<w:t>A paragraph in a control.</w:t></w:r></w:p></w:sdtContent></w:sdt>')
     p = d.add_paragraph("The colour")
     p.add_run("s").italic = True  # formatting inside a word: the identity round trip leaves it where it is
     p.add_run(" of the sea.")
@@ -267,7 +269,7 @@ def test_every_docx_paragraph_is_translated_wherever_it_is(docx_bytes, docx_out)
         assert len(source) <= len(translated)
     body = texts_of(docx_out, "word/document.xml", W)
     for text in ["The yearly report", "Today is a good day.", "The first chapter", "The second chapter",
-                 "The first cell", "A nested cell", "Text in a box.", "Before the box."]:
+                 "A paragraph in a control.", "The first cell", "A nested cell", "Text in a box.", "Before the box."]:
         assert expected(text) in body
     assert expected("The footnote text.") in texts_of(docx_out, "word/footnotes.xml", W)
     assert expected("The endnote text.") in texts_of(docx_out, "word/endnotes.xml", W)
