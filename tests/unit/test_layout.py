@@ -330,7 +330,7 @@ OPTIONAL = ("ctranslate2", "transformers", "safetensors", "onnx", "onnxscript", 
             "python_multipart", "torch.utils.tensorboard", "fcntl", "resource",
             "datasets", "matplotlib", "sacremoses",
             # the documents extra: each format's library where the format is read (mtkit.documents)
-            "docx", "pptx", "defusedxml", "lxml", "srt", "webvtt", "markdown_it")
+            "defusedxml", "lxml", "markdown_it")
 
 
 def test_the_torch_free_modules_load_no_torch():
