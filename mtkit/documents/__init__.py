@@ -16,10 +16,10 @@ No torch here.
 
 from __future__ import annotations
 
-import html
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from html import escape, unescape  # by name: the submodule .html (the format) takes the name html here
 from pathlib import Path
 
 from mtkit.data.word_alignment import word_spans
@@ -105,8 +105,8 @@ class Texts:
 
     def plain(self, texts: Sequence[str], where: str = "") -> list[str]:
         """Plain texts (no markup: ``<`` and ``&`` are text) translated."""
-        escaped = [html.escape(t, quote=False) for t in texts]
-        return [html.unescape(t) for t in self.fragments(escaped, "xml", where)]
+        escaped = [escape(t, quote=False) for t in texts]
+        return [unescape(t) for t in self.fragments(escaped, "xml", where)]
 
 
 def identity(sentences: list[str]) -> list[tuple[str, Aligned]]:
