@@ -649,7 +649,8 @@ def _render(root: _Placed, translation: str, escape: bool) -> str:
         for child in sorted(node.children, key=lambda c: (c.begin, c.lo <= c.hi, c.order)):
             out += [escaped(at, child.begin), child.tag.open, child, child.tag.close or ""]
             at = child.end
-            if child.lo > child.hi and child.tag.spaced and child.lo <= node.hi:
+            if child.lo > child.hi and child.tag.spaced and child.lo <= node.hi and (
+                    child.begin == 0 or translation[child.begin - 1].isspace()):  # (never inside a word)
                 out.append(" ")
         out.append(escaped(at, node.end))
         return out

@@ -384,3 +384,35 @@ def test_punctuation_outside_tags_stays_outside_with_identity_and_reordering(fra
     for m in re.finditer(r"<(b|i)>(.*?)</\1>", result):
         inner = re.sub(r"<[^>]*>", "", m.group(2))
         assert inner and inner[0].isalnum() and inner[-1].isalnum(), (fragment, result)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_any_alignment_keeps_html_well_formed_with_kept_elements_and_punctuation(seed):
+    rng = random.Random(seed)
+    out, depth = [], []
+    for k in range(rng.randint(1, 9)):
+        if rng.random() < 0.3:
+            name = rng.choice("bius")
+            out.append(f'<{name} n="{k}">')
+            depth.append(name)
+        if rng.random() < 0.15:
+            out.append(f'<code n="{k}">c{k} <b>x</b></code> ')
+        out.append(rng.choice(["(", '"', ""]) + f"w{k}" + rng.choice([".", ",", "!)", ""]) + " ")
+        while depth and rng.random() < 0.4:
+            out.append(f"</{depth.pop()}>")
+    out.extend(f"</{name}>" for name in reversed(depth))
+    fragment = "".join(out)
+    n_out = rng.randint(0, 8)
+    out_words = [rng.choice(["„", "(", ""]) + f"t{k}" + rng.choice([".", "“", ""]) for k in range(n_out)]
+
+    def translate(lines):
+        return [(" ".join(out_words), [(rng.randrange(len(line.split())), rng.randrange(n_out))
+                                       for _ in range(rng.randint(0, 12))] if n_out else []) for line in lines]
+
+    (result,) = translate_markup([fragment], "html", translate)
+    tags = sorted(t.text for t in _tokens(result, "html") if t.kind != "text")  # well-formed, or _tokens raises
+    assert tags == sorted(t.text for t in _tokens(fragment, "html") if t.kind != "text"), (fragment, result)
+    codes = re.compile(r"<code[^>]*>.*?</code>")
+    assert sorted(codes.findall(result)) == sorted(codes.findall(fragment)), (fragment, result)
+    text = html.unescape(re.sub(r"<[^>]*>", "", codes.sub("", result)))
+    assert text.split() == out_words, (fragment, result)  # every word whole, the kept elements beside them
