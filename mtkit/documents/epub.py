@@ -9,9 +9,9 @@ names the package document (OPF), whose manifest says which entries are XHTML (`
 navigation document ``nav.xhtml`` among them) and which is the NCX.
 
 Every XML part is vetted by defusedxml before it is read: no entity declarations (billion laughs), no external
-entities. A document type declaration without an internal subset (``<!DOCTYPE html>``, EPUB 2's XHTML 1.1 public
-identifier) is allowed, as EPUB books carry one; one with an internal subset is refused. A translated part is
-vetted again: it is well-formed XML as its source was.
+entities. A document type declaration (``<!DOCTYPE html>``, EPUB 2's XHTML 1.1 public identifier) is allowed, as
+EPUB books carry one, and with it HTML's named entities (``&nbsp;``, which that DTD defines); one that declares an
+entity is refused. A translated part is vetted again: it is well-formed XML as its source was.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import posixpath
 import re
+from html.entities import name2codepoint
 from urllib.parse import unquote
 from xml.etree.ElementTree import Element, ParseError
 
@@ -36,6 +37,8 @@ NCX = "application/x-dtbncx+xml"
 # a navigation label's or the book title's text (plain: no element inside); [^<>]* never reads past a tag
 _NCX_LABEL = re.compile(r"(<(?:\w+:)?(?:navLabel|docTitle)\b[^<>]*>\s*<(?:\w+:)?text\b[^<>]*>)([^<]*)(</)")
 _DC_TITLE = re.compile(r"(<dc:title\b[^<>]*>)([^<]*)(</dc:title>)")
+_NAMED = re.compile(rb"&([A-Za-z][A-Za-z0-9]{0,31});")
+_HTML_ENTITIES = {k: v for k, v in name2codepoint.items() if k not in ("amp", "lt", "gt", "quot", "apos")}
 
 
 def vetted(data: bytes, where: str) -> Element:
@@ -43,6 +46,9 @@ def vetted(data: bytes, where: str) -> Element:
     entity or XML that is not well-formed; a doctype without an internal subset allowed (module docstring)."""
     if b"<!DOCTYPE" not in data:
         vet_xml(data, where)
+    else:  # XHTML 1.1's DTD names HTML's entities (&nbsp;): read as their characters, as a reader's DTD would
+        data = _NAMED.sub(lambda m: f"&#{_HTML_ENTITIES[m.group(1).decode()]};".encode()
+                          if m.group(1).decode() in _HTML_ENTITIES else m.group(0), data)
     try:
         return fromstring(data, forbid_dtd=False, forbid_entities=True, forbid_external=True)
     except defusedxml.DefusedXmlException as e:

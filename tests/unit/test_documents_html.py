@@ -230,6 +230,7 @@ CHAPTER = """<?xml version="1.0" encoding="utf-8"?>
   <h1>First chapter</h1>
   <p>A <b>red</b> car runs<br/>and a <i>big</i> dog runs.</p>
   <p>Run <code>ls -l</code> now. <img src="../car.png" alt="a red car"/></p>
+  <p>A&nbsp;dog &amp; a&#160;car.</p>
   <pre>a red car</pre>
 </body>
 </html>
@@ -280,6 +281,7 @@ def test_a_book_is_translated_in_its_xhtml_and_labels_every_other_entry_the_same
     assert '<p>Starte <code>ls -l</code> jetzt. <img src="../car.png" alt="a red car"/></p>' in chapter
     assert "<pre>a red car</pre>" in chapter and "<h1>Erste Kapitel</h1>" not in chapter
     assert "<h1>Kapitel Erste</h1>" in chapter  # the dictionary's adjective after its noun
+    assert "<p>Ein Hund &amp; ein Auto.</p>" in chapter  # the XHTML DTD's &nbsp; read as a space
     assert '<a href="text/chapter%20one.xhtml">Kapitel Erste</a>' in got["OEBPS/nav.xhtml"].decode()
     ncx = got["OEBPS/toc.ncx"].decode()
     assert "<navLabel><text>Kapitel Erste</text></navLabel>" in ncx and "<docTitle><text>Der Buch rot</text>" in ncx
