@@ -67,11 +67,12 @@ def test_markup_that_is_not_well_formed_is_a_clear_error(fragment, message):
 
 def test_tags_follow_the_words_they_wrapped():
     (s,) = sentences('A <b>red</b> <a href="/car">car</a>.')
-    # two sibling tags on one target word: the first keeps it, the second follows it, empty
-    assert place(s, "Ein Auto.", [(0, 0), (1, 1), (2, 1)]) == 'Ein <b>Auto.</b><a href="/car"></a>'
-    assert place(s, "Das Auto ist rot.", [(0, 0), (1, 3), (2, 1)]) == 'Das <a href="/car">Auto</a> ist <b>rot.</b>'
+    # two sibling tags on one target word: the first keeps it, the second follows it, empty; the full stop the
+    # source left outside the tags stays outside them
+    assert place(s, "Ein Auto.", [(0, 0), (1, 1), (2, 1)]) == 'Ein <b>Auto</b>.<a href="/car"></a>'
+    assert place(s, "Das Auto ist rot.", [(0, 0), (1, 3), (2, 1)]) == 'Das <a href="/car">Auto</a> ist <b>rot</b>.'
     # a tag whose words found no target word comes back empty, beside the nearest aligned word
-    assert place(s, "Ein Auto.", [(0, 0), (2, 1)]) == 'Ein <b></b><a href="/car">Auto.</a>'
+    assert place(s, "Ein Auto.", [(0, 0), (2, 1)]) == 'Ein <b></b><a href="/car">Auto</a>.'
 
 
 def parsed_tags(markup: str) -> list[str]:
@@ -308,3 +309,110 @@ def test_a_pattern_that_backtracks_without_end_stops_at_its_time_limit():
     assert time.monotonic() - started < 30  # the limit, not the pattern's 2^40 steps
     found, _ = split_protected("aaaa {x} b", regex.compile(r"(a+)+$|\{\w+\}"), timeout=0.2)
     assert found == ["aaaa b"]
+
+
+# ------------------------------------------------------------------ what the web marks not to translate; punctuation
+
+
+def reordering(lines):
+    """Each word upper-cased, the sentence's words in reverse order but its closing punctuation at its end, with
+    the true alignment."""
+    out = []
+    for line in lines:
+        words = line.split()
+        tail = words[-1][len(words[-1].rstrip(".!?")):] if words else ""
+        if tail:
+            words[-1] = words[-1][: len(words[-1]) - len(tail)]
+        target = [w.upper() for w in reversed(words)]
+        if target:
+            target[-1] += tail
+        out.append((" ".join(target), [(len(words) - 1 - t, t) for t in range(len(words))]))
+    return out
+
+
+@pytest.mark.parametrize("fragment, kept", [
+    ("Run <code>ls -l</code> now.", "<code>ls -l</code>"),
+    ('See <span class="a notranslate b">the <b>Red</b> Car</span> here.', '<span class="a notranslate b">the '
+                                                                          '<b>Red</b> Car</span>'),
+    ("Press <kbd>Ctrl</kbd> and go.", "<kbd>Ctrl</kbd>"),
+    ("Set <var>n</var> to two.", "<var>n</var>"),
+    ("Say <q translate=no>hello there</q> twice.", "<q translate=no>hello there</q>"),
+])
+def test_what_the_web_marks_not_to_translate_is_carried_whole_beside_its_words(fragment, kept):
+    assert translate_markup([fragment], "html", identity) == [fragment]
+    (result,) = translate_markup([fragment], "html", reordering)
+    assert kept in result, result
+    assert html.unescape(re.sub(r"<[^>]*>", "", result.replace(kept, ""))).split() == \
+        reordering([sentences(fragment)[0].text])[0][0].split()  # the rest translated, the kept text not
+    (s,) = sentences(fragment)
+    assert "ls" not in s.text and "Red" not in s.text and "Ctrl" not in s.text and "hello" not in s.text
+
+
+def test_kept_elements_in_a_block_place_are_literal_and_their_markup_must_be_well_formed():
+    fragment = '<p>Text.</p><pre>a <b>b</b>\n  c</pre><div translate="no"><p>no</p></div><p>More <code>x</code></p>'
+    assert [s.text for s in sentences(fragment)] == ["Text.", "More"]
+    assert translate_markup([fragment], "html", reordering) == [
+        '<p>TEXT.</p><pre>a <b>b</b>\n  c</pre><div translate="no"><p>no</p></div><p>MORE <code>x</code></p>']
+    with pytest.raises(MarkupError, match="</b> closes no open tag"):
+        parse("a <code>x </b></code> b")
+    # xml: no element is kept (a format's own <g>/<x> tags)
+    assert [s.text for s in sentences("a <code>x</code> b", "xml")] == ["a x b"]
+
+
+@pytest.mark.parametrize("fragment, translation, alignment, expected", [
+    # a tag around a word without its punctuation leaves the target word's punctuation outside too
+    ("Read <b>more</b>.", "Lies mehr.", [(0, 0), (1, 1)], "Lies <b>mehr</b>."),
+    ('"<i>Stop</i>," he said.', "„Halt“, sagte er.", [(0, 0), (1, 1), (2, 2)], "„<i>Halt</i>“, sagte er."),
+    ("(<b>see</b> above)", "(siehe oben)", [(0, 0), (1, 1)], "(<b>siehe</b> oben)"),
+    ("<b>A dog.</b>", "Ein Hund.", [(0, 0), (1, 1)], "<b>Ein Hund.</b>"),  # its own full stop stays inside
+    ("<b>more</b>.", "...", [(0, 0)], "<b>...</b>"),  # punctuation alone: never emptied
+    # not grown to the article a hard alignment gave to the noun, nor to a word aligned elsewhere too
+    ("A <b>dog</b> runs.", "Ein Hund rennt.", [(1, 0), (1, 1), (2, 2)], "Ein <b>Hund</b> rennt."),
+    ("A <b>dog</b> runs.", "Ein Hund rennt.", [(0, 0), (1, 0), (1, 1), (2, 2)], "Ein <b>Hund</b> rennt."),
+    ("The <b>little girl</b> is happy.", "Das kleine Mädchen ist glücklich.",
+     [(0, 0), (1, 1), (2, 2), (4, 3), (4, 4)], "Das <b>kleine Mädchen</b> ist glücklich."),
+])
+def test_tags_go_around_the_aligned_words_only(fragment, translation, alignment, expected):
+    assert translate_markup([fragment], "html", lambda lines: [(translation, alignment)]) == [expected]
+
+
+@pytest.mark.parametrize("fragment", ["Read <b>more</b>.", '"<i>Stop</i>," he said.', "(<b>see</b> above)",
+                                      "A <b>big <i>red</i></b> car.", "<b>one</b>, <i>two</i>; three!"])
+def test_punctuation_outside_tags_stays_outside_with_identity_and_reordering(fragment):
+    assert translate_markup([fragment], "html", identity) == [fragment]
+    (result,) = translate_markup([fragment], "html", reordering)
+    for m in re.finditer(r"<(b|i)>(.*?)</\1>", result):
+        inner = re.sub(r"<[^>]*>", "", m.group(2))
+        assert inner and inner[0].isalnum() and inner[-1].isalnum(), (fragment, result)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_any_alignment_keeps_html_well_formed_with_kept_elements_and_punctuation(seed):
+    rng = random.Random(seed)
+    out, depth = [], []
+    for k in range(rng.randint(1, 9)):
+        if rng.random() < 0.3:
+            name = rng.choice("bius")
+            out.append(f'<{name} n="{k}">')
+            depth.append(name)
+        if rng.random() < 0.15:
+            out.append(f'<code n="{k}">c{k} <b>x</b></code> ')
+        out.append(rng.choice(["(", '"', ""]) + f"w{k}" + rng.choice([".", ",", "!)", ""]) + " ")
+        while depth and rng.random() < 0.4:
+            out.append(f"</{depth.pop()}>")
+    out.extend(f"</{name}>" for name in reversed(depth))
+    fragment = "".join(out)
+    n_out = rng.randint(0, 8)
+    out_words = [rng.choice(["„", "(", ""]) + f"t{k}" + rng.choice([".", "“", ""]) for k in range(n_out)]
+
+    def translate(lines):
+        return [(" ".join(out_words), [(rng.randrange(len(line.split())), rng.randrange(n_out))
+                                       for _ in range(rng.randint(0, 12))] if n_out else []) for line in lines]
+
+    (result,) = translate_markup([fragment], "html", translate)
+    tags = sorted(t.text for t in _tokens(result, "html") if t.kind != "text")  # well-formed, or _tokens raises
+    assert tags == sorted(t.text for t in _tokens(fragment, "html") if t.kind != "text"), (fragment, result)
+    codes = re.compile(r"<code[^>]*>.*?</code>")
+    assert sorted(codes.findall(result)) == sorted(codes.findall(fragment)), (fragment, result)
+    text = html.unescape(re.sub(r"<[^>]*>", "", codes.sub("", result)))
+    assert text.split() == out_words, (fragment, result)  # every word whole, the kept elements beside them
