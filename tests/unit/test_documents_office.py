@@ -339,8 +339,9 @@ def test_docx_tabs_breaks_fields_notes_and_tracked_changes_keep_their_place(docx
     assert [e.tag[len(W):] for e in marked] == ["bookmarkStart", "r", "bookmarkEnd"]
     assert marked[0].get(W + "id") == marked[2].get(W + "id") == "0" and marked[1].findtext(W + "t") == "PAGE"
     runs = list(note)  # the footnote's mark right after the word it followed ("here<ref/>.")
-    at = next(k for k, r in enumerate(runs) if (r.findtext(W + "t") or "").endswith("HERE."))
-    assert runs[at + 1].find(W + "footnoteReference") is not None
+    at = next(k for k, r in enumerate(runs) if (r.findtext(W + "t") or "").endswith("HERE"))
+    assert runs[at + 1].find(W + "footnoteReference") is not None  # before the full stop, as in the source
+    assert (runs[at + 2].findtext(W + "t") or "").startswith(".")
     notes = etree.fromstring(entries(docx_out)["word/footnotes.xml"])
     own = next(p for p in notes.iter(W + "p") if "FOOTNOTE" in "".join(p.itertext()))
     assert next(e for e in own if e.tag != W + "pPr").find(W + "footnoteRef") is not None  # its number still first
