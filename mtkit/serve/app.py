@@ -425,8 +425,10 @@ def libretranslate_router(service: Service):
                      "required": True, "description": "A form: file, source (a code or auto), target, api_key.",
                      "content": {"multipart/form-data": {"schema": {"type": "object"}}}}})
     async def translate_file(request: Request):
-        fields, uploads = lt.read_upload(await request.body(), request.headers.get("content-type", ""),
-                                         request.scope.get("query_string", b""))
+        # a form of up to --max-file-bytes is parsed in a worker thread: the event loop answers meanwhile
+        fields, uploads = await asyncio.to_thread(lt.read_upload, await request.body(),
+                                                  request.headers.get("content-type", ""),
+                                                  request.scope.get("query_string", b""))
         service.check_key(fields.get("api_key"), request.headers, ApiError(400, lt.KEY_MISSING))
         work = service.files
         if work is None:
@@ -455,7 +457,7 @@ def libretranslate_router(service: Service):
             raise lt.not_supported(target)
         model = pick(source, target) if source != "auto" else await detected_model(data, fmt, name, target)
         result = data if model is None else await in_worker(translate_document(data, fmt, name, model))
-        stored = work.store.put(result, translated_name(filename, target))
+        stored = await asyncio.to_thread(work.store.put, result, translated_name(filename, target))
         return {"translatedFileUrl": str(request.url_for("download_file", filename=stored))}
 
     async def in_worker(run):

@@ -175,6 +175,8 @@ class FileWork:
         self.store = store or FileStore()
         self.executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="mtkit-serve-file")
         self._slots = threading.Semaphore(jobs)
+        self._lock = threading.Lock()
+        self.running = 0  # documents being worked on (a worker thread's, until its work returns)
 
     def extensions(self) -> list[str]:
         return list(self.formats)
@@ -183,17 +185,24 @@ class FileWork:
         """Run ``work`` in a worker thread (a concurrent future), or raise :class:`Busy`."""
         if not self._slots.acquire(blocking=False):
             raise Busy()
+        with self._lock:
+            self.running += 1
+
+        def done() -> None:
+            with self._lock:
+                self.running -= 1
+            self._slots.release()
 
         def run() -> bytes:
             try:
                 return work()
             finally:
-                self._slots.release()
+                done()
 
         try:
             return self.executor.submit(run)
         except RuntimeError:  # the server is stopping
-            self._slots.release()
+            done()
             raise Busy() from None
 
     def close(self) -> None:

@@ -328,6 +328,7 @@ def spec(version: str) -> dict:
 ROUTES = {"/translate": ("POST",), "/detect": ("POST",), "/suggest": ("POST",), "/translate_file": ("POST",),
           "/languages": ("GET",), "/health": ("GET",), "/frontend/settings": ("GET",), "/spec": ("GET",),
           "/js/app.js": ("GET",), "/": ("GET",)}
+PREFIX_ROUTES = {"/download_file/": ("GET",)}  # routes with a parameter: /download_file/<filename>
 
 
 class FlaskMethods:
@@ -335,13 +336,18 @@ class FlaskMethods:
     a GET route (the GET answer's status and headers; uvicorn sends no body for HEAD) and OPTIONS (200,
     ``Allow``, no body). A CORS preflight is answered before it (:class:`mtkit.serve.server.Cors`)."""
 
-    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES) -> None:
+    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES,
+                 prefixes: dict[str, tuple[str, ...]] = PREFIX_ROUTES) -> None:
         self.app = app
         self.allow = {path: ", ".join(sorted({*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}))
-                      for path, methods in routes.items()}
+                      for path, methods in {**routes, **prefixes}.items()}
+        self.prefixes = tuple(prefixes)
 
     async def __call__(self, scope, receive, send) -> None:
-        allow = self.allow.get(scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "")
+        if path.startswith(self.prefixes):
+            path = next(prefix for prefix in self.prefixes if path.startswith(prefix))
+        allow = self.allow.get(path) if scope["type"] == "http" else None
         if allow is not None and scope["method"] == "HEAD" and "GET" in allow:
             scope = {**scope, "method": "GET"}
         elif allow is not None and scope["method"] == "OPTIONS":

@@ -220,6 +220,12 @@ def test_downloads_are_only_the_files_the_server_made(aligned):
         status, _, body = aligned.get(path)
         assert status == 404 and json.loads(body)["error"], path  # ("Not Found" for a path the route never sees)
     assert aligned.get(url)[0] == 200
+    # as Flask answers a GET route: HEAD (no body) and OPTIONS
+    path = urllib.parse.urlsplit(url).path
+    found = http_exchange(aligned.port, "HEAD", path)
+    assert found is not None and found[0] == 200 and found[1]["content-disposition"].endswith('_de.txt"')
+    found = http_exchange(aligned.port, "OPTIONS", path)
+    assert found is not None and (found[0], found[1]["allow"]) == (200, "GET, HEAD, OPTIONS")
 
 
 def test_an_upload_over_max_file_bytes_is_413_before_it_is_read_whole(aligned):
@@ -345,6 +351,32 @@ def test_text_requests_are_answered_while_a_document_translates():
         asking.join(60)
         assert text == [(200, {"translatedText": "b a"})] and document[0][0] == 200
         assert [n for n, _ in engine.calls] == [2, 1, 2, 2]  # the text between the document's parts
+    finally:
+        engine.gate.set()
+        s.stop()
+
+
+def test_a_client_that_goes_away_stops_its_documents_translation():
+    from test_serve_batcher import Reverser
+
+    engine = Reverser()
+    s = Serving([ServedModel("en-de", engine, "en", "de")], max_sentences=2, decoding_threads=1)
+    batcher = s.service.batchers["en-de"]
+    try:
+        engine.gate.clear()
+        body, content_type = multipart({"source": "en", "target": "de"},
+                                       [("file", "a.txt", "\n".join(f"w{i} x{i}" for i in range(6)).encode())])
+        import socket
+
+        with socket.create_connection(("127.0.0.1", s.port), timeout=60) as sock:
+            sock.sendall(f"POST /translate_file HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            wait_until(lambda: batcher.decoding() == 1)  # its first part is being decoded
+        # gone: the part being decoded finishes, and no other part is sent
+        engine.gate.set()
+        wait_until(lambda: s.service.files.running == 0)
+        assert [n for n, _ in engine.calls] == [2] and batcher.queue_length() == 0
+        assert s.translate("b.txt", b"one two\n")[0] == b"two one\n"  # the server goes on
     finally:
         engine.gate.set()
         s.stop()
