@@ -526,3 +526,29 @@ def test_the_trained_model_translates_a_docx_and_its_bold_run_lands_on_its_words
     assert len(bold) == 1 and "hund" in bold[0].lower(), [(r.text, r.bold) for r in paragraphs[0].runs]
     text = " ".join(p.text for p in paragraphs).lower()
     assert "dog" not in text and "woman" not in text and "frau" in text, text
+
+
+@pytest.mark.slow
+def test_mtkit_serve_takes_max_file_bytes(tmp_path):
+    """The command end to end (a subprocess on a tiny checkpoint): --max-file-bytes bounds the upload, 0 turns
+    file translation off, a negative value is one error line before anything loads."""
+    import subprocess
+
+    from test_serve import ENV, MTKIT, Server
+
+    checkpoint = write_tiny_checkpoint(tmp_path / "model.pt", decode={"beam": 1, "max_len_b": 4})
+    server = Server(tmp_path, "-m", checkpoint, "--src-lang", "en", "--tgt-lang", "de", "--max-file-bytes", 1000)
+    try:
+        body, content_type = multipart({"source": "en", "target": "de"}, [("file", "a.txt", b"two hundred\n")])
+        status, _, answer = server.request("POST", "/translate_file", body, content_type)
+        assert status == 200, answer
+        status, _, download = server.get(urllib.parse.urlsplit(json.loads(answer)["translatedFileUrl"]).path)
+        assert status == 200 and download.endswith(b"\n") and download.count(b"\n") == 1
+        body, content_type = multipart({"source": "en", "target": "de"}, [("file", "a.txt", b"two\n" * 300)])
+        status, _, answer = server.request("POST", "/translate_file", body, content_type)
+        assert status == 413 and "--max-file-bytes" in json.loads(answer)["error"]
+    finally:
+        assert server.stop() == 0, server.log.read_text()
+    done = subprocess.run([*MTKIT, "serve", "-m", str(checkpoint), "--max-file-bytes", "-1"], capture_output=True,
+                          text=True, env=ENV, timeout=300, check=False)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--max-file-bytes" in done.stderr, done.stderr
