@@ -552,3 +552,14 @@ def test_mtkit_serve_takes_max_file_bytes(tmp_path):
     done = subprocess.run([*MTKIT, "serve", "-m", str(checkpoint), "--max-file-bytes", "-1"], capture_output=True,
                           text=True, env=ENV, timeout=300, check=False)
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--max-file-bytes" in done.stderr, done.stderr
+
+
+def test_source_auto_detects_the_documents_language(aligned):
+    """``source=auto`` (what LibreTranslate's page sends by default): the language of the document's first
+    characters picks the model, as for text; a document already in the target language comes back as it is."""
+    pytest.importorskip("lingua")
+    english = b"A man is riding a bicycle down the street.\nTwo children play in the garden.\n"
+    assert aligned.translate("en.txt", english, source="auto")[0] == reversed_lines(english.decode()).encode()
+    german = "Ein Mann fährt mit dem Fahrrad die Straße hinunter.\nZwei Kinder spielen im Garten.\n".encode()
+    assert aligned.translate("de.txt", german, source="auto")[0] == german
+    assert aligned.translate("empty.txt", b"", source="auto")[0] == b""  # no text: nothing to detect, no error
