@@ -321,13 +321,14 @@ def libretranslate_router(service: Service):
                 at += len(per_item[i])
         return results
 
-    async def route(items: list[str], target: str, many: bool) -> tuple[list[dict], list]:
+    async def route(items: list[str], target: str, many: bool, field: str = "q") -> tuple[list[dict], list]:
         """``source: auto``: each item's language (LibreTranslate's ``detectedLanguage``) and its model: the one
         that translates from it into ``target``; None for an item already in ``target`` (answered as it is, as
         LibreTranslate does). A language lingua is unsure of (under :data:`CLEAR`) gives way to the likeliest
         language a model translates from into ``target`` (translated, rather than kept or refused); an item
         without letters goes with the request's most frequent language (else the first model's), at confidence
-        0. A language no model translates into ``target`` is a 400 naming it."""
+        0. A language no model translates into ``target`` is a 400 naming it (``field``: what the message calls
+        the items)."""
         into: dict[str, Any] = {}
         for m in service.models:
             if m.tgt_lang == target:
@@ -350,7 +351,8 @@ def libretranslate_router(service: Service):
                 model = into[code]
             else:
                 served = ", ".join(f"{language_name(c)} ({c})" for c in into)
-                raise ApiError(400, f"{f'q[{i}]' if many else 'q'} is {language_name(code)} ({code}) (detected, "
+                where = f"{field}[{i}]" if many else field
+                raise ApiError(400, f"{where} is {language_name(code)} ({code}) (detected, "
                                     f"confidence {100 * value:.1f}); this server translates into "
                                     f"{language_name(target)} ({target}) from {served} only: give source")
             detected.append({"confidence": round(100 * value, 1), "language": code})
@@ -488,7 +490,7 @@ def libretranslate_router(service: Service):
             return pick("auto", target)
         sample = Sample(langid.PREFIX_CHARS)
         await in_worker(lambda cancelled: read_document(data, fmt, name, Texts(sample), service.files.max_file_bytes))
-        return (await route([sample.text], target, False))[1][0]
+        return (await route([sample.text], target, False, f"the file {name}"))[1][0]
 
     def translate_document(data: bytes, fmt: str, name: str, model):
         """The work of translating a document with ``model`` (its text through the model's batcher, the

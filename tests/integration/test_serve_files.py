@@ -563,3 +563,7 @@ def test_source_auto_detects_the_documents_language(aligned):
     german = "Ein Mann fährt mit dem Fahrrad die Straße hinunter.\nZwei Kinder spielen im Garten.\n".encode()
     assert aligned.translate("de.txt", german, source="auto")[0] == german
     assert aligned.translate("empty.txt", b"", source="auto")[0] == b""  # no text: nothing to detect, no error
+    status, answer = aligned.upload("fr.txt", "Un homme fait du vélo dans la rue avec son chien.\n".encode(),
+                                    {"source": "auto"})
+    assert status == 400 and answer["error"].startswith("the file fr.txt is French (fr) (detected, confidence ")
+    assert answer["error"].endswith("from English (en) only: give source")
