@@ -226,6 +226,9 @@ def test_downloads_are_only_the_files_the_server_made(aligned):
     assert found is not None and found[0] == 200 and found[1]["content-disposition"].endswith('_de.txt"')
     found = http_exchange(aligned.port, "OPTIONS", path)
     assert found is not None and (found[0], found[1]["allow"]) == (200, "GET, HEAD, OPTIONS")
+    # the request metrics name the downloads' endpoint once, whatever the file
+    registry = aligned.service.metrics.registry
+    assert registry.get_sample_value("mtkit_serve_requests_total", {"endpoint": "/download_file", "status": "404"})
 
 
 def test_an_upload_over_max_file_bytes_is_413_before_it_is_read_whole(aligned):
@@ -377,6 +380,33 @@ def test_a_client_that_goes_away_stops_its_documents_translation():
         wait_until(lambda: s.service.files.running == 0)
         assert [n for n, _ in engine.calls] == [2] and batcher.queue_length() == 0
         assert s.translate("b.txt", b"one two\n")[0] == b"two one\n"  # the server goes on
+    finally:
+        engine.gate.set()
+        s.stop()
+
+
+def test_documents_beyond_those_being_translated_get_a_503():
+    from test_serve_batcher import Reverser
+
+    from mtkit.serve.files import MAX_FILE_JOBS
+
+    engine = Reverser()
+    s = Serving([ServedModel("en-de", engine, "en", "de")], decoding_threads=1)
+    try:
+        engine.gate.clear()
+        answers: list = []
+        held = [threading.Thread(target=lambda i=i: answers.append(s.upload(f"{i}.txt", f"w{i}\n".encode())))
+                for i in range(MAX_FILE_JOBS)]
+        for thread in held:
+            thread.start()
+        wait_until(lambda: s.service.files.running == MAX_FILE_JOBS)
+        status, answer = s.upload("one-more.txt", b"w\n")
+        assert status == 503 and "retry later" in answer["error"]
+        engine.gate.set()
+        for thread in held:
+            thread.join(60)
+        assert [status for status, _ in answers] == [200] * MAX_FILE_JOBS
+        assert s.upload("one-more.txt", b"w\n")[0] == 200
     finally:
         engine.gate.set()
         s.stop()
