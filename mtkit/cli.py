@@ -570,6 +570,7 @@ def serve(
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model; beyond it 503 with Retry-After."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body (413 beyond)."),
+    max_file_bytes: int = typer.Option(16 << 20, "--max-file-bytes", help="Largest document POST /translate_file takes (413 beyond; read no further); 0: file translation off (403, as LibreTranslate's --disable-files-translation)."),
     max_chars: int = typer.Option(20_000, "--max-chars", help="Characters of text per request (400 beyond)."),
     max_sentences: int = typer.Option(128, "--max-sentences", help="Lines of text per request (400 beyond)."),
     max_beam: int = typer.Option(8, "--max-beam", help="Largest beam a request may ask for."),
@@ -588,7 +589,8 @@ def serve(
     """Serve models over HTTP: LibreTranslate's API, mtkit's own (/v1/translate), a page at /.
 
     Needs the serve extra: pip install 'mtkit[serve]'. Endpoints: POST /translate, GET /languages,
-    POST /detect, GET /health, GET /frontend/settings, GET /spec (LibreTranslate's); POST /v1/translate
+    POST /detect, POST /translate_file (documents: their text translated, structure and formatting kept)
+    and GET /download_file/NAME, GET /health, GET /frontend/settings, GET /spec (LibreTranslate's); POST /v1/translate
     (beam, n-best, scores, confidence, a quality estimate qe, constraints, glossary; LibreTranslate's
     /translate adds qe when asked with qe=true), GET /v1/models, GET /v1/health (models,
     queues; 503 when a queue is stuck),
@@ -611,8 +613,8 @@ def serve(
                              max_len_b=max_len_b, batch_tokens=batch_tokens, split=split, guard=guard),
         src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue,
-        max_body_bytes=max_body_bytes, max_chars=max_chars, max_sentences=max_sentences,
-        max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
+        max_body_bytes=max_body_bytes, max_file_bytes=max_file_bytes, max_chars=max_chars,
+        max_sentences=max_sentences, max_beam=max_beam, graceful_timeout=graceful_timeout, access_log=access_log, glossary=glossary,
         header_timeout=header_timeout, body_timeout=body_timeout, keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections, cors=cors, max_phrases=max_phrases, decode_timeout=decode_timeout,
         quantization=quantization, qe_model=qe_model,

@@ -163,6 +163,7 @@ class ServeOptions:
     decoding_threads: int = 2
     max_queue: int = 256
     max_body_bytes: int = 1 << 20
+    max_file_bytes: int = 16 << 20  # POST /translate_file's largest document; 0: file translation off
     max_chars: int = 20_000
     max_sentences: int = 128
     max_beam: int = 8
@@ -208,6 +209,8 @@ class ServeOptions:
             if not math.isfinite(value) or value < low or value > 86_400:
                 raise MtkitError(f"{flag}: must be a number of {'milliseconds' if 'ms' in flag else 'seconds'} "
                                  f"between {low:g} and 86400, got {value}")
+        if self.max_file_bytes < 0:
+            raise MtkitError(f"--max-file-bytes: must be >= 0 (0: file translation off), got {self.max_file_bytes}")
         if self.max_connections < 0:
             raise MtkitError(f"--max-connections: must be >= 0, got {self.max_connections}")
         if not 0 <= self.port <= 65535:
@@ -280,14 +283,15 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     limits = Limits(max_body_bytes=o.max_body_bytes, max_chars=o.max_chars, max_sentences=o.max_sentences,
                     max_beam=o.max_beam, max_queue=o.max_queue, max_wait_ms=o.max_wait_ms,
                     batch_tokens=o.decode.batch_tokens, decoding_threads=o.decoding_threads, max_phrases=o.max_phrases,
-                    decode_timeout=o.decode_timeout)
+                    decode_timeout=o.decode_timeout, max_file_bytes=o.max_file_bytes)
     service = Service(served, limits, keys, terms, qe)
     if terms is not None:
         print(f"glossary: {len(terms)} terms from {o.glossary}", file=sys.stderr, flush=True)
     if keys is not None:
         print(f"API keys: {len(keys)} from {o.api_keys}", file=sys.stderr, flush=True)
     app = create_app(service)
-    app = Guard(Cors(app) if o.cors else app, o.max_body_bytes, service.metrics, o.body_timeout, o.access_log)
+    app = Guard(Cors(app) if o.cors else app, o.max_body_bytes, service.metrics, o.body_timeout, o.access_log,
+                o.max_file_bytes)
     service.start()  # here, not in uvicorn's startup: a thread the system refuses is one error line
     try:
         run(app, o.host, o.port, o.graceful_timeout, o.header_timeout, o.keep_alive_timeout,

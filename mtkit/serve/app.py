@@ -20,9 +20,15 @@ unchanged (its rules and messages: :mod:`mtkit.serve.libretranslate`):
   as it is; a language no model translates into ``target`` is a 400 naming it).
 * ``GET /health`` (``{"status": "ok"}``, 503 until the models decode), ``GET /frontend/settings``,
   ``GET /spec`` (Swagger 2.0), ``GET /js/app.js`` (the page's script, with an empty ``apiSecret``);
-  ``/suggest`` and ``/translate_file`` answer as a LibreTranslate with those features off.
-* Errors are JSON ``{"error": "..."}`` with 400 (a bad request, a missing API key), 403 (an unknown
-  API key), 405 (another method), 413 (a body over ``--max-body-bytes``), 503 with ``Retry-After``
+  ``/suggest`` answers as a LibreTranslate with suggestions off.
+* ``POST /translate_file`` (multipart ``file``, ``source`` (a code or ``auto``: detected on the document's first
+  characters), ``target``, ``api_key``): the document's text translated through :mod:`mtkit.documents`, its
+  structure and formatting kept; answers ``{"translatedFileUrl": ...}``, which ``GET /download_file/<name>``
+  serves for 30 minutes (:mod:`mtkit.serve.files`). ``--max-file-bytes`` bounds the upload (413), 0 turns it
+  off (403, as LibreTranslate's ``--disable-files-translation``).
+* Errors are JSON ``{"error": "..."}`` with 400 (a bad request, a missing API key, a document that is not of
+  its format), 403 (an unknown API key), 404 (a download we never made or that expired), 405 (another method),
+  413 (a body over ``--max-body-bytes``, a file over ``--max-file-bytes``), 503 with ``Retry-After``
   (the queue is full), 500 (a bug).
 
 mtkit's own: ``POST /v1/translate`` (beam size, length penalty, n-best lists with scores, word
@@ -41,9 +47,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mimetypes
+import threading
 import traceback
 from contextlib import asynccontextmanager
 from importlib import resources
+from pathlib import PurePosixPath
 from typing import Any
 
 from fastapi import Request  # at module level: the routes' annotations are resolved in this module
@@ -51,7 +60,21 @@ from pydantic import ValidationError
 
 from mtkit import langid
 from mtkit.config import DecodeOptions
+from mtkit.documents import Texts
+from mtkit.errors import MtkitError, shown
 from mtkit.serve import libretranslate as lt
+from mtkit.serve.files import (
+    KEEP_SECONDS,
+    MAX_FILE_JOBS,
+    Busy,
+    EngineFailed,
+    Sample,
+    attachment,
+    read_document,
+    sentence_translator,
+    translated_name,
+    upload_name,
+)
 from mtkit.serve.models import language_name
 from mtkit.serve.schemas import (
     ApiError,
@@ -298,13 +321,14 @@ def libretranslate_router(service: Service):
                 at += len(per_item[i])
         return results
 
-    async def route(items: list[str], target: str, many: bool) -> tuple[list[dict], list]:
+    async def route(items: list[str], target: str, many: bool, field: str = "q") -> tuple[list[dict], list]:
         """``source: auto``: each item's language (LibreTranslate's ``detectedLanguage``) and its model: the one
         that translates from it into ``target``; None for an item already in ``target`` (answered as it is, as
         LibreTranslate does). A language lingua is unsure of (under :data:`CLEAR`) gives way to the likeliest
         language a model translates from into ``target`` (translated, rather than kept or refused); an item
         without letters goes with the request's most frequent language (else the first model's), at confidence
-        0. A language no model translates into ``target`` is a 400 naming it."""
+        0. A language no model translates into ``target`` is a 400 naming it (``field``: what the message calls
+        the items)."""
         into: dict[str, Any] = {}
         for m in service.models:
             if m.tgt_lang == target:
@@ -327,7 +351,8 @@ def libretranslate_router(service: Service):
                 model = into[code]
             else:
                 served = ", ".join(f"{language_name(c)} ({c})" for c in into)
-                raise ApiError(400, f"{f'q[{i}]' if many else 'q'} is {language_name(code)} ({code}) (detected, "
+                where = f"{field}[{i}]" if many else field
+                raise ApiError(400, f"{where} is {language_name(code)} ({code}) (detected, "
                                     f"confidence {100 * value:.1f}); this server translates into "
                                     f"{language_name(target)} ({target}) from {served} only: give source")
             detected.append({"confidence": round(100 * value, 1), "language": code})
@@ -382,7 +407,8 @@ def libretranslate_router(service: Service):
 
     @router.get("/frontend/settings", summary="What LibreTranslate's web page reads first", tags=tags)
     async def frontend_settings():
-        return lt.frontend_settings(service.models, service.limits.max_chars, service.api_keys is not None)
+        return lt.frontend_settings(service.models, service.limits.max_chars, service.api_keys is not None,
+                                    None if service.files is None else service.files.extensions())
 
     @router.get("/spec", summary="LibreTranslate's API as a Swagger 2.0 document", tags=tags)
     async def spec():
@@ -396,15 +422,104 @@ def libretranslate_router(service: Service):
     async def suggest():
         raise ApiError(403, lt.SUGGESTIONS_DISABLED)
 
-    @router.post("/translate_file", summary="Files (disabled, as a LibreTranslate with "
-                                            "--disable-files-translation)", tags=tags)
+    @router.post("/translate_file", summary="Translate a document (LibreTranslate's API): its structure and "
+                 "formatting kept", tags=tags, openapi_extra={"requestBody": {
+                     "required": True, "description": "A form: file, source (a code or auto), target, api_key.",
+                     "content": {"multipart/form-data": {"schema": {"type": "object"}}}}})
     async def translate_file(request: Request):
-        await fields_of(request)
-        raise ApiError(403, lt.FILES_DISABLED)
+        # a form of up to --max-file-bytes is parsed in a worker thread: the event loop answers meanwhile
+        fields, uploads = await asyncio.to_thread(lt.read_upload, await request.body(),
+                                                  request.headers.get("content-type", ""),
+                                                  request.scope.get("query_string", b""))
+        service.check_key(fields.get("api_key"), request.headers, ApiError(400, lt.KEY_MISSING))
+        work = service.files
+        if work is None:
+            raise ApiError(403, lt.FILES_DISABLED)
+        upload = uploads.get("file")
+        if upload is None:  # LibreTranslate's order of checks, and its messages
+            raise lt.missing("file")
+        source, target = lt.text_field(fields, "source"), lt.text_field(fields, "target")
+        if source is None:
+            raise lt.missing("source")
+        if target is None:
+            raise lt.missing("target")
+        filename, data = upload
+        if filename == "":
+            raise ApiError(400, lt.EMPTY_FILE)
+        name = upload_name(filename) or "document"
+        fmt = work.formats.get(PurePosixPath(name).suffix.lower())
+        if fmt is None:
+            raise ApiError(400, lt.FORMAT_NOT_SUPPORTED)
+        if len(data) > work.max_file_bytes:
+            raise ApiError(413, f"the file is too large (the limit is {work.max_file_bytes} bytes, --max-file-bytes)")
+        source, target = lt.language_code(source, lower), lt.language_code(target, lower)
+        if source != "auto" and source not in lower.values():
+            raise lt.not_supported(source)
+        if target not in lower.values():
+            raise lt.not_supported(target)
+        model = pick(source, target) if source != "auto" else await detected_model(data, fmt, name, target)
+        result = data if model is None else await in_worker(translate_document(data, fmt, name, model))
+        stored = await asyncio.to_thread(work.store.put, result, translated_name(filename, target))
+        return {"translatedFileUrl": str(request.url_for("download_file", filename=stored))}
 
-    @router.get("/download_file/{filename}", include_in_schema=False)
+    async def in_worker(run):
+        """``run(cancelled)`` in a file worker thread: a 503 when all are busy; the client going away sets
+        ``cancelled``, which stops the document's translation at its next part. A document's own failure (one
+        line naming it) is a 400; the batcher's is answered as /translate answers it."""
+        cancelled = threading.Event()
+        try:
+            future = service.files.submit(lambda: run(cancelled))
+        except Busy:
+            raise ApiError(503, f"the server is translating {MAX_FILE_JOBS} files already; retry later",
+                           {"Retry-After": str(service.limits.retry_after)}) from None
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        except MtkitError as e:
+            raise ApiError(400, f"Invalid request: {e}") from None
+        except EngineFailed as e:
+            raise e.error from None
+
+    async def detected_model(data: bytes, fmt: str, name: str, target: str):
+        """``source`` auto: the model for the document's language, detected on its first characters as
+        /translate detects a text's (None: it is in ``target`` already); without language identification,
+        the one language translated into ``target`` (else a 400 asking for source)."""
+        if not langid.available():
+            return pick("auto", target)
+        sample = Sample(langid.PREFIX_CHARS)
+        await in_worker(lambda cancelled: read_document(data, fmt, name, Texts(sample), service.files.max_file_bytes))
+        return (await route([sample.text], target, False, f"the file {name}"))[1][0]
+
+    def translate_document(data: bytes, fmt: str, name: str, model):
+        """The work of translating a document with ``model`` (its text through the model's batcher, the
+        server's glossary applied), for :func:`in_worker`."""
+        decode = service.decode_for(model, DecodeOptions(alignments="hard" if aligns(model, "xml") else None))
+
+        def run(cancelled: threading.Event) -> bytes:
+            def part(lines: list[str]) -> list:
+                constraints = service.constraints_for(model, lines)  # the server's glossary
+                return service.translate_waiting(model, lines, decode, constraints, cancelled)
+
+            translate = sentence_translator(part, service.limits.max_sentences, service.limits.max_chars)
+            return read_document(data, fmt, name, Texts(translate, aligned=aligns(model, "xml")),
+                                 service.files.max_file_bytes)
+
+        return run
+
+    @router.get("/download_file/{filename}", summary="A translated file (LibreTranslate's API), kept for "
+                f"{KEEP_SECONDS / 60:g} minutes", tags=tags)
     async def download_file(filename: str):
-        raise ApiError(400, lt.FILES_DISABLED)
+        if service.files is None:
+            raise ApiError(400, lt.FILES_DISABLED)
+        found = await asyncio.to_thread(service.files.store.read, filename)
+        if found is None:
+            raise ApiError(404, f"no translated file {shown(filename)} on this server (files are kept "
+                                f"{KEEP_SECONDS / 60:g} minutes)")
+        data, download = found
+        media = mimetypes.guess_type(download)[0] or "application/octet-stream"
+        return Response(data, media_type=media, headers={"Content-Disposition": attachment(download)})
     return router
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from mtkit import langid
 from mtkit.serve.models import language_name
-from mtkit.serve.schemas import ApiError, decode_body, parse_form, parse_json, parse_multipart
+from mtkit.serve.schemas import ApiError, decode_body, parse_form, parse_json, parse_multipart, parse_upload
 
 # LibreTranslate's messages (its app.py, through Flask's abort(400, description=...)).
 BAD_REQUEST = "The browser (or proxy) sent a request that this server could not understand."  # Flask's BadRequest()
@@ -28,6 +28,8 @@ INVALID_JSON = "Invalid JSON format"
 KEY_MISSING = "Please contact the server operator to get an API key"
 SUGGESTIONS_DISABLED = "Suggestions are disabled on this server."
 FILES_DISABLED = "Files translation are disabled on this server."
+EMPTY_FILE = "Invalid request: empty file"  # a file part whose file name is empty
+FORMAT_NOT_SUPPORTED = "Invalid request: file format not supported"
 
 # LibreTranslate's own aliases of language codes (libretranslate/language.py): a client may send either.
 ALIASES = {"pt-br": "pb", "zh-hans": "zh", "zh-hant": "zt"}
@@ -73,6 +75,17 @@ def read_fields(body: bytes, content_type: str, query: bytes = b"") -> dict:
     else:  # LibreTranslate reads no other body: only the query string's fields
         form = {}
     return {**_unix_lines(form), **_unix_lines(from_query)}
+
+
+def read_upload(body: bytes, content_type: str, query: bytes = b"") -> tuple[dict, dict[str, tuple[str, bytes]]]:
+    """``POST /translate_file``'s fields (as :func:`read_fields`: the query string's and the form's) and its
+    files (``{name: (file name, bytes)}``, from a ``multipart/form-data`` body only, as Flask's
+    ``request.files``)."""
+    if content_type.split(";", 1)[0].strip().lower() != "multipart/form-data":
+        return read_fields(body, content_type, query), {}
+    from_query = parse_form(decode_body(query, "the query string"), "a query parameter") if query else {}
+    form, files = parse_upload(body, content_type)
+    return {**form, **from_query}, files
 
 
 def _unix_lines(fields: dict) -> dict:
@@ -181,10 +194,11 @@ def alternatives_of(best: str, candidates: list[str]) -> list[str]:
 # ---------------------------------------------------------------------------------- the web page's reads
 
 
-def frontend_settings(models, char_limit: int, api_keys: bool) -> dict:
+def frontend_settings(models, char_limit: int, api_keys: bool, files: list[str] | None = None) -> dict:
     """``GET /frontend/settings``: what LibreTranslate's page reads before anything else. ``models``: the
     served models (source, target); the page starts on ``auto`` (each text's language detected and routed to
-    the model that translates from it) and the first model's target."""
+    the model that translates from it) and the first model's target. ``files``: the extensions of the
+    documents ``/translate_file`` takes (None: file translation is off)."""
     first = models[0]
     source = {"code": "auto", "name": "Auto Detect"}
     return {
@@ -193,8 +207,8 @@ def frontend_settings(models, char_limit: int, api_keys: bool) -> dict:
         "apiKeys": api_keys,
         "keyRequired": api_keys,  # with --api-keys, mtkit answers no request without a key
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": files is not None,
+        "supportedFilesFormat": list(files or []),
         "language": {"source": source,
                      "target": {"code": first.tgt_lang, "name": language_name(first.tgt_lang)}},
     }
@@ -250,9 +264,23 @@ def spec(version: str) -> dict:
                                       "schema": {"$ref": "#/definitions/detections"}},
                               "400": _ERROR, "403": _ERROR}}},
             "/translate_file": {"post": {
-                "tags": ["translate"], "summary": "Translate a File (disabled on mtkit)",
+                "tags": ["translate"], "summary": "Translate a File",
                 "consumes": ["multipart/form-data"],
-                "responses": {"403": _ERROR}}},
+                "parameters": [
+                    {"in": "formData", "name": "file", "type": "file", "required": True,
+                     "description": "The document to translate (its format from its extension: "
+                                    "/frontend/settings' supportedFilesFormat)"},
+                    _param("source", "string", True, "Source language code, or auto (detected from the "
+                                                     "document's text)"),
+                    _param("target", "string", True, "Target language code"),
+                    _KEY],
+                "responses": {"200": {"description": "Translated file",
+                                      "schema": {"$ref": "#/definitions/translate-file"}},
+                              "400": _ERROR, "403": _ERROR, "413": _ERROR, "503": _ERROR}}},
+            "/download_file/{filename}": {"get": {
+                "tags": ["translate"], "summary": "Download a translated file (kept for 30 minutes)",
+                "parameters": [{"in": "path", "name": "filename", "type": "string", "required": True}],
+                "responses": {"200": {"description": "The translated file, as an attachment"}, "404": _ERROR}}},
             "/suggest": {"post": {
                 "tags": ["misc"], "summary": "Submit a Suggestion (disabled on mtkit)",
                 "responses": {"403": _ERROR}}},
@@ -276,6 +304,8 @@ def spec(version: str) -> dict:
                                       "(the mean over its lines of COMET-QE's score with mtkit serve --qe-model, "
                                       "else of the model's confidence, the mean token log-probability); null for "
                                       "an empty text"}}},
+            "translate-file": {"type": "object", "properties": {
+                "translatedFileUrl": {"type": "string", "description": "Translated file url"}}},
             "languages": {"type": "array", "items": {"type": "object", "properties": {
                 "code": {"type": "string"}, "name": {"type": "string"},
                 "targets": {"type": "array", "items": {"type": "string"}}}}},
@@ -298,6 +328,7 @@ def spec(version: str) -> dict:
 ROUTES = {"/translate": ("POST",), "/detect": ("POST",), "/suggest": ("POST",), "/translate_file": ("POST",),
           "/languages": ("GET",), "/health": ("GET",), "/frontend/settings": ("GET",), "/spec": ("GET",),
           "/js/app.js": ("GET",), "/": ("GET",)}
+PREFIX_ROUTES = {"/download_file/": ("GET",)}  # routes with a parameter: /download_file/<filename>
 
 
 class FlaskMethods:
@@ -305,13 +336,18 @@ class FlaskMethods:
     a GET route (the GET answer's status and headers; uvicorn sends no body for HEAD) and OPTIONS (200,
     ``Allow``, no body). A CORS preflight is answered before it (:class:`mtkit.serve.server.Cors`)."""
 
-    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES) -> None:
+    def __init__(self, app, routes: dict[str, tuple[str, ...]] = ROUTES,
+                 prefixes: dict[str, tuple[str, ...]] = PREFIX_ROUTES) -> None:
         self.app = app
         self.allow = {path: ", ".join(sorted({*methods, "OPTIONS", *(("HEAD",) if "GET" in methods else ())}))
-                      for path, methods in routes.items()}
+                      for path, methods in {**routes, **prefixes}.items()}
+        self.prefixes = tuple(prefixes)
 
     async def __call__(self, scope, receive, send) -> None:
-        allow = self.allow.get(scope.get("path", "")) if scope["type"] == "http" else None
+        path = scope.get("path", "")
+        if path.startswith(self.prefixes):
+            path = next(prefix for prefix in self.prefixes if path.startswith(prefix))
+        allow = self.allow.get(path) if scope["type"] == "http" else None
         if allow is not None and scope["method"] == "HEAD" and "GET" in allow:
             scope = {**scope, "method": "GET"}
         elif allow is not None and scope["method"] == "OPTIONS":

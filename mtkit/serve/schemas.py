@@ -238,6 +238,13 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, Any]:
     left out, as Flask's ``request.values`` leaves them. A body that cannot be read (no boundary, cut short,
     malformed) has no fields, as Flask reads it; over :data:`MAX_FORM_PARTS` parts is a 400. Work and memory
     are linear in the body, which the server has already bounded (``--max-body-bytes``)."""
+    return parse_upload(body, content_type)[0]
+
+
+def parse_upload(body: bytes, content_type: str) -> tuple[dict[str, Any], dict[str, tuple[str, bytes]]]:
+    """A ``multipart/form-data`` body's text fields (as :func:`parse_multipart`) and its file parts, ``{name:
+    (filename as sent, bytes)}`` (the first part of a name; Flask's ``request.files``). Nothing for a body
+    that cannot be read."""
     try:  # the serve extra's python-multipart (Starlette's form parser), imported here so that a server
         # installed without it still answers JSON and urlencoded forms
         from python_multipart.multipart import MultipartParser, parse_options_header
@@ -248,7 +255,7 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, Any]:
     _, params = parse_options_header(content_type)
     boundary = params.get(b"boundary")
     if not boundary:
-        return {}
+        return {}, {}
     parts: list[tuple[dict[bytes, bytes], bytearray]] = []
     header = [b"", b""]
     ended: list[bool] = []
@@ -278,18 +285,23 @@ def parse_multipart(body: bytes, content_type: str) -> dict[str, Any]:
         parser.write(body)
         parser.finalize()
     except ValueError:  # python_multipart's parse errors
-        return {}
+        return {}, {}
     if not ended:  # cut short before its closing boundary
-        return {}
+        return {}, {}
     pairs = []
+    files: dict[str, tuple[str, bytes]] = {}
     for i, (headers, data) in enumerate(parts):
         _, disposition = parse_options_header(headers.get(b"content-disposition", b""))
-        if b"name" not in disposition or b"filename" in disposition:
+        if b"name" not in disposition:
             continue
         name = decode_body(disposition[b"name"], f"the name of form part {i + 1}")
         shown = name if len(name) <= 40 and name.isprintable() else repr(name[:40])
+        if b"filename" in disposition:
+            filename = disposition[b"filename"].decode("utf-8", "replace")  # a name only: shown, never a path
+            files.setdefault(name, (filename, bytes(data)))
+            continue
         pairs.append((name, decode_body(bytes(data), f"form field {shown}")))
-    return _fields(pairs)
+    return _fields(pairs), files
 
 
 def request_constraints(req: NativeRequest, n: int) -> list[Constraints | None] | None:

@@ -26,25 +26,33 @@ logger = logging.getLogger(__name__)
 
 # Endpoints named in the request metrics (anything else is "other", so that a scan cannot grow them).
 ENDPOINTS = ("/translate", "/languages", "/detect", "/health", "/frontend/settings", "/spec", "/js/app.js",
-             "/suggest", "/translate_file", "/v1/translate", "/v1/models", "/v1/health", "/metrics", "/", "/docs",
-             "/redoc", "/openapi.json")
+             "/suggest", "/translate_file", "/download_file", "/v1/translate", "/v1/models", "/v1/health", "/metrics",
+             "/", "/docs", "/redoc", "/openapi.json")
+
+
+# Room in an upload's body for what is not the file: the other form fields and the parts' headers.
+UPLOAD_ROOM = 64 << 10
+UPLOAD_PATH = "/translate_file"
 
 
 class Guard:
     """ASGI middleware in front of the app: it refuses a body (with the query string) over
-    ``max_body_bytes`` with 413 (by its Content-Length, or while reading it) and one that has not
-    arrived within ``body_timeout`` seconds with 408; answers a request still running when the
+    ``max_body_bytes`` with 413 (by its Content-Length, or while reading it, before more is kept) and one
+    that has not arrived within ``body_timeout`` seconds with 408; answers a request still running when the
     graceful stop runs out with a JSON 503; counts each request and its latency in ``metrics``; and,
     with ``access_log``, writes one line per request on stderr (method, path without the query string,
-    which may hold an API key, status, milliseconds)."""
+    which may hold an API key, status, milliseconds). An upload (``POST /translate_file``) may have
+    ``max_file_bytes`` and :data:`UPLOAD_ROOM` for its other fields instead (0: files are off, the usual
+    limit)."""
 
     def __init__(self, app, max_body_bytes: int, metrics, body_timeout: float = 30.0,
-                 access_log: bool = False) -> None:
+                 access_log: bool = False, max_file_bytes: int = 0) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.metrics = metrics
         self.body_timeout = body_timeout
         self.access_log = access_log
+        self.max_file_bytes = max_file_bytes
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -52,7 +60,9 @@ class Guard:
             return
         start = time.perf_counter()
         path = scope.get("path", "")
-        endpoint = path if path in ENDPOINTS else "other"
+        endpoint = path if path in ENDPOINTS else "/download_file" if path.startswith("/download_file/") else "other"
+        upload = self.max_file_bytes > 0 and path == UPLOAD_PATH
+        limit = self.max_file_bytes + UPLOAD_ROOM if upload else self.max_body_bytes
         status = [0]
 
         async def send_status(message) -> None:
@@ -63,13 +73,15 @@ class Guard:
         self.metrics.in_flight.inc()
         try:
             try:
-                body = await asyncio.wait_for(self._read_body(scope, receive), self.body_timeout)
+                body = await asyncio.wait_for(self._read_body(scope, receive, limit), self.body_timeout)
             except asyncio.TimeoutError:
                 await _answer(send_status, 408, f"the request body did not arrive within {self.body_timeout:g} s "
                                                 "(--body-timeout)")
                 return
             if body is None:
-                await _answer(send_status, 413, f"the request body is too large (the limit is {self.max_body_bytes} "
+                await _answer(send_status, 413, f"the file is too large (the limit is {self.max_file_bytes} bytes, "
+                                                "--max-file-bytes)" if upload else
+                                                f"the request body is too large (the limit is {self.max_body_bytes} "
                                                 "bytes, --max-body-bytes)")
                 return
             done = False
@@ -100,9 +112,9 @@ class Guard:
                 shown = path if path.isprintable() and len(path) <= 200 else repr(path[:200])
                 logger.info(f"{scope.get('method', '?')} {shown} {status[0] or '-'} {seconds * 1000:.1f} ms")
 
-    async def _read_body(self, scope, receive) -> bytes | None:
-        """The whole body (None when it and the query string are over the limit)."""
-        limit = self.max_body_bytes - len(scope.get("query_string") or b"")
+    async def _read_body(self, scope, receive, limit: int) -> bytes | None:
+        """The whole body (None when it and the query string are over ``limit``)."""
+        limit -= len(scope.get("query_string") or b"")
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if limit < 0:
@@ -175,14 +187,15 @@ CORS_PATHS = frozenset({"/translate", "/languages", "/detect", "/health", "/fron
 
 
 class Cors:
-    """ASGI middleware: CORS for :data:`CORS_PATHS` as LibreTranslate answers it (``mtkit serve --cors``):
-    any origin; a preflight ``OPTIONS`` gets 200 with the methods and the headers it asked for."""
+    """ASGI middleware: CORS for :data:`CORS_PATHS` and the downloads as LibreTranslate answers it (``mtkit serve
+    --cors``): any origin; a preflight ``OPTIONS`` gets 200 with the methods and the headers it asked for."""
 
     def __init__(self, app) -> None:
         self.app = app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope.get("path") not in CORS_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or (path not in CORS_PATHS and not path.startswith("/download_file/")):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

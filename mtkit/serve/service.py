@@ -8,9 +8,11 @@ run and its queues move).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hmac
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,7 @@ from mtkit.engines.engine import Stopped, Translation
 from mtkit.engines.quality import confidence
 from mtkit.errors import MtkitError
 from mtkit.serve.batcher import Batcher, BatchPolicy, QueueFull
+from mtkit.serve.files import Cancelled, FileWork
 from mtkit.serve.metrics import Metrics
 from mtkit.serve.models import ServedModel
 from mtkit.serve.schemas import ApiError
@@ -50,7 +53,12 @@ class Limits:
     max_constraint_pieces: int = 1024
     # Seconds a request may take, queued and decoded: then it gets a 504 and its decoding stops between
     # search steps. A queue is "not moving" (503 on /health) when a batch decodes for twice as long.
+    # A document's text goes to the batcher in parts of at most max_sentences lines and max_chars
+    # characters, each within this time.
     decode_timeout: float = 60.0
+    # The largest document POST /translate_file takes (413 beyond); 0: file translation is off (403, as a
+    # LibreTranslate with --disable-files-translation).
+    max_file_bytes: int = 16 << 20
 
 
 class Service:
@@ -84,6 +92,8 @@ class Service:
         for m in models:
             self.source_of.setdefault(langid.base_code(m.src_lang), m.src_lang)
         self.ready = False
+        # POST /translate_file's documents and their translations (None: file translation is off)
+        self.files = FileWork(limits.max_file_bytes) if limits.max_file_bytes > 0 else None
 
     def start(self) -> None:
         """Start the decoding threads (once; again is a no-op). A thread the system refuses is one error line."""
@@ -100,6 +110,8 @@ class Service:
 
     def stop(self) -> None:
         self.ready = False
+        if self.files is not None:
+            self.files.close()  # the translated files go, as LibreTranslate's would after their time
         for batcher in self.batchers.values():
             batcher.stop(timeout=60)
 
@@ -287,3 +299,34 @@ class Service:
         except asyncio.CancelledError:
             batcher.abandon(future)
             raise
+
+    def translate_waiting(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
+                          constraints: list[Constraints | None] | None,
+                          cancelled: threading.Event) -> list[Translation]:
+        """:meth:`translate` for a worker thread (a document's text): it waits on the batcher's future, within
+        ``decode_timeout`` (else a 504); ``cancelled`` set (the client went away) drops the job and raises
+        :class:`Cancelled`."""
+        if not lines:
+            return []
+        batcher = self.batchers[model.name]
+        try:
+            future = batcher.submit(lines, decode, constraints)
+        except QueueFull as e:
+            self.metrics.rejected.labels(model.name).inc()
+            raise ApiError(503, f"the server is busy ({e}); retry later",
+                           {"Retry-After": str(self.limits.retry_after)}) from None
+        deadline = time.monotonic() + self.limits.decode_timeout
+        while True:
+            if cancelled.is_set():
+                batcher.abandon(future)
+                raise Cancelled()
+            try:  # a short wait at a time, so that a client that went away stops the work soon
+                return future.result(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+            except (concurrent.futures.TimeoutError, TimeoutError):
+                if time.monotonic() >= deadline:
+                    batcher.abandon(future)
+                    raise ApiError(504, f"a part of the document did not finish within {self.limits.decode_timeout:g}"
+                                        " s (--decode-timeout)") from None
+            except (Stopped, concurrent.futures.CancelledError):
+                raise ApiError(504, f"a part of the document did not finish within {self.limits.decode_timeout:g} s "
+                                    "(--decode-timeout)") from None

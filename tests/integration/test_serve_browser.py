@@ -126,3 +126,41 @@ def test_the_page_asks_for_alignments_where_the_models_engine_gives_them(browser
             assert browser.find_element(By.ID, "source-box").is_displayed() == shown, name
     finally:
         server.stop()
+
+
+def test_the_files_tab_uploads_a_document_and_links_its_translation(tmp_path, browser):
+    """The Files tab (shown as /frontend/settings has filesTranslation) posts the chosen file to
+    /translate_file with the pair's languages and links the translated file, which the browser downloads."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_serve_files import Serving, reversed_lines
+    from test_serve_libretranslate import AligningReverse
+
+    from mtkit.serve.models import ServedModel
+
+    text = "one two three\n\nfour five\n"
+    document = tmp_path / "notes.txt"
+    document.write_text(text, encoding="utf-8")
+    server = Serving([ServedModel("en-de", AligningReverse(), "en", "de")])
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/")
+        wait = WebDriverWait(browser, 120)  # a bound on a hung page, not a timing assertion
+        wait.until(lambda d: d.find_element(By.ID, "tab-files").is_displayed())
+        assert ".txt" in browser.find_element(By.ID, "file").get_attribute("accept")
+        browser.find_element(By.ID, "tab-files").click()
+        assert not browser.find_element(By.ID, "input").is_displayed()
+        browser.find_element(By.ID, "file").send_keys(str(document))
+        browser.find_element(By.ID, "file-go").click()
+        wait.until(lambda d: d.find_element(By.ID, "file-result").is_displayed()
+                   or "error" in d.find_element(By.ID, "file-status").get_attribute("class"))
+        assert "error" not in browser.find_element(By.ID, "file-status").get_attribute("class"), \
+            browser.find_element(By.ID, "file-status").text
+        link = browser.find_element(By.ID, "file-link")
+        assert (link.text, link.get_attribute("download")) == ("notes_de.txt", "notes_de.txt")
+        assert "/download_file/" in link.get_attribute("href")
+        got = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "fetch(arguments[0]).then(r => r.text().then(t => done([r.status, t])));", link.get_attribute("href"))
+        assert got == [200, reversed_lines(text)]
+    finally:
+        server.stop()

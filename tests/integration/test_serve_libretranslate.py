@@ -32,6 +32,7 @@ from test_serve_batcher import WordVocab  # noqa: E402 - after the skips
 
 from mtkit.config import DecodeConfig  # noqa: E402
 from mtkit.engines.engine import Engine  # noqa: E402
+from mtkit.serve.files import supported_formats  # noqa: E402
 from mtkit.serve.models import ServedModel  # noqa: E402
 
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -193,7 +194,7 @@ def test_frontend_settings_as_libretranslates_page_reads_them(one, several):
     assert status == 200
     assert settings == {
         "charLimit": MAX_CHARS, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
-        "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+        "suggestions": False, "filesTranslation": True, "supportedFilesFormat": list(supported_formats()),
         "language": {"source": {"code": "auto", "name": "Auto Detect"}, "target": {"code": "de", "name": "German"}}}
     # Several source languages: auto still (each text's language detected and sent to the model that has it).
     status, settings = several.json("GET", "/frontend/settings")
@@ -364,9 +365,9 @@ def test_libretranslates_error_messages_word_for_word(one, several):
     # A long value comes back shortened, never whole.
     status, answer = one.post_json("/translate", {**OK, "format": "y" * 5000})
     assert status == 400 and answer["error"].endswith(" format is not supported") and len(answer["error"]) < 120
-    # Files and suggestions: as a LibreTranslate with them off.
-    assert one.post_multipart("/translate_file", {"source": "en", "target": "de"}, [("file", "a.txt", b"one")]) == (
-        403, {"error": "Files translation are disabled on this server."})
+    # Files (tests/integration/test_serve_files.py has the rest); suggestions: as a LibreTranslate with them off.
+    assert one.post_multipart("/translate_file", {"source": "en", "target": "de"}, [("file", "a.exe", b"one")]) == (
+        400, {"error": "Invalid request: file format not supported"})
     assert one.post_form("/suggest", {"q": "one", "s": "eins", "source": "en", "target": "de"}) == (
         403, {"error": "Suggestions are disabled on this server."})
 

@@ -102,6 +102,60 @@ function light(line, span, alignment, on) {
   }
 }
 
+// The Files tab (LibreTranslate's file translation: POST translate_file, then the translatedFileUrl it
+// answers), shown when /frontend/settings says filesTranslation; the file chooser offers its formats.
+async function loadFiles() {
+  const settings = await (await fetch("frontend/settings")).json();
+  if (!settings.filesTranslation) return;
+  $("tab-files").hidden = false;
+  $("file").accept = settings.supportedFilesFormat.join(",");
+  $("formats").textContent = "Formats: " + settings.supportedFilesFormat.join(" ");
+}
+
+function showTab(files) {
+  $("text-panel").hidden = files;
+  $("files-panel").hidden = !files;
+  $("tab-text").setAttribute("aria-selected", String(!files));
+  $("tab-files").setAttribute("aria-selected", String(files));
+  $("go").hidden = files;
+}
+
+async function translateFile() {
+  const file = $("file").files[0];
+  const model = models.find((m) => m.name === $("pair").value);
+  if (!file || !model) return;
+  const data = new FormData();
+  data.append("file", file);
+  data.append("source", model.source);
+  data.append("target", model.target);
+  data.append("api_key", $("key").value.trim());  // in the body only, as LibreTranslate's page sends it
+  $("file-status").textContent = "translating…";
+  $("file-status").className = "muted";
+  $("file-result").hidden = true;
+  const started = performance.now();
+  try {
+    const response = await fetch("translate_file", { method: "POST", body: data });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.error || response.statusText);
+    const url = answer.translatedFileUrl;
+    const dot = file.name.lastIndexOf(".");
+    const name = dot > 0 ? `${file.name.slice(0, dot)}_${model.target}${file.name.slice(dot)}`
+                         : `${file.name}_${model.target}`;
+    $("file-link").href = url;
+    $("file-link").download = name;
+    $("file-link").textContent = name;
+    $("file-result").hidden = false;
+    $("file-status").textContent = `${Math.round(performance.now() - started)} ms`;
+  } catch (e) {
+    $("file-status").textContent = String(e.message || e);
+    $("file-status").className = "error";
+  }
+}
+
+$("tab-text").addEventListener("click", () => showTab(false));
+$("tab-files").addEventListener("click", () => showTab(true));
+$("file-go").addEventListener("click", translateFile);
+loadFiles().catch(() => {});  // an older server without the settings: the Text tab alone
 $("go").addEventListener("click", translate);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && e.ctrlKey) translate(); });
 load().catch((e) => { $("status").textContent = "cannot reach the server: " + e; $("status").className = "error"; });
