@@ -307,6 +307,7 @@ TORCH_FREE = {
     "mtkit.commands.export",  # CTranslate2 before torch: `mtkit export ctranslate2` imports it first
     "mtkit.serve", "mtkit.serve.app", "mtkit.serve.server", "mtkit.serve.service", "mtkit.serve.schemas",
     "mtkit.serve.batcher", "mtkit.serve.libretranslate", "mtkit.serve.metrics", "mtkit.serve.models",
+    "mtkit.serve.files",
     "mtkit.export", "mtkit.export.cache",
     "mtkit.text", "mtkit.text.lines", "mtkit.text.markup", "mtkit.text.phrases", "mtkit.text.glossary",
     "mtkit.text.pipeline", "mtkit.text.sentences", "mtkit.text.guard",
