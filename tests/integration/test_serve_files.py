@@ -26,7 +26,6 @@ import threading
 import time
 import urllib.parse
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -35,7 +34,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 pytest.importorskip("python_multipart")
 
-from conftest import http_exchange, write_tiny_checkpoint  # noqa: E402 - after the skips
+from conftest import MODELS, http_exchange, write_tiny_checkpoint  # noqa: E402 - after the skips
 from test_serve_libretranslate import OPENER, AligningReverse, Reverse, multipart, reverse  # noqa: E402
 
 from mtkit.serve.files import FileStore, attachment, supported_formats, translated_name  # noqa: E402
@@ -43,7 +42,7 @@ from mtkit.serve.models import ServedModel  # noqa: E402
 from mtkit.serve.server import UPLOAD_ROOM  # noqa: E402
 
 MAX_FILE = 8_000
-REAL_MODEL = Path("/work/shared/models/multi30k-en-de")
+REAL_MODEL = MODELS / "multi30k-en-de"
 NO_OFFICE = importlib.util.find_spec("mtkit.documents.office") is None
 NO_SUBTITLES = importlib.util.find_spec("mtkit.documents.subtitles") is None
 

@@ -9,14 +9,14 @@ import re
 import time
 import unicodedata
 import zipfile
-from pathlib import Path
 
 import pytest
+from conftest import MODELS
 
 from mtkit.documents import Limits, Texts, identity, translate_bytes
 from mtkit.errors import MtkitError
 
-MODEL = Path("/work/shared/models/multi30k-en-de")
+MODEL = MODELS / "multi30k-en-de"
 
 # a dictionary "translation" that reorders: an adjective goes after its noun ("a red car" -> "ein Auto rot")
 WORDS = {"a": "ein", "the": "der", "red": "rot", "big": "groß", "car": "Auto", "dog": "Hund", "runs": "rennt",

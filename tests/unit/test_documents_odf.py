@@ -8,9 +8,9 @@ import importlib.util
 import io
 import re
 import zipfile
-from pathlib import Path
 
 import pytest
+from conftest import MODELS
 from lxml import etree
 
 from mtkit.documents import Limits, Texts, identity, translate_bytes
@@ -31,7 +31,7 @@ NS = {
     "manifest": "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0",
 }
 DECLARED = " ".join(f'xmlns:{k}="{v}"' for k, v in NS.items() if k != "manifest")
-MODEL = Path("/work/shared/models/multi30k-en-de")
+MODEL = MODELS / "multi30k-en-de"
 
 TEXT_BODY = """
   <text:h text:style-name="Heading_20_1" text:outline-level="1">A dog in the park</text:h>

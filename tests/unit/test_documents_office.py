@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import re
 import zipfile
-from pathlib import Path
 
 import pytest
+from conftest import MODELS
 
 docx = pytest.importorskip("docx")
 pptx = pytest.importorskip("pptx")
@@ -23,7 +23,7 @@ from pptx.util import Inches  # noqa: E402
 from mtkit.documents import Texts, identity, translate_bytes, translate_file  # noqa: E402
 from mtkit.errors import MtkitError  # noqa: E402
 
-MODEL = Path("/work/shared/models/multi30k-en-de")
+MODEL = MODELS / "multi30k-en-de"
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
 R_ID = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
