@@ -35,4 +35,4 @@ def test_the_api_page_runs_as_written(tmp_path, monkeypatch):
         for expected in re.findall(r"# prints: (.+)$", block, re.M):
             assert expected.strip() in printed.splitlines(), (number, expected, printed)
             checked += 1
-    assert checked == 9  # every "# prints:" of the page
+    assert checked == 11  # every "# prints:" of the page

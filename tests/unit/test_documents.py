@@ -302,3 +302,22 @@ def test_hostile_archives_are_one_line_before_the_model_loads_and_leave_nothing(
         re.escape("[0-9][0-9]"), "[0-9][0-9]"), line), line
     assert "loaded" not in err and list((tmp_path / "out").iterdir()) == []
     assert peak < 32 << 20  # the file itself and the directory, never what it inflates to
+
+
+def test_the_api_translates_a_file_and_bytes_with_the_models_alignments(tiny, tmp_path):
+    import mtkit
+
+    model = mtkit.load(tiny)
+    (tmp_path / "talk.srt").write_text("1\n00:00:01,000 --> 00:00:02,500\ntwo hundred\nfive\n\n"
+                                       "2\n00:00:03,000 --> 00:00:04,000\nnine\n")
+    assert model.translate_file(tmp_path / "talk.srt", tmp_path / "out.srt", beam=2) == "srt"
+    out = (tmp_path / "out.srt").read_text().split("\n\n")  # (an untrained model: a cue may get fewer lines)
+    assert [cue.split("\n")[:2] for cue in out] == [["1", "00:00:01,000 --> 00:00:02,500"],
+                                                    ["2", "00:00:03,000 --> 00:00:04,000"]]
+    texts = model.document_texts()
+    assert texts.aligned  # the torch engine gives alignments: formatting is placed by them
+    with pytest.raises(MtkitError, match="format 'pdf': expected one of docx, pptx"):
+        model.translate_document(b"x", "pdf")
+    with pytest.raises(MtkitError, match="unknown option 'beams'"):
+        model.translate_file(tmp_path / "talk.srt", tmp_path / "out2.srt", beams=2)
+    assert not (tmp_path / "out2.srt").exists()
