@@ -275,6 +275,17 @@ class Service:
             found = [next(values) if t.src_ids else None for t in translations]
         return [v if v is not None and math.isfinite(v) else None for v in found]
 
+    def _submit(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
+                constraints: list[Constraints | None] | None):
+        """``lines`` queued on ``model``'s batcher: (the batcher, the job's future); a full queue is a 503."""
+        batcher = self.batchers[model.name]
+        try:
+            return batcher, batcher.submit(lines, decode, constraints)
+        except QueueFull as e:
+            self.metrics.rejected.labels(model.name).inc()
+            raise ApiError(503, f"the server is busy ({e}); retry later",
+                           {"Retry-After": str(self.limits.retry_after)}) from None
+
     async def translate(self, model: ServedModel, lines: list[str], decode: DecodeConfig,
                         constraints: list[Constraints | None] | None = None) -> list[Translation]:
         """``lines`` translated by ``model``'s batcher (``constraints``: per line, after :meth:`constraints_for`),
@@ -282,13 +293,7 @@ class Service:
         waits (its client went away) drops its job too."""
         if not lines:
             return []
-        batcher = self.batchers[model.name]
-        try:
-            future = batcher.submit(lines, decode, constraints)
-        except QueueFull as e:
-            self.metrics.rejected.labels(model.name).inc()
-            raise ApiError(503, f"the server is busy ({e}); retry later",
-                           {"Retry-After": str(self.limits.retry_after)}) from None
+        batcher, future = self._submit(model, lines, decode, constraints)
         timeout = self.limits.decode_timeout
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
@@ -308,13 +313,7 @@ class Service:
         :class:`Cancelled`."""
         if not lines:
             return []
-        batcher = self.batchers[model.name]
-        try:
-            future = batcher.submit(lines, decode, constraints)
-        except QueueFull as e:
-            self.metrics.rejected.labels(model.name).inc()
-            raise ApiError(503, f"the server is busy ({e}); retry later",
-                           {"Retry-After": str(self.limits.retry_after)}) from None
+        batcher, future = self._submit(model, lines, decode, constraints)
         deadline = time.monotonic() + self.limits.decode_timeout
         while True:
             if cancelled.is_set():
