@@ -109,6 +109,48 @@ class TaggedVocab:
         return [[self.tag, *ids] if ids else [] for ids in found] if self.side == "source" else found
 
 
+class CodedVocab:
+    """NLLB's and M2M100's language codes (``data.tag_side: codes``, an imported model's): the source starts with
+    the *source* language's code (``eng_Latn``, a piece of the vocabulary under its own name), and the decoder
+    reads BOS, then the target language's code, forced (:attr:`decoder_prefix`; Hugging Face's
+    ``forced_bos_token_id``). An empty line stays empty. Everything else is the wrapped vocabulary's."""
+
+    def __init__(self, vocab, src_lang: str, tgt_lang: str) -> None:
+        self.base = vocab
+        self.tgt_lang = tgt_lang
+        self.side = "codes"
+        self.tag = _code_id(vocab.src_piece_id(src_lang), src_lang, "source")
+        self.decoder_start = None  # BOS
+        self.decoder_prefix = (_code_id(vocab.tgt_piece_id(tgt_lang), tgt_lang, "target"),)
+
+    def __getattr__(self, name: str):
+        if name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def encode_src(self, text: str) -> list[int]:
+        ids = self.base.encode_src(text)
+        return [self.tag, *ids] if ids else ids
+
+    def src_words(self, text: str) -> list[int]:
+        words = self.base.src_words(text)
+        return [-1, *words] if words else words
+
+    def encode_src_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [[self.tag, *ids] if ids else [] for ids in self.base.encode_src_batch(texts)]
+
+
+def _code_id(found: int | None, lang: str, side: str) -> int:
+    if found is None:
+        raise MtkitError(f"the {side} vocabulary has no language code {lang}")
+    return found
+
+
+def decoder_prefix(vocab) -> tuple[int, ...]:
+    """The tokens forced after the decoder's start for ``vocab``'s sentences: NLLB's target code, or none."""
+    return getattr(vocab, "decoder_prefix", ())
+
+
 def describe(pairs: Sequence[Pair]) -> str:
     return ", ".join(p.name for p in pairs)
 
@@ -147,6 +189,8 @@ def for_target(vocab, pairs: Sequence[Pair], single: tuple[str, str] | None, tgt
     """The vocabulary that encodes sources for ``tgt_lang`` (see :func:`pick_target`): ``vocab``
     itself for a single-pair model, a :class:`TaggedVocab` with the tag on ``side`` for a multilingual one."""
     lang = pick_target(pairs, single, tgt_lang, flag)
+    if lang is not None and side == "codes":
+        return CodedVocab(vocab, next(p.src_lang for p in pairs if p.tgt_lang == lang), lang)
     return vocab if lang is None else TaggedVocab(vocab, lang, side)
 
 
