@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mtkit.importers import write_run
 from mtkit.importers.marian import marian_folder, read_marian
+from mtkit.importers.nllb import nllb_folder, read_nllb
 from mtkit.io import refuse_non_empty
 
 
@@ -26,8 +27,6 @@ def import_marian(source: str, out_dir: Path) -> None:
 def import_nllb(source: str, out_dir: Path, src_lang: str | None = None, targets: tuple[str, ...] = ()) -> None:
     """Convert the NLLB / M2M100 model in ``source`` (a folder or a hub name) into the run directory ``out_dir``,
     translating from ``src_lang`` into ``targets`` (default: tokenizer_config.json's src_lang, every other code)."""
-    from mtkit.importers.nllb import nllb_folder, read_nllb
-
     refuse_non_empty(out_dir)  # before any download
     imported = read_nllb(nllb_folder(source), src_lang, targets)
     out = write_run(imported, out_dir)
