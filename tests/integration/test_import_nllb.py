@@ -65,7 +65,8 @@ def make_nllb(folder: Path, seed: int = 0) -> Path:
     model = M2M100ForConditionalGeneration(config).eval()
     # Hugging Face's initialization (std 0.02, unit LayerNorms, zero biases) gives nearly uniform outputs, the same
     # for every input: larger weights, LayerNorms and biases away from 1 and 0, and a larger </s> row make the
-    # outputs differ by sentence (50+ distinct strings of 60) and end at different lengths.
+    # outputs differ by sentence (50+ distinct strings of 60) and end at different lengths. mtkit never writes
+    # <pad> (nor does a trained NLLB: its row is zeros); generate() could, where every other logit is below 0.
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "layer_norm" in name:
@@ -75,6 +76,7 @@ def make_nllb(folder: Path, seed: int = 0) -> Path:
             else:
                 p.normal_(0, 0.5)
         model.model.shared.weight[2] *= 2.5
+        model.model.shared.weight[1] = 0.0  # <pad>'s row stays zero, as fairseq's padding_idx keeps it in training
     model.generation_config = GenerationConfig(
         decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, bos_token_id=0, forced_eos_token_id=2,
         max_length=MAX_LENGTH, num_beams=4, length_penalty=1.0, early_stopping=True)
@@ -245,16 +247,32 @@ def test_hostile_folders_are_one_line_before_any_allocation(built, tmp_path, mon
 
 @pytest.mark.slow  # a server, real searches
 def test_serve_constraints_and_alignments_on_an_import(built):
-    """What the run gives downstream: the API's languages, an exclude constraint, alignments."""
+    """What the run gives downstream: serve's /languages in ISO 639-1 codes where the model's codes have one,
+    --tgt-lang by either code, an exclude constraint, alignments."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from test_serve_libretranslate import Running
+
     import mtkit as api
+    from mtkit.commands.serve import _served_pairs
 
     folder, run = built
-    engine = api.load(run)
-    first = engine.translate(SOURCES[0], target="fra_Latn", split="none", guard=False)
-    assert first.text
+    model = api.load(run)
+    first = model.translate(SOURCES[0], target="fra_Latn", split="none", guard=False)
+    assert first.text and model.translate(SOURCES[0], target="fr", split="none", guard=False).text == first.text
     word = first.text.split()[0]
-    banned = engine.translate(SOURCES[0], target="fra_Latn", split="none", guard=False,
-                              constraints=[{"exclude": [word]}])
-    assert word not in banned.text.split()
-    aligned = engine.translate(SOURCES[0], target="fra_Latn", split="none", guard=False, alignments=True)
-    assert aligned.text == first.text and aligned.alignments is not None
+    banned = model.translate(SOURCES[0], target="fra_Latn", split="none", guard=False,
+                             constraints=[{"exclude": [word]}])
+    assert banned.text and word not in banned.text.split()
+    aligned = model.translate(SOURCES[0], target="fra_Latn", split="none", guard=False, alignments="hard")
+    assert aligned.text == first.text and aligned.hypotheses[0].alignment
+
+    served = _served_pairs("nllb", run, model.engine, "torch", None, None, None)
+    server = Running(served)
+    try:
+        assert server.json("GET", "/languages")[1] == [{"code": "en", "name": "English", "targets": ["fr", "de"]}]
+        status, done = server.post_json("/translate", {"q": SOURCES[0], "source": "en", "target": "fr"})
+        guarded = model.translate(SOURCES[0], target="fra_Latn").text  # the server guards, as translate does
+        assert status == 200 and done["translatedText"] == guarded
+    finally:
+        server.stop()
