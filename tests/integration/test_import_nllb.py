@@ -187,6 +187,30 @@ def test_translate_and_ctranslate2_equal_generate(built, tmp_path):
     assert out.stdout.splitlines() == generate(model, tok, "deu_Latn", 4, MAX_LENGTH)
 
 
+def test_the_fairseq_sinusoids_are_m2m100s():
+    """model.sinusoid_layout: fairseq is M2M100SinusoidalPositionalEmbedding's table from position 2 on (mtkit computes
+    it in float64, Hugging Face in float32: a few 1e-6 apart at the far positions)."""
+    from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
+
+    from mtkit.model import sinusoid_table
+
+    for d_model in (32, 1024):
+        theirs = M2M100SinusoidalPositionalEmbedding.get_embedding(130, d_model, padding_idx=1)
+        torch.testing.assert_close(sinusoid_table(128, d_model, "fairseq"), theirs[2:130], atol=1e-5, rtol=0)
+
+
+def test_what_an_import_cannot_do_is_one_line(built, tmp_path):
+    """Scoring (its forced code would count) and mtkit export hf (another architecture): refused in one line."""
+    _, run = built
+    (tmp_path / "src").write_text(SOURCES[0] + "\n")
+    for args, word in ((("score", "-m", run, "--src", tmp_path / "src", "--tgt", tmp_path / "src", "--tgt-lang", "fr"),
+                        "not supported"),
+                       (("export", "hf", run, tmp_path / "hf"), "fairseq")):
+        r = mtkit(*args, check=False)
+        errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+        assert r.returncode == 1 and len(errors) == 1 and word in errors[0] and "Traceback" not in r.stderr, r.stderr
+
+
 def _error_line(folder: Path, out: Path, *flags: str) -> str:
     r = mtkit("import", "nllb", folder, "-o", out, *flags, check=False)
     errors = [x for x in r.stderr.splitlines() if x.startswith("error:")]
