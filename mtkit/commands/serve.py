@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeOptions
-from mtkit.data.languages import describe, languages, short_codes
+from mtkit.data.languages import describe, languages
 from mtkit.engines.ctranslate2_engine import read_manifest
 from mtkit.engines.quality import load_qe_model
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
@@ -27,6 +27,7 @@ from mtkit.errors import MtkitError
 from mtkit.export.cache import check_quantization, ctranslate2_model
 from mtkit.host_memory import bound_onednn_caches
 from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
+from mtkit.langid import short_codes
 from mtkit.serve.models import ServedModel
 from mtkit.serve.service import Limits, Service
 from mtkit.text.phrases import read_constraint_options

@@ -291,6 +291,17 @@ def test_serve_constraints_and_alignments_on_an_import(built):
     aligned = model.translate(SOURCES[0], target="fra_Latn", split="none", guard=False, alignments="hard")
     assert aligned.text == first.text and aligned.hypotheses[0].alignment
 
+    # distill.teacher's loading and call (mtkit.training.distill): a run imported with one target translates
+    # without being told it
+    from mtkit.api import LoadOptions, load_models
+    from mtkit.importers import write_run
+    from mtkit.importers.nllb import read_nllb
+
+    one = write_run(read_nllb(folder, "eng_Latn", ("fra_Latn",)), run.parent / "run-fr")
+    teacher = load_models([one], LoadOptions(engine="torch", threads=0, any_target=False)).engine
+    assert [r.candidates[0].text for r in teacher.translate(SOURCES[:5])] == [
+        r.text for r in model.translate(SOURCES[:5], target="fra_Latn", guard=False, split="none")]
+
     served = _served_pairs("nllb", run, model.engine, "torch", None, None, None)
     server = Running(served)
     try:
