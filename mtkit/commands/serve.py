@@ -88,7 +88,7 @@ def _served_pairs(name: str, path: Path, translator, engine: str, step: int | No
         raise MtkitError(f"-m {path}: translates {describe(pairs)}; none of them matches --src-lang / --tgt-lang")
     print(f"model {name}: {describe(chosen)}", file=sys.stderr, flush=True)
     # LibreTranslate's clients name languages by ISO 639-1: an NLLB model's fra_Latn is served as fr
-    short = short_codes(languages(pairs))
+    short = short_codes(languages(pairs)) if translator.tag_side == "codes" else {}
     return [ServedModel(f"{name}:{p.name}", translator, short.get(p.src_lang, p.src_lang),
                         short.get(p.tgt_lang, p.tgt_lang), engine, step, group=name, target=p.tgt_lang)
             for p in chosen]
