@@ -397,7 +397,7 @@ def import_nllb(
     src_lang: str | None = typer.Option(None, "--source", "-s", help="The source language's code, e.g. "
                                         "eng_Latn (default: tokenizer_config.json's src_lang)."),
     targets: list[str] | None = typer.Option(None, "--target", "-t", help="A language code to translate into, "
-                                             "e.g. fra_Latn (repeat; default: every code of the model)."),
+                                             "e.g. fra_Latn, or fr where the model has one French (repeat; default: every code of the model)."),
 ) -> None:
     """Import an NLLB-200 or M2M100 model (Hugging Face layout) as a multilingual run directory.
 

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from mtkit.config import MAX_LENGTH, ModelConfig, config_from_dict, config_to_dict
+from mtkit.data.languages import resolve
 from mtkit.data.vocab import Vocab
 from mtkit.errors import MtkitError, shown
 from mtkit.hub import hub_folder
@@ -164,8 +165,10 @@ def _codes(tok: Fields, tok_path: Path, table: dict[str, int]) -> list[str]:
 
 def pick_languages(codes: list[str], source: str | None, targets: list[str], default_source: str | None,
                    where: Path) -> tuple[str, list[str]]:
-    """The run's source language and target languages, each a code of the model (one line otherwise)."""
-    src = source or default_source
+    """The run's source language and target languages, each a code of the model or its ISO 639-1 code (one line
+    otherwise)."""
+    src = resolve(source, codes) if source else default_source
+    targets = [resolve(t, codes) for t in targets]  # fr for fra_Latn, where the model has one French
     if src is None:
         raise MtkitError(f"{where}: no src_lang; say the source language with --source (e.g. {codes[0]})")
     for lang, flag in [(src, "--source"), *((t, "--target") for t in targets)]:
