@@ -23,7 +23,8 @@ class SearchStopped(Exception):
 
 @dataclass
 class Hypothesis:
-    """One output: ``tokens`` without BOS or EOS, ``score`` = ``logprob / lp(len(tokens) + 1)``."""
+    """One output: ``tokens`` without BOS or EOS (nor a forced prefix), ``score`` = ``logprob / lp(len(tokens) + 1)``
+    (``lp(len(prefix) + len(tokens) + 1)`` with :attr:`SearchOptions.prefix`)."""
 
     tokens: list[int]
     score: float
