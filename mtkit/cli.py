@@ -388,6 +388,29 @@ def import_marian(
     run_import(source, out_dir)
 
 
+@import_app.command("nllb")
+def import_nllb(
+    source: str = typer.Argument(..., help="A folder saved by M2M100ForConditionalGeneration and NllbTokenizer "
+                                           "save_pretrained (with sentencepiece.bpe.model), or a hub name such "
+                                           "as facebook/nllb-200-distilled-600M."),
+    out_dir: Path = typer.Option(..., "--output", "-o", help="The run directory to write (new or empty)."),
+    src_lang: str | None = typer.Option(None, "--source", "-s", help="The source language's code, e.g. "
+                                        "eng_Latn (default: tokenizer_config.json's src_lang)."),
+    targets: list[str] | None = typer.Option(None, "--target", "-t", help="A language code to translate into, "
+                                             "e.g. fra_Latn, or fr where the model has one French (repeat; default: every code of the model)."),
+) -> None:
+    """Import an NLLB-200 or M2M100 model (Hugging Face layout) as a multilingual run directory.
+
+    \b
+    Example:
+      mtkit import nllb facebook/nllb-200-distilled-600M -o runs/nllb -s eng_Latn -t fra_Latn -t deu_Latn
+      echo "Hello world." | mtkit translate -m runs/nllb --tgt-lang fra_Latn
+    """
+    from mtkit.commands.import_model import import_nllb as run_import
+
+    run_import(source, out_dir, src_lang, tuple(targets or ()))
+
+
 # ----------------------------------------------------------------- evaluate
 
 

@@ -46,6 +46,32 @@ def base_code(code: str) -> str:
     return re.split(r"[-_]", code, maxsplit=1)[0].lower()
 
 
+# ISO 639-3 (NLLB's codes are ``fra_Latn``: language_Script) -> ISO 639-1, where the language has one.
+ISO_639_1 = dict(pair.split(":") for pair in (
+    "afr:af amh:am arb:ar asm:as azj:az bak:ba bel:be ben:bn bod:bo bos:bs bul:bg cat:ca ces:cs cym:cy dan:da "
+    "deu:de ell:el eng:en epo:eo est:et eus:eu ewe:ee fao:fo fij:fj fin:fi fra:fr gla:gd gle:ga glg:gl grn:gn "
+    "guj:gu hat:ht hau:ha heb:he hin:hi hrv:hr hun:hu hye:hy ibo:ig ind:id isl:is ita:it jav:jv jpn:ja kan:kn "
+    "kas:ks kat:ka kaz:kk khk:mn khm:km kik:ki kin:rw kir:ky kon:kg kor:ko lao:lo lin:ln lit:lt ltz:lb lug:lg "
+    "lvs:lv mal:ml mar:mr mkd:mk mlt:mt mri:mi mya:my nld:nl nno:nn nob:nb npi:ne nya:ny oci:oc ory:or pan:pa "
+    "pes:fa pol:pl por:pt pbt:ps ron:ro run:rn rus:ru sag:sg san:sa sin:si slk:sk slv:sl smo:sm sna:sn snd:sd "
+    "som:so sot:st spa:es als:sq srd:sc srp:sr ssw:ss sun:su swe:sv swh:sw tam:ta tat:tt tel:te tgk:tg tgl:tl "
+    "tha:th tir:ti tsn:tn tso:ts tuk:tk tur:tr twi:tw uig:ug ukr:uk urd:ur uzn:uz vie:vi wol:wo xho:xh ydd:yi "
+    "yor:yo zho:zh zsm:ms zul:zu").split())
+
+
+def short_codes(codes: Sequence[str]) -> dict[str, str]:
+    """code -> its ISO 639-1 code, for the codes of ``codes`` (``fra_Latn``, M2M100's ``__fr__``) that have one
+    no other code of ``codes`` shares (``zho_Hans`` and ``zho_Hant`` keep theirs)."""
+    found = {}
+    for code in codes:
+        base = code.strip("_").split("_")[0].lower()
+        short = base if len(base) == 2 else ISO_639_1.get(base)
+        if short:
+            found[code] = short
+    shared = [s for s in found.values() if list(found.values()).count(s) > 1]
+    return {code: short for code, short in found.items() if short not in shared and short not in codes}
+
+
 def available() -> bool:
     """Whether lingua is installed."""
     try:

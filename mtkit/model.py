@@ -39,18 +39,27 @@ from mtkit.kernels import AUTO, Dropout, Kernels, KernelsName, reference_attenti
 # ------------------------------------------------- §3.5 positions, §3.4 embeddings
 
 
+FAIRSEQ_FIRST_POSITION = 2  # fairseq numbers positions from padding_idx + 1, its padding id being 1
+
+
 def sinusoid_table(max_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """The paper's positional encodings (§3.5), shape (max_positions, d_model).
 
     PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
     ``layout="concatenated"`` puts the same sines in the first half and the cosines in the second
     (Marian and tensor2tensor order them so; Hugging Face's MarianSinusoidalPositionalEmbedding).
+    ``layout="fairseq"`` is fairseq's SinusoidalPositionalEmbedding (M2M100, NLLB): concatenated, with
+    the frequencies 10000^(-i/(d_model/2 - 1)) and the first position numbered 2 (fairseq's padding id + 1).
     """
-    pos = torch.arange(max_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+    first = FAIRSEQ_FIRST_POSITION if layout == "fairseq" else 0
+    pos = torch.arange(first, first + max_positions, dtype=torch.float64).unsqueeze(1)  # (P, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model/2,)
-    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, d_model/2)
+    if layout == "fairseq":
+        angle = pos * torch.exp(-math.log(10000.0) * (two_i / 2) / (d_model // 2 - 1))  # (P, d_model/2)
+    else:
+        angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, d_model/2)
     table = torch.zeros(max_positions, d_model, dtype=torch.float64)
-    if layout == "concatenated":
+    if layout in ("concatenated", "fairseq"):
         n_sin = angle.size(1)
         table[:, :n_sin] = torch.sin(angle)
         table[:, n_sin:] = torch.cos(angle[:, : d_model // 2])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeOptions
-from mtkit.data.languages import describe
+from mtkit.data.languages import describe, languages
 from mtkit.engines.ctranslate2_engine import read_manifest
 from mtkit.engines.quality import load_qe_model
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, serving_choice, since_start, user_threads
@@ -27,6 +27,7 @@ from mtkit.errors import MtkitError
 from mtkit.export.cache import check_quantization, ctranslate2_model
 from mtkit.host_memory import bound_onednn_caches
 from mtkit.io import MAX_RECIPE_BYTES, read_yaml_file
+from mtkit.langid import short_codes
 from mtkit.serve.models import ServedModel
 from mtkit.serve.service import Limits, Service
 from mtkit.text.phrases import read_constraint_options
@@ -86,8 +87,11 @@ def _served_pairs(name: str, path: Path, translator, engine: str, step: int | No
     if not chosen:
         raise MtkitError(f"-m {path}: translates {describe(pairs)}; none of them matches --src-lang / --tgt-lang")
     print(f"model {name}: {describe(chosen)}", file=sys.stderr, flush=True)
-    return [ServedModel(f"{name}:{p.name}", translator, p.src_lang, p.tgt_lang, engine, step, group=name,
-                        target=p.tgt_lang) for p in chosen]
+    # LibreTranslate's clients name languages by ISO 639-1: an NLLB model's fra_Latn is served as fr
+    short = short_codes(languages(pairs)) if translator.tag_side == "codes" else {}
+    return [ServedModel(f"{name}:{p.name}", translator, short.get(p.src_lang, p.src_lang),
+                        short.get(p.tgt_lang, p.tgt_lang), engine, step, group=name, target=p.tgt_lang)
+            for p in chosen]
 
 
 def _names(paths: list[Path]) -> list[str]:

@@ -199,7 +199,9 @@ class DataConfig:
     # (Johnson et al. 2017); empty: the single pair above (src_lang, tgt_lang, train, valid, test).
     pairs: tuple[PairConfig, ...] = ()
     # Where the tag goes: "source", the source's first token (Johnson et al. 2017); "target", the
-    # decoder's first token in place of BOS (fairseq's --decoder-langtok). Only with data.pairs.
+    # decoder's first token in place of BOS (fairseq's --decoder-langtok); "codes", NLLB's and M2M100's (an
+    # imported model's): the source language's code leads the source, the decoder reads BOS then the target's
+    # code (mtkit.data.languages.CodedVocab). Only with data.pairs.
     tag_side: str = "source"
     # Word alignments of the training pairs, stored beside them for train.guided_alignment: "eflomal" computes
     # them (mtkit.data.alignments; pip install 'mtkit[align]'), a path reads them (Pharaoh, a line per pair of
@@ -234,8 +236,9 @@ class ModelConfig:
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's (§3.3: ReLU; Marian's OPUS-MT: swish = SiLU)
     output_bias: bool = False  # a bias on the pre-softmax projection (Marian's final_logits_bias)
     scale_embedding: bool = True  # token embeddings × √d_model (§3.4); false: unscaled
-    sinusoid_layout: Literal["interleaved", "concatenated"] = "interleaved"  # §3.5's sin/cos pairs, or all
-    # sines then all cosines (Marian, tensor2tensor)
+    sinusoid_layout: Literal["interleaved", "concatenated", "fairseq"] = "interleaved"  # §3.5's sin/cos pairs, or
+    # all sines then all cosines (Marian, tensor2tensor), or fairseq's (M2M100, NLLB: concatenated, frequencies
+    # 10000^(-i/(d_model/2 - 1)), positions numbered from 2)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -740,7 +743,7 @@ def _validate_pairs(config: Config) -> None:
     d, t = config.data, config.train
     _check(t.pair_temperature > 0, "train.pair_temperature", "> 0 (1: proportional to the pairs' sizes)",
            t.pair_temperature)
-    _check(d.tag_side in ("source", "target"), "data.tag_side", "source or target", d.tag_side)
+    _check(d.tag_side in ("source", "target", "codes"), "data.tag_side", "source, target or codes", d.tag_side)
     if not d.pairs:
         _check(t.best_pair == "mean", "train.best_pair", "mean (data.pairs is empty: one pair)", t.best_pair)
         _check(d.tag_side == "source", "data.tag_side", "source (data.pairs is empty: one pair, no tags)",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from mtkit.config import DataConfig
 from mtkit.errors import MtkitError
+from mtkit.langid import short_codes
 
 
 def tag_piece(lang: str) -> str:
@@ -109,6 +110,37 @@ class TaggedVocab:
         return [[self.tag, *ids] if ids else [] for ids in found] if self.side == "source" else found
 
 
+class CodedVocab(TaggedVocab):
+    """NLLB's and M2M100's language codes (``data.tag_side: codes``, an imported model's): the source starts with
+    the *source* language's code (``eng_Latn``, a piece of the vocabulary under its own name), and the decoder
+    reads BOS, then the target language's code, forced (:attr:`decoder_prefix`; Hugging Face's
+    ``forced_bos_token_id``). An empty line stays empty. Everything else is the wrapped vocabulary's."""
+
+    def __init__(self, vocab, src_lang: str, tgt_lang: str) -> None:
+        self.base, self.tgt_lang, self.side = vocab, tgt_lang, "source"  # the source code leads the source
+        self.tag = _code_id(vocab.src_piece_id(src_lang), src_lang, "source")
+        self.decoder_start = None  # BOS
+        self.decoder_prefix = (_code_id(vocab.tgt_piece_id(tgt_lang), tgt_lang, "target"),)
+
+
+def _code_id(found: int | None, lang: str, side: str) -> int:
+    if found is None:
+        raise MtkitError(f"the {side} vocabulary has no language code {lang}")
+    return found
+
+
+def resolve(lang: str, known: Sequence[str]) -> str:
+    """``lang`` itself, or the one code of ``known`` whose short code it is (``fr`` for ``fra_Latn``)."""
+    if lang in known:
+        return lang
+    return next((code for code, short in short_codes(known).items() if short == lang), lang)
+
+
+def decoder_prefix(vocab) -> tuple[int, ...]:
+    """The tokens forced after the decoder's start for ``vocab``'s sentences: NLLB's target code, or none."""
+    return getattr(vocab, "decoder_prefix", ())
+
+
 def describe(pairs: Sequence[Pair]) -> str:
     return ", ".join(p.name for p in pairs)
 
@@ -131,6 +163,8 @@ def pick_target(pairs: Sequence[Pair], single: tuple[str, str] | None, tgt_lang:
             raise MtkitError(f"{flag} {tgt_lang}: the model translates {single[0]}-{single[1]} only")
         return None
     known = targets(pairs)
+    if tgt_lang is not None:
+        tgt_lang = resolve(tgt_lang, known)
     if tgt_lang is None:
         if len(known) == 1:
             return known[0]
@@ -147,6 +181,8 @@ def for_target(vocab, pairs: Sequence[Pair], single: tuple[str, str] | None, tgt
     """The vocabulary that encodes sources for ``tgt_lang`` (see :func:`pick_target`): ``vocab``
     itself for a single-pair model, a :class:`TaggedVocab` with the tag on ``side`` for a multilingual one."""
     lang = pick_target(pairs, single, tgt_lang, flag)
+    if lang is not None and side == "codes":
+        return CodedVocab(vocab, next(p.src_lang for p in pairs if p.tgt_lang == lang), lang)
     return vocab if lang is None else TaggedVocab(vocab, lang, side)
 
 

@@ -31,13 +31,14 @@ import sentencepiece as spm
 
 from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpmConfig
 from mtkit.data.word_alignment import piece_words
-from mtkit.errors import MtkitError
+from mtkit.errors import MtkitError, shown
 from mtkit.io import MAX_VOCAB_BYTES, atomic_write_bytes, read_bounded, read_json_file
 
 JOINT_FILE = "spm.model"
 SRC_FILE = "spm.src.model"
 TGT_FILE = "spm.tgt.model"
 PIECES_FILE = "pieces.json"  # the piece table of an imported vocabulary: {"src": [...], "tgt": [...] | null}
+# (and "special": [...], the pieces decoding drops, as Hugging Face's skip_special_tokens)
 # SentencePiece encodes a list on a thread pool that it starts for the call, even with one thread,
 # which costs a short list (a served request is often one line) many times the encoding itself.
 # Shorter lists are encoded one sentence at a time.
@@ -113,9 +114,12 @@ def _strip_special(ids: Iterable[int]) -> list[int]:
 class PieceTable:
     """Ids through a table (an imported vocabulary): id -> piece and back, unknown pieces -> UNK_ID."""
 
-    def __init__(self, pieces: Sequence[str]) -> None:
+    def __init__(self, pieces: Sequence[str], special: Iterable[str] = ()) -> None:
         self.pieces = list(pieces)
         self.ids = {p: i for i, p in enumerate(self.pieces)}
+        # ids that decoding drops besides PAD/BOS/EOS (an NLLB model's language codes, <s>, <unk>, <mask>: what
+        # Hugging Face's skip_special_tokens drops)
+        self.hidden = frozenset(self.ids[p] for p in special if p in self.ids)
 
     def encode(self, sp: spm.SentencePieceProcessor, text: str, **sampling) -> list[int]:
         # Marian's multilingual models take a target-language token ">>xx<<" before the text, whole.
@@ -125,14 +129,17 @@ class PieceTable:
         return [self.ids.get(p, UNK_ID) for p in code + sp.encode(text, out_type=str, **sampling)]
 
     def decode(self, sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
-        return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids)]).strip()
+        return sp.decode_pieces([self.pieces[i] for i in _strip_special(ids) if i not in self.hidden]).strip()
 
 
 def _tables(pieces: dict | None) -> tuple[PieceTable, PieceTable] | None:
     if pieces is None:
         return None
-    src = PieceTable(pieces["src"])
-    return src, PieceTable(pieces["tgt"]) if pieces.get("tgt") is not None else src
+    special = pieces.get("special") or ()
+    if not isinstance(special, (list, tuple)) or not all(isinstance(p, str) for p in special):
+        raise MtkitError(f"vocab.pieces.special must be a list of pieces, got {shown(special)}")
+    src = PieceTable(pieces["src"], special)
+    return src, PieceTable(pieces["tgt"], special) if pieces.get("tgt") is not None else src
 
 
 class Vocab:

@@ -23,7 +23,8 @@ class SearchStopped(Exception):
 
 @dataclass
 class Hypothesis:
-    """One output: ``tokens`` without BOS or EOS, ``score`` = ``logprob / lp(len(tokens) + 1)``."""
+    """One output: ``tokens`` without BOS or EOS (nor a forced prefix), ``score`` = ``logprob / lp(len(tokens) + 1)``
+    (``lp(len(prefix) + len(tokens) + 1)`` with :attr:`SearchOptions.prefix`)."""
 
     tokens: list[int]
     score: float
@@ -40,6 +41,9 @@ class SearchOptions:
     * ``max_len_limit``: a cap on the output length (e.g. the model's position table), None for none;
     * ``min_len``: EOS is banned before this many tokens;
     * ``start``: the decoder's first input (None: BOS; a multilingual model's target-side tag);
+    * ``prefix``: tokens forced after ``start``, each of log-probability 0, left out of the hypotheses' tokens
+      but counted in their length for the length penalty and the maximum length (Hugging Face's
+      ``forced_bos_token_id``: NLLB's decoder reads ``</s>``, then the target language's code);
     * ``should_stop``: asked before every step (None: never); when it answers True the search raises
       :class:`SearchStopped` (a caller's deadline, or a caller that no longer wants the result).
 
@@ -58,6 +62,7 @@ class SearchOptions:
     no_repeat_ngram_size: int = 0
     forced_eos: Literal["logprob", "zero"] = "logprob"
     start: int | None = None
+    prefix: tuple[int, ...] = ()
     sampling: bool = False
     temperature: float = 1.0
     top_k: int = 0

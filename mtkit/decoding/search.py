@@ -116,7 +116,7 @@ def finished_sentences(alive: list[int], finished: list[list[Hypothesis]], best_
         if step >= max_len[sent] or len(fin) >= beam:
             done.append(b)
         elif len(fin) >= nbest:
-            bound_len = max_len[sent] + 1 if alpha >= 0 else step + 2
+            bound_len = len(options.prefix) + (max_len[sent] + 1 if alpha >= 0 else step + 2)
             if max(h.score for h in fin) >= best_live[b] / length_penalty(bound_len, alpha, penalty):
                 done.append(b)
     return done
@@ -187,6 +187,16 @@ def sample(model: SearchModel, src: Tensor, options: SearchOptions = SearchOptio
     return _sample_or_greedy(model, src, options, sampler=sampler)
 
 
+def _feed_prefix(model: SearchModel, last: Tensor, cache, max_len: Tensor, prefix: tuple[int, ...]):
+    """Run the forced ``prefix`` through the decoder after ``last`` (N,) (its logits unused: each forced token
+    has log-probability 0, as Hugging Face's forced_bos_token_id gives it): the last input and the cache
+    after it, and the maximum lengths (B,) less the prefix's tokens, which count in the length."""
+    for token in prefix:
+        _, cache = model.decode_step(last, cache)
+        last = torch.full_like(last, token)
+    return last, cache, (max_len - len(prefix)).clamp(min=1) if prefix else max_len
+
+
 def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler) -> list[list[Hypothesis]]:
     B = src.size(0)
     device = src.device
@@ -197,6 +207,8 @@ def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler
     history = torch.full((B, 0), BOS_ID, dtype=torch.long, device=device)  # generated tokens, (B', t)
     logprob = torch.zeros(B, dtype=torch.float32, device=device)
     last = torch.full((B,), BOS_ID if o.start is None else o.start, dtype=torch.long, device=device)
+    last, cache, max_len = _feed_prefix(model, last, cache, max_len, o.prefix)
+    P = len(o.prefix)
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
     min_max_len = int(max_len.min())
     step = 0
@@ -210,7 +222,7 @@ def _sample_or_greedy(model: SearchModel, src: Tensor, o: SearchOptions, sampler
         logprob = logprob + lprobs.gather(1, token.unsqueeze(1)).squeeze(1)
         done = token == EOS_ID
         if bool(done.any()):
-            lp = length_penalty(step + 1, o.alpha, o.length_penalty)
+            lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
             for row in done.nonzero().squeeze(1).tolist():
                 lpr = float(logprob[row])
                 results[int(alive[row])] = [Hypothesis(history[row].tolist(), lpr / lp, lpr)]
@@ -335,6 +347,9 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
     scores[:, 1:] = -math.inf  # all beams start equal: only the first may expand at step 0
     history = torch.zeros(B * K, 0, dtype=torch.long, device=device)  # (B'·K, t) tokens so far
     last = torch.full((B * K,), BOS_ID if o.start is None else o.start, dtype=torch.long, device=device)
+    last, cache, max_len = _feed_prefix(model, last, cache, max_len, o.prefix)
+    max_len_list = max_len.tolist()
+    P = len(o.prefix)
     row_max_len = max_len.repeat_interleave(K)  # (B'·K,)
     base = torch.arange(B, device=device).unsqueeze(1) * K  # (B', 1): the first row of each sentence
     min_max_len = min(max_len_list)  # the smallest maximum length among the live sentences
@@ -351,7 +366,7 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
         eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(step + 1, o.alpha, o.length_penalty)
+        lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
         eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
             rows = (base + cand_beam)[:, :K]

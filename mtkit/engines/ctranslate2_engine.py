@@ -56,7 +56,7 @@ import numpy as np
 
 from mtkit.checkpoints.io import layer_count
 from mtkit.config import EOS_ID, UNK_ID, DecodeConfig, config_from_dict, saved_decode
-from mtkit.data.languages import decoder_start, pairs_from_list
+from mtkit.data.languages import decoder_prefix, decoder_start, pairs_from_list
 from mtkit.data.vocab import Vocab
 from mtkit.decoding.penalties import length_penalty
 from mtkit.engines import manifest as manifest_file
@@ -277,8 +277,9 @@ class Ctranslate2Engine(Engine):
         # ... then, with its own maximum, each sentence whose search reached its own limit:
         # fewer than `beam` hypotheses had finished before it, so all of them are kept this time.
         redo: dict[int, list[int]] = {}
+        P = len(decoder_prefix(call.vocab))  # forced tokens (NLLB's target code): counted in the lengths
         for i, hyps in enumerate(found):
-            if not hyps or any(len(ids) >= limits[i] for ids, _, _ in hyps):
+            if not hyps or any(P + len(ids) >= limits[i] for ids, _, _ in hyps):
                 redo.setdefault(limits[i], []).append(i)
         for limit, rows in redo.items():
             again = self._search([source[i] for i in rows], limit, call, keep_all=True, suppress=suppress)
@@ -288,7 +289,7 @@ class Ctranslate2Engine(Engine):
                 found[i] = hyps if d.sampling else sorted(hyps, key=lambda h: (len(h[0]), -h[1]))[: d.beam]
         out = []
         for hyps in found:
-            scored = [(ids, logprob / length_penalty(len(ids) + 1, d.alpha, d.length_penalty), logprob)
+            scored = [(ids, logprob / length_penalty(P + len(ids) + 1, d.alpha, d.length_penalty), logprob)
                       for ids, logprob, _ in hyps]
             scored.sort(key=lambda h: -h[1])
             out.append(scored[: d.nbest])
@@ -355,6 +356,7 @@ class Ctranslate2Engine(Engine):
         if suppress:  # exclude constraints (search_constrained_batch)
             options["suppress_sequences"] = suppress
         start = self._start_piece(call.vocab)
+        P = len(decoder_prefix(call.vocab))  # CTranslate2 returns the forced prefix: left out below
         if d.sampling:
             if d.epsilon > 0:
                 raise MtkitError(f"epsilon sampling (--epsilon) needs the {TORCH.name} engine: "
@@ -380,16 +382,17 @@ class Ctranslate2Engine(Engine):
             for tokens, score in hyps:
                 ended = bool(tokens) and tokens[-1] == self._eos
                 logprob = score * len(tokens) ** penalty if penalty else score  # undo CTranslate2's normalization
-                ids = [self._tgt_id.get(t, UNK_ID) for t in (tokens[:-1] if ended else tokens)]
+                ids = [self._tgt_id.get(t, UNK_ID) for t in (tokens[P:-1] if ended else tokens[P:])]
                 sentence.append((ids, logprob, ended))
             found.append(sentence)
         return found
 
     def _start_piece(self, vocab) -> list[str]:
         """``[tag]`` for a multilingual model with its tags on the target side (exported without a fixed
-        start token: the target prefix's first token is the start, left out of the results); else []."""
+        start token: the target prefix's first token is the start, left out of the results); an NLLB model's
+        forced target code (after the fixed start, and returned in the results); else []."""
         start = decoder_start(vocab)
-        return [] if start is None else vocab.tgt_pieces([start])
+        return ([] if start is None else vocab.tgt_pieces([start])) + vocab.tgt_pieces(list(decoder_prefix(vocab)))
 
     def _add_forced_eos(self, source: list[list[str]], found: list[list[tuple[list[int], float, bool]]],
                         call: Call) -> None:

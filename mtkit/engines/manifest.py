@@ -90,8 +90,8 @@ def check_types(manifest: dict, path: Path) -> None:
     if pairs is not None and (not isinstance(pairs, list) or not all(
             isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs)):
         bad("pairs", "a list of [source, target] language pairs")
-    if manifest.get("tag_side") is not None and manifest["tag_side"] not in ("source", "target"):
-        bad("tag_side", "'source' or 'target'")
+    if manifest.get("tag_side") is not None and manifest["tag_side"] not in ("source", "target", "codes"):
+        bad("tag_side", "'source', 'target' or 'codes'")
     alignment = manifest.get("alignment")
     if alignment is not None and not (
             isinstance(alignment, dict) and set(alignment) == {"layer", "head"}

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from mtkit.config import PAD_ID, DecodeConfig, saved_decode
-from mtkit.data.languages import decoder_start, pairs_from_list
+from mtkit.data.languages import decoder_prefix, decoder_start, pairs_from_list
 from mtkit.data.vocab import Vocab
 from mtkit.decoding.options import SearchOptions
 from mtkit.engines import manifest as manifest_file
@@ -317,5 +317,6 @@ class OnnxEngine(Engine):
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         src = padded_sources(batch)
         options = SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,
-                                            start=decoder_start(call.vocab), should_stop=call.should_stop)
+                                            start=decoder_start(call.vocab), prefix=decoder_prefix(call.vocab),
+                                            should_stop=call.should_stop)
         return run_search(self.model.for_call(call.should_stop), src, options, call.generator)

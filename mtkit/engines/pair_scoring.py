@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from mtkit.checkpoints.io import check_one_vocabulary
-from mtkit.data.languages import decoder_start, for_config
+from mtkit.data.languages import decoder_prefix, decoder_start, for_config
 from mtkit.data.vocab import check_text
 from mtkit.decoding.forced import pad_pairs, token_log_probs
 from mtkit.engines.inference import InferenceModel
@@ -114,7 +114,11 @@ class PairScorer:
         """Σ log P(target + EOS | source) of each (source ids, target ids) pair, without BOS/EOS,
         in the order given; every pair must fit the model (see :attr:`max_len`). ``target``: the
         language whose tag starts the decoder, for a model with target-side tags."""
-        start = decoder_start(self.vocab_for(target))
+        vocab = self.vocab_for(target)
+        if decoder_prefix(vocab):
+            raise MtkitError("scoring a model whose decoder reads a forced language code (an NLLB import, "
+                             "data.tag_side: codes) is not supported")
+        start = decoder_start(vocab)
         sums = [0.0] * len(pairs)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             for batch in self.batches(pairs):

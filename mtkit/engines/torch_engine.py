@@ -20,7 +20,7 @@ import torch
 
 from mtkit.checkpoints.io import check_one_vocabulary
 from mtkit.config import BOS_ID, PAD_ID, DecodeConfig
-from mtkit.data.languages import decoder_start
+from mtkit.data.languages import decoder_prefix, decoder_start
 from mtkit.data.word_alignment import guided_head
 from mtkit.decoding import search
 from mtkit.decoding.constrained import constrained_beam_search
@@ -126,7 +126,8 @@ class TorchEngine(Engine):
         """The :class:`~mtkit.decoding.options.SearchOptions` of a call: its decode settings, capped by the
         model's position table, the engine's ``min_len``, and the call's decoder start (a target-side tag)."""
         return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
-                                         start=decoder_start(call.vocab), should_stop=call.should_stop)
+                                         start=decoder_start(call.vocab), prefix=decoder_prefix(call.vocab),
+                                         should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         with autocast(self.precision, self.device.type):
@@ -162,9 +163,11 @@ class TorchEngine(Engine):
                         head: int | None) -> list:
         """As the pipeline's: one teacher-forced pass of the (first) model through the reference attention,
         up to ``layer``."""
-        start = decoder_start(call.vocab)
-        tgt = padded_sources([[BOS_ID if start is None else start, *ids] for ids in outputs]).to(self.device)
+        start, prefix = decoder_start(call.vocab), decoder_prefix(call.vocab)
+        tgt = padded_sources([[BOS_ID if start is None else start, *prefix, *ids] for ids in outputs]).to(self.device)
         with torch.inference_mode(), autocast(self.precision, self.device.type):
             maps = self.models[0].cross_attention(self.source_tensor(sources), tgt, layer + 1)[layer]  # (B, h, T, S)
         maps = (maps.mean(dim=1) if head is None else maps[:, head]).float().cpu().numpy()
-        return [maps[b, : len(ids), : len(src)] for b, (src, ids) in enumerate(zip(sources, outputs, strict=True))]
+        P = len(prefix)  # the rows that predict the forced prefix are not the output's
+        return [maps[b, P : P + len(ids), : len(src)]
+                for b, (src, ids) in enumerate(zip(sources, outputs, strict=True))]

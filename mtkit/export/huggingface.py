@@ -73,6 +73,11 @@ def refusals(cfg) -> list[str]:
     if arch == "pegasus" and m.share_embeddings != "all":
         out.append(f"model.share_embeddings is {m.share_embeddings!r}: Pegasus (the pre-norm architecture) has one "
                    "token embedding for both sides, tied to the output projection ('all')")
+    if m.sinusoid_layout == "fairseq":
+        out.append("model.sinusoid_layout is 'fairseq' (an NLLB import): MarianMT's and Pegasus' sinusoids differ; "
+                   "the original folder is the Hugging Face model")
+    if cfg.data.pairs and cfg.data.tag_side == "codes":
+        out.append("data.tag_side is 'codes' (an NLLB import): MarianMT and Pegasus have no forced language code")
     if cfg.data.pairs and cfg.data.tag_side == "target":
         out.append("data.tag_side is 'target': the exported tokenizer reads target-language tags from the "
                    "source side only")
