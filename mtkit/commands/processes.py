@@ -187,8 +187,9 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
         except ChildFailedError as e:
             codes = sorted({f.exitcode for f in e.failures.values()})
             if set(codes) <= {128 + signal.SIGINT, 128 + signal.SIGTERM}:
-                raise Interrupted("the ranks were interrupted and saved their step; run the same command to resume",
-                                  codes[-1] - 128) from None
+                said = "" if nodes.rank == 0 else (  # rank 0, on node 0, said where it saved
+                    "the ranks were interrupted and saved their step; run the same command to resume")
+                raise Interrupted(said, codes[-1] - 128) from None
             if codes == [1]:  # Python errors: each rank printed its one line (or its traceback) above
                 raise MtkitError("") from None
             on = f" on node {nodes.rank} of {nodes.count}" if nodes.count > 1 else ""

@@ -555,7 +555,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         if stopped == "signal":
-            self._stop_on_signal(signals.signum or signal.SIGTERM, position)
+            self._stop_on_signal(signals.signum, position)
         others = load.others()
         if stopped == "max_minutes" and self.dist.is_main:
             busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
@@ -608,9 +608,11 @@ class Trainer:
             logger.info(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
         return path
 
-    def _stop_on_signal(self, signum: int, position: SamplerState) -> None:
-        """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank."""
-        name = signal.Signals(signum).name
+    def _stop_on_signal(self, signum: int | None, position: SamplerState) -> None:
+        """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank;
+        ``signum`` None: the signal went to another rank (on another machine, say), and counts as SIGTERM."""
+        name = signal.Signals(signum).name if signum is not None else "a signal to another rank"
+        signum = signum or signal.SIGTERM
         path = self.ckpt_dir / f"step_{self.step:07d}.pt"
         if self.dist.is_main:
             if self.step > 0 and self.saved_step != self.step:

@@ -16,6 +16,7 @@ visible (measured: every weight differs, by up to 5e-3 after 30 updates).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -242,3 +243,43 @@ def test_the_sync_check_stops_every_rank_when_one_drifts(nodes_data, one_machine
     (code0, said0), (code1, said1) = two_nodes(recipe, data_dir, runs)
     assert code0 == 0 and code1 == 0, said0[-3000:] + said1[-3000:]
     assert_same(weights(runs[0]), one_machine)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the ranks follow their launcher through prctl")
+def test_ranks_whose_launcher_is_killed_save_the_step_and_stop_with_the_others(nodes_data, tmp_path):
+    """Node 1's `mtkit train` itself killed outright (SIGKILL; its rank, in a session of its own, is not):
+    Linux sends the orphaned rank SIGTERM, and the whole job saves the step it finished and stops, as for a
+    Ctrl-C; no rank is left training."""
+    data_dir, recipe = nodes_data
+    runs = (tmp_path / "node0", tmp_path / "node1")
+    port = free_port()
+    procs = [start_node(recipe, data_dir, runs[r], r, port, "--set", "train.max_steps=100000") for r in (0, 1)]
+    saved = runs[0] / "checkpoints" / "step_0000020.pt"
+    deadline = time.monotonic() + 240
+    while not saved.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+        time.sleep(0.02)
+    assert saved.exists(), procs[0].communicate()[1][-3000:]
+    ranks = descendants(procs[1].pid)[1:]
+    assert ranks
+    procs[1].kill()
+    said = procs[0].communicate(timeout=300)[1]
+    procs[1].communicate(timeout=60)
+    assert procs[0].returncode == 128 + signal.SIGTERM, said[-3000:]
+    errors = [line for line in said.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in said, said[-3000:]
+    stopped = re.fullmatch(r"error: interrupted by a signal to another rank at step (\d+); saved (\S+); run the same "
+                           r"command to resume", errors[0])
+    assert stopped and weights(runs[0])["step"] == int(stopped[1]) >= 20, errors
+    deadline = time.monotonic() + 30
+    while any(map(alive, ranks)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(alive, ranks))
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped by its new parent, does not)."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
