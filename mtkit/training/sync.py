@@ -28,33 +28,33 @@ _MODULUS = 65521  # Adler-32's prime: position weights 1..65521, so that a swap 
 
 
 def _words(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``'s bits as unsigned 16-bit words, in int64: (2 * numel * itemsize / 2,)."""
+    """``tensor``'s bits as signed 16-bit words, a view where it can be: (numel * itemsize / 2,)."""
     flat = tensor.detach().contiguous().view(-1)
-    if flat.element_size() % 2:  # one-byte types: widen losslessly, bit patterns kept apart
-        flat = flat.view(torch.uint8).to(torch.int16)
-    return flat.view(torch.int16).to(torch.int64) & 0xFFFF
+    if flat.element_size() % 2:  # one-byte types: widened, each byte its own word
+        return flat.view(torch.uint8).to(torch.int16)
+    return flat.view(torch.int16)
 
 
 def weights_checksum(model: torch.nn.Module) -> str:
     """A checksum of every parameter and buffer of ``model``, by name: equal for equal weights on any device.
 
-    Per tensor, the plain sum and the position-weighted sum of its 16-bit words (Fletcher's pair), both exact
-    in int64 (words and weights are below 2**16, so a tensor needs over 2**31 words to reach 2**63);
-    SHA-256 over the names and the pairs makes them one short string."""
+    Per chunk of each tensor, the plain sum and the position-weighted sum of its 16-bit words (Fletcher's
+    pair), both exact in int64 (|word| <= 2**15, weights <= 2**16, a chunk 2**22 words: below 2**53); SHA-256
+    over the names, sizes and pairs makes them one short string. Measured on 1 busy CPU core: about 0.03 s
+    per million weights (transformer-base: 1.7 s, 2026-12-07); on a GPU it runs where the weights are."""
     digest = hashlib.sha256()
     sums = []
+    position_weights: dict[torch.device, torch.Tensor] = {}  # 1..65521, repeated: the same for every chunk
     for name, tensor in model.state_dict().items():
         words = _words(tensor)
-        plain = torch.zeros((), dtype=torch.int64, device=words.device)
-        weighted = torch.zeros((), dtype=torch.int64, device=words.device)
+        if words.device not in position_weights:
+            position_weights[words.device] = torch.arange(_CHUNK, dtype=torch.int64, device=words.device) % _MODULUS + 1
+        weights = position_weights[words.device]
         for start in range(0, words.numel(), _CHUNK):
-            chunk = words[start:start + _CHUNK]
-            position = torch.arange(start, start + chunk.numel(), dtype=torch.int64, device=words.device)
-            plain += chunk.sum()
-            weighted += (chunk * (position % _MODULUS + 1)).sum()
-        digest.update(name.encode())
-        sums.append(torch.stack([plain, weighted]))
-    if sums:  # one transfer from the device, not two per tensor
+            chunk = words[start:start + _CHUNK].to(torch.int64)
+            sums.append(torch.stack([chunk.sum(), torch.dot(chunk, weights[:chunk.numel()])]))
+        digest.update(f"{name}:{words.numel()};".encode())
+    if sums:  # one transfer from the device, not two per chunk
         digest.update(torch.stack(sums).cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
 

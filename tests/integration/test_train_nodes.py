@@ -283,3 +283,17 @@ def alive(pid: int) -> bool:
         return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
     except OSError:
         return False
+
+
+def test_a_taken_endpoint_port_is_one_error_line(nodes_data, tmp_path):
+    data_dir, recipe = nodes_data
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_mtkit("train", str(recipe), "-d", str(data_dir), "-r", str(tmp_path / "run"), "--nnodes", "2",
+                           "--node-rank", "0", "--rdzv-endpoint", f"localhost:{port}")
+    error = one_error(result)
+    assert error.startswith(f"error: the training's processes could not meet at localhost:{port} (node 0 of 2): ")
+    assert "address already in use" in error
+    assert not (tmp_path / "run").exists()
