@@ -115,6 +115,8 @@ class Trainer:
 
         manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
+        if self.dist.enabled:
+            self._check_same_data()
         self.comet = None  # with comet in train.valid_metrics: loaded now, so that a model not to be had fails first
         if "comet" in self.cfg.valid_metrics and self.cfg.bleu_every:
             self.comet = CometScorer(self.cfg.valid_comet_model, str(self.device))
@@ -194,6 +196,18 @@ class Trainer:
             self.train_model = self.ddp
         if self.cfg.compile:
             self.train_model = torch.compile(self.train_model)
+
+    def _check_same_data(self) -> None:
+        """Every rank trains on the same prepared data: on other machines, each its own copy of it (another
+        preparation of the same text would give ids that mean other pieces, with no error anywhere)."""
+        prints = distributed.all_gather_objects(self.data_fingerprint)
+        odd = [rank for rank, seen in enumerate(prints) if seen != prints[0]]
+        if odd:
+            theirs, ours = (str(prints[odd[0]])[:12], str(prints[0])[:12])
+            raise MtkitError(f"{self.data_dir}: rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
+                             f"would train on other prepared data than rank 0 (data fingerprint {theirs}… against "
+                             f"{ours}…): give every machine a copy of the same prepared DATA"
+                             if self.dist.local_rank == 0 else "")
 
     # ------------------------------------------------------------- languages
 

@@ -297,3 +297,23 @@ def test_a_taken_endpoint_port_is_one_error_line(nodes_data, tmp_path):
     assert error.startswith(f"error: the training's processes could not meet at localhost:{port} (node 0 of 2): ")
     assert "address already in use" in error
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_machine_with_other_prepared_data_is_refused(nodes_data, tmp_path):
+    """Node 1's DATA prepared apart (another vocabulary size): its ids would mean other pieces. Both machines stop
+    before the first update with one error line naming rank 1."""
+    from mtkit.commands.prepare import prepare
+
+    data_dir, recipe = nodes_data
+    data = reverse_data_config(write_reverse_corpus(tmp_path / "text", n_train=600, n_valid=20), vocab_size=90)
+    prepare(config_from_dict({"data": data}), tmp_path / "other", progress=False)
+    port = free_port()
+    procs = [start_node(recipe, data_dir, tmp_path / "node0", 0, port),
+             start_node(recipe, tmp_path / "other", tmp_path / "node1", 1, port)]
+    ends = [(p.communicate(timeout=300)[1], p) for p in procs]
+    for said, proc in ends:
+        error = one_error(subprocess.CompletedProcess([], proc.returncode, "", said))
+        assert error.startswith(f"error: {data_dir if proc is procs[0] else tmp_path / 'other'}: rank 1 would train "
+                                "on other prepared data than rank 0 (data fingerprint "), error
+    assert not (tmp_path / "node0" / "checkpoints" / "last.pt").exists()
