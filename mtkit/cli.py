@@ -159,9 +159,13 @@ def train(
         None, "--init-from", help="Start a new run from this checkpoint's (or run directory's) weights: fine-tuning "
         "(train.init_from; prepare the data with --vocab-from it)."
     ),
+    nnodes: int | None = typer.Option(None, "--nnodes", help="Machines that train together, one such command on each (default: train.nodes); they meet at --rdzv-endpoint."),
+    node_rank: int | None = typer.Option(None, "--node-rank", help="This machine's number among --nnodes, from 0; node 0 holds rank 0, which writes RUN (default 0)."),
+    rdzv_endpoint: str | None = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT of node 0, where the machines meet: the same on every machine; node 0 opens the port."),
     set_: list[str] | None = SetOption,
 ) -> None:
-    """Train a Transformer on prepared data; several processes or GPUs: train.processes or torchrun.
+    """Train a Transformer on prepared data; several processes or GPUs: train.processes or torchrun;
+    several machines: --nnodes, --node-rank and --rdzv-endpoint (docs/training.md, "Several machines").
 
     Reads: the recipe and DATA. Writes to RUN: config.yaml, spm.model, checkpoints/
     (step_N.pt, last.pt, best.pt, averaged.pt), metrics.jsonl and curves.png.
@@ -172,12 +176,16 @@ def train(
       mtkit train recipe.yaml -d DATA -r RUN --set train.processes=2    # 2 local DDP ranks via torchrun
       torchrun --nproc_per_node 4 -m mtkit train recipe.yaml -d DATA -r RUN
       mtkit train recipe.yaml -d DATA -r RUN-ft --init-from RUN    # fine-tune RUN's model on DATA
+      mtkit train recipe.yaml -d DATA -r RUN --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29500   # on node0
+      mtkit train recipe.yaml -d DATA -r RUN --nnodes 2 --node-rank 1 --rdzv-endpoint node0:29500   # on node1
     """
+    from mtkit.commands.processes import check_nodes
     from mtkit.commands.train import train as run_train
 
     flags = {"train.init_from": ("--init-from", str(init_from))} if init_from is not None else None
     config = _load(recipe, set_, flags)
-    run_train(config, data, run, resume=resume)
+    nodes = check_nodes(config, nnodes, node_rank, rdzv_endpoint)
+    run_train(config, data, run, resume=resume, nodes=nodes)
 
 
 @app.command()

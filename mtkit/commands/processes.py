@@ -6,11 +6,13 @@ resolved config written to a temporary YAML file, so that the training code is t
 hand-typed command. This is glue between ``mtkit train`` / ``mtkit run`` and the library; nothing
 below the commands starts processes.
 
-**Ranks** (``train.processes`` > 1, and this process not itself a torchrun rank):
+**Ranks** (``train.processes`` > 1 or ``train.nodes`` > 1, and this process not itself a torchrun rank):
 :func:`launch_local` does what ``torchrun --standalone --nproc_per_node N -m mtkit train`` does,
-through torchrun's own launcher API. On CPU each rank gets an equal share of the cores as its
-intra-op threads: several single-threaded ranks keep small models busier than one process whose
-threads split every small matmul (benchmarks/README.md, "DDP ranks against threads").
+through torchrun's own launcher API; on several machines (:class:`Nodes`) what ``torchrun --nnodes M
+--node-rank R --master-addr HOST --master-port PORT --nproc_per_node N`` does on each. On CPU each rank
+gets an equal share of its machine's cores as its intra-op threads: several single-threaded ranks keep
+small models busier than one process whose threads split every small matmul (benchmarks/README.md,
+"DDP ranks against threads").
 
 **Ensemble members** (``train.ensemble`` > 1): member k (counted from 1) is the recipe with
 ``train.seed + k - 1`` and its own run directory: the first keeps RUN, so that one model is the
@@ -27,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,14 +39,65 @@ import uuid
 from pathlib import Path
 
 import torch
+from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import RendezvousError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from mtkit.config import Config, save_config
+from mtkit.config.schema import MAX_PROCESSES
 from mtkit.engines.device import device_type
-from mtkit.errors import Interrupted, MtkitError
+from mtkit.errors import Interrupted, MtkitError, counted, shown
 from mtkit.training.run_dir import check_prepared
+
+
+@dataclasses.dataclass(frozen=True)
+class Nodes:
+    """The machines one training spans, as this machine's ``mtkit train`` was told: their ``count``
+    (``--nnodes``, else ``train.nodes``), this one's ``rank`` (``--node-rank``) and node 0's ``endpoint``
+    HOST:PORT (``--rdzv-endpoint``), where the ranks meet (:func:`check_nodes` checked them)."""
+
+    count: int = 1
+    rank: int = 0
+    endpoint: str | None = None
+
+
+# HOST:PORT with a host name, an IPv4 address or a bracketed IPv6 address, and a port
+_ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(?P<port>[0-9]{1,5})$")
+
+
+def check_nodes(config: Config, count: int | None, rank: int | None, endpoint: str | None) -> Nodes:
+    """The machines from the flags (``None``: not given) and the recipe's ``train.nodes``, checked before
+    anything loads: each broken rule is one error line naming its flag.
+
+    Raises:
+        MtkitError: a count below 1 or above the limit, a rank outside 0..count-1, an endpoint that is not
+            HOST:PORT, no endpoint for several machines, node flags under torchrun or with an ensemble.
+    """
+    given = [flag for flag, value in (("--nnodes", count), ("--node-rank", rank), ("--rdzv-endpoint", endpoint))
+             if value is not None]
+    if given and under_torchrun():
+        raise MtkitError(f"{', '.join(given)}: this process is already a torchrun rank: give torchrun the machines "
+                         "(torchrun --nnodes --node-rank --rdzv-endpoint), not mtkit")
+    if under_torchrun():  # one rank of the user's own torchrun, which placed it: train.nodes does not apply
+        return Nodes()
+    count = config.train.nodes if count is None else count
+    rank = 0 if rank is None else rank
+    if not 1 <= count <= MAX_PROCESSES:
+        raise MtkitError(f"--nnodes must be between 1 and {MAX_PROCESSES}, got {count}")
+    if not 0 <= rank < count:
+        raise MtkitError(f"--node-rank must be between 0 and {count - 1} (--nnodes {count}), got {rank}")
+    if endpoint is not None:
+        match = _ENDPOINT.match(endpoint)
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise MtkitError(f"--rdzv-endpoint must be HOST:PORT (node 0's address and a port from 1 to 65535), "
+                             f"got {shown(endpoint)}")
+    if count > 1 and endpoint is None:
+        raise MtkitError(f"--nnodes {count} needs --rdzv-endpoint HOST:PORT: node 0's address and a port it can open")
+    if count > 1 and config.train.ensemble > 1:
+        raise MtkitError("train.ensemble trains its members on one machine; train them with train.nodes 1")
+    return Nodes(count, rank, endpoint)
 
 
 def under_torchrun() -> bool:
@@ -85,23 +139,37 @@ def check_devices(config: Config) -> None:
                          f"but {torch.cuda.device_count()} are visible")
 
 
-def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None) -> None:
+def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None,
+                 nodes: Nodes = Nodes()) -> None:
     """Train ``config`` in ``config.train.processes`` torchrun ranks on this machine; wait for them.
 
     torchrun's own launcher (``elastic_launch``, what ``torchrun --standalone`` runs) starts
-    ``python -m mtkit train`` in each rank; the ranks print their own messages, and a failed
-    rank becomes one error line here instead of torchrun's report."""
+    ``python -m mtkit train`` in each rank; the ranks print their own messages (a rank that exits 1 has
+    said why), and a rank that failed otherwise (a signal) becomes one error line here instead of
+    torchrun's report.
+
+    On several machines (``nodes.count`` > 1) each runs this with its own ``nodes.rank``; they meet at
+    ``nodes.endpoint``, where node 0 opens torchrun's store: torchrun's static rendezvous, so that
+    machine R holds the global ranks R × processes … (R + 1) × processes - 1 in every run. Rank 0, which
+    alone writes the run directory, is then always on node 0, and a restarted job finds each rank where it
+    was (c10d's dynamic rendezvous numbers the machines in the order of their host names and process ids)."""
     check_prepared(data_dir)  # the likeliest mistake, reported once rather than by every rank
     check_devices(config)
     n = config.train.processes
     saved_threads = os.environ.get("OMP_NUM_THREADS")
     elastic_log = logging.getLogger("torch.distributed.elastic")
     saved_level = elastic_log.level
+    if nodes.count > 1:
+        # run_id prefixes the store's keys: the same on every machine
+        rendezvous = dict(rdzv_backend="static", rdzv_endpoint=nodes.endpoint, rdzv_configs={"rank": nodes.rank},
+                          run_id="mtkit")
+    else:
+        rendezvous = dict(rdzv_backend="c10d", rdzv_endpoint="localhost:0", run_id=str(uuid.uuid4()))
     with tempfile.TemporaryDirectory(prefix="mtkit-launch-") as tmp:
         # torchrun's log folder inside ours: by default it makes one in TMPDIR and never removes it.
-        launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=str(uuid.uuid4()),
-                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.5,
-                              logs_specs=DefaultLogsSpecs(log_dir=str(Path(tmp) / "torchrun")))
+        launch = LaunchConfig(min_nodes=nodes.count, max_nodes=nodes.count, nproc_per_node=n, max_restarts=0,
+                              monitor_interval=0.5, logs_specs=DefaultLogsSpecs(log_dir=str(Path(tmp) / "torchrun")),
+                              **rendezvous)
         recipe = Path(tmp) / "config.yaml"
         save_config(config, recipe)
         args = train_args(recipe, data_dir, run_dir, resume)
@@ -109,15 +177,24 @@ def launch_local(config: Config, data_dir: Path, run_dir: Path, resume: bool | N
         elastic_log.setLevel(logging.CRITICAL)  # its failure report repeats what the ranks said
         try:
             elastic_launch(launch, sys.executable)(*args)
+        except (RendezvousError, DistError) as e:  # a port taken, a machine that never came
+            said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            where = (f"at {nodes.endpoint} (node {nodes.rank} of {nodes.count})" if nodes.count > 1
+                     else "on this machine")
+            raise MtkitError(f"the training's processes could not meet {where}: {said}") from None
         except SignalException as e:  # the launcher passed the signal on to the ranks
             raise Interrupted("", e.sigval.value) from None  # rank 0 said where it saved
         except ChildFailedError as e:
             codes = sorted({f.exitcode for f in e.failures.values()})
             if set(codes) <= {128 + signal.SIGINT, 128 + signal.SIGTERM}:
-                raise Interrupted("the ranks were interrupted and saved their step; run the same command to resume",
-                                  codes[-1] - 128) from None
-            raise MtkitError(f"training in {n} processes failed (exit code {', '.join(map(str, codes))}); "
-                             "the ranks' messages are above") from None
+                said = "" if nodes.rank == 0 else (  # rank 0, on node 0, said where it saved
+                    "the ranks were interrupted and saved their step; run the same command to resume")
+                raise Interrupted(said, codes[-1] - 128) from None
+            if codes == [1]:  # Python errors: each rank printed its one line (or its traceback) above
+                raise MtkitError("") from None
+            on = f" on node {nodes.rank} of {nodes.count}" if nodes.count > 1 else ""
+            raise MtkitError(f"training in {counted(n, 'process', 'processes')}{on} failed (exit code "
+                             f"{', '.join(map(str, codes))}); the ranks' messages are above") from None
         finally:
             elastic_log.setLevel(saved_level)
             if saved_threads is None:

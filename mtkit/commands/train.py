@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from mtkit.commands.processes import launch_local, train_members, under_torchrun
+from mtkit.commands.processes import Nodes, launch_local, train_members, under_torchrun
 from mtkit.config import PAD_ID, Config, ModelConfig
 from mtkit.errors import MtkitError, counted
 from mtkit.io import MAX_CONFIG_BYTES, read_json_file
@@ -34,26 +34,32 @@ def default_model_note(config: Config, data_dir: Path) -> str | None:
     return f"note: no model section in the recipe; training the paper's transformer-base{size}"
 
 
-def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None):
+def train(config: Config, data_dir: Path, run_dir: Path, resume: bool | None = None, nodes: Nodes | None = None):
     """Train ``config`` on ``data_dir`` into ``run_dir`` and print a one-line summary on stderr.
 
     With ``train.processes`` > 1 (and not already under torchrun) the training runs in that
     many torchrun ranks started here, which print the summary; the result is then None.
+    ``nodes`` (checked by :func:`mtkit.commands.processes.check_nodes`; default: ``train.nodes``, which must
+    then be 1): this machine's part of a training on several; its ranks are started here too.
     With ``train.ensemble`` > 1 it trains that many models, in ``run_dir`` and its siblings
     ``run_dir``-2, … (:mod:`mtkit.commands.processes`); the result is then None.
 
     Raises:
         mtkit.errors.Interrupted: SIGINT or SIGTERM stopped it after saving a checkpoint.
     """
-    launching = not under_torchrun() and (config.train.ensemble > 1 or config.train.processes > 1)
+    nodes = nodes or Nodes(config.train.nodes)
+    if nodes.count > 1 and nodes.endpoint is None and not under_torchrun():
+        raise MtkitError(f"train.nodes={nodes.count} needs the rendezvous endpoint (mtkit train --rdzv-endpoint)")
+    several = config.train.processes > 1 or nodes.count > 1
+    launching = not under_torchrun() and (config.train.ensemble > 1 or several)
     if launching and config.train.init_from is not None:
         # Checked once, before any process starts or directory is made; they get the resolved config.
         config, _ = resolve_init(config, Path(run_dir), resume, Path(data_dir))
     if config.train.ensemble > 1 and not under_torchrun():
         train_members(config, Path(data_dir), Path(run_dir), resume=resume)
         return None
-    if config.train.processes > 1 and not under_torchrun():
-        launch_local(config, Path(data_dir), Path(run_dir), resume=resume)
+    if several and not under_torchrun():
+        launch_local(config, Path(data_dir), Path(run_dir), resume=resume, nodes=nodes)
         return None
 
     # Here this process trains: the one that trains alone, or rank 0, says it once.

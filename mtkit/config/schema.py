@@ -296,7 +296,12 @@ class AugmentConfig:
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (the larger of source and target)
     update_freq: int = 1  # batches accumulated per update
-    processes: int = 1  # local DDP ranks that `mtkit train`/`run` start through torchrun (ignored under torchrun)
+    processes: int = 1  # local DDP ranks that `mtkit train`/`run` start through torchrun (ignored under torchrun);
+    # with train.nodes > 1, the ranks on each machine
+    nodes: int = 1  # machines, one `mtkit train --node-rank R --rdzv-endpoint HOST:PORT` on each (docs/training.md);
+    # `mtkit train --nnodes` overrides it; ignored under torchrun
+    sync_check: int = 1000  # updates between two checks that every DDP rank holds the same weights (a checksum of
+    # their bits, compared across ranks: mtkit.training.sync); 0 = off; no cost in one process
     ensemble: int = 1  # independent models (seeds seed, seed+1, …) in RUN, RUN-2, …; `mtkit run` decodes with all
     max_steps: int = 100_000
     max_epochs: int = 0  # 0 = no limit
@@ -561,16 +566,16 @@ def validate(config: Config) -> None:
     _check(m.layer_norm_eps > 0, "model.layer_norm_eps", "> 0", m.layer_norm_eps)
 
     t = config.train
-    for name in ("max_tokens", "update_freq", "processes", "ensemble", "max_steps", "log_every", "keep_last",
-                 "bleu_beam"):
+    for name in ("max_tokens", "update_freq", "processes", "nodes", "ensemble", "max_steps", "log_every",
+                 "keep_last", "bleu_beam"):
         _check(getattr(t, name) >= 1, f"train.{name}", ">= 1", getattr(t, name))
     for name in ("warmup", "max_epochs", "max_minutes", "valid_every", "bleu_every", "save_every", "save_every_minutes",
-                 "patience", "average_last", "weight_decay", "clip_norm", "rdrop_alpha"):
+                 "patience", "average_last", "weight_decay", "clip_norm", "rdrop_alpha", "sync_check"):
         _check(getattr(t, name) >= 0, f"train.{name}", ">= 0", getattr(t, name))
     _at_most(t, "train", ("max_tokens",), MAX_BATCH_TOKENS)
-    _at_most(t, "train", ("processes", "ensemble"), MAX_PROCESSES)
+    _at_most(t, "train", ("processes", "nodes", "ensemble"), MAX_PROCESSES)
     _at_most(t, "train", ("update_freq", "max_steps", "max_epochs", "warmup", "log_every", "valid_every",
-                          "bleu_every", "save_every", "patience"), MAX_COUNT)
+                          "bleu_every", "save_every", "patience", "sync_check"), MAX_COUNT)
     _at_most(t, "train", ("keep_last", "average_last"), MAX_CHECKPOINTS)
     _at_most(t, "train", ("bleu_beam",), MAX_BEAM)
     _check(0 <= t.seed <= MAX_SEED, "train.seed", f"between 0 and {MAX_SEED}", t.seed)

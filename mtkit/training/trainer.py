@@ -44,7 +44,7 @@ from mtkit.data.vocab import Vocab
 from mtkit.engines.device import device_type
 from mtkit.engines.precision import allow_tf32, autocast, check_precision, grad_scaler
 from mtkit.engines.threads import LoadProbe, ThreadPolicy, usable_cpus, user_threads
-from mtkit.errors import Interrupted, MtkitError, counted
+from mtkit.errors import Interrupted, MtkitError, counted, shown
 from mtkit.metrics.comet import CometScorer
 from mtkit.model import Transformer, count_parameters
 from mtkit.training import distributed
@@ -69,6 +69,7 @@ from mtkit.training.run_dir import (
     select_device,
 )
 from mtkit.training.state import Counters, Updaters, check_resumable, checkpoint_payload, restore, start_from
+from mtkit.training.sync import check_in_sync
 from mtkit.training.validation import Scoring, validation_bleus, validation_losses
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,8 @@ class Trainer:
 
         manifest = check_prepared(self.data_dir)
         self.data_fingerprint = data_fingerprint(self.data_dir)
+        if self.dist.enabled:
+            self._check_same_data()
         self.comet = None  # with comet in train.valid_metrics: loaded now, so that a model not to be had fails first
         if "comet" in self.cfg.valid_metrics and self.cfg.bleu_every:
             self.comet = CometScorer(self.cfg.valid_comet_model, str(self.device))
@@ -194,6 +197,18 @@ class Trainer:
         if self.cfg.compile:
             self.train_model = torch.compile(self.train_model)
 
+    def _check_same_data(self) -> None:
+        """Every rank trains on the same prepared data: on other machines, each its own copy of it (another
+        preparation of the same text would give ids that mean other pieces, with no error anywhere)."""
+        prints = distributed.all_gather_objects(self.data_fingerprint)
+        odd = [rank for rank, seen in enumerate(prints) if seen != prints[0]]
+        if odd:
+            theirs, ours = (str(prints[odd[0]])[:12], str(prints[0])[:12])
+            raise MtkitError(f"{self.data_dir}: rank{'s' if len(odd) > 1 else ''} {', '.join(map(str, odd))} "
+                             f"would train on other prepared data than rank 0 (data fingerprint {theirs}… against "
+                             f"{ours}…): give every machine a copy of the same prepared DATA"
+                             if self.dist.local_rank == 0 else "")
+
     # ------------------------------------------------------------- languages
 
     def _check_pairs(self, manifest: dict) -> list:
@@ -273,6 +288,9 @@ class Trainer:
                         config=self.config, model=self.model, vocab=self.vocab,
                         data_fingerprint=self.data_fingerprint)
         self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler, self.ema)
+        self._restore_counters(ckpt, counters)
+
+    def _restore_counters(self, ckpt: dict, counters: Counters) -> None:
         if self.bpe_dropout is not None and "length_growth" in ckpt:
             self._set_length_growth(counters.length_growth)
         self.step, self.elapsed = counters.step, counters.elapsed
@@ -371,28 +389,42 @@ class Trainer:
         Raises:
             Interrupted: SIGINT or SIGTERM stopped the training after saving its last step.
         """
-        if resume and not (self.ckpt_dir / "last.pt").exists():  # before the lock creates the directory
-            raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
         lock = RunLock(self.run_dir) if self.dist.is_main else None
-        self._own_run_dir(lock)
+        self._own_run_dir(lock, resume)
         try:
             with StopSignals() as signals:
                 self._start(resume)
                 return self._train(signals)
+        except RuntimeError as e:
+            if not (self.dist.enabled and distributed.lost_peer(e)):
+                raise
+            said = shown(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            raise MtkitError(f"rank {self.dist.rank} lost the other ranks at step {self.step} (did a process or a "
+                             f"machine stop?): {said}; run the same commands on every machine to resume from rank 0's "
+                             "last checkpoint" if self.dist.local_rank == 0 else "") from None
         finally:
             if lock is not None:
                 lock.release()
 
-    def _own_run_dir(self, lock: RunLock | None) -> None:
-        """Rank 0 takes the run directory's lock; every rank learns whether it did, so that all stop."""
+    def _own_run_dir(self, lock: RunLock | None, resume: bool | None) -> None:
+        """Rank 0 takes the run directory's lock; every rank learns whether it did, so that all stop.
+        The other ranks' run directories are not read: on other machines they may be empty."""
         failure = None
         if lock is not None:
             try:
+                if resume and not (self.ckpt_dir / "last.pt").exists():  # before the lock creates the directory
+                    raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
                 lock.acquire()
             except MtkitError as e:
                 failure = e
-        if distributed.any_rank(failure is not None, self.device):
-            raise failure or MtkitError(f"{self.run_dir}: rank 0 could not lock the run directory (see its message)")
+        said = distributed.from_main(str(failure) if failure is not None else None)
+        if said is not None:
+            raise failure or self._told_by_main(said)
+
+    def _told_by_main(self, message: str) -> MtkitError:
+        """Rank 0's error on another rank: said again by the first rank of each other machine, so that every
+        machine's terminal has it; the rest exit quietly (rank 0 and its machine's first rank said it)."""
+        return MtkitError(message if self.dist.local_rank == 0 else "")
 
     def _start(self, resume: bool | None) -> None:
         """Resume from last.pt, or start afresh; with the lock held, so nobody else writes here."""
@@ -400,19 +432,18 @@ class Trainer:
             removed = remove_partial_saves(self.run_dir)
             if removed:
                 logger.info(f"note: {self.run_dir}: removed {len(removed)} partial file(s) of an interrupted save")
-        last = self.ckpt_dir / "last.pt"
-        if last.exists() and resume is not False:
-            self.load_state_dict(load_checkpoint(last), last)
+        ckpt = self._resume_point(resume)
+        if ckpt is not None:
+            self.sampler.state, counters = restore(ckpt, self.model, self.optimizer, self.scaler, self.ema)
+            self._restore_counters(ckpt, counters)
+            del ckpt
             self.saved_step = self.step
             self.log.truncate_after(self.step)
             if self.dist.is_main:
+                last = self.ckpt_dir / "last.pt"
                 named = self.ckpt_dir / f"step_{self.step:07d}.pt"
                 logger.info(f"resuming {self.run_dir} from step {self.step} "
                             f"(checkpoint {named if named.exists() else last})")
-        elif resume:
-            raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
-        elif last.exists():
-            raise MtkitError(f"{self.run_dir}: already holds a run; resume it or choose a new run directory")
         else:
             self.log.reset()
             if self.init is not None and self.dist.is_main:
@@ -431,6 +462,33 @@ class Trainer:
                                 **({"init_from": str(self.init[0]), "init_step": self.init[1]} if self.init else {}),
                                 **({"pair_shares": self.mixture_shares} if self.mixture_shares else {}),
                                 **({"bpe_dropout_growth": list(self.length_growth)} if self.bpe_dropout else {})})
+
+    def _resume_point(self, resume: bool | None) -> dict | None:
+        """The checked checkpoint to continue from (None: a new run), read by rank 0 from its run directory
+        and handed to every rank, so that the other machines need neither a shared file system nor a copy:
+        all ranks continue from the same weights, optimizer state, RNG and batch position."""
+        ckpt, failure = None, None
+        if self.dist.is_main:
+            last = self.ckpt_dir / "last.pt"
+            try:
+                if last.exists() and resume is not False:
+                    ckpt = load_checkpoint(last)
+                    check_resumable(ckpt, last, run_dir=self.run_dir, data_dir=self.data_dir, config=self.config,
+                                    model=self.model, vocab=self.vocab, data_fingerprint=self.data_fingerprint)
+                elif resume:
+                    raise MtkitError(f"{self.run_dir}: nothing to resume (no checkpoints/last.pt)")
+                elif last.exists():
+                    raise MtkitError(f"{self.run_dir}: already holds a run; resume it or choose a new run directory")
+            except MtkitError as e:
+                failure = e
+        if self.dist.enabled:
+            said = distributed.from_main(str(failure) if failure is not None else None)
+            if said is not None:
+                raise failure or self._told_by_main(said)
+            ckpt = distributed.from_main(ckpt)
+        elif failure is not None:
+            raise failure
+        return ckpt
 
     def _train(self, signals: StopSignals) -> TrainResult:
         cfg = self.cfg
@@ -460,6 +518,9 @@ class Trainer:
                     stopped = "max_epochs"
                     break
                 stats = self.train_step(group)
+                if self.dist.enabled and cfg.sync_check and self.step % cfg.sync_check == 0:
+                    # before this step is logged or saved
+                    check_in_sync(self.model, self.step, self.saved_step, speak=self.dist.local_rank == 0)
                 self.elapsed = elapsed_at_start + (time.perf_counter() - session_start)
                 for key in ("loss_sum", "nll_sum", "tokens", "padding"):
                     window[key] += stats[key]
@@ -508,7 +569,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
         if stopped == "signal":
-            self._stop_on_signal(signals.signum or signal.SIGTERM, position)
+            self._stop_on_signal(signals.signum, position)
         others = load.others()
         if stopped == "max_minutes" and self.dist.is_main:
             busy = f"; other work kept {others:.1f} CPUs busy on average" if others is not None else ""
@@ -561,9 +622,11 @@ class Trainer:
             logger.info(f"step {self.step}: ema weights: " + ", ".join(f"{k} {v:.3f}" for k, v in record.items()))
         return path
 
-    def _stop_on_signal(self, signum: int, position: SamplerState) -> None:
-        """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank."""
-        name = signal.Signals(signum).name
+    def _stop_on_signal(self, signum: int | None, position: SamplerState) -> None:
+        """Save the finished step (rank 0, unless saved already) and raise Interrupted on every rank;
+        ``signum`` None: the signal went to another rank (on another machine, say), and counts as SIGTERM."""
+        name = signal.Signals(signum).name if signum is not None else "a signal to another rank"
+        signum = signum or signal.SIGTERM
         path = self.ckpt_dir / f"step_{self.step:07d}.pt"
         if self.dist.is_main:
             if self.step > 0 and self.saved_step != self.step:
