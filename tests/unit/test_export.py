@@ -260,7 +260,7 @@ def _spoil_manifest(out: Path, **changes) -> None:
     ({"decode__beam": "4"}, "decode.beam"),
     ({"model": "transformer"}, "model must be a mapping"),
     ({"step": "7"}, "step must be an integer"),
-    ({"tag_side": "left"}, "tag_side must be 'source' or 'target'"),
+    ({"tag_side": "left"}, "tag_side must be 'source', 'target' or 'codes'"),
 ], ids=["encoder_layers", "decoder_layers", "d_model", "d_ff", "max_positions", "h", "d_model a string",
         "beam a string", "model a string", "step a string", "tag_side"])
 def test_a_manifest_that_disagrees_with_model_bin_is_one_error(vocab, tmp_path, changes, fragment):
