@@ -124,7 +124,7 @@ def test_a_multilingual_models_languages_are_its_pairs_and_tag_side():
     ('{"step": true}', "mtkit.json: step must be an integer, got True"),
     ('{"spm": "spm.model"}', "mtkit.json: spm must be a list of file names, got 'spm.model'"),
     ('{"pairs": [["en"]]}', "mtkit.json: pairs must be a list of [source, target] language pairs"),
-    ('{"tag_side": "left"}', "mtkit.json: tag_side must be 'source' or 'target', got 'left'"),
+    ('{"tag_side": "left"}', "mtkit.json: tag_side must be 'source', 'target' or 'codes', got 'left'"),
     ('{"alignment": {"layer": null, "head": 0}}', "mtkit.json: alignment must be {layer: N, head: N or null}"),
     ('{"model": [1]}', "mtkit.json: model must be a mapping, got [1]"),
     ('{"decode": {"beam": 0}}', "mtkit.json: decode.beam"),
