@@ -466,8 +466,13 @@ class Transformer(nn.Module):
         The paper's modules (:meth:`Decoder.step`, then :meth:`logits`); the reference twin of the fused step
         that inference runs (:func:`mtkit.kernels.decoder_step.fused_step`).
         """
+        hidden, cache = self.decode_hidden(tokens, cache)
+        return self.logits(hidden), cache
+
+    def decode_hidden(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """:meth:`decode_step` before the output projection: the decoder's output (N, d_model), new cache."""
         hidden, cache = self.decoder.step(tokens.unsqueeze(1), cache)  # (N, 1, d_model)
-        return self.logits(hidden.squeeze(1)), cache
+        return hidden.squeeze(1), cache
 
     @torch.no_grad()
     def cross_attention(self, src: Tensor, tgt: Tensor, layers: int | None = None) -> Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from mtkit.kernels import cross_keys_values, fused_encode, fused_step, pack
+from mtkit.kernels import cross_keys_values, fused_encode, fused_hidden, fused_step, pack
 from mtkit.model import DecoderCache, LayerCache, Transformer
 
 
@@ -55,3 +55,15 @@ class InferenceModel:
         if not self.fused:
             return self.model.decode_step(tokens, cache)
         return fused_step(self.weights, tokens, cache)
+
+    def decode_hidden(self, tokens: Tensor, cache: DecoderCache) -> tuple[Tensor, DecoderCache]:
+        """:meth:`decode_step` before the output projection: the decoder's output (N, d_model), new cache."""
+        if not self.fused:
+            return self.model.decode_hidden(tokens, cache)
+        return fused_hidden(self.weights, tokens, cache)
+
+    def output_weights(self) -> tuple[Tensor, Tensor | None]:
+        """The output projection's weight (V, d_model) and bias (V,) or None: what :meth:`decode_step` multiplies
+        :meth:`decode_hidden`'s output by (a vocabulary shortlist takes some of its rows)."""
+        projection = self.model.output_projection
+        return projection.weight, projection.bias

@@ -64,7 +64,7 @@ from mtkit.kernels.attention import (
     reference_attention,
     sdpa_attention,
 )
-from mtkit.kernels.decoder_step import cross_keys_values, fused_step
+from mtkit.kernels.decoder_step import cross_keys_values, fused_hidden, fused_step
 from mtkit.kernels.dropout import fast_dropout, keep_mask, masked_dropout, reference_dropout
 from mtkit.kernels.encoder import fused_encode
 from mtkit.kernels.loss import (
@@ -175,8 +175,8 @@ class Dropout(nn.Module):
 
 __all__ = [
     "AUTO", "REFERENCE", "Dropout", "InferenceWeights", "Kernels", "KernelsName", "choose_attention",
-    "chunked_top_extensions", "cross_keys_values", "fast_dropout", "fused_encode", "fused_step", "keep_mask",
-    "pack", "reference_top_extensions",
+    "chunked_top_extensions", "cross_keys_values", "fast_dropout", "fused_encode", "fused_hidden", "fused_step",
+    "keep_mask", "pack", "reference_top_extensions",
     "label_smoothed_loss", "linear_label_smoothed_loss", "masked_dropout", "plain_attention",
     "reference_attention", "reference_dropout", "reference_label_smoothed_loss",
     "reference_linear_label_smoothed_loss", "reference_symmetric_kl", "sdpa_attention", "select", "symmetric_kl",

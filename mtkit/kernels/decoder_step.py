@@ -39,7 +39,14 @@ def cross_keys_values(w: InferenceWeights, memory: Tensor) -> list[tuple[Tensor,
 
 
 def fused_step(w: InferenceWeights, tokens: Tensor, cache):
-    """The step of :meth:`mtkit.model.Transformer.decode_step` through functional ops on ``w``.
+    """The step of :meth:`mtkit.model.Transformer.decode_step` through functional ops on ``w``: the
+    decoder's output (:func:`fused_hidden`) through the output projection, logits (N, V) and the new cache."""
+    hidden, cache = fused_hidden(w, tokens, cache)
+    return w.output(hidden), cache
+
+
+def fused_hidden(w: InferenceWeights, tokens: Tensor, cache):
+    """The decoder's output (N, d_model) for the next token, before the output projection, and the new cache.
 
     Per layer: LayerNorm placement as the model's (post: LayerNorm(x + sublayer(x)); pre:
     x + sublayer(LayerNorm(x))), masked self-attention over the cached keys and values plus the new
@@ -79,5 +86,4 @@ def fused_step(w: InferenceWeights, tokens: Tensor, cache):
         layers.append(type(lc)(self_k, self_v, lc.cross_k, lc.cross_v))
     if w.decoder_norm is not None:
         x = F.layer_norm(x, (d,), *w.decoder_norm, eps)
-    logits = w.output(x)
-    return logits, type(cache)(layers, cache.src_mask, cache.beam, cache.step + 1)
+    return x, type(cache)(layers, cache.src_mask, cache.beam, cache.step + 1)
