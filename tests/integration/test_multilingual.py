@@ -519,9 +519,9 @@ def test_target_side_tags_decide_the_language_in_both_engines_and_score_alike(ta
     assert manifest["tag_side"] == "target"
     assert json.loads((tmp_path / "ct2" / "config.json").read_text())["decoder_start_token"] is None
     (tmp_path / "test.en").write_text("\n".join(src) + "\n")
-    for lang in ("de", "fr"):
+    for lang in ("de", "fr"):  # the engines compared alone: the CLI's integrity guard would repair loops its own way
         got = mtkit("translate", "--engine", "ctranslate2", "-m", tmp_path / "ct2", "--device", "cpu",
-                    "--tgt-lang", lang, tmp_path / "test.en")
+                    "--tgt-lang", lang, "--no-guard", tmp_path / "test.en")
         assert len(got) == 60 and sum(a == b for a, b in zip(outputs[lang], got)) >= 58, lang
 
 
