@@ -727,6 +727,14 @@ def main() -> None:
             raise
         if str(e):  # empty: another process (rank 0 of a launched training) printed it
             print(f"error: {e}", file=sys.stderr)
+        if "TORCHELASTIC_RUN_ID" in os.environ:
+            # A rank of a launched training: its process group's threads may still wait on a peer that has gone,
+            # and tearing them down at exit can abort the process (gloo: "terminate called without an active
+            # exception"), which the launcher would report as a second failure. The error is said, the files
+            # are closed (the exception has left every `with`): leave without the interpreter's teardown.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.exit_code)
         sys.exit(e.exit_code)
     except OSError as e:  # the machine's, not mtkit's: a full disk, a permission, a missing device
         if debug or os.environ.get("MTKIT_DEBUG") == "1":

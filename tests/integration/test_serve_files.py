@@ -374,7 +374,8 @@ def test_a_client_that_goes_away_stops_its_documents_translation():
             sock.sendall(f"POST /translate_file HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             wait_until(lambda: batcher.decoding() == 1)  # its first part is being decoded
-        # gone: the part being decoded finishes, and no other part is sent
+        # gone (once the server has seen it: it counts a 499): the part being decoded finishes, no other is sent
+        wait_until(lambda: 'status="499"' in s.service.metrics.render()[0].decode())
         engine.gate.set()
         wait_until(lambda: s.service.files.running == 0)
         assert [n for n, _ in engine.calls] == [2] and batcher.queue_length() == 0
