@@ -177,6 +177,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if why is not None:
             logger.info(f"threads: {threads} ({why})")
         return translator
+    checked = []
     for path in paths:
         if is_exported_model(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an exported CTranslate2 "
@@ -184,7 +185,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if is_onnx_export(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an ONNX export: add "
                              "--engine onnx)")
-        precheck(path)  # a config its weights do not fit fails here, before torch loads
+        checked.append(precheck(path))  # a config its weights do not fit fails here, before torch loads
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
@@ -203,7 +204,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         # first reading spans the start and the model loading; the engine chooses again between batches.
         policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
                               probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
-    loaded = [load_model(p, device) for p in paths]
+    loaded = [load_model(p, device, c) for p, c in zip(paths, checked)]  # each file read and checked once
     said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
         said = policy.check()
