@@ -386,7 +386,7 @@ class Transformer(nn.Module):
     """
 
     def __init__(self, cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, pad_id: int = 0,
-                 kernels: KernelsName | Kernels = "auto") -> None:
+                 kernels: KernelsName | Kernels = "auto", initialize: bool = True) -> None:
         super().__init__()
         kernels = select(kernels)
         if cfg.share_embeddings == "all" and src_vocab_size != tgt_vocab_size:
@@ -407,7 +407,8 @@ class Transformer(nn.Module):
         self.decoder = Decoder(cfg, embeddings(tgt_tokens), kernels)
         # §3.4: no bias; ``output_bias`` adds one (Marian's final_logits_bias).
         self.output_projection = nn.Linear(cfg.d_model, tgt_vocab_size, bias=cfg.output_bias)
-        self.reset_parameters()
+        if initialize:  # False: weights about to be loaded (a checkpoint) need no initial draws
+            self.reset_parameters()
         if cfg.share_embeddings != "none":
             self.output_projection.weight = tgt_tokens.weight
 
@@ -530,11 +531,10 @@ class DecoderCache:
         only ever picks among a sentence's own hypotheses), so the shared encoder keys
         and values need no copy.
         """
-        layers = [
-            replace(lc, self_k=lc.self_k.index_select(0, indices), self_v=lc.self_v.index_select(0, indices))
-            for lc in self.layers
-        ]
-        return replace(self, layers=layers)
+        # Built directly rather than through dataclasses.replace: this runs at every beam step.
+        layers = [LayerCache(lc.self_k.index_select(0, indices), lc.self_v.index_select(0, indices), lc.cross_k,
+                             lc.cross_v) for lc in self.layers]
+        return DecoderCache(layers, self.src_mask, self.beam, self.step)
 
     def select_sentences(self, sentences: Tensor) -> DecoderCache:
         """Keep only the given sentences (B',) and their beam rows, e.g. to drop finished ones."""

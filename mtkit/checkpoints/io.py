@@ -65,7 +65,8 @@ MAX_POSITIONS = 1 << 16
 MAX_SPM_BYTES = 32 << 20
 
 
-def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> dict:
+def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = False,
+                    checked: Checked | None = None) -> dict:
     """Load a checkpoint file (``weights_only=True``); user errors become one-line MtkitErrors,
     among them a file without one of :data:`REQUIRED_KEYS` or with a field of the wrong type.
     ``mmap``: tensors stay on disk until read, for a caller that wants only the config or vocabulary
@@ -73,10 +74,12 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = Fa
 
     torch sees only a file that :func:`~mtkit.checkpoints.file.read_payload` has read first, in
     bounded work and without torch (a regular file, a zip archive of stored entries, a pickle of plain
-    data and tensors that fit their storages), so that torch.load's own work is bounded as well.
+    data and tensors that fit their storages), so that torch.load's own work is bounded as well; once:
+    ``checked`` says :func:`precheck` read this very file, unchanged since.
     """
     path = Path(path)
-    check_fields(read_payload(path), path)
+    if not _unchanged(path, checked):
+        check_fields(read_payload(path), path)
     import torch
 
     with warnings.catch_warnings():
@@ -88,6 +91,12 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu", mmap: bool = Fa
             raise MtkitError(f"{path}: not a readable mtkit checkpoint ({type(e).__name__})") from None
     check_fields(ckpt, path)
     return upgrade(ckpt)
+
+
+def _unchanged(path: Path, checked: Checked | None) -> bool:
+    """Whether ``checked`` is :func:`precheck`'s reading of ``path`` as the file is now."""
+    return (checked is not None and checked.identity is not None and checked.path == path
+            and checked.identity == _identity(path))
 
 
 def check_fields(ckpt: Any, path: str | Path) -> None:
@@ -262,21 +271,45 @@ def _payload_without_torch(path: Path) -> Any:
 def stored_config(path: str | Path):
     """The Config stored in a checkpoint (file or run directory), read without torch in bounded work and
     checked as :func:`precheck` checks it."""
-    path = resolve_checkpoint(path, note=False)
+    return _checked(resolve_checkpoint(path, note=False)).config
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A checkpoint file that :func:`precheck` has read in bounded work and checked: its path, the identity of
+    the file it read (device, inode, size, modification time) and its config. :func:`load_model` given it
+    loads that file, unchanged since, without reading and checking it a second time."""
+
+    path: Path
+    identity: tuple[int, int, int, int] | None
+    config: Any
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    """The file's device, inode, size and modification time (None: not to be had; never matches)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _checked(path: Path) -> Checked:
+    identity = _identity(path)  # before the reading: a file replaced during it is read again at the loading
     payload = _payload_without_torch(path)
     check_fields(payload, path)
-    return checkpoint_config(upgrade(payload), path)
+    return Checked(path, identity, checkpoint_config(upgrade(payload), path))
 
 
-def precheck(path: str | Path) -> None:
+def precheck(path: str | Path) -> Checked | None:
     """Refuse a checkpoint (file or run directory) that is not readable in bounded work, lacks a field, or
     whose config its tensors do not fit (:func:`check_config_fits_weights`) before torch is even
-    imported, so that such a file fails at once. A missing one is left to the loading (whose
-    error comes after the flags' checks)."""
+    imported, so that such a file fails at once; what it checked (:class:`Checked`, for :func:`load_model`).
+    A missing one is left to the loading (whose error comes after the flags' checks): None."""
     try:
-        stored_config(path)
+        return _checked(resolve_checkpoint(path, note=False))
     except _Missing:  # the loading says it
-        return
+        return None
 
 
 def layer_count(names, side: str) -> int:
@@ -505,18 +538,20 @@ def describe(loaded: LoadedModel) -> str:
     return f"{loaded.path} (step {loaded.step})" if loaded.step is not None else str(loaded.path)
 
 
-def load_model(path: str | Path, device: str = "cpu") -> LoadedModel:
-    """Build the model of a checkpoint (file or run directory) in eval mode on ``device``.
+def load_model(path: str | Path, device: str = "cpu", checked: Checked | None = None) -> LoadedModel:
+    """Build the model of a checkpoint (file or run directory) in eval mode on ``device``; ``checked``: what
+    :func:`precheck` made of it (its file, unchanged since, is neither read nor checked again).
 
     Prints nothing (but :func:`resolve_checkpoint`'s note); callers log :func:`describe`.
     """
     from mtkit.model import Transformer
 
     path = resolve_checkpoint(path)
-    ckpt = load_checkpoint(path)
-    config = checkpoint_config(ckpt, path)
+    ckpt = load_checkpoint(path, checked=checked)
+    config = checked.config if _unchanged(path, checked) else checkpoint_config(ckpt, path)
     # checkpoint_config has checked every name and shape the model will have (mtkit.model_spec).
-    model = Transformer(config.model, ckpt["src_vocab_size"], ckpt["tgt_vocab_size"], kernels=config.kernels)
+    model = Transformer(config.model, ckpt["src_vocab_size"], ckpt["tgt_vocab_size"], kernels=config.kernels,
+                        initialize=False)  # every weight is loaded next
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     vocab = Vocab.from_bytes(ckpt["vocab"]["src"], ckpt["vocab"].get("tgt"), ckpt["vocab"].get("pieces"))

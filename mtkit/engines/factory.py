@@ -24,7 +24,15 @@ from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
 from mtkit.engines.ctranslate2_engine import exported_decode as ctranslate2_decode
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import EngineOptions
-from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
+from mtkit.engines.threads import (
+    RECHOOSE_SECONDS,
+    ThreadPolicy,
+    choose_threads,
+    fixed_choice,
+    since_start,
+    usable_cpus,
+    user_threads,
+)
 from mtkit.errors import MtkitError
 
 __all__ = ["ENGINES", "build_translator", "torch_engine"]
@@ -135,9 +143,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if thread_policy is not None:
             threads = thread_policy.current or 0
         threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
-        # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
-        # fixes its count when it loads the model.
-        chosen = (choose_threads(usable_cpus(), since_start().others())
+        # CTranslate2 fixes its count when it loads the model: one on a small machine, else one per CPU other
+        # work leaves free (the reading spans the process's start).
+        chosen = (fixed_choice(usable_cpus(), since_start().others())
                   if threads <= 0 and user_threads() is None else None)
         translator = Ctranslate2Engine(paths[0], decode, EngineOptions(device, precision),
                                        CpuThreads(threads, parallel, chosen), target=tgt_lang)
@@ -169,6 +177,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if why is not None:
             logger.info(f"threads: {threads} ({why})")
         return translator
+    checked = []
     for path in paths:
         if is_exported_model(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an exported CTranslate2 "
@@ -176,7 +185,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if is_onnx_export(path):
             raise MtkitError(f"{path}: not an mtkit checkpoint or run directory (this is an ONNX export: add "
                              "--engine onnx)")
-        precheck(path)  # a config its weights do not fit fails here, before torch loads
+        checked.append(precheck(path))  # a config its weights do not fit fails here, before torch loads
     device = resolve_device(device)
     if precision == "fp16" and not device.startswith("cuda"):
         raise MtkitError("--precision fp16 needs a CUDA device; use bf16 on CPU")
@@ -195,7 +204,7 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         # first reading spans the start and the model loading; the engine chooses again between batches.
         policy = ThreadPolicy(torch.set_num_threads, usable=min(usable_cpus(), torch.get_num_threads()),
                               probe=since_start(), min_interval=RECHOOSE_SECONDS, get_threads=torch.get_num_threads)
-    loaded = [load_model(p, device) for p in paths]
+    loaded = [load_model(p, device, c) for p, c in zip(paths, checked)]  # each file read and checked once
     said = None  # said after the checks below, so that an error stays the only line
     if policy is not None and thread_policy is None:
         said = policy.check()
