@@ -410,6 +410,9 @@ class DecodeConfig:
     guard: bool = True  # the integrity guard (mtkit.text.guard): a sentence whose translation lacks a number, URL,
     # e-mail address or placeholder of its source is searched again with it forced; a repetition loop, again
     # without repeating 3-grams; what still fails is reported
+    shortlist: bool = False  # a vocabulary shortlist per sentence (RUN/shortlist.txt, built by mtkit shortlist): the
+    # output projection computed for the target pieces the sentence's source pieces translate to, the most frequent
+    # ones and its own pieces only (mtkit.shortlist; torch engine, and CTranslate2's use_vmap, per batch)
 
 
 @dataclass(frozen=True)
