@@ -41,10 +41,15 @@ class ShortlistCache:
         self.bias = bias
         self.union = allowed.any(dim=0).nonzero().squeeze(1)  # (U,) ids some live sentence may use
         self.weight_t = weight.index_select(0, self.union).t()  # (d_model, U)
-        # Each row's additive mask over the union (0: its sentence's; -inf: another's), the bias added once.
-        rows = allowed.index_select(1, self.union).repeat_interleave(beam, dim=0)  # (N, U)
-        mask = torch.zeros(rows.shape, dtype=weight.dtype, device=weight.device).masked_fill_(~rows, -math.inf)
-        self.offset = mask if bias is None else mask + bias.index_select(0, self.union)  # (N, U)
+        self.offset = None if bias is None else bias.index_select(0, self.union).unsqueeze(0)  # (1, U)
+        within = allowed.index_select(1, self.union)  # (B', U)
+        if not bool(within.all()):  # the sentences' shortlists differ: each row gets -inf outside its own
+            rows = within.repeat_interleave(beam, dim=0)  # (N, U)
+            mask = torch.zeros(rows.shape, dtype=weight.dtype, device=weight.device).masked_fill_(~rows, -math.inf)
+            self.offset = mask if self.offset is None else mask + self.offset  # (N, U)
+        # The logits of the ids outside the union stay -inf: one buffer for every step of these rows (search
+        # reads a step's logits before the next step and never writes them).
+        self.buffer: Tensor | None = None
 
     def with_inner(self, inner) -> ShortlistCache:
         """This cache around ``inner`` (the same rows: a step on, or reordered within sentences)."""
@@ -92,9 +97,12 @@ class ShortlistModel:
         hidden, inner = self.model.decode_hidden(tokens, cache.inner)  # (N, d_model)
         offset, weight_t = cache.offset, cache.weight_t
         if hidden.dtype != weight_t.dtype:  # under autocast the decoder's output may be bf16/fp16
-            offset, weight_t = offset.to(hidden.dtype), weight_t.to(hidden.dtype)
-        scores = torch.addmm(offset, hidden, weight_t)  # (N, U)
-        logits = scores.new_full((scores.size(0), cache.weight.size(0)), -math.inf)  # (N, V)
+            weight_t = weight_t.to(hidden.dtype)
+            offset = None if offset is None else offset.to(hidden.dtype)
+        scores = hidden @ weight_t if offset is None else torch.addmm(offset, hidden, weight_t)  # (N, U)
+        logits = cache.buffer
+        if logits is None or logits.dtype != scores.dtype or logits.size(0) != scores.size(0):
+            logits = cache.buffer = scores.new_full((scores.size(0), cache.weight.size(0)), -math.inf)  # (N, V)
         logits.index_copy_(1, cache.union, scores)
         return logits, cache.with_inner(inner)
 
