@@ -35,6 +35,7 @@ from mtkit.io import atomic_path, read_bounded
 logger = logging.getLogger(__name__)
 
 SHORTLIST_FILE = "shortlist.txt"  # in a run directory
+VMAP_FILE = "vmap.txt"  # the same file in a CTranslate2 export (its use_vmap reads it)
 MAX_SHORTLIST_BYTES = 256 << 20  # a 58k-piece vocabulary with 100 candidates each is about 50 MiB
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
 _MERGE_KEYS = 1 << 24  # counted keys held apart before they are merged into the running table
