@@ -22,6 +22,7 @@ batch it is in): :mod:`mtkit.decoding.shortlist` restricts each sentence to its 
 from __future__ import annotations
 
 import logging
+import reprlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,8 +246,6 @@ def read_shortlist(path: str | Path, vocab) -> Shortlist:
     single pieces), checked against ``vocab``: at most :data:`MAX_SHORTLIST_BYTES`, UTF-8, each line
     ``key<TAB>pieces`` with a key that is a source piece (or empty: the always-candidates) given once and
     target pieces of the vocabulary; anything else is one error ``FILE:LINE: problem``."""
-    import reprlib
-
     path = Path(path)
     data = read_bounded(path, MAX_SHORTLIST_BYTES, "shortlist")
     short = reprlib.Repr()

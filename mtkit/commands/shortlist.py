@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from mtkit.checkpoints.io import describe, load_model
 from mtkit.config import ConfigError, ShortlistConfig, SourceConfig, check_shortlist
@@ -92,8 +93,6 @@ def _encoded(pairs, vocab) -> Iterator[tuple[list[int], list[int]]]:
 
 def build_shortlist(run: Path, options: ShortlistOptions = ShortlistOptions()) -> Path:
     """Build and write ``run``'s shortlist (a run directory, or a checkpoint in one); return its path."""
-    from tqdm import tqdm
-
     loaded = load_model(run, "cpu")
     settings = _settings(loaded.config.shortlist, options)
     source, named = _source(loaded.config, options)

@@ -12,6 +12,7 @@ from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.options import SearchOptions
 from mtkit.decoding.search import beam_search, greedy_search, sample
 from mtkit.decoding.shortlist import ShortlistModel, restrict
+from mtkit.engines.capabilities import shortlist_refusal
 from mtkit.engines.factory import torch_engine
 from mtkit.engines.inference import InferenceModel
 from mtkit.errors import MtkitError
@@ -207,3 +208,9 @@ def test_the_torch_engine_translates_each_line_within_its_shortlist(loaded):
 @pytest.fixture(scope="module")
 def loaded():
     return tiny_loaded()
+
+
+def test_the_engines_without_a_shortlist_refuse_it_in_one_line():
+    assert shortlist_refusal("torch") is None and shortlist_refusal("ctranslate2") is None
+    assert shortlist_refusal("onnx") == ("--shortlist needs --engine torch or ctranslate2: ONNX has no vocabulary "
+                                         "shortlist")
