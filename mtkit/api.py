@@ -63,7 +63,7 @@ __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypot
 DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
                   "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold", "split",
-                  "guard")
+                  "guard", "shortlist")
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,10 @@ CONSTRAINTS_HELP = ("JSON lines, one object per input line: {\"include\": [phras
                     "\"exclude\": [phrases it must not]}, {} for none (torch: both; ctranslate2: exclude only).")
 ENGINE_HELP = ("torch | ctranslate2 (an exported model, or a checkpoint or run directory, exported on first use and "
                "kept beside it) | onnx (a folder mtkit export onnx wrote).")
+SHORTLIST_HELP = ("A vocabulary shortlist per sentence (RUN/shortlist.txt, built by mtkit shortlist RUN): the output "
+                  "layer computed for the target pieces the sentence's source pieces translate to, the most frequent "
+                  "ones and its own pieces only; faster, nearly always the same output (torch; ctranslate2: its "
+                  "use_vmap, per batch).")
 GLOSSARY_HELP = ("TSV 'source term<TAB>target term': where a line holds the source term (any case, whole words), "
                  "the translation holds the target term (torch engine only).")
 
@@ -270,6 +274,7 @@ def translate(
     alignment_layer: int | None = typer.Option(None, "--alignment-layer", help="Align with this decoder layer's mean cross-attention (0-based, negative from the end; default: the guided-alignment head of a model trained with one, else the penultimate layer)."),
     split: str | None = typer.Option(None, "--split", help="sentences: a line's sentences translated one by one and joined with the line's own whitespace (default); none: each line one sentence."),
     guard: bool | None = typer.Option(None, "--guard/--no-guard", help="The integrity guard (default on): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
+    shortlist: bool | None = typer.Option(None, "--shortlist/--no-shortlist", help=SHORTLIST_HELP),
     protect: str | None = typer.Option(None, "--protect", help="A regular expression of placeholders to carry through untranslated (e.g. '\\{\\w+\\}|%s'): taken out of each line, put back beside the words aligned to their neighbours, spaced as in the source (the pattern may take 1 s a line; not with --alignments)."),
     alignments_out: Path | None = typer.Option(None, "--alignments-out", help="Write the best translation's alignment here, a line per input line (implies --alignments; the translations then unchanged)."),
     attention_png: Path | None = typer.Option(None, "--attention-png", help="Write the first sentence's cross-attention heatmap here."),
@@ -309,10 +314,38 @@ def translate(
             mbr=mbr, mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model,
             alignments="soft" if alignment_threshold is not None else "hard" if alignments else None,
             alignment_threshold=alignment_threshold, alignment_layer=alignment_layer, split=split, guard=guard,
+            shortlist=shortlist,
         ), constraints=constraints,
         glossary=glossary, tgt_lang=tgt_lang, quantization=quantization, qe=qe, qe_model=qe_model,
         alignments_out=alignments_out, protect=protect,
     ))
+
+
+@app.command("shortlist")
+def shortlist(
+    run: Path = typer.Argument(..., help="Run directory (or a checkpoint in one): RUN/shortlist.txt is written."),
+    source: Path | None = typer.Option(None, "--source", help="Count these source sentences (with --target) instead of the run's training corpus (data.train)."),
+    target: Path | None = typer.Option(None, "--target", help="The target sentences, line-aligned with --source."),
+    per_source: int | None = typer.Option(None, "--per-source", help="Candidates kept per source piece: the most likely given it (default: the run's shortlist.per_source, 64)."),
+    frequent: int | None = typer.Option(None, "--frequent", help="The most frequent target pieces, candidates for every sentence (default: shortlist.frequent, 256)."),
+    max_pairs: int | None = typer.Option(None, "--max-pairs", help="Count at most this many pairs, a seeded sample of a larger corpus (default: shortlist.max_pairs, 1,000,000)."),
+) -> None:
+    """Build a vocabulary shortlist for translate --shortlist: RUN/shortlist.txt.
+
+    Reads: the run's training pairs (or --source/--target), encoded with its SentencePiece model.
+    Writes: RUN/shortlist.txt, CTranslate2's vocabulary map (the CTranslate2 export ships it as
+    vmap.txt); what it wrote on stderr. Per source piece, the target pieces that co-occur with it
+    most, the frequent ones aside; a sentence may use those of its pieces, the frequent ones and
+    its own pieces (docs/shortlist.md).
+
+    \b
+    Example:
+      mtkit shortlist work/demo/run && mtkit translate -m work/demo/run --shortlist --beam 5 test.en
+    """
+    from mtkit.commands.shortlist import ShortlistOptions, build_shortlist
+
+    build_shortlist(run, ShortlistOptions(source=source, target=target, per_source=per_source, frequent=frequent,
+                                          max_pairs=max_pairs))
 
 
 @export_app.command("ctranslate2")
@@ -447,6 +480,7 @@ def evaluate(
     mbr_comet_model: str | None = typer.Option(None, "--mbr-comet-model", help="With --mbr comet: the COMET model of its utility (default Unbabel/wmt22-comet-da)."),
     split: str | None = typer.Option(None, "--split", help="With --model: sentences: a line's sentences translated one by one and joined with the line's own whitespace (default); none: each line one sentence."),
     guard: bool | None = typer.Option(None, "--guard/--no-guard", help="With --model: the integrity guard (default on): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
+    shortlist: bool | None = typer.Option(None, "--shortlist/--no-shortlist", help="With --model: " + SHORTLIST_HELP),
     device: str = typer.Option("auto", "--device", help="Where --model runs: auto | cpu | cuda | cuda:N."),
     engine: str = typer.Option("torch", "--engine", help="What runs --model: " + ENGINE_HELP),
     constraints: Path | None = typer.Option(None, "--constraints", help="With --model: " + CONSTRAINTS_HELP),
@@ -478,7 +512,7 @@ def evaluate(
         chrf_plus=chrf_plus, lc_tok=lc_tok, compound_split=compound_split, lang=lang, as_json=as_json,
         decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, mbr=mbr,
                              mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model, split=split,
-                             guard=guard), device=device, engine=engine,
+                             guard=guard, shortlist=shortlist), device=device, engine=engine,
         lowercase=lowercase, constraints=constraints, glossary=glossary, tgt_lang=tgt_lang, comet_model=comet_model,
     ))
     typer.echo(text)
@@ -596,6 +630,7 @@ def serve(
     tgt_lang: str | None = typer.Option(None, "--tgt-lang", help="Target language code of every model (default: its config's data.tgt_lang)."),
     split: str | None = typer.Option(None, "--split", help="sentences: a line's sentences translated one by one and joined with the line's own whitespace (default; a request's split field too); none: each line one sentence."),
     guard: bool | None = typer.Option(None, "--guard/--no-guard", help="The integrity guard (default on; a request's guard field too): a sentence whose translation lacks a number, URL, e-mail address or placeholder of its source is searched again with it forced (torch engine; others report it); a repetition loop, again without repeating 3-grams."),
+    shortlist: bool | None = typer.Option(None, "--shortlist/--no-shortlist", help="By default (a request's shortlist field too): " + SHORTLIST_HELP),
     api_keys: Path | None = typer.Option(None, "--api-keys", help="A file of API keys, one per line (# comments): /translate and /detect answer 400 without a key and 403 with a wrong one, as LibreTranslate does; /v1/translate answers 403 to both."),
     decoding_threads: int = typer.Option(2, "--decoding-threads", help="Batches of one model decoded at the same time (1-64), each in a thread of its own with --threads engine threads."),
     max_wait_ms: float = typer.Option(0.0, "--max-wait-ms", help="How long a request waits for others to be decoded with it (0: none; requests that arrive while the model decodes are batched together anyway)."),
@@ -641,7 +676,8 @@ def serve(
     run_serve(list(model), ServeOptions(
         engine=engine, host=host, port=port, device=device, precision=precision, threads=threads,
         decode=DecodeOptions(beam=beam, alpha=alpha, length_penalty=length_penalty, max_len_a=max_len_a,
-                             max_len_b=max_len_b, batch_tokens=batch_tokens, split=split, guard=guard),
+                             max_len_b=max_len_b, batch_tokens=batch_tokens, split=split, guard=guard,
+                             shortlist=shortlist),
         src_lang=src_lang, tgt_lang=tgt_lang,
         api_keys=api_keys, decoding_threads=decoding_threads, max_wait_ms=max_wait_ms, max_queue=max_queue,
         max_body_bytes=max_body_bytes, max_file_bytes=max_file_bytes, max_chars=max_chars,

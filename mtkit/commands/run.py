@@ -28,6 +28,7 @@ from mtkit.checkpoints.io import resolve_checkpoint
 from mtkit.commands.evaluate import to_document
 from mtkit.commands.prepare import prepare
 from mtkit.commands.processes import member_run_dirs, timed_mtkit, train_members, usable_cores
+from mtkit.commands.shortlist import build_shortlist
 from mtkit.commands.train import train
 from mtkit.config import Config, load_config
 from mtkit.data.languages import stored_pairs
@@ -37,6 +38,7 @@ from mtkit.export.cache import ctranslate2_model
 from mtkit.io import atomic_write_text, read_lines
 from mtkit.metrics import MetricOptions, load_testset
 from mtkit.metrics.files import score_files
+from mtkit.shortlist import shortlist_path
 from mtkit.text import pipeline
 from mtkit.training.curves import read_metrics
 from mtkit.training.distill import distill, teacher_decoding
@@ -135,6 +137,11 @@ def run_recipe(recipe: Path, work: Path, overrides: list[str]) -> dict:
             _say(f"train → {run_dir}")
             train(config, data_dir, run_dir)
     stages.done("train")
+    if config.shortlist.build:  # the recipe asks for a vocabulary shortlist (docs/shortlist.md)
+        for d in run_dirs:
+            if not shortlist_path(d).is_file():
+                _say(f"shortlist → {shortlist_path(d)}")
+                build_shortlist(d)
 
     checkpoints = [final_checkpoint(d) for d in run_dirs]
     described = str(checkpoints[0]) if members == 1 else f"the ensemble of {', '.join(map(str, checkpoints))}"

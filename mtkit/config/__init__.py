@@ -49,10 +49,12 @@ from mtkit.config.schema import (
     ModelConfig,
     PairConfig,
     Precision,
+    ShortlistConfig,
     SourceConfig,
     SpmConfig,
     TrainConfig,
     check_decode,
+    check_shortlist,
     validate,
 )
 
@@ -61,8 +63,8 @@ __all__ = [
     "MAX_BATCH_TOKENS", "MAX_BEAM", "MAX_LEN_A", "MAX_LENGTH", "MAX_VOCAB", "PAD_ID", "PRECISIONS", "PRESETS",
     "SHA256_PATTERN", "TEMPERATURE_RANGE", "UNK_ID", "CleanConfig", "Config", "ConfigError", "CorpusConfig",
     "DataConfig", "DecodeConfig", "DecodeOptions", "DistillConfig", "EvalConfig", "ExpectedConfig", "FiltersConfig",
-    "GuidedAlignmentConfig", "LangIdFilter", "ModelConfig", "PairConfig", "Plain", "Precision", "SourceConfig",
-    "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_finite", "config_from_dict",
-    "config_to_dict", "flag_name", "load_config", "override_section", "parse_override", "read_yaml", "save_config",
-    "saved_decode", "validate"
+    "GuidedAlignmentConfig", "LangIdFilter", "ModelConfig", "PairConfig", "Plain", "Precision", "ShortlistConfig",
+    "SourceConfig", "SpmConfig", "TrainConfig", "apply_overrides", "check_decode", "check_shortlist", "check_finite",
+    "config_from_dict", "config_to_dict", "flag_name", "load_config", "override_section", "parse_override",
+    "read_yaml", "save_config", "saved_decode", "validate"
 ]

@@ -410,6 +410,9 @@ class DecodeConfig:
     guard: bool = True  # the integrity guard (mtkit.text.guard): a sentence whose translation lacks a number, URL,
     # e-mail address or placeholder of its source is searched again with it forced; a repetition loop, again
     # without repeating 3-grams; what still fails is reported
+    shortlist: bool = False  # a vocabulary shortlist per sentence (RUN/shortlist.txt, built by mtkit shortlist): the
+    # output projection computed for the target pieces the sentence's source pieces translate to, the most frequent
+    # ones and its own pieces only (mtkit.shortlist; torch engine, and CTranslate2's use_vmap, per batch)
 
 
 @dataclass(frozen=True)
@@ -453,6 +456,18 @@ class DistillConfig:
 
 
 @dataclass(frozen=True)
+class ShortlistConfig:
+    """A vocabulary shortlist (mtkit.shortlist; ``mtkit shortlist RUN`` builds one with these settings, ``mtkit run``
+    after training when ``build`` is true): the target pieces each source piece co-occurs with most in the training
+    pairs, the most frequent target pieces, and a sentence's own pieces; used by ``decode.shortlist``."""
+
+    build: bool = False  # mtkit run builds RUN/shortlist.txt after training
+    per_source: int = 64  # candidates kept per source piece (the most likely given it, the frequent ones aside)
+    frequent: int = 256  # the most frequent target pieces, candidates for every sentence
+    max_pairs: int = 1_000_000  # training pairs counted at most (a sample, seeded, of a larger corpus)
+
+
+@dataclass(frozen=True)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -461,6 +476,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     expected: ExpectedConfig = field(default_factory=ExpectedConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
+    shortlist: ShortlistConfig = field(default_factory=ShortlistConfig)
     # Fast paths (auto: chosen by device, dtype and shape, see mtkit/kernels) or the plain formulas (reference).
     kernels: Literal["auto", "reference"] = "auto"
 
@@ -609,6 +625,7 @@ def validate(config: Config) -> None:
     check_decode(dataclasses.asdict(config.decode))
 
     _validate_distill(config)
+    check_shortlist(config.shortlist)
 
     e = config.eval
     _check(bool(e.metrics), "eval.metrics", "a list of bleu, chrf, ter", list(e.metrics))
@@ -701,6 +718,13 @@ def _validate_distill(config: Config) -> None:
     if d.spm.model or d.spm.tgt_model or d.spm.vocab_from not in (None, t.teacher[0]):
         raise ConfigError("distill.teacher", "the student takes the teacher's SentencePiece model; leave "
                           "data.spm.model, tgt_model and vocab_from unset")
+
+
+def check_shortlist(t: ShortlistConfig, section: str = "shortlist") -> None:
+    """``shortlist``'s ranges (the config's, and ``mtkit shortlist``'s flags)."""
+    _check(1 <= t.per_source <= MAX_VOCAB, f"{section}.per_source", f"between 1 and {MAX_VOCAB}", t.per_source)
+    _check(0 <= t.frequent <= MAX_VOCAB, f"{section}.frequent", f"between 0 and {MAX_VOCAB}", t.frequent)
+    _check(1 <= t.max_pairs <= MAX_COUNT, f"{section}.max_pairs", f"between 1 and {MAX_COUNT}", t.max_pairs)
 
 
 def _check_source(source: SourceConfig, key: str) -> None:

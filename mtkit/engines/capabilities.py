@@ -30,17 +30,18 @@ class Capabilities:
     attention_maps: bool = False  # --attention-png (the model's attention, drawn)
     forced_scoring: bool = False  # the log-probability of a given translation (mtkit score, Model.score)
     epsilon: bool = True  # epsilon sampling (--epsilon)
+    shortlist: bool = False  # a vocabulary shortlist (--shortlist, decode.shortlist; mtkit.shortlist)
     alignments_when: str = ""  # what a model needs to give alignments, where not every one does
     no_alignments_why: str = ""  # why it gives none, where it gives none
 
 
 TORCH = Capabilities("torch", "torch", alignments=True, include=True, exclude=True, devices=("cpu", "cuda"),
-                     ensembles=True, attention_maps=True, forced_scoring=True)
+                     ensembles=True, attention_maps=True, forced_scoring=True, shortlist=True)
 CTRANSLATE2 = Capabilities(
     "ctranslate2", "CTranslate2", alignments=True, include=False, exclude=True, devices=("cpu", "cuda"),
     quantizations=("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
                    "float32"),
-    epsilon=False, alignments_when="a CTranslate2 model exported by mtkit declares its alignment head")
+    epsilon=False, shortlist=True, alignments_when="a CTranslate2 model exported by mtkit declares its alignment head")
 ONNX = Capabilities("onnx", "ONNX", alignments=False, include=False, exclude=False, devices=("cpu",),
                     no_alignments_why="the ONNX export's graphs give no attention")
 
@@ -67,6 +68,14 @@ def no_alignments() -> str:
     ``a CTranslate2 model exported by mtkit declares its alignment head; ONNX gives none``."""
     return "; ".join([c.alignments_when for c in engines_with("alignments") if c.alignments_when]
                      + [f"{c.title} gives none" for c in engines_without("alignments")])
+
+
+def shortlist_refusal(engine: str) -> str | None:
+    """The one line refusing ``--shortlist`` on ``engine``, or None where it is taken."""
+    c = CAPABILITIES.get(engine)
+    if c is None or c.shortlist:
+        return None
+    return f"--shortlist needs --engine {either('shortlist')}: {c.title} has no vocabulary shortlist"
 
 
 def include_refusal(engine: str) -> str | None:

@@ -65,6 +65,7 @@ from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import Call, Engine, EngineOptions
 from mtkit.errors import MtkitError
+from mtkit.shortlist import VMAP_FILE
 
 # The weights an export may have (mtkit export ctranslate2 --quantization; --engine ctranslate2 --quantization).
 QUANTIZATIONS = CTRANSLATE2.quantizations
@@ -226,6 +227,9 @@ class Ctranslate2Engine(Engine):
         super().__init__(vocab, decode, max_positions, languages=languages,
                          tag_side=manifest.get("tag_side") or "source", target=target)
         self.warn = options.warn
+        self.vmap = model_dir / VMAP_FILE  # a vocabulary map (mtkit shortlist's, exported), if there is one
+        if decode.shortlist:
+            self._check_vmap()
         compute_type = {"fp32": "default", "bf16": "bfloat16", "fp16": "float16"}.get(precision)
         if compute_type is None:
             raise MtkitError(f"unknown precision {precision!r}; expected fp32, bf16 or fp16")
@@ -335,6 +339,13 @@ class Ctranslate2Engine(Engine):
                 results[i] = hyps
         return results
 
+    def _check_vmap(self) -> bool:
+        """True when the model has a vocabulary map; else the one-line error of ``--shortlist``."""
+        if not self.vmap.is_file():
+            raise MtkitError(f"--shortlist: {self.vmap.parent} has no {VMAP_FILE}; build the run's shortlist with: "
+                             "mtkit shortlist RUN (the export ships it)")
+        return True
+
     def max_length(self, src_len: int, d: DecodeConfig) -> int:
         """mtkit's maximum number of output tokens before EOS for a source of ``src_len`` ids (with EOS)."""
         limit = max(1, int(d.max_len_a * src_len + d.max_len_b))
@@ -355,6 +366,8 @@ class Ctranslate2Engine(Engine):
                        return_end_token=True, length_penalty=penalty, max_batch_size=0)
         if suppress:  # exclude constraints (search_constrained_batch)
             options["suppress_sequences"] = suppress
+        if d.shortlist:  # CTranslate2's vocabulary map (the export's vmap.txt): one shortlist per batch
+            options["use_vmap"] = self._check_vmap()
         start = self._start_piece(call.vocab)
         P = len(decoder_prefix(call.vocab))  # CTranslate2 returns the forced prefix: left out below
         if d.sampling:

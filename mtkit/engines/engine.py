@@ -43,7 +43,7 @@ from mtkit.config import EOS_ID, DecodeConfig
 from mtkit.data.languages import for_target
 from mtkit.data.vocab import check_text
 from mtkit.data.word_alignment import check_layer, default_layer, word_alignment
-from mtkit.engines.capabilities import Capabilities, no_alignments
+from mtkit.engines.capabilities import Capabilities, no_alignments, shortlist_refusal
 from mtkit.engines.constraints import ConstraintSource, PieceConstraints, PieceIndex, encode_constraints, unmet
 from mtkit.engines.mbr import Utilities, mbr_order, search_decoding
 from mtkit.errors import MtkitError, counted
@@ -241,6 +241,9 @@ class Engine:
         """The :class:`Call` of ``options`` (default: the engine's settings) into ``target`` (default: the
         engine's)."""
         decode = self.decode if options is None else options
+        refused = shortlist_refusal(self.capabilities.name) if decode.shortlist and self.capabilities else None
+        if refused:
+            raise MtkitError(refused)
         return Call(decode, self.vocab_for(self.target if target is None else target))
 
     # ------------------------------------------------------------------ engine

@@ -19,7 +19,7 @@ from typing import Any
 from mtkit.checkpoints.io import describe, load_model, precheck
 from mtkit.config import DecodeConfig, DecodeOptions
 from mtkit.data.languages import same_pairs, single_pair
-from mtkit.engines.capabilities import CAPABILITIES, ENGINES
+from mtkit.engines.capabilities import CAPABILITIES, ENGINES, shortlist_refusal
 from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
 from mtkit.engines.ctranslate2_engine import exported_decode as ctranslate2_decode
 from mtkit.engines.device import resolve_device
@@ -34,6 +34,8 @@ from mtkit.engines.threads import (
     user_threads,
 )
 from mtkit.errors import MtkitError
+from mtkit.shortlist import describe as describe_shortlist
+from mtkit.shortlist import read_shortlist, shortlist_path
 
 __all__ = ["ENGINES", "build_translator", "torch_engine"]
 logger = logging.getLogger(__name__)  # what the factory loaded; the CLI says it on stderr (mtkit.logs)
@@ -163,6 +165,8 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if device != "auto" and device not in CAPABILITIES[engine].devices:  # the CPU only
             raise MtkitError(f"--device {device}: the {CAPABILITIES[engine].title} engine runs on the CPU")
         decode = overrides.apply(_exported(decode, exported_decode, paths[0]))
+        if decode.shortlist:
+            raise MtkitError(shortlist_refusal(engine))
         if thread_policy is not None:
             threads = thread_policy.current or 0
         why = None
@@ -215,7 +219,12 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
     if callable(decode):
         decode = decode(loaded[0].config.decode)
     decode = overrides.apply(decode or loaded[0].config.decode)
-    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy)
+    shortlist = None
+    if (found := shortlist_path(paths[0])).is_file():  # read now: a call never changes the engine
+        shortlist = read_shortlist(found, loaded[0].vocab)
+        if decode.shortlist:
+            logger.info(f"shortlist {found}: {describe_shortlist(shortlist)}")
+    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy, shortlist=shortlist)
     if not any_target:
         translator.vocab_for(tgt_lang)
     say_loaded(loaded)
@@ -225,11 +234,11 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
 
 
 def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precision: str = "fp32",
-                 target: str | None = None, threads: ThreadPolicy | None = None, warn: bool = True):
+                 target: str | None = None, threads: ThreadPolicy | None = None, warn: bool = True, shortlist=None):
     """The torch engine (:class:`mtkit.engines.torch_engine.TorchEngine`) on models in memory: loaded
     checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
     training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's; ``warn``
-    False: its warnings unsaid)."""
+    False: its warnings unsaid); ``shortlist``: the run's :class:`mtkit.shortlist.Shortlist`, or None."""
     from mtkit.engines.torch_engine import TorchEngine
 
     configs = [getattr(m, "config", None) for m in models]
@@ -239,7 +248,7 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
         languages = (same_pairs(configs), single_pair(configs[0].data))
         tag_side = configs[0].data.tag_side
     return TorchEngine(models, decode, EngineOptions(device, precision, warn=warn), languages, tag_side, target,
-                       threads)
+                       threads, shortlist)
 
 
 def forced_scorer(models: list, device: str = "cpu", precision: str = "fp32", batch_tokens: int | None = None):

@@ -26,12 +26,14 @@ from mtkit.decoding import search
 from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.options import SearchOptions, SearchStopped
+from mtkit.decoding.shortlist import restrict
 from mtkit.engines.capabilities import TORCH
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.engine import Call, Engine, EngineOptions, Stopped
 from mtkit.engines.inference import InferenceModel
 from mtkit.engines.precision import autocast, check_precision
 from mtkit.errors import MtkitError
+from mtkit.shortlist import SHORTLIST_FILE
 
 
 @contextmanager
@@ -83,13 +85,15 @@ class TorchEngine(Engine):
             (:class:`mtkit.engines.engine.EngineOptions`).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
             and the policy fitting the CPU threads between batches (:class:`mtkit.engines.engine.Engine`).
+        shortlist: the run's vocabulary shortlist (:class:`mtkit.shortlist.Shortlist`, read at load), used by
+            the calls with ``decode.shortlist``; None: the run has none.
     """
 
     capabilities = TORCH
 
     def __init__(self, models, decode: DecodeConfig, options: EngineOptions = EngineOptions(),
                  languages: tuple[list, tuple[str, str] | None] = ([], None), tag_side: str = "source",
-                 target: str | None = None, threads=None) -> None:
+                 target: str | None = None, threads=None, shortlist=None) -> None:
         loaded = list(models) if isinstance(models, (list, tuple)) else [models]
         if not loaded:
             raise MtkitError("no model to translate with")
@@ -109,6 +113,14 @@ class TorchEngine(Engine):
         # What search decodes with: each model's weights packed once, here, and owned by this engine.
         inference = [InferenceModel(m) for m in self.models]
         self.model = inference[0] if len(inference) == 1 else Ensemble(inference)
+        self.shortlist = shortlist
+        if decode.shortlist:
+            self.check_shortlist()
+
+    def check_shortlist(self) -> None:
+        """A one-line error unless this engine has a shortlist (asked for by ``decode.shortlist``)."""
+        if self.shortlist is None:
+            raise MtkitError(f"--shortlist: the run has no {SHORTLIST_FILE}; build it with: mtkit shortlist RUN")
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
         """As the pipeline's, with a random generator of its own seeded with ``seed`` when it samples
@@ -130,9 +142,20 @@ class TorchEngine(Engine):
                                          should_stop=call.should_stop)
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
+        options = self.search_options(call)
+        model = self.model if not call.decode.shortlist else self.shortlisted(batch, options)
         with autocast(self.precision, self.device.type):
-            return run_search(self.model, self.source_tensor(batch), self.search_options(call), call.generator,
-                              self.models[0].kernels)
+            return run_search(model, self.source_tensor(batch), options, call.generator, self.models[0].kernels)
+
+    def shortlisted(self, batch: list[list[int]], options: SearchOptions):
+        """The engine's model restricted to each sentence's shortlist (:mod:`mtkit.decoding.shortlist`): the
+        ids :meth:`mtkit.shortlist.Shortlist.allowed` gives ``batch``'s sources, with the call's decoder start
+        and prefix; as many rows as search decodes (sampling draws ``nbest`` samples a sentence)."""
+        self.check_shortlist()
+        allowed = torch.from_numpy(self.shortlist.mask(batch, (options.start, *options.prefix)))  # (B, V)
+        if options.sampling and options.nbest > 1:
+            allowed = allowed.repeat_interleave(options.nbest, dim=0)
+        return restrict(self.model, allowed.to(self.device))
 
     def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
                                  call: Call) -> list[list[tuple[list[int], float, float]]]:

@@ -27,6 +27,7 @@ from mtkit.engines.ctranslate2_engine import import_ctranslate2
 from mtkit.errors import MtkitError
 from mtkit.export.protocol import replace_directory
 from mtkit.io import read_json_file
+from mtkit.shortlist import shortlist_path
 from mtkit.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -41,9 +42,14 @@ def _stamp(checkpoint: Path, quantization: str | None) -> dict:
     """What identifies the export of ``checkpoint`` as the file is now."""
 
     st = os.stat(checkpoint)
-    return {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "inode": st.st_ino, "quantization": quantization or "float32", "mtkit_version": __version__,
-            "format": FORMAT}
+    stamp = {"checkpoint": str(checkpoint.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+             "inode": st.st_ino, "quantization": quantization or "float32", "mtkit_version": __version__,
+             "format": FORMAT}
+    shortlist = shortlist_path(checkpoint)
+    if shortlist.is_file():  # the export ships it as vmap.txt: a new or rebuilt shortlist makes it again
+        sl = os.stat(shortlist)
+        stamp["shortlist"] = {"size": sl.st_size, "mtime_ns": sl.st_mtime_ns, "inode": sl.st_ino}
+    return stamp
 
 
 def _recorded(folder: Path) -> dict | None:

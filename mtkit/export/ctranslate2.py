@@ -32,6 +32,7 @@ Translating with the result: :mod:`mtkit.engines.ctranslate2_engine`.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,7 @@ from mtkit.engines.ctranslate2_engine import QUANTIZATIONS, import_ctranslate2
 from mtkit.errors import MtkitError, shown
 from mtkit.export.protocol import Exporter, export
 from mtkit.kernels.packed import pack
+from mtkit.shortlist import VMAP_FILE, read_shortlist, shortlist_path
 
 # model.activation -> common_spec.Activation (GELU: erf)
 ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
@@ -200,6 +202,10 @@ class Ctranslate2Export(Exporter):
             alignment=dict(zip(("layer", "head"), alignment_of(loaded.config), strict=True)),
             **manifest.languages(loaded.config.data)))
         self.spec.save(str(folder))  # model.bin, config.json and the vocabularies: none of the names above
+        shortlist = shortlist_path(loaded.path)
+        if shortlist.is_file():  # the run's shortlist is CTranslate2's vocabulary map: shipped unchanged, once checked
+            read_shortlist(shortlist, loaded.vocab)
+            shutil.copyfile(shortlist, folder / VMAP_FILE)
 
 
 def export_model(loaded, out_dir: str | Path, quantization: str | None = None) -> Path:

@@ -292,8 +292,9 @@ def _lost(tokens: list[Protected], text: str, source: str) -> list[Protected]:
 def _search_again(call: _Call, sentences: list[str], indices: list[int], lost: list[list[Protected]],
                   source: ConstraintSource | None, numbering: Callable[[int], int], looped: bool) -> list[Translation]:
     """``sentences`` (items ``indices`` of the chunk) searched again: each lost token forced as an include phrase
-    (its target form), beside the sentence's own constraints; ``looped``: without repeating 3-grams."""
-    options = call.decode
+    (its target form), beside the sentence's own constraints; ``looped``: without repeating 3-grams. On the
+    full vocabulary: a shortlist (``decode.shortlist``) may be what lost the token."""
+    options = dataclasses.replace(call.decode, shortlist=False)
     if looped and not options.no_repeat_ngram_size:
         options = dataclasses.replace(options, no_repeat_ngram_size=LOOP_NGRAM)
 

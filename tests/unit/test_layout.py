@@ -141,7 +141,8 @@ LAYERS = [
     {"mtkit.export", "mtkit.importers", "mtkit.documents"},
     {"mtkit.text", "mtkit.visualize"},
     {"mtkit.engines"},
-    {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints"},
+    # mtkit.shortlist: the vocabulary shortlist's file, builder and a sentence's allowed ids (ids for decoding)
+    {"mtkit.decoding", "mtkit.data", "mtkit.metrics", "mtkit.checkpoints", "mtkit.shortlist"},
     {"mtkit.model", "mtkit.model_spec"},
     {"mtkit.kernels"},
     # mtkit.langid: language identification (lingua), one job for the cleaning filter, the server and a command
