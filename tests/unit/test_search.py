@@ -204,7 +204,8 @@ def test_search_options_come_from_the_decode_config_with_overrides():
                           top_p=0.9, epsilon=0.02)
     options = SearchOptions.from_decode(decode, max_len_limit=30, min_len=2, start=9)
     batching = {"batch_tokens", "max_input_len", "mbr", "mbr_candidates", "mbr_comet_model",  # the engine's
-                "alignments", "alignment_layer", "alignment_threshold", "split", "guard"}  # (and the line pipeline's)
+                "alignments", "alignment_layer", "alignment_threshold", "shortlist",
+                "split", "guard"}  # (and the line pipeline's)
     for f in dataclasses.fields(DecodeConfig):
         if f.name not in batching:
             assert getattr(options, f.name) == getattr(decode, f.name), f.name
