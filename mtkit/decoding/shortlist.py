@@ -1,55 +1,77 @@
-"""A model whose next-token logits are computed for each sentence's own shortlist of target ids only.
+"""Search over each sentence's own shortlist of target ids: the output layer, the softmax and the beam's ranking
+computed for those ids only.
 
-:class:`ShortlistModel` wraps a model of the search protocol that also has ``decode_hidden`` (the decoder's
-output before the output projection) and ``output_weights`` (that projection's W (V, d_model) and bias):
-at each step it multiplies the decoder's output by the rows of W of the union of the live sentences'
-allowed ids only (one ``addmm``), scatters them into (N, V) logits of -inf, and gives every row -inf
-outside ITS sentence's allowed ids, so that each row's log-softmax is over its own shortlist: a sentence's
-output never depends on the other sentences of its batch (Bergamot's per-batch shortlist does, and
-CTranslate2's ``use_vmap`` too). Its cache follows ``reorder`` (rows stay within their sentence) and
-``select_sentences`` (the sentences that leave take their ids out of the union).
+A :class:`Shortlisted` search gives every sentence a vocabulary of its own, a row of ``ids`` (B, U): its
+allowed target ids, padded. Search runs unchanged on *positions* in that row (its tokens, its history, its
+bans): the model it decodes with is a :class:`ShortlistModel`, whose ``decode_step`` takes positions, feeds
+the wrapped model their ids, and returns logits (N, U) for the row's ids only (-inf at the padding), computed
+from the decoder's output (``decode_hidden``) and the rows of the output projection (``output_weights``) of
+the union of the live sentences' ids, each row then gathered to its own sentence's: its log-softmax, its
+candidates and its top-k are over its own shortlist alone, so a sentence's output never depends on the other
+sentences of its batch (Bergamot's per-batch shortlist does, and CTranslate2's ``use_vmap``).
 
-Search itself is unchanged: ids in, ids out. :func:`restrict` wraps a model, or each model of an ensemble.
-Which ids a sentence may use is the caller's (:mod:`mtkit.shortlist`): here there are only ids.
+The ids search knows by value keep their value: PAD, UNK, BOS and EOS (ids 0-3) sit at positions 0-3 of every
+row, and the call's decoder start and forced prefix right after them, at positions the same in every row
+(:meth:`Shortlisted.options` gives search those). :meth:`Shortlisted.ids` turns the hypotheses' positions back
+into target ids. Which ids a sentence may use is the caller's (:mod:`mtkit.shortlist`): here there are only ids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import Tensor
 
+from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from mtkit.decoding.ensemble import Ensemble
+from mtkit.decoding.options import SearchOptions
+
+SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+if sorted(SPECIAL_IDS) != list(range(len(SPECIAL_IDS))):  # pragma: no cover - a change of the id layout
+    raise ImportError("the shortlist's positions assume the special ids are 0-3")
+
+
+def vocabularies(allowed: Tensor, first: tuple[int, ...]) -> Tensor:
+    """Each sentence's vocabulary (B, U) int64 from ``allowed`` (B, V) bool: ``first`` (the special ids 0-3, then
+    the call's start and prefix) at positions ``0 .. len(first) - 1`` of every row, then the row's other allowed
+    ids in ascending order, padded with -1."""
+    B, V = allowed.shape
+    rest = allowed.clone()
+    rest[:, list(first)] = False
+    count = int(rest.sum(dim=1).max()) if B else 0
+    order = torch.where(rest, torch.arange(V, device=allowed.device), V).sort(dim=1).values[:, :count]  # (B, count)
+    order = order.masked_fill(order == V, -1)
+    head = torch.tensor(first, dtype=torch.long, device=allowed.device).expand(B, len(first))
+    return torch.cat([head, order], dim=1)
 
 
 class ShortlistCache:
-    """The wrapped model's cache, and the gathered output weights of the live sentences' shortlists.
+    """The wrapped model's cache, and what the live sentences' vocabularies need at each step.
 
     Args:
         inner: the wrapped model's cache.
-        allowed: (B', V) bool, each live sentence's allowed ids.
+        ids: (B', U) the live sentences' vocabularies (-1: padding).
         beam: rows per sentence.
-        weight, bias: the full output projection (V, d_model) and (V,) or None.
+        weight, bias: the full output projection, (V, d_model) and (V,) or None.
     """
 
-    def __init__(self, inner, allowed: Tensor, beam: int, weight: Tensor, bias: Tensor | None) -> None:
-        self.inner = inner
-        self.allowed = allowed
-        self.beam = beam
-        self.weight = weight
-        self.bias = bias
-        self.union = allowed.any(dim=0).nonzero().squeeze(1)  # (U,) ids some live sentence may use
-        self.weight_t = weight.index_select(0, self.union).t()  # (d_model, U)
-        self.offset = None if bias is None else bias.index_select(0, self.union).unsqueeze(0)  # (1, U)
-        within = allowed.index_select(1, self.union)  # (B', U)
-        if not bool(within.all()):  # the sentences' shortlists differ: each row gets -inf outside its own
-            rows = within.repeat_interleave(beam, dim=0)  # (N, U)
-            mask = torch.zeros(rows.shape, dtype=weight.dtype, device=weight.device).masked_fill_(~rows, -math.inf)
-            self.offset = mask if self.offset is None else mask + self.offset  # (N, U)
-        # The logits of the ids outside the union stay -inf: one buffer for every step of these rows (search
-        # reads a step's logits before the next step and never writes them).
-        self.buffer: Tensor | None = None
+    def __init__(self, inner, ids: Tensor, beam: int, weight: Tensor, bias: Tensor | None) -> None:
+        self.inner, self.ids, self.beam, self.weight, self.bias = inner, ids, beam, weight, bias
+        valid = ids >= 0
+        self.safe = ids.clamp(min=0)  # (B', U) what the padding feeds the model if search ever picked it (never)
+        B, U = ids.shape
+        self.union_for = B  # the sentences the union below was computed for
+        if B == 1:  # one sentence: its own ids are the union, in its order
+            self.union, self.gather = self.safe[0], None
+        else:
+            self.union = torch.unique(self.safe[valid])  # (U',) sorted
+            self.gather = torch.searchsorted(self.union, self.safe).unsqueeze(1).expand(B, beam, U)  # (B', beam, U)
+        self.weight_t = weight.index_select(0, self.union).t()  # (d_model, U')
+        self.offset = None if bias is None else bias.index_select(0, self.union)  # (U',)
+        self.padding = None if bool(valid.all()) else torch.zeros(B, 1, U, dtype=weight.dtype, device=weight.device
+                                                                  ).masked_fill_(~valid.unsqueeze(1), -math.inf)
 
     def with_inner(self, inner) -> ShortlistCache:
         """This cache around ``inner`` (the same rows: a step on, or reordered within sentences)."""
@@ -63,53 +85,90 @@ class ShortlistCache:
         return self.inner.step
 
     def reorder(self, rows: Tensor) -> ShortlistCache:
-        """Rows ``rows`` (N,) of this cache; each comes from its own sentence (beam search's parents), so the
-        rows' masks stay as they are."""
+        """Rows ``rows`` (N,) of this cache; each comes from its own sentence (beam search's parents), whose
+        vocabulary it keeps."""
         return self.with_inner(self.inner.reorder(rows))
 
     def select_sentences(self, sentences: Tensor) -> ShortlistCache:
-        """Sentences ``sentences`` (B',) only: their masks, and the union of their ids computed again."""
-        return ShortlistCache(self.inner.select_sentences(sentences), self.allowed.index_select(0, sentences),
-                              self.beam, self.weight, self.bias)
+        """Sentences ``sentences`` (B',) only: their vocabularies; the union of their ids computed again once half
+        the sentences it was computed for have left (before, its other ids cost a little work, not the result)."""
+        inner, ids = self.inner.select_sentences(sentences), self.ids.index_select(0, sentences)
+        if self.gather is None or 2 * ids.size(0) <= self.union_for:
+            return ShortlistCache(inner, ids, self.beam, self.weight, self.bias)
+        new = self.with_inner(inner)
+        new.ids, new.safe = ids, self.safe.index_select(0, sentences)
+        new.gather = self.gather.index_select(0, sentences)
+        new.padding = None if self.padding is None else self.padding.index_select(0, sentences)
+        return new
 
 
 class ShortlistModel:
-    """``model`` (with ``decode_hidden`` and ``output_weights``) with each sentence's next token restricted to
-    its ``allowed`` ids (B, V) bool, row ``b`` for sentence ``b`` of the ``src`` that search encodes."""
+    """``model`` (with ``decode_hidden`` and ``output_weights``) decoding in positions of each sentence's vocabulary
+    ``ids`` (B, U) (:func:`vocabularies`), row ``b`` for sentence ``b`` of the ``src`` that search encodes."""
 
-    def __init__(self, model, allowed: Tensor) -> None:
+    def __init__(self, model, ids: Tensor) -> None:
         self.model = model
-        self.allowed = allowed
+        self.ids = ids
         self.kernels = getattr(model, "kernels", None)
 
     def encode(self, src: Tensor):
-        if src.size(0) != self.allowed.size(0):
-            raise ValueError(f"{src.size(0)} sentences but {self.allowed.size(0)} shortlists")
+        if src.size(0) != self.ids.size(0):
+            raise ValueError(f"{src.size(0)} sentences but {self.ids.size(0)} vocabularies")
         return self.model.encode(src)
 
     def init_cache(self, memory, src_mask: Tensor, beam: int = 1) -> ShortlistCache:
         weight, bias = self.model.output_weights()
-        return ShortlistCache(self.model.init_cache(memory, src_mask, beam), self.allowed.to(weight.device), beam,
+        return ShortlistCache(self.model.init_cache(memory, src_mask, beam), self.ids.to(weight.device), beam,
                               weight, bias)
 
     def decode_step(self, tokens: Tensor, cache: ShortlistCache) -> tuple[Tensor, ShortlistCache]:
-        """tokens (N,) -> logits (N, V), -inf outside each row's shortlist, and the new cache."""
-        hidden, inner = self.model.decode_hidden(tokens, cache.inner)  # (N, d_model)
-        offset, weight_t = cache.offset, cache.weight_t
+        """tokens (N,) positions -> logits (N, U) over each row's vocabulary (-inf at its padding), new cache."""
+        B, U = cache.safe.shape
+        K = tokens.size(0) // B
+        hidden, inner = self.model.decode_hidden(cache.safe.gather(1, tokens.view(B, K)).view(-1), cache.inner)
+        weight_t, offset = cache.weight_t, cache.offset
         if hidden.dtype != weight_t.dtype:  # under autocast the decoder's output may be bf16/fp16
             weight_t = weight_t.to(hidden.dtype)
             offset = None if offset is None else offset.to(hidden.dtype)
-        scores = hidden @ weight_t if offset is None else torch.addmm(offset, hidden, weight_t)  # (N, U)
-        logits = cache.buffer
-        if logits is None or logits.dtype != scores.dtype or logits.size(0) != scores.size(0):
-            logits = cache.buffer = scores.new_full((scores.size(0), cache.weight.size(0)), -math.inf)  # (N, V)
-        logits.index_copy_(1, cache.union, scores)
-        return logits, cache.with_inner(inner)
+        logits = hidden @ weight_t if offset is None else torch.addmm(offset, hidden, weight_t)  # (N, U')
+        if cache.gather is not None:
+            logits = logits.view(B, K, -1).gather(2, cache.gather)  # (B, K, U): each row its sentence's ids
+        if cache.padding is not None:
+            logits = logits.view(B, K, U) + cache.padding.to(logits.dtype)
+        return logits.reshape(B * K, U), cache.with_inner(inner)
 
 
-def restrict(model, allowed: Tensor):
-    """``model`` restricted to each sentence's ``allowed`` ids (B, V) bool: a :class:`ShortlistModel`, or an
-    :class:`~mtkit.decoding.ensemble.Ensemble` of them for an ensemble (each member restricted alike)."""
-    if isinstance(model, Ensemble):
-        return Ensemble([ShortlistModel(m, allowed) for m in model.models])
-    return ShortlistModel(model, allowed)
+class Shortlisted:
+    """One search over each sentence's shortlist: the model search decodes with (:attr:`model`), the options it
+    takes (:meth:`options`: the call's start and prefix as positions) and the hypotheses' ids (:meth:`ids`).
+
+    Args:
+        model: the engine's model (search's protocol plus ``decode_hidden`` and ``output_weights``), or an
+            :class:`~mtkit.decoding.ensemble.Ensemble` of such (each member restricted alike).
+        allowed: (B, V) bool, each sentence's allowed target ids (with the special ids, start and prefix).
+        options: the call's search options.
+    """
+
+    def __init__(self, model, allowed: Tensor, options: SearchOptions) -> None:
+        forced = tuple(dict.fromkeys(t for t in (options.start, *options.prefix) if t is not None))
+        first = SPECIAL_IDS + tuple(t for t in forced if t not in SPECIAL_IDS)
+        self.position = {t: i for i, t in enumerate(first)}
+        self.vocab = vocabularies(allowed, first)  # (B, U)
+        self._options = options
+        self.table = self.vocab.cpu().tolist()
+        if isinstance(model, Ensemble):
+            self.model = Ensemble([ShortlistModel(m, self.vocab) for m in model.models])
+        else:
+            self.model = ShortlistModel(model, self.vocab)
+
+    @property
+    def options(self) -> SearchOptions:
+        """The call's options with its decoder start and prefix as positions."""
+        o = self._options
+        return dataclasses.replace(o, start=None if o.start is None else self.position[o.start],
+                                   prefix=tuple(self.position[t] for t in o.prefix))
+
+    def ids(self, sentence: int, positions: list[int]) -> list[int]:
+        """Sentence ``sentence``'s hypothesis ``positions`` as target ids."""
+        row = self.table[sentence]
+        return [row[p] for p in positions]

@@ -26,7 +26,7 @@ from mtkit.decoding import search
 from mtkit.decoding.constrained import constrained_beam_search
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.options import SearchOptions, SearchStopped
-from mtkit.decoding.shortlist import restrict
+from mtkit.decoding.shortlist import Shortlisted
 from mtkit.engines.capabilities import TORCH
 from mtkit.engines.constraints import PieceConstraints
 from mtkit.engines.engine import Call, Engine, EngineOptions, Stopped
@@ -143,19 +143,26 @@ class TorchEngine(Engine):
 
     def search_batch(self, batch: list[list[int]], call: Call) -> list[list[tuple[list[int], float, float]]]:
         options = self.search_options(call)
-        model = self.model if not call.decode.shortlist else self.shortlisted(batch, options)
+        src = self.source_tensor(batch)
+        if not call.decode.shortlist:
+            with autocast(self.precision, self.device.type):
+                return run_search(self.model, src, options, call.generator, self.models[0].kernels)
+        short = self.shortlisted(batch, options)
         with autocast(self.precision, self.device.type):
-            return run_search(model, self.source_tensor(batch), options, call.generator, self.models[0].kernels)
+            found = run_search(short.model, src, short.options, call.generator, self.models[0].kernels)
+        rows = options.nbest if options.sampling else 1  # sampling searches nbest rows a sentence
+        return [[(short.ids(i * rows, tokens), score, logprob) for tokens, score, logprob in hyps]
+                for i, hyps in enumerate(found)]
 
-    def shortlisted(self, batch: list[list[int]], options: SearchOptions):
-        """The engine's model restricted to each sentence's shortlist (:mod:`mtkit.decoding.shortlist`): the
-        ids :meth:`mtkit.shortlist.Shortlist.allowed` gives ``batch``'s sources, with the call's decoder start
-        and prefix; as many rows as search decodes (sampling draws ``nbest`` samples a sentence)."""
+    def shortlisted(self, batch: list[list[int]], options: SearchOptions) -> Shortlisted:
+        """A search of ``batch`` over each sentence's shortlist (:mod:`mtkit.decoding.shortlist`): the ids
+        :meth:`mtkit.shortlist.Shortlist.allowed` gives its sources, with the call's decoder start and prefix;
+        as many rows as search decodes (sampling draws ``nbest`` samples a sentence)."""
         self.check_shortlist()
         allowed = torch.from_numpy(self.shortlist.mask(batch, (options.start, *options.prefix)))  # (B, V)
         if options.sampling and options.nbest > 1:
             allowed = allowed.repeat_interleave(options.nbest, dim=0)
-        return restrict(self.model, allowed.to(self.device))
+        return Shortlisted(self.model, allowed.to(self.device), options)
 
     def search_constrained_batch(self, batch: list[list[int]], constraints: list[PieceConstraints | None],
                                  call: Call) -> list[list[tuple[list[int], float, float]]]:

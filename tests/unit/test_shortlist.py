@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from mtkit.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, DecodeConfig
 from mtkit.decoding.ensemble import Ensemble
 from mtkit.decoding.options import SearchOptions
 from mtkit.decoding.search import beam_search, greedy_search, sample
-from mtkit.decoding.shortlist import ShortlistModel, restrict
+from mtkit.decoding.shortlist import Shortlisted, ShortlistModel, vocabularies
 from mtkit.engines.capabilities import shortlist_refusal
 from mtkit.engines.factory import torch_engine
 from mtkit.engines.inference import InferenceModel
@@ -35,10 +37,10 @@ def model() -> InferenceModel:
 
 
 def masks(rows: int, seed: int = 0, keep: float = 0.4) -> torch.Tensor:
-    """(rows, V) random allowed ids, each row with EOS and about ``keep`` of the others."""
+    """(rows, V) random allowed ids, each row with the special ids and about ``keep`` of the others."""
     g = torch.Generator().manual_seed(seed)
     allowed = torch.rand(rows, V, generator=g) < keep
-    allowed[:, EOS_ID] = True
+    allowed[:, sorted(SPECIAL)] = True
     return allowed
 
 
@@ -46,16 +48,31 @@ def tokens(found) -> list[list[int]]:
     return [s[0].tokens for s in found]
 
 
+def shortlisted(search, model, src, allowed, options, **kw):
+    """``search`` over each sentence's shortlist, its hypotheses in target ids."""
+    short = Shortlisted(model, allowed, options)
+    found = search(short.model, src, short.options, **kw)
+    return [[dataclasses.replace(h, tokens=short.ids(b, h.tokens)) for h in s] for b, s in enumerate(found)]
+
+
 # ------------------------------------------------------------------- search
+
+
+def test_each_sentence_has_its_vocabulary_with_the_special_ids_and_the_start_first():
+    allowed = torch.zeros(2, V, dtype=torch.bool)
+    allowed[0, [7, 30, 9]] = True
+    allowed[1, [12]] = True
+    vocab = vocabularies(allowed, (0, 1, 2, 3, 33))
+    assert vocab.tolist() == [[0, 1, 2, 3, 33, 7, 9, 30], [0, 1, 2, 3, 33, 12, -1, -1]]
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_everything_allowed_is_full_search(model, search):
     src = random_sources(V)
     allowed = torch.ones(src.size(0), V, dtype=torch.bool)
-    run = (lambda m: greedy_search(m, src, SearchOptions(max_len_b=8))) if search == "greedy" else (
-        lambda m: beam_search(m, src, SearchOptions(beam=4, nbest=2, max_len_b=8)))
-    full, short = run(model), run(ShortlistModel(model, allowed))
+    options = SearchOptions(max_len_b=8) if search == "greedy" else SearchOptions(beam=4, nbest=2, max_len_b=8)
+    run = greedy_search if search == "greedy" else beam_search
+    full, short = run(model, src, options), shortlisted(run, model, src, allowed, options)
     assert [[h.tokens for h in s] for s in full] == [[h.tokens for h in s] for s in short]
     for a, b in zip(full, short):
         assert [h.logprob for h in a] == pytest.approx([h.logprob for h in b], abs=1e-4)
@@ -65,18 +82,27 @@ def test_everything_allowed_is_full_search(model, search):
 def test_outputs_hold_only_allowed_ids(model, search):
     src = random_sources(V)
     allowed = masks(src.size(0))
-    shortlisted = ShortlistModel(model, allowed)
     if search == "greedy":
-        found = greedy_search(shortlisted, src, SearchOptions(max_len_b=8))
+        found = shortlisted(greedy_search, model, src, allowed, SearchOptions(max_len_b=8))
     elif search == "beam":
-        found = beam_search(shortlisted, src, SearchOptions(beam=5, nbest=5, max_len_b=8))
+        found = shortlisted(beam_search, model, src, allowed, SearchOptions(beam=5, nbest=5, max_len_b=8))
     else:
-        found = sample(shortlisted, src, SearchOptions(max_len_b=8), generator=torch.Generator().manual_seed(1))
+        found = shortlisted(sample, model, src, allowed, SearchOptions(max_len_b=8),
+                            generator=torch.Generator().manual_seed(1))
     full = tokens(greedy_search(model, src, SearchOptions(max_len_b=8)))
     assert any(not allowed[b, full[b]].all() for b in range(len(full)))  # the full search strays: a real test
     for b, sentence in enumerate(found):
         for h in sentence:
             assert allowed[b, h.tokens].all(), (b, h.tokens)
+
+
+def test_a_forced_start_and_prefix_keep_their_ids():
+    """The call's start and prefix are fed as the model's ids: alike with everything allowed and in full search."""
+    model = InferenceModel(random_search_model(V))
+    src = random_sources(V)
+    options = SearchOptions(beam=3, max_len_b=8, start=17, prefix=(23, 5))
+    allowed = torch.ones(src.size(0), V, dtype=torch.bool)
+    assert tokens(shortlisted(beam_search, model, src, allowed, options)) == tokens(beam_search(model, src, options))
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -87,11 +113,11 @@ def test_a_sentence_translates_alike_alone_and_in_any_batch(model, beam):
     allowed = masks(src.size(0), seed=3, keep=0.3)
     options = SearchOptions(beam=beam, max_len_b=8)
     search = greedy_search if beam == 1 else beam_search
-    batch = search(ShortlistModel(model, allowed), src, options)
+    batch = shortlisted(search, model, src, allowed, options)
     for b in range(src.size(0)):
         row = src[b: b + 1]
         row = row[:, : int((row != PAD_ID).sum())]
-        alone = search(ShortlistModel(model, allowed[b: b + 1]), row, options)
+        alone = shortlisted(search, model, row, allowed[b: b + 1], options)
         assert not torch.equal(allowed[b], allowed.any(dim=0))  # the batch's union is larger than its own
         assert alone[0][0].tokens == batch[b][0].tokens
         assert alone[0][0].logprob == pytest.approx(batch[b][0].logprob, abs=1e-4)
@@ -101,13 +127,15 @@ def test_an_ensemble_is_restricted_member_by_member(model):
     src = random_sources(V)
     allowed = masks(src.size(0), seed=5)
     other = InferenceModel(random_search_model(V))
-    restricted = restrict(Ensemble([model, other]), allowed)
-    assert isinstance(restricted, Ensemble) and all(isinstance(m, ShortlistModel) for m in restricted.models)
-    found = beam_search(restricted, src, SearchOptions(beam=3, max_len_b=8))
+    restricted = Shortlisted(Ensemble([model, other]), allowed, SearchOptions())
+    assert isinstance(restricted.model, Ensemble)
+    assert all(isinstance(m, ShortlistModel) for m in restricted.model.models)
+    found = shortlisted(beam_search, Ensemble([model, other]), src, allowed, SearchOptions(beam=3, max_len_b=8))
     for b, sentence in enumerate(found):
         assert allowed[b, sentence[0].tokens].all()
-    everything = restrict(Ensemble([model, other]), torch.ones(src.size(0), V, dtype=torch.bool))
-    assert tokens(beam_search(everything, src, SearchOptions(beam=3, max_len_b=8))) == tokens(
+    everything = torch.ones(src.size(0), V, dtype=torch.bool)
+    assert tokens(shortlisted(beam_search, Ensemble([model, other]), src, everything,
+                              SearchOptions(beam=3, max_len_b=8))) == tokens(
         beam_search(Ensemble([model, other]), src, SearchOptions(beam=3, max_len_b=8)))
 
 
