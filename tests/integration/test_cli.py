@@ -199,6 +199,12 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert third.returncode == 0, third.stderr
     hyps = (tmp_path / "work" / "test.hyp").read_text().splitlines()
     assert len(hyps) == 20 and all(len(h.split()) <= 1 for h in hyps)
+    # A recipe that asks for a shortlist has it built after training, and decodes with it when it says so.
+    fourth = mtkit("run", str(recipe), "-w", str(tmp_path / "work"), "--set", "shortlist.build=true", "--set",
+                   "decode.shortlist=true")
+    assert fourth.returncode == 0, fourth.stderr
+    assert "shortlist → " in fourth.stderr and (tmp_path / "work" / "run" / "shortlist.txt").is_file()
+    assert len((tmp_path / "work" / "test.hyp").read_text().splitlines()) == 20
 
 
 def test_run_of_a_lowercasing_vocabulary_scores_case_insensitively(tmp_path):
