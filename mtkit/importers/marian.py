@@ -144,6 +144,20 @@ class Fields:
             raise MtkitError(f"{self.files[0][1]}: no '{key}'")
         return value
 
+    def layer_shape(self, path: Path, activation: str) -> tuple[str, int, int]:
+        """A BART-family config's (Marian, M2M100, NLLB) activation, heads and feed-forward width, checked:
+        mtkit has one h and one d_ff for both sides (``activation``: the family's default)."""
+        act = self.get("activation_function", "a string", activation)
+        if act not in ACTIVATIONS:
+            raise MtkitError(f"{path}: activation_function {shown(act)} is not supported (relu, swish, silu, gelu)")
+        h = self.need("encoder_attention_heads", "an integer", 16, minimum=1)
+        if h != self.need("decoder_attention_heads", "an integer", 16, minimum=1):
+            raise MtkitError(f"{path}: encoder and decoder attention heads differ; mtkit has one h")
+        d_ff = self.need("encoder_ffn_dim", "an integer", 4096, minimum=1)
+        if d_ff != self.need("decoder_ffn_dim", "an integer", 4096, minimum=1):
+            raise MtkitError(f"{path}: encoder_ffn_dim and decoder_ffn_dim differ; mtkit has one d_ff")
+        return act, h, d_ff
+
 
 def weight_file(folder: Path) -> Path:
     path = next((folder / n for n in WEIGHTS if (folder / n).is_file()), None)
@@ -285,16 +299,8 @@ def _model_config(hf: Fields, path: Path) -> ModelConfig:
     if kind not in MODEL_TYPES:
         raise MtkitError(f"{path}: model_type is {shown(kind)}, not 'marian' (or 'pegasus', as mtkit export hf "
                          "writes pre-norm models)")
-    act = hf.get("activation_function", "a string", "gelu")
-    if act not in ACTIVATIONS:
-        raise MtkitError(f"{path}: activation_function {shown(act)} is not supported (relu, swish, silu, gelu)")
+    act, h, d_ff = hf.layer_shape(path, "gelu")
     positive = {"minimum": 1}
-    h = hf.need("encoder_attention_heads", "an integer", 16, **positive)
-    if h != hf.need("decoder_attention_heads", "an integer", 16, **positive):
-        raise MtkitError(f"{path}: encoder and decoder attention heads differ; mtkit has one h")
-    d_ff = hf.need("encoder_ffn_dim", "an integer", 4096, **positive)
-    if d_ff != hf.need("decoder_ffn_dim", "an integer", 4096, **positive):
-        raise MtkitError(f"{path}: encoder_ffn_dim and decoder_ffn_dim differ; mtkit has one d_ff")
     if hf.get("normalize_before", "true or false") or hf.get("add_final_layer_norm", "true or false"):
         raise MtkitError(f"{path}: pre-norm Marian models are not supported")
     d_model = hf.need("d_model", "an integer", 1024, **positive)

@@ -75,16 +75,8 @@ def _model_config(hf: Fields, path: Path) -> ModelConfig:
     kind = hf.get("model_type", "a string", "m2m_100")
     if kind != "m2m_100":
         raise MtkitError(f"{path}: model_type is {shown(kind)}, not 'm2m_100' (NLLB-200, M2M100)")
-    act = hf.get("activation_function", "a string", "relu")
-    if act not in ACTIVATIONS:
-        raise MtkitError(f"{path}: activation_function {shown(act)} is not supported (relu, swish, silu, gelu)")
+    act, h, d_ff = hf.layer_shape(path, "relu")
     positive = {"minimum": 1}
-    h = hf.need("encoder_attention_heads", "an integer", 16, **positive)
-    if h != hf.need("decoder_attention_heads", "an integer", 16, **positive):
-        raise MtkitError(f"{path}: encoder and decoder attention heads differ; mtkit has one h")
-    d_ff = hf.need("encoder_ffn_dim", "an integer", 4096, **positive)
-    if d_ff != hf.need("decoder_ffn_dim", "an integer", 4096, **positive):
-        raise MtkitError(f"{path}: encoder_ffn_dim and decoder_ffn_dim differ; mtkit has one d_ff")
     d_model = hf.need("d_model", "an integer", 1024, **positive)
     if d_model % h or d_model % 2 or d_model < 4:
         raise MtkitError(f"{path}: d_model ({d_model}) must be even, at least 4 and a multiple of "
