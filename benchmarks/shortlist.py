@@ -6,6 +6,10 @@ and with CTranslate2 without and with its vocabulary map (``use_vmap``), each en
 sentences/s without/with, the share of lines identical to the full search, and sacreBLEU both ways.
 
     python benchmarks/shortlist.py -m ../shared/models/multi30k-en-de [--per-source 64 --frequent 256]
+    python benchmarks/shortlist.py -m ../shared/models/multi30k-en-de --settings 32:128,64:256,128:512,256:1024
+
+``--settings`` measures several shortlists (per_source:frequent) one after another: how faithfulness and speed
+trade against each other.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ def main() -> None:
     parser.add_argument("--frequent", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=1, help="translations of the test set per setting (best kept)")
     parser.add_argument("--engines", default="torch,ctranslate2")
+    parser.add_argument("--settings", default=None, help="per_source:frequent,... (several shortlists in turn)")
     args = parser.parse_args()
 
     import sacrebleu
@@ -77,24 +82,28 @@ def main() -> None:
     data = args.multi30k
     src, ref = data / "test_2016_flickr.en", data / "test_2016_flickr.de"
     refs = ref.read_text(encoding="utf-8").splitlines()
+    settings = ([tuple(int(x) for x in pair.split(":")) for pair in args.settings.split(",")] if args.settings
+                else [(args.per_source, args.frequent)])
+    rows = []
     with tempfile.TemporaryDirectory(prefix="mtkit-shortlist-bench-") as tmp:
         run = writable_copy(args.model, Path(tmp))
-        build_shortlist(run, ShortlistOptions(source=data / "train.en", target=data / "train.de",
-                                              per_source=args.per_source, frequent=args.frequent, progress=False))
-        rows = []
-        for engine in args.engines.split(","):
-            found = run_engine(engine, run, src, args.rounds)
-            full, short = found["False"], found["True"]
-            n = len(full["texts"])
-            same = sum(a == b for a, b in zip(full["texts"], short["texts"]))
-            bleu = [sacrebleu.corpus_bleu(x["texts"], [refs]).score for x in (full, short)]
-            rows.append((engine, n / full["seconds"], n / short["seconds"], same / n, *bleu))
-    print(f"{'engine':<12} {'sent/s full':>11} {'sent/s short':>12} {'speed-up':>9} {'identical':>9} "
+        for per_source, frequent in settings:
+            build_shortlist(run, ShortlistOptions(source=data / "train.en", target=data / "train.de",
+                                                  per_source=per_source, frequent=frequent, progress=False))
+            for engine in args.engines.split(","):
+                found = run_engine(engine, run, src, args.rounds)
+                full, short = found["False"], found["True"]
+                n = len(full["texts"])
+                same = sum(a == b for a, b in zip(full["texts"], short["texts"]))
+                bleu = [sacrebleu.corpus_bleu(x["texts"], [refs]).score for x in (full, short)]
+                label = "defaults" if per_source is None else f"{per_source}:{frequent}"
+                rows.append((label, engine, n / full["seconds"], n / short["seconds"], same / n, *bleu))
+    print(f"{'setting':<9} {'engine':<12} {'sent/s full':>11} {'sent/s short':>12} {'speed-up':>9} {'identical':>9} "
           f"{'BLEU full':>9} {'BLEU short':>10}")
-    for engine, full_rate, short_rate, same, b_full, b_short in rows:
+    for label, engine, full_rate, short_rate, same, b_full, b_short in rows:
         gain = short_rate / full_rate - 1
-        print(f"{engine:<12} {full_rate:>11.1f} {short_rate:>12.1f} {gain:>+9.1%} {same:>9.1%} {b_full:>9.2f} "
-              f"{b_short:>10.2f}")
+        print(f"{label:<9} {engine:<12} {full_rate:>11.1f} {short_rate:>12.1f} {gain:>+9.1%} {same:>9.1%} "
+              f"{b_full:>9.2f} {b_short:>10.2f}")
 
 
 if __name__ == "__main__":
