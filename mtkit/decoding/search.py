@@ -72,7 +72,7 @@ def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_
     and forced for rows whose maximum length ``max_len`` (N,) is reached (``any_at_max``
     says whether any is, known to the caller without a device sync), with its own
     log-probability or, ``forced_eos="zero"``, 0 (Hugging Face's ``forced_eos_token_id``)."""
-    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    lprobs = torch.log_softmax(logits if logits.dtype == torch.float32 else logits.float(), dim=-1)
     lprobs.index_fill_(1, _ids((PAD_ID, BOS_ID, EOS_ID) if step < min_len else (PAD_ID, BOS_ID), lprobs.device),
                        -math.inf)
     if any_at_max:
@@ -366,9 +366,9 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
         eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
         eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
+            lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
             rows = (base + cand_beam)[:, :K]
             fin_rows = rows[eos_first].tolist()
             fin_scores = cand_scores[:, :K][eos_first].tolist()
@@ -380,10 +380,16 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
                     holds[alive[b]].append(ok)
 
         # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
-        order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
-        next_beam = cand_beam.gather(1, order)
-        next_token = cand_token.gather(1, order)
-        scores = cand_scores.gather(1, order)  # (Bc, K)
+        if eos_hits:
+            order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
+            next_beam = cand_beam.gather(1, order)
+            next_token = cand_token.gather(1, order)
+            scores = cand_scores.gather(1, order)  # (Bc, K)
+        else:  # none of the first K ends: they carry on, as they are (the same values, fewer operator calls)
+            order = _ids(tuple(range(K)), device).expand(len(alive), K)  # (Bc, K)
+            next_beam = cand_beam[:, :K]
+            next_token = cand_token[:, :K].contiguous()
+            scores = cand_scores[:, :K].contiguous()  # (Bc, K)
         rows = (base + next_beam).view(-1)  # (Bc·K,)
         strategy.update(order, rows, next_token.view(-1))
 
