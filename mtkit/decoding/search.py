@@ -362,7 +362,7 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
             _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
         strategy.ban(lprobs, history, step, row_max_len)
         cand_scores, cand_beam, cand_token = strategy.candidates(scores, lprobs, top_extensions)  # (Bc, C)
-        is_eos = (cand_token == EOS_ID) & torch.isfinite(cand_scores)
+        is_eos = (cand_token == EOS_ID) & (cand_scores > -math.inf)  # finite: sums of log-probabilities are <= 0
         eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
@@ -380,13 +380,14 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
                     holds[alive[b]].append(ok)
 
         # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
+        first = _ids(tuple(range(K)), device).expand(len(alive), K)  # (Bc, K) each sentence's 0 .. K-1
         if eos_hits:
             order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
             next_beam = cand_beam.gather(1, order)
             next_token = cand_token.gather(1, order)
             scores = cand_scores.gather(1, order)  # (Bc, K)
         else:  # none of the first K ends: they carry on, as they are (the same values, fewer operator calls)
-            order = _ids(tuple(range(K)), device).expand(len(alive), K)  # (Bc, K)
+            order = first
             next_beam = cand_beam[:, :K]
             next_token = cand_token[:, :K].contiguous()
             scores = cand_scores[:, :K].contiguous()  # (Bc, K)
@@ -398,8 +399,11 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
         if eos_hits or step >= min_max_len:
             done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, o)
 
-        history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
-        cache = cache.reorder(rows)
+        if torch.equal(next_beam, first):  # every beam extends itself: the rows stay as they are
+            history = torch.cat([history, next_token.view(-1, 1)], dim=1)
+        else:
+            history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
+            cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
             keep_list, keep, keep_rows = surviving(done, len(alive), K, device)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.kernels.linear import PackedLinear
 from mtkit.kernels.packed import InferenceWeights
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
@@ -74,31 +75,27 @@ def fused_hidden(w: InferenceWeights, tokens: Tensor, cache):
     sdpa = F.scaled_dot_product_attention
     src_mask = cache.src_mask
     x = torch.embedding(emb.tokens, tokens) * emb.scale + emb.positions[cache.step]  # (N, d)
-    if torch.is_autocast_enabled(x.device.type):
-        def linear(lin, y):
-            return lin(y)
-    else:  # the matmuls' per-call checks, once for the step: 2-D rows of the weights' dtype, no autocast
-        def linear(lin, y):
-            return lin.exact(y, N)
+    # the matmuls' per-call checks, once for the step: 2-D rows of the weights' dtype, no autocast
+    linear = PackedLinear.checked if torch.is_autocast_enabled(x.device.type) else PackedLinear.exact
     layers = []
     for lw, lc in zip(w.decoder, cache.layers):
         (n0w, n0b), (n1w, n1b), (n2w, n2b) = lw.self_attn_norm, lw.cross_attn_norm, lw.feed_forward_norm
         # masked self-attention: the new position sees every cached one (all are in its past)
         y = layer_norm(x, shape, n0w, n0b, eps) if pre_norm else x
-        q, k, v = linear(lw.self_qkv, y).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
+        q, k, v = linear(lw.self_qkv, y, N).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
         self_k = torch.cat((lc.self_k, k), dim=2)  # (N, h, t+1, d_k)
         self_v = torch.cat((lc.self_v, v), dim=2)
-        a = linear(lw.self_out, sdpa(q, self_k, self_v).reshape(N, d))  # attention (N, h, 1, d_k) as (N, d)
+        a = linear(lw.self_out, sdpa(q, self_k, self_v).reshape(N, d), N)  # attention (N, h, 1, d_k) as (N, d)
         x = x + a if pre_norm else layer_norm(x + a, shape, n0w, n0b, eps)
         # attention over the encoder output
         y = layer_norm(x, shape, n1w, n1b, eps) if pre_norm else x
-        q = linear(lw.cross_query, y).view(B, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
+        q = linear(lw.cross_query, y, N).view(B, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
         a = sdpa(q, lc.cross_k, lc.cross_v, attn_mask=src_mask)  # (B, h, beam, d_k)
-        a = linear(lw.cross_out, a.transpose(1, 2).reshape(N, d))
+        a = linear(lw.cross_out, a.transpose(1, 2).reshape(N, d), N)
         x = x + a if pre_norm else layer_norm(x + a, shape, n1w, n1b, eps)
         # position-wise feed-forward network
         y = layer_norm(x, shape, n2w, n2b, eps) if pre_norm else x
-        a = linear(lw.ffn_out, activation(linear(lw.ffn_in, y)))
+        a = linear(lw.ffn_out, activation(linear(lw.ffn_in, y, N)), N)
         x = x + a if pre_norm else layer_norm(x + a, shape, n2w, n2b, eps)
         layers.append(type(lc)(self_k, self_v, lc.cross_k, lc.cross_v))
     if w.decoder_norm is not None:

@@ -65,6 +65,10 @@ class PackedLinear:
             return torch.addmm(self.bias, x, self.weight_t)  # what F.linear calls, in one operator call
         return F.linear(x, self.weight, self.bias)
 
+    def checked(self, x: Tensor, rows: int) -> Tensor:
+        """:meth:`__call__`, with the signature of :meth:`exact` (``rows`` unused)."""
+        return self(x)
+
     def exact(self, x: Tensor, rows: int) -> Tensor:
         """:meth:`__call__` where the caller has checked once, for many calls, what it checks at every call:
         ``x`` is (rows, in), 2-D, of the weight's dtype and device, and autocast is off (a decoding step's
