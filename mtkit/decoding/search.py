@@ -72,7 +72,7 @@ def _log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor, any_at_
     and forced for rows whose maximum length ``max_len`` (N,) is reached (``any_at_max``
     says whether any is, known to the caller without a device sync), with its own
     log-probability or, ``forced_eos="zero"``, 0 (Hugging Face's ``forced_eos_token_id``)."""
-    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    lprobs = torch.log_softmax(logits if logits.dtype == torch.float32 else logits.float(), dim=-1)
     lprobs.index_fill_(1, _ids((PAD_ID, BOS_ID, EOS_ID) if step < min_len else (PAD_ID, BOS_ID), lprobs.device),
                        -math.inf)
     if any_at_max:
@@ -362,13 +362,13 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
             _ban_repeated_ngrams(lprobs, history, o.no_repeat_ngram_size)
         strategy.ban(lprobs, history, step, row_max_len)
         cand_scores, cand_beam, cand_token = strategy.candidates(scores, lprobs, top_extensions)  # (Bc, C)
-        is_eos = (cand_token == EOS_ID) & torch.isfinite(cand_scores)
+        is_eos = (cand_token == EOS_ID) & (cand_scores > -math.inf)  # finite: sums of log-probabilities are <= 0
         eos_first = is_eos[:, :K]  # only candidates among the first K may finish
 
         # Finish: collect the hypotheses that ended (a short Python loop over few items).
-        lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
         eos_hits = eos_first.nonzero().tolist()
         if eos_hits:
+            lp = length_penalty(P + step + 1, o.alpha, o.length_penalty)
             rows = (base + cand_beam)[:, :K]
             fin_rows = rows[eos_first].tolist()
             fin_scores = cand_scores[:, :K][eos_first].tolist()
@@ -380,10 +380,17 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
                     holds[alive[b]].append(ok)
 
         # Continue: the first K candidates that are not EOS (a stable sort puts them first, in order).
-        order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
-        next_beam = cand_beam.gather(1, order)
-        next_token = cand_token.gather(1, order)
-        scores = cand_scores.gather(1, order)  # (Bc, K)
+        first = _ids(tuple(range(K)), device).expand(len(alive), K)  # (Bc, K) each sentence's 0 .. K-1
+        if eos_hits:
+            order = is_eos.sort(dim=1, stable=True).indices[:, :K]  # (Bc, K)
+            next_beam = cand_beam.gather(1, order)
+            next_token = cand_token.gather(1, order)
+            scores = cand_scores.gather(1, order)  # (Bc, K)
+        else:  # none of the first K ends: they carry on, as they are (the same values, fewer operator calls)
+            order = first
+            next_beam = cand_beam[:, :K]
+            next_token = cand_token[:, :K].contiguous()
+            scores = cand_scores[:, :K].contiguous()  # (Bc, K)
         rows = (base + next_beam).view(-1)  # (Bc·K,)
         strategy.update(order, rows, next_token.view(-1))
 
@@ -392,8 +399,11 @@ def beam_loop(model: SearchModel, src: Tensor, options: SearchOptions, strategy:
         if eos_hits or step >= min_max_len:
             done = finished_sentences(alive, finished, scores.max(dim=1).values.tolist(), max_len_list, step, o)
 
-        history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
-        cache = cache.reorder(rows)
+        if torch.equal(next_beam, first):  # every beam extends itself: the rows stay as they are
+            history = torch.cat([history, next_token.view(-1, 1)], dim=1)
+        else:
+            history = torch.cat([history.index_select(0, rows), next_token.view(-1, 1)], dim=1)
+            cache = cache.reorder(rows)
         last = next_token.view(-1)
         if done:
             keep_list, keep, keep_rows = surviving(done, len(alive), K, device)

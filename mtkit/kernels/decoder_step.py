@@ -24,9 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mtkit.kernels.linear import PackedLinear
 from mtkit.kernels.packed import InferenceWeights
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+STEP_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {**ACTIVATIONS, "relu": torch.relu}  # F.relu's own op
 
 
 def cross_keys_values(w: InferenceWeights, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -52,38 +54,50 @@ def fused_hidden(w: InferenceWeights, tokens: Tensor, cache):
     x + sublayer(LayerNorm(x))), masked self-attention over the cached keys and values plus the new
     position (one (N, 3·d_model) projection), attention over the encoder output (a sentence's beam rows
     are the queries over its one copy of the keys, as in the model), the feed-forward network.
+
+    A step of a few rows costs in the number of Python and operator calls: what is the same for every call
+    of the step (the matmuls' checks, the shapes) is settled once here, and the ops are torch's own
+    (``torch.layer_norm``, ``torch.embedding``: what ``F.layer_norm`` and ``F.embedding`` call, without
+    their per-call argument checks), the same operators as the model's modules.
     """
     emb = w.target
     N = tokens.size(0)
     d = emb.tokens.size(1)
+    shape = (d,)
     h = w.heads
     d_k = d // h
     beam = cache.beam
+    B = N // beam
     eps = w.eps
-    activation = ACTIVATIONS[w.activation]
-    x = F.embedding(tokens, emb.tokens) * emb.scale + emb.positions[cache.step]  # (N, d)
+    pre_norm = w.pre_norm
+    activation = STEP_ACTIVATIONS[w.activation]
+    layer_norm = torch.layer_norm
+    sdpa = F.scaled_dot_product_attention
+    src_mask = cache.src_mask
+    x = torch.embedding(emb.tokens, tokens) * emb.scale + emb.positions[cache.step]  # (N, d)
+    # the matmuls' per-call checks, once for the step: 2-D rows of the weights' dtype, no autocast
+    linear = PackedLinear.checked if torch.is_autocast_enabled(x.device.type) else PackedLinear.exact
     layers = []
     for lw, lc in zip(w.decoder, cache.layers):
         (n0w, n0b), (n1w, n1b), (n2w, n2b) = lw.self_attn_norm, lw.cross_attn_norm, lw.feed_forward_norm
         # masked self-attention: the new position sees every cached one (all are in its past)
-        y = F.layer_norm(x, (d,), n0w, n0b, eps) if w.pre_norm else x
-        q, k, v = lw.self_qkv(y).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
-        self_k = torch.cat([lc.self_k, k], dim=2)  # (N, h, t+1, d_k)
-        self_v = torch.cat([lc.self_v, v], dim=2)
-        a = F.scaled_dot_product_attention(q, self_k, self_v)  # (N, h, 1, d_k)
-        a = lw.self_out(a.reshape(N, d))
-        x = x + a if w.pre_norm else F.layer_norm(x + a, (d,), n0w, n0b, eps)
+        y = layer_norm(x, shape, n0w, n0b, eps) if pre_norm else x
+        q, k, v = linear(lw.self_qkv, y, N).view(N, 3, h, 1, d_k).unbind(1)  # each (N, h, 1, d_k)
+        self_k = torch.cat((lc.self_k, k), dim=2)  # (N, h, t+1, d_k)
+        self_v = torch.cat((lc.self_v, v), dim=2)
+        a = linear(lw.self_out, sdpa(q, self_k, self_v).reshape(N, d), N)  # attention (N, h, 1, d_k) as (N, d)
+        x = x + a if pre_norm else layer_norm(x + a, shape, n0w, n0b, eps)
         # attention over the encoder output
-        y = F.layer_norm(x, (d,), n1w, n1b, eps) if w.pre_norm else x
-        q = lw.cross_query(y).view(N // beam, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
-        a = F.scaled_dot_product_attention(q, lc.cross_k, lc.cross_v, attn_mask=cache.src_mask)
-        a = lw.cross_out(a.transpose(1, 2).reshape(N, d))
-        x = x + a if w.pre_norm else F.layer_norm(x + a, (d,), n1w, n1b, eps)
+        y = layer_norm(x, shape, n1w, n1b, eps) if pre_norm else x
+        q = linear(lw.cross_query, y, N).view(B, beam, h, d_k).transpose(1, 2)  # (B, h, beam, d_k)
+        a = sdpa(q, lc.cross_k, lc.cross_v, attn_mask=src_mask)  # (B, h, beam, d_k)
+        a = linear(lw.cross_out, a.transpose(1, 2).reshape(N, d), N)
+        x = x + a if pre_norm else layer_norm(x + a, shape, n1w, n1b, eps)
         # position-wise feed-forward network
-        y = F.layer_norm(x, (d,), n2w, n2b, eps) if w.pre_norm else x
-        a = lw.ffn_out(activation(lw.ffn_in(y)))
-        x = x + a if w.pre_norm else F.layer_norm(x + a, (d,), n2w, n2b, eps)
+        y = layer_norm(x, shape, n2w, n2b, eps) if pre_norm else x
+        a = linear(lw.ffn_out, activation(linear(lw.ffn_in, y, N)), N)
+        x = x + a if pre_norm else layer_norm(x + a, shape, n2w, n2b, eps)
         layers.append(type(lc)(self_k, self_v, lc.cross_k, lc.cross_v))
     if w.decoder_norm is not None:
-        x = F.layer_norm(x, (d,), *w.decoder_norm, eps)
-    return x, type(cache)(layers, cache.src_mask, cache.beam, cache.step + 1)
+        x = layer_norm(x, shape, *w.decoder_norm, eps)
+    return x, type(cache)(layers, src_mask, beam, cache.step + 1)

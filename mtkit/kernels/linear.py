@@ -64,3 +64,17 @@ class PackedLinear:
         if self.bias is not None and x.dim() == 2 and not torch.is_autocast_enabled(x.device.type):
             return torch.addmm(self.bias, x, self.weight_t)  # what F.linear calls, in one operator call
         return F.linear(x, self.weight, self.bias)
+
+    def checked(self, x: Tensor, rows: int) -> Tensor:
+        """:meth:`__call__`, with the signature of :meth:`exact` (``rows`` unused)."""
+        return self(x)
+
+    def exact(self, x: Tensor, rows: int) -> Tensor:
+        """:meth:`__call__` where the caller has checked once, for many calls, what it checks at every call:
+        ``x`` is (rows, in), 2-D, of the weight's dtype and device, and autocast is off (a decoding step's
+        matmuls, checked once per step). The same operator as :meth:`__call__` for the same input."""
+        if self.packed is not None and rows * self.macs_per_row >= MIN_MACS:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        if self.bias is not None:
+            return torch.addmm(self.bias, x, self.weight_t)
+        return F.linear(x, self.weight, self.bias)

@@ -8,6 +8,7 @@ i·V + v into the K·V extensions, best first: exactly
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -21,11 +22,12 @@ def reference_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Te
     return (scores.view(-1, 1) + lprobs).view(B, K * V).topk(min(k, K * V), dim=1)
 
 
+@functools.cache
 def chunk_size(V: int) -> int | None:
     """The width of the vocabulary chunks of :func:`chunked_top_extensions`: the largest multiple of
     16 up to 256 that divides V (e.g. 160 for 8000, 256 for 32000); otherwise 256, the last chunk
     holding the remainder (OPUS-MT's 58,101 + 1 ids: 226 chunks and one of 246); None when V is
-    below two chunks of 16."""
+    below two chunks of 16. Cached: every step of a search asks it for the same V."""
     exact = next((c for c in range(256, 15, -16) if V % c == 0 and V // c > 1), None)
     if exact is not None:
         return exact
@@ -56,16 +58,27 @@ def chunked_top_extensions(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tens
         maxima = torch.cat([maxima, lprobs[:, full * chunk :].amax(dim=1, keepdim=True)], dim=1)  # (B·K, n)
     maxima = (scores.view(-1, 1) + maxima).view(B, K * n)  # (B, K·n)
     best = maxima.topk(k, dim=1).indices  # (B, k) chunk numbers i·n + c
-    rows = torch.arange(B, device=lprobs.device).unsqueeze(1) * K + best // n  # (B, k) rows of lprobs
-    if n == full:
+    flat = best + _first_chunks(B, K * n, lprobs.device)  # (B, k) chunk numbers over all rows: row·n + c
+    rows = flat // n  # (B, k) rows of lprobs
+    if n == full and lprobs.is_contiguous():  # the chunks are the rows of lprobs seen as (B·K·n, chunk)
+        picked_values = lprobs.view(-1, chunk).index_select(0, flat.view(-1)).view(B, k, chunk)
+    elif n == full:
         picked_values = rows_all[rows, best % n]  # (B, k, chunk)
     else:
         columns = (best % n).unsqueeze(2) * chunk + torch.arange(chunk, device=lprobs.device)  # (B, k, chunk)
         picked_values = lprobs[rows.unsqueeze(2), columns.clamp(max=V - 1)].masked_fill(columns >= V, -math.inf)
-    sums = picked_values + scores.view(-1)[rows].unsqueeze(2)  # (B, k, chunk)
+    sums = picked_values + scores.view(-1).index_select(0, rows.view(-1)).view(B, k, 1)  # (B, k, chunk)
     values, pos = sums.view(B, k * chunk).topk(k, dim=1)  # (B, k)
     picked = best.gather(1, pos // chunk)  # (B, k) the chunk of each pick
+    if n == full:  # chunk c of beam i starts at column c·chunk: index i·V + c·chunk = (i·n + c)·chunk
+        return values, picked * chunk + pos % chunk
     column = (picked % n) * chunk + pos % chunk
-    if n > full:  # a -inf pick from the short chunk's padding (fewer than k finite sums) names a real column
-        column = column.clamp(max=V - 1)
+    # a -inf pick from the short chunk's padding (fewer than k finite sums) names a real column
+    column = column.clamp(max=V - 1)
     return values, (picked // n) * V + column
+
+
+@functools.lru_cache(maxsize=256)
+def _first_chunks(B: int, per_sentence: int, device: torch.device) -> Tensor:
+    """(B, 1) the number of each sentence's first chunk, b·K·n: made once per batch size (a constant of every step)."""
+    return torch.arange(B, device=device).unsqueeze(1) * per_sentence

@@ -445,6 +445,9 @@ def test_chunked_top_extensions_equal_the_full_top_k(V):
         assert torch.equal(ref_values, plain.values) and torch.equal(ref_index, plain.indices)
         assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
         assert index[1, 0] == 1 * V + V - 1
+        strided = torch.cat([lprobs, torch.zeros(B * K, 3)], dim=1)[:, :V]  # not contiguous: rows V + 3 apart
+        values, index = chunked_top_extensions(scores, strided, k)
+        assert torch.equal(values, ref_values) and torch.equal(index, ref_index)
     # Fewer finite sums than k (sentence 0: one live beam with 3 allowed tokens): the same values, and every
     # index names one of the K·V extensions, also a -inf pick from a short last chunk's padding.
     sparse = torch.full_like(lprobs, -math.inf)
@@ -584,6 +587,7 @@ def test_packed_linear_equals_f_linear_and_falls_back_where_onednn_does_not_serv
                 before = len(calls)
                 y = layer(x)
                 assert len(calls) - before == (rows >= 8)
+                assert torch.equal(layer.exact(x, rows), y) and len(calls) - before == 2 * (rows >= 8)  # the step's
                 if rows >= 8:
                     torch.testing.assert_close(y, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
                 else:
