@@ -24,15 +24,7 @@ from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
 from mtkit.engines.ctranslate2_engine import exported_decode as ctranslate2_decode
 from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import EngineOptions
-from mtkit.engines.threads import (
-    RECHOOSE_SECONDS,
-    ThreadPolicy,
-    choose_threads,
-    fixed_choice,
-    since_start,
-    usable_cpus,
-    user_threads,
-)
+from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 from mtkit.errors import MtkitError
 from mtkit.shortlist import describe as describe_shortlist
 from mtkit.shortlist import read_shortlist, shortlist_path
@@ -145,9 +137,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
         if thread_policy is not None:
             threads = thread_policy.current or 0
         threads = threads or 0  # None too: CTranslate2's pool is its own, no state of the process
-        # CTranslate2 fixes its count when it loads the model: one on a small machine, else one per CPU other
-        # work leaves free (the reading spans the process's start).
-        chosen = (fixed_choice(usable_cpus(), since_start().others())
+        # One thread per CPU other work leaves free (the reading spans the process's start); CTranslate2
+        # fixes its count when it loads the model.
+        chosen = (choose_threads(usable_cpus(), since_start().others())
                   if threads <= 0 and user_threads() is None else None)
         translator = Ctranslate2Engine(paths[0], decode, EngineOptions(device, precision),
                                        CpuThreads(threads, parallel, chosen), target=tgt_lang)

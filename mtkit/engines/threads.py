@@ -11,8 +11,7 @@ CPU that is free keeps the fair share.
   (``os.times``), per second of wall time since the last sample: how many CPUs other work keeps busy.
 * :func:`choose_threads`: the count, and a sentence saying why. A user's count (``--threads``,
   ``OMP_NUM_THREADS``) always wins. :func:`serving_choice`: the same for each of a server's decoding
-  threads, one CPU left to the HTTP side. :func:`fixed_choice`: the count of an engine that fixes it
-  when it loads (CTranslate2): one on a small machine.
+  threads, one CPU left to the HTTP side.
 * :class:`ThreadPolicy`: the count of long work (training, an engine between batches, a server's
   decoding threads), chosen again at most every ``min_interval`` seconds.
 * :func:`mark_start`, :func:`since_start`: a probe whose first reading was taken when the program started
@@ -159,23 +158,6 @@ def choose_threads(usable: int, others: float | None, user: tuple[int, str] | No
 
 
 Choice = Callable[[int, "float | None", "tuple[int, str] | None"], tuple[int, str]]
-
-# An engine whose count is fixed for its life on at most this many usable CPUs gets one thread.
-SMALL_CPUS = 2
-
-
-def fixed_choice(usable: int, others: float | None, user: tuple[int, str] | None = None) -> tuple[int, str]:
-    """The count of an engine that fixes it when it loads and never chooses again (CTranslate2's
-    ``intra_threads``): the user's, else one on a machine of at most :data:`SMALL_CPUS` usable CPUs, else
-    :func:`choose_threads`. A count fixed at load cannot follow the load: on two CPUs, one neighbour
-    starting later leaves two threads a small fraction of one thread's speed, where on an idle machine
-    the second thread gains less than twice (benchmarks/README.md)."""
-    if user is not None:
-        return user
-    if usable <= SMALL_CPUS:
-        return 1, f"{usable} usable CPU{'s' if usable != 1 else ''}: one thread, fixed at load"
-    return choose_threads(usable, others)
-
 
 
 def serving_choice(decoding_threads: int) -> Choice:

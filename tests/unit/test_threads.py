@@ -16,7 +16,6 @@ from mtkit.engines.threads import (
     ThreadPolicy,
     cgroup_quota,
     choose_threads,
-    fixed_choice,
     machine_busy_seconds,
     serving_choice,
     since_start,
@@ -35,14 +34,6 @@ def test_one_thread_per_cpu_that_other_work_leaves_free():
     assert choose_threads(4, None) == (4, "4 usable CPUs")  # no reading: every usable CPU
     n, why = choose_threads(2, 1.0)
     assert why == "2 usable CPUs, 1.0 busy with other work"
-
-
-def test_a_count_fixed_at_load_is_one_on_a_small_machine():
-    assert fixed_choice(2, 0.0) == (1, "2 usable CPUs: one thread, fixed at load")  # even when idle
-    assert fixed_choice(1, None)[0] == 1
-    assert fixed_choice(4, 0.0)[0] == 4  # a larger machine: one per free CPU, as choose_threads
-    assert fixed_choice(8, 3.0) == choose_threads(8, 3.0)
-    assert fixed_choice(2, 0.0, (2, "set by --threads")) == (2, "set by --threads")  # the user's count wins
 
 
 def test_the_users_count_always_wins():
