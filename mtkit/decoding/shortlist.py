@@ -47,6 +47,50 @@ def vocabularies(allowed: Tensor, first: tuple[int, ...]) -> Tensor:
     return torch.cat([head, order], dim=1)
 
 
+# Sentences whose output layer is computed together: the union of a few sentences' shortlists stays small (a
+# sentence's is a tenth of the Multi30k model's 8,000 pieces, a hundred sentences' more than half of them), and
+# each group costs a few operator calls a step (benchmarks/README.md, "Vocabulary shortlist").
+GROUP = 32
+
+
+class Group:
+    """Sentences ``start .. end - 1`` of a :class:`ShortlistCache`, with the output projection's rows for the
+    union of their vocabularies: ``weight_t`` (d_model, U'), ``offset`` (U',) or None, and ``gather``
+    (n, beam, U) each row's positions in that union (None: one sentence, whose vocabulary is the union)."""
+
+    def __init__(self, start: int, end: int, safe: Tensor, valid: Tensor, beam: int, weight: Tensor,
+                 bias: Tensor | None) -> None:
+        self.start, self.end = start, end
+        ids = safe[start:end]
+        if end - start == 1:
+            union, self.gather = ids[0], None
+        else:
+            union = torch.unique(ids[valid[start:end]])  # sorted
+            self.gather = torch.searchsorted(union, ids).unsqueeze(1).expand(end - start, beam, ids.size(1))
+        self.weight_t = weight.index_select(0, union).t()
+        self.offset = None if bias is None else bias.index_select(0, union)
+
+    def kept(self, local: Tensor, start: int) -> Group:
+        """This group's sentences ``local`` (their indices within it), now from sentence ``start`` on."""
+        new = object.__new__(Group)
+        new.__dict__.update(self.__dict__)
+        new.start, new.end = start, start + local.numel()
+        if self.gather is not None:
+            new.gather = self.gather.index_select(0, local)
+        return new
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """hidden (n·beam, d_model) of this group's rows -> logits (n, beam, U) over each row's vocabulary."""
+        weight_t, offset = self.weight_t, self.offset
+        if hidden.dtype != weight_t.dtype:  # under autocast the decoder's output may be bf16/fp16
+            weight_t = weight_t.to(hidden.dtype)
+            offset = None if offset is None else offset.to(hidden.dtype)
+        found = hidden @ weight_t if offset is None else torch.addmm(offset, hidden, weight_t)  # (n·beam, U')
+        n = self.end - self.start
+        found = found.view(n, hidden.size(0) // n, -1)
+        return found if self.gather is None else found.gather(2, self.gather)
+
+
 class ShortlistCache:
     """The wrapped model's cache, and what the live sentences' vocabularies need at each step.
 
@@ -62,14 +106,8 @@ class ShortlistCache:
         valid = ids >= 0
         self.safe = ids.clamp(min=0)  # (B', U) what the padding feeds the model if search ever picked it (never)
         B, U = ids.shape
-        self.union_for = B  # the sentences the union below was computed for
-        if B == 1:  # one sentence: its own ids are the union, in its order
-            self.union, self.gather = self.safe[0], None
-        else:
-            self.union = torch.unique(self.safe[valid])  # (U',) sorted
-            self.gather = torch.searchsorted(self.union, self.safe).unsqueeze(1).expand(B, beam, U)  # (B', beam, U)
-        self.weight_t = weight.index_select(0, self.union).t()  # (d_model, U')
-        self.offset = None if bias is None else bias.index_select(0, self.union)  # (U',)
+        self.built_for = B  # the sentences the groups' unions were computed for
+        self.groups = [Group(g, min(g + GROUP, B), self.safe, valid, beam, weight, bias) for g in range(0, B, GROUP)]
         self.padding = None if bool(valid.all()) else torch.zeros(B, 1, U, dtype=weight.dtype, device=weight.device
                                                                   ).masked_fill_(~valid.unsqueeze(1), -math.inf)
 
@@ -90,15 +128,24 @@ class ShortlistCache:
         return self.with_inner(self.inner.reorder(rows))
 
     def select_sentences(self, sentences: Tensor) -> ShortlistCache:
-        """Sentences ``sentences`` (B',) only: their vocabularies; the union of their ids computed again once half
-        the sentences it was computed for have left (before, its other ids cost a little work, not the result)."""
+        """Sentences ``sentences`` (B',) only, in order: their vocabularies and their groups; the groups' unions
+        computed again once half the sentences they were computed for have left (before, the others' ids cost a
+        little work, not the result)."""
         inner, ids = self.inner.select_sentences(sentences), self.ids.index_select(0, sentences)
-        if self.gather is None or 2 * ids.size(0) <= self.union_for:
-            return ShortlistCache(inner, ids, self.beam, self.weight, self.bias)
+        if 2 * ids.size(0) <= self.built_for:
+            fresh = ShortlistCache(inner, ids, self.beam, self.weight, self.bias)
+            fresh.built_for = self.built_for if ids.size(0) else 0
+            return fresh
         new = self.with_inner(inner)
         new.ids, new.safe = ids, self.safe.index_select(0, sentences)
-        new.gather = self.gather.index_select(0, sentences)
         new.padding = None if self.padding is None else self.padding.index_select(0, sentences)
+        kept, start = [], 0
+        for group in self.groups:
+            inside = sentences[(sentences >= group.start) & (sentences < group.end)] - group.start
+            if inside.numel():
+                kept.append(group.kept(inside, start))
+                start += inside.numel()
+        new.groups = kept
         return new
 
 
@@ -126,15 +173,12 @@ class ShortlistModel:
         B, U = cache.safe.shape
         K = tokens.size(0) // B
         hidden, inner = self.model.decode_hidden(cache.safe.gather(1, tokens.view(B, K)).view(-1), cache.inner)
-        weight_t, offset = cache.weight_t, cache.offset
-        if hidden.dtype != weight_t.dtype:  # under autocast the decoder's output may be bf16/fp16
-            weight_t = weight_t.to(hidden.dtype)
-            offset = None if offset is None else offset.to(hidden.dtype)
-        logits = hidden @ weight_t if offset is None else torch.addmm(offset, hidden, weight_t)  # (N, U')
-        if cache.gather is not None:
-            logits = logits.view(B, K, -1).gather(2, cache.gather)  # (B, K, U): each row its sentence's ids
+        if len(cache.groups) == 1:
+            logits = cache.groups[0].logits(hidden)
+        else:
+            logits = torch.cat([g.logits(hidden[g.start * K: g.end * K]) for g in cache.groups])  # (B, K, U)
         if cache.padding is not None:
-            logits = logits.view(B, K, U) + cache.padding.to(logits.dtype)
+            logits = logits + cache.padding.to(logits.dtype)
         return logits.reshape(B * K, U), cache.with_inner(inner)
 
 

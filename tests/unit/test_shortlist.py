@@ -105,11 +105,17 @@ def test_a_forced_start_and_prefix_keep_their_ids():
     assert tokens(shortlisted(beam_search, model, src, allowed, options)) == tokens(beam_search(model, src, options))
 
 
+@pytest.mark.parametrize("group", [1, 2, 32])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_a_sentence_translates_alike_alone_and_in_any_batch(model, beam):
-    """Per sentence, never per batch: the others' shortlists widen the union the logits are computed for, never
-    the distribution a sentence's rows are normalized over."""
+def test_a_sentence_translates_alike_alone_and_in_any_batch(model, beam, group, monkeypatch):
+    """Per sentence, never per batch: the others' shortlists widen the union the logits are computed for (their
+    group's: ``GROUP`` sentences at a time, groups shrinking as sentences finish), never the distribution a
+    sentence's rows are normalized over."""
+    import mtkit.decoding.shortlist as shortlist
+
+    monkeypatch.setattr(shortlist, "GROUP", group)
     src = random_sources(V)
+    assert src.size(0) > 2 * group or group == 32  # several groups, some losing sentences as they finish
     allowed = masks(src.size(0), seed=3, keep=0.3)
     options = SearchOptions(beam=beam, max_len_b=8)
     search = greedy_search if beam == 1 else beam_search
