@@ -57,6 +57,7 @@ def mtkit(*args: str, env: dict | None = None, stdin=None, stdout=None) -> subpr
 def policy_env(policy: str, threads: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env.pop("OMP_WAIT_POLICY", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # start-up as a user's: Python's compiled modules cached
     if POLICIES[policy]:
         env["OMP_WAIT_POLICY"] = POLICIES[policy]
     return env
