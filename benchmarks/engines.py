@@ -57,7 +57,6 @@ def mtkit(*args: str, env: dict | None = None, stdin=None, stdout=None) -> subpr
 def policy_env(policy: str, threads: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     env.pop("OMP_WAIT_POLICY", None)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # start-up as a user's: Python's compiled modules cached
     if POLICIES[policy]:
         env["OMP_WAIT_POLICY"] = POLICIES[policy]
     return env
@@ -224,6 +223,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.work, args.threads, args.max_len if args.shape == "opus" else None)
         return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # start-up as a user's: Python's compiled modules cached
     work = Path(tempfile.mkdtemp(prefix="mtkit-bench-engines-"))
     try:
         plan = setup(args, work)
@@ -235,6 +235,8 @@ def main() -> None:
         (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
         names = [e for e in args.engines.split(",") if plan["shortlist"] or not ENGINES[e][1]["shortlist"]]
         figures = {name: {"whole": [], "inproc": []} for name in names}
+        for name in names:  # untimed: the files each engine reads are in the page cache, its modules compiled
+            whole(name, "unset", args, work, work / "single.txt", work / "single.txt")
         for _ in range(args.rounds):
             for policy in args.policies.split(","):
                 for name in names:
