@@ -141,7 +141,8 @@ def worker(name: str, work: Path, threads: int, max_len: int | None) -> None:
 
 def in_process(name: str, policy: str, args, work: Path) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--work", str(work),
-           "--threads", str(args.threads)] + (["--max-len", str(args.max_len)] if args.shape == "opus" else [])
+           "--threads", str(args.threads)] + (["--shape", "opus", "--max-len", str(args.max_len)]
+                                              if args.shape == "opus" else [])
     done = subprocess.run(cmd, env=policy_env(policy, args.threads), capture_output=True, text=True, check=False)
     found = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not found:
