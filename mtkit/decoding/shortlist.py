@@ -49,7 +49,7 @@ def vocabularies(allowed: Tensor, first: tuple[int, ...]) -> Tensor:
 
 # Sentences whose output layer is computed together: the union of a few sentences' shortlists stays small (a
 # sentence's is a tenth of the Multi30k model's 8,000 pieces, a hundred sentences' more than half of them), and
-# each group costs a few operator calls a step (benchmarks/README.md, "Vocabulary shortlist").
+# each group costs a few operator calls a step (benchmarks/README.md: the shortlist's section).
 GROUP = 32
 
 
