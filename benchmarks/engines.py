@@ -9,7 +9,8 @@ The parent copies the run into a temporary folder, builds its shortlist there (`
 it (``mtkit export ctranslate2``: the export carries the shortlist as ``vmap.txt``). ``--shape opus`` builds a
 random MarianMTModel of OPUS-MT's shape instead (benchmarks/translate.py's, imported with ``mtkit import marian``;
 its shortlist comes from Multi30k's training text; random weights give random outputs, so the lengths are capped
-at ``--max-len`` tokens and the identical-lines share says little there).
+at ``--max-len`` tokens, the integrity guard is off (it would repair the loops of random outputs) and the
+identical-lines share says little there).
 
 Whole process: ``python -m mtkit translate`` from start to exit, wall clock: all ``--lines`` lines (the default
 batches), and the first ``--single`` lines one at a time (``--batch-tokens 1``). In-process: a worker process
@@ -100,7 +101,8 @@ def whole(name: str, policy: str, args, work: Path, src: Path, single: Path) -> 
     folder, settings = ENGINES[name]
     flags = ["-m", work / folder, "--engine", settings["engine"], "--threads", args.threads]
     flags += ["--shortlist"] if settings["shortlist"] else []
-    flags += ["--max-len-a", 0, "--max-len-b", args.max_len] if args.shape == "opus" else []
+    # a random model's outputs loop: the integrity guard would measure its own repairs, not the engines
+    flags += ["--max-len-a", 0, "--max-len-b", args.max_len, "--no-guard"] if args.shape == "opus" else []
     found = {}
     for what, path, extra in (("batched", src, []), ("single", single, ["--batch-tokens", 1])):
         with open(path, encoding="utf-8") as f:
@@ -127,8 +129,8 @@ def worker(name: str, work: Path, threads: int, max_len: int | None) -> None:
     lines = (work / "src.txt").read_text(encoding="utf-8").splitlines()
     model = api.load(work / folder, engine=settings["engine"], threads=threads)
     options = {"shortlist": True} if settings["shortlist"] else {}
-    if max_len is not None:
-        options.update(max_len_a=0.0, max_len_b=max_len)
+    if max_len is not None:  # --shape opus: a random model (see whole())
+        options.update(max_len_a=0.0, max_len_b=max_len, guard=False)
     model.translate(lines[:1], **options)  # warm-up
     start = time.perf_counter()
     batched = [r.text for r in model.translate(lines, **options)]
