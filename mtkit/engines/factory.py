@@ -26,8 +26,7 @@ from mtkit.engines.device import resolve_device
 from mtkit.engines.engine import EngineOptions
 from mtkit.engines.threads import RECHOOSE_SECONDS, ThreadPolicy, choose_threads, since_start, usable_cpus, user_threads
 from mtkit.errors import MtkitError
-from mtkit.shortlist import describe as describe_shortlist
-from mtkit.shortlist import read_shortlist, shortlist_path
+from mtkit.shortlist import shortlist_path
 
 __all__ = ["ENGINES", "build_translator", "torch_engine"]
 logger = logging.getLogger(__name__)  # what the factory loaded; the CLI says it on stderr (mtkit.logs)
@@ -211,12 +210,9 @@ def build_translator(paths: list[Path], options: LoadOptions, inspect: Callable[
     if callable(decode):
         decode = decode(loaded[0].config.decode)
     decode = overrides.apply(decode or loaded[0].config.decode)
-    shortlist = None
-    if (found := shortlist_path(paths[0])).is_file():  # read now: a call never changes the engine
-        shortlist = read_shortlist(found, loaded[0].vocab)
-        if decode.shortlist:
-            logger.info(f"shortlist {found}: {describe_shortlist(shortlist)}")
-    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy, shortlist=shortlist)
+    found = shortlist_path(paths[0])  # the engine reads it when a call first asks for it
+    translator = torch_engine(loaded, decode, device, precision, tgt_lang, policy,
+                              shortlist=found if found.is_file() else None)
     if not any_target:
         translator.vocab_for(tgt_lang)
     say_loaded(loaded)
@@ -230,7 +226,7 @@ def torch_engine(models: list, decode: DecodeConfig, device: str = "cpu", precis
     """The torch engine (:class:`mtkit.engines.torch_engine.TorchEngine`) on models in memory: loaded
     checkpoints (an ensemble for several; their configs give the language pairs and the tag side), or
     training's model for validation (``.model`` and ``.vocab`` only: the vocabulary is the call's; ``warn``
-    False: its warnings unsaid); ``shortlist``: the run's :class:`mtkit.shortlist.Shortlist`, or None."""
+    False: its warnings unsaid); ``shortlist``: the run's :class:`mtkit.shortlist.Shortlist` or its file, or None."""
     from mtkit.engines.torch_engine import TorchEngine
 
     configs = [getattr(m, "config", None) for m in models]

@@ -13,6 +13,8 @@ CTranslate2 path never loads it).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -33,7 +35,10 @@ from mtkit.engines.engine import Call, Engine, EngineOptions, Stopped
 from mtkit.engines.inference import InferenceModel
 from mtkit.engines.precision import autocast, check_precision
 from mtkit.errors import MtkitError
-from mtkit.shortlist import SHORTLIST_FILE
+from mtkit.shortlist import SHORTLIST_FILE, Shortlist, read_shortlist
+from mtkit.shortlist import describe as describe_shortlist
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -85,8 +90,9 @@ class TorchEngine(Engine):
             (:class:`mtkit.engines.engine.EngineOptions`).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
             and the policy fitting the CPU threads between batches (:class:`mtkit.engines.engine.Engine`).
-        shortlist: the run's vocabulary shortlist (:class:`mtkit.shortlist.Shortlist`, read at load), used by
-            the calls with ``decode.shortlist``; None: the run has none.
+        shortlist: the run's vocabulary shortlist (:class:`mtkit.shortlist.Shortlist`), or its file, read when
+            the engine is built with ``decode.shortlist`` or at the first call that asks for it (once: a run
+            that has one costs no start-up when it is not used); None: the run has none.
     """
 
     capabilities = TORCH
@@ -113,14 +119,22 @@ class TorchEngine(Engine):
         # What search decodes with: each model's weights packed once, here, and owned by this engine.
         inference = [InferenceModel(m) for m in self.models]
         self.model = inference[0] if len(inference) == 1 else Ensemble(inference)
-        self.shortlist = shortlist
+        self._shortlist = shortlist
+        self._shortlist_lock = threading.Lock()
         if decode.shortlist:
-            self.check_shortlist()
+            self.shortlist  # noqa: B018 - read (and checked) now, as the engine's settings ask for it
 
-    def check_shortlist(self) -> None:
-        """A one-line error unless this engine has a shortlist (asked for by ``decode.shortlist``)."""
-        if self.shortlist is None:
-            raise MtkitError(f"--shortlist: the run has no {SHORTLIST_FILE}; build it with: mtkit shortlist RUN")
+    @property
+    def shortlist(self) -> Shortlist:
+        """The run's shortlist, its file read on first use; a one-line error when the run has none."""
+        with self._shortlist_lock:
+            if self._shortlist is None:
+                raise MtkitError(f"--shortlist: the run has no {SHORTLIST_FILE}; build it with: mtkit shortlist RUN")
+            if not isinstance(self._shortlist, Shortlist):
+                found = read_shortlist(self._shortlist, self.vocab)
+                logger.info(f"shortlist {self._shortlist}: {describe_shortlist(found)}")
+                self._shortlist = found
+            return self._shortlist
 
     def call(self, options: DecodeConfig | None = None, target: str | None = None) -> Call:
         """As the pipeline's, with a random generator of its own seeded with ``seed`` when it samples
@@ -158,7 +172,6 @@ class TorchEngine(Engine):
         """A search of ``batch`` over each sentence's shortlist (:mod:`mtkit.decoding.shortlist`): the ids
         :meth:`mtkit.shortlist.Shortlist.allowed` gives its sources, with the call's decoder start and prefix;
         as many rows as search decodes (sampling draws ``nbest`` samples a sentence)."""
-        self.check_shortlist()
         allowed = torch.from_numpy(self.shortlist.mask(batch, (options.start, *options.prefix)))  # (B, V)
         if options.sampling and options.nbest > 1:
             allowed = allowed.repeat_interleave(options.nbest, dim=0)
