@@ -8,16 +8,19 @@ CTranslate2, CTranslate2 with its vocabulary map (``use_vmap``), each in process
 The parent copies the run into a temporary folder, builds its shortlist there (``mtkit shortlist``) and exports
 it (``mtkit export ctranslate2``: the export carries the shortlist as ``vmap.txt``). ``--shape opus`` builds a
 random MarianMTModel of OPUS-MT's shape instead (benchmarks/translate.py's, imported with ``mtkit import marian``;
-its shortlist comes from Multi30k's training text; random weights give random outputs, so the lengths are capped
-at ``--max-len`` tokens, the integrity guard is off (it would repair the loops of random outputs) and the
-identical-lines share says little there).
+its shortlist comes from Multi30k's training text). Random weights give random outputs, so every engine writes the
+same number of tokens: EOS is banned before ``--max-len`` tokens (``--min-len``) and its output bias makes it the
+model's choice right after them, so every line ends there in every engine, none at the maximum length (which
+``--max-len-b`` sets at twice as many; an engine may search again there); the integrity guard is off (it would
+repair the loops of random outputs) and the identical-lines share says little there.
 
 Whole process: ``python -m mtkit translate`` from start to exit, wall clock: all ``--lines`` lines (the default
 batches), and the first ``--single`` lines one at a time (``--batch-tokens 1``). In-process: a worker process
 loads the engine with ``mtkit.load`` and times ``Model.translate`` on all lines at once, then on each of the first
-``--single`` lines alone, after one warm-up line. Every figure is measured under each ``OMP_WAIT_POLICY`` (unset,
-PASSIVE) and in ``--rounds`` alternating rounds; the best is kept. Beam as the model's config decodes (the shared
-model: 5), ``--threads`` CPU threads for every engine (default 1: on 2 cores, 2 threads are slower for both).
+``--single`` lines alone, after one warm-up line. Each engine at its best: every figure is measured with each of
+``--threads`` CPU threads (default 1 and 2), under each ``OMP_WAIT_POLICY`` (unset, PASSIVE) and in ``--rounds``
+alternating rounds, and the fastest is kept (the report says which thread count it had). Beam as the model's config
+decodes (the shared model: 5).
 
 Printed: sentences/s per engine and what, the ratios to CTranslate2 (without a map), the share of lines
 identical to the same engine's full-vocabulary output, sacreBLEU where references exist, and whether #65's
@@ -73,7 +76,7 @@ def setup(args, work: Path) -> dict:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from translate import SHAPES, build_opus_marian, build_vocab
 
-        build_opus_marian(SHAPES["opus"]["marian"], build_vocab(args.data, 8000), work / "marian")
+        build_opus_marian(SHAPES["opus"]["marian"], build_vocab(args.data, 8000), work / "marian", eos_bias=30.0)
         done = mtkit("import", "marian", work / "marian", "-o", run)
         if done.returncode:
             sys.exit(done.stderr.strip().splitlines()[-1])
@@ -96,24 +99,25 @@ def setup(args, work: Path) -> dict:
 # ------------------------------------------------------------------------ whole
 
 
-def whole(name: str, policy: str, args, work: Path, src: Path, single: Path) -> dict:
+def whole(name: str, policy: str, threads: int, args, work: Path, src: Path, single: Path) -> dict:
     """Wall seconds of ``mtkit translate`` on all lines and on the first ``--single`` one at a time."""
     folder, settings = ENGINES[name]
-    flags = ["-m", work / folder, "--engine", settings["engine"], "--threads", args.threads]
+    flags = ["-m", work / folder, "--engine", settings["engine"], "--threads", threads]
     flags += ["--shortlist"] if settings["shortlist"] else []
     # a random model's outputs loop: the integrity guard would measure its own repairs, not the engines
-    flags += ["--max-len-a", 0, "--max-len-b", args.max_len, "--no-guard"] if args.shape == "opus" else []
+    flags += (["--max-len-a", 0, "--max-len-b", 2 * args.max_len, "--min-len", args.max_len, "--no-guard"]
+              if args.shape == "opus" else [])
     found = {}
     for what, path, extra in (("batched", src, []), ("single", single, ["--batch-tokens", 1])):
         with open(path, encoding="utf-8") as f:
             start = time.perf_counter()
-            done = mtkit("translate", *flags, *extra, env=policy_env(policy, args.threads), stdin=f,
+            done = mtkit("translate", *flags, *extra, env=policy_env(policy, threads), stdin=f,
                          stdout=subprocess.PIPE)
             seconds = time.perf_counter() - start
         if done.returncode:
             print(f"note: {name} ({what}) failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
             return {}
-        found[what] = {"seconds": seconds, "outputs": done.stdout.splitlines()}
+        found[what] = {"seconds": seconds, "outputs": done.stdout.splitlines(), "threads": threads}
     return found
 
 
@@ -130,22 +134,22 @@ def worker(name: str, work: Path, threads: int, max_len: int | None) -> None:
     model = api.load(work / folder, engine=settings["engine"], threads=threads)
     options = {"shortlist": True} if settings["shortlist"] else {}
     if max_len is not None:  # --shape opus: a random model (see whole())
-        options.update(max_len_a=0.0, max_len_b=max_len, guard=False)
+        options.update(max_len_a=0.0, max_len_b=2 * max_len, min_len=max_len, guard=False)
     model.translate(lines[:1], **options)  # warm-up
     start = time.perf_counter()
     batched = [r.text for r in model.translate(lines, **options)]
-    results = {"batched": {"seconds": time.perf_counter() - start, "outputs": batched}}
+    results = {"batched": {"seconds": time.perf_counter() - start, "outputs": batched, "threads": threads}}
     start = time.perf_counter()
     single = [model.translate(line, **options).text for line in lines[: plan["single"]]]
-    results["single"] = {"seconds": time.perf_counter() - start, "outputs": single}
+    results["single"] = {"seconds": time.perf_counter() - start, "outputs": single, "threads": threads}
     print(json.dumps(results), flush=True)
 
 
-def in_process(name: str, policy: str, args, work: Path) -> dict:
+def in_process(name: str, policy: str, threads: int, args, work: Path) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--work", str(work),
-           "--threads", str(args.threads)] + (["--shape", "opus", "--max-len", str(args.max_len)]
-                                              if args.shape == "opus" else [])
-    done = subprocess.run(cmd, env=policy_env(policy, args.threads), capture_output=True, text=True, check=False)
+           "--threads", str(threads)] + (["--shape", "opus", "--max-len", str(args.max_len)]
+                                         if args.shape == "opus" else [])
+    done = subprocess.run(cmd, env=policy_env(policy, threads), capture_output=True, text=True, check=False)
     found = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not found:
         print(f"note: worker {name} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -178,9 +182,9 @@ def report(figures: dict, args, refs: list[str] | None) -> None:
                         if full and "+" in name else None)
                 bleu = (sacrebleu.corpus_bleu(got["outputs"], [refs[: len(got["outputs"])]]).score
                         if refs and what == "batched" else None)
-                rows.append([name, kind, what, f"{got['seconds']:.2f}", f"{rate[name, kind, what]:.1f}",
+                rows.append([name, kind, what, got["threads"], f"{got['seconds']:.2f}", f"{rate[name, kind, what]:.1f}",
                              "" if same is None else f"{100 * same:.1f} %", "" if bleu is None else f"{bleu:.2f}"])
-    header = ["engine", "measured", "lines", "seconds", "sentences/s", "same as full", "BLEU"]
+    header = ["engine", "measured", "lines", "threads", "seconds", "sentences/s", "same as full", "BLEU"]
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     for row in [header] + rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
@@ -211,9 +215,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="Multi30k's folder")
     p.add_argument("--lines", type=int, default=1000, help="lines of test_2016_flickr.en translated")
     p.add_argument("--single", type=int, default=100, help="of them, the first N one at a time")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", default="1,2", help="CPU threads tried for every engine, comma-separated")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--max-len", type=int, default=30, help="--shape opus: output tokens at most")
+    p.add_argument("--max-len", type=int, default=30, help="--shape opus: output tokens of every line")
     p.add_argument("--policies", default="unset,PASSIVE")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -224,7 +228,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.worker:
-        worker(args.worker, args.work, args.threads, args.max_len if args.shape == "opus" else None)
+        worker(args.worker, args.work, int(args.threads), args.max_len if args.shape == "opus" else None)
         return
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # start-up as a user's: Python's compiled modules cached
     work = Path(tempfile.mkdtemp(prefix="mtkit-bench-engines-"))
@@ -238,14 +242,16 @@ def main() -> None:
         (work / "plan.json").write_text(json.dumps(plan), encoding="utf-8")
         names = [e for e in args.engines.split(",") if plan["shortlist"] or not ENGINES[e][1]["shortlist"]]
         figures = {name: {"whole": [], "inproc": []} for name in names}
+        threads = [int(t) for t in args.threads.split(",")]
         for name in names:  # untimed: the files each engine reads are in the page cache, its modules compiled
-            whole(name, "unset", args, work, work / "single.txt", work / "single.txt")
+            whole(name, "unset", threads[0], args, work, work / "single.txt", work / "single.txt")
         for _ in range(args.rounds):
             for policy in args.policies.split(","):
-                for name in names:
-                    figures[name]["whole"].append(whole(name, policy, args, work, work / "src.txt",
-                                                        work / "single.txt"))
-                    figures[name]["inproc"].append(in_process(name, policy, args, work))
+                for n in threads:
+                    for name in names:
+                        figures[name]["whole"].append(whole(name, policy, n, args, work, work / "src.txt",
+                                                            work / "single.txt"))
+                        figures[name]["inproc"].append(in_process(name, policy, n, args, work))
         print(f"# {args.model if args.shape == 'run' else 'opus shape'}: {args.lines} lines, {args.single} one at "
               f"a time, {args.threads} thread(s), policies {args.policies}, {args.rounds} round(s); "
               f"{time.strftime('%Y-%m-%d')}")

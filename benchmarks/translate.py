@@ -196,14 +196,15 @@ def copy_into_marian(model, vocab_size: int):
     return hf
 
 
-def build_opus_marian(spec: dict, vocab, folder: Path) -> dict[str, int]:
+def build_opus_marian(spec: dict, vocab, folder: Path, eos_bias: float | None = None) -> dict[str, int]:
     """A random MarianMTModel of ``spec`` (seed 1) saved in the OPUS-MT layout into ``folder``: returns vocab.json.
 
     source.spm and target.spm are ``vocab``'s SentencePiece model; vocab.json has Marian's special ids
     (``</s>`` 0, ``<unk>`` 1, ``<pad>`` last), that model's pieces and filler pieces (``<fill_N>``, which
     SentencePiece never produces) up to the vocabulary size. ``final_logits_bias`` and the pad row (the
     decoder's start) are random too; generation_config.json is an OPUS-MT one (beam 4, pad banned,
-    ``renormalize_logits``).
+    ``renormalize_logits``). ``eos_bias``: EOS's output bias instead (a large one with a minimum length: every
+    line ends right there, by the model's own choice, in every engine).
     """
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
@@ -234,6 +235,8 @@ def build_opus_marian(spec: dict, vocab, folder: Path) -> dict[str, int]:
     model = MarianMTModel(config).eval()
     with torch.no_grad():
         model.final_logits_bias.normal_(0.0, 0.1)
+        if eos_bias is not None:
+            model.final_logits_bias[0, 0] = eos_bias  # </s> is Marian's id 0
         # The decoder starts from the pad row (shared embeddings: one matrix); HF initializes it to zeros.
         model.get_decoder().embed_tokens.weight[pad].normal_(0.0, getattr(config, "init_std", 0.02))
     model.generation_config = GenerationConfig(

@@ -42,13 +42,12 @@ TEXT_SIDES = ("text-mtkit", "text-direct")
 
 class MtkitEngine:
     def __init__(self, loaded, beam: int, n: int) -> None:
-        from mtkit.engines.engine import EngineOptions
         from mtkit.engines.torch_engine import TorchEngine
 
         # The checkpoint's forced_eos: "logprob" for mtkit's own, "zero" (generate's) for an imported Marian model.
-        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, alpha=0.6,
+        decode = DecodeConfig(beam=beam, nbest=1, max_len_a=0.0, max_len_b=n, min_len=n, alpha=0.6,
                               forced_eos=loaded.config.decode.forced_eos)
-        self.translator = TorchEngine(loaded, decode, EngineOptions(min_len=n))
+        self.translator = TorchEngine(loaded, decode)
         self.call = self.translator.call()
 
     def __call__(self, batch: list[list[int]]) -> list[list[int]]:
@@ -178,8 +177,8 @@ def text_side(name: str, plan: dict, threads: int) -> dict:
         from mtkit.engines.ctranslate2_engine import CpuThreads, Ctranslate2Engine
         from mtkit.engines.engine import EngineOptions
 
-        decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, batch_tokens=budget)
-        ours = Ctranslate2Engine(model_dir, decode, EngineOptions(min_len=n + 1), CpuThreads(intra=threads))
+        decode = DecodeConfig(beam=beam, max_len_a=0.0, max_len_b=n + 1, min_len=n + 1, batch_tokens=budget)
+        ours = Ctranslate2Engine(model_dir, decode, EngineOptions(), CpuThreads(intra=threads))
 
         def translate() -> list[str]:
             return [t.best.text for t in ours.translate(lines, buffer_size=len(lines))]

@@ -60,7 +60,7 @@ __all__ = ["ENGINES", "DECODE_OPTIONS", "LoadOptions", "Model", "Result", "Hypot
 
 # The decoding options a call may set (DecodeOptions' fields, but forced_eos; the checks and messages are the
 # CLI's, :meth:`mtkit.config.DecodeOptions.check`, with keywords for flags).
-DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "max_input_len",
+DECODE_OPTIONS = ("beam", "nbest", "alpha", "length_penalty", "max_len_a", "max_len_b", "min_len", "max_input_len",
                   "sampling", "temperature", "top_k", "top_p", "epsilon", "no_repeat_ngram_size", "batch_tokens", "mbr",
                   "mbr_candidates", "mbr_comet_model", "alignments", "alignment_layer", "alignment_threshold", "split",
                   "guard", "shortlist")

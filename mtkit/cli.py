@@ -251,6 +251,7 @@ def translate(
     nbest: int | None = typer.Option(None, "--nbest", help="Print the K best hypotheses per input (K <= --beam, as fairseq; implies --format nbest)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a", help="Maximum output length = a·source + b."),
     max_len_b: int | None = typer.Option(None, "--max-len-b", help="Maximum output length = a·source + b (paper: +50)."),
+    min_len: int | None = typer.Option(None, "--min-len", help="EOS banned before this many output tokens (0: off; fairseq's --min-len)."),
     batch_tokens: int | None = typer.Option(None, "--batch-tokens", help="Source tokens per batch."),
     no_repeat_ngram_size: int | None = typer.Option(None, "--no-repeat-ngram-size", help="Forbid repeating n-grams of this size."),
     sampling: bool = typer.Option(False, "--sampling", help="Sample instead of searching (e.g. for back-translation)."),
@@ -309,7 +310,7 @@ def translate(
         buffer_size=buffer_size, attention_png=attention_png, attention_layer=attention_layer, threads=threads,
         decode=DecodeOptions(
             beam=1 if greedy else beam, alpha=alpha, length_penalty=length_penalty, nbest=nbest, max_len_a=max_len_a,
-            max_len_b=max_len_b, batch_tokens=batch_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
+            max_len_b=max_len_b, min_len=min_len, batch_tokens=batch_tokens, no_repeat_ngram_size=no_repeat_ngram_size,
             sampling=True if sampling else None, temperature=temperature, top_k=top_k, top_p=top_p, epsilon=epsilon,
             mbr=mbr, mbr_candidates=mbr_candidates, mbr_comet_model=mbr_comet_model,
             alignments="soft" if alignment_threshold is not None else "hard" if alignments else None,

@@ -383,6 +383,8 @@ class DecodeConfig:
     # --lenpen, Marian --normalize)
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: +50); a <= MAX_LEN_A
     max_len_b: int = 50
+    min_len: int = 0  # EOS banned before this many output tokens (fairseq's --min-len, CTranslate2's
+    # min_decoding_length, Hugging Face's min_new_tokens); 0: off. At the maximum length EOS is forced all the same
     forced_eos: Literal["logprob", "zero"] = "logprob"  # what the EOS forced at the maximum length adds to a
     # hypothesis's log-probability: its own (fairseq) or 0 (Hugging Face's forced_eos_token_id; imported models)
     nbest: int = 1
@@ -507,6 +509,7 @@ DECODE_RANGES: dict[str, tuple[tuple[Callable[[Any], bool], str], ...]] = {
     "alpha": ((lambda v: 0 <= v <= MAX_ALPHA, f"in [0, {MAX_ALPHA:g}]"),),
     "max_len_a": ((lambda v: 0 <= v <= MAX_LEN_A, f"in [0, {MAX_LEN_A:g}]"),),
     "max_len_b": ((lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}"),),
+    "min_len": ((lambda v: v >= 0, ">= 0 (0: off)"), (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")),
     "batch_tokens": ((lambda v: v >= 1, ">= 1"), (lambda v: v <= MAX_BATCH_TOKENS, f"at most {MAX_BATCH_TOKENS}")),
     "max_input_len": ((lambda v: v >= 2, ">= 2 (one token and EOS)"),
                       (lambda v: v <= MAX_LENGTH, f"at most {MAX_LENGTH}")),

@@ -36,8 +36,8 @@ hypothesis from beyond the first ``beam`` candidates to be finished by the force
 where CTranslate2 finishes the first ``beam`` candidates as they are. mtkit bans PAD
 and BOS from outputs; CTranslate2 is not asked to (its ``suppress_sequences`` would
 renormalize the distribution and change every score), and a trained model gives
-them next to no probability. For the same reason ``min_len`` (EOS banned before it,
-which only benchmarks use) scores differently: CTranslate2 renormalizes without EOS.
+them next to no probability. For the same reason ``decode.min_len`` (EOS banned before it)
+scores differently: CTranslate2 renormalizes without EOS.
 
 Constraints: ``exclude`` phrases are CTranslate2's ``suppress_sequences`` (so the scores of such a
 sentence are renormalized without the banned pieces, unlike mtkit's search); ``include`` phrases,
@@ -202,8 +202,8 @@ class Ctranslate2Engine(Engine):
     Args:
         model_dir: written by :func:`export_model`.
         options: the device, the precision (``fp32`` keeps the exported weights' type, e.g. int8 stays int8;
-            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type), ``min_len`` (EOS is banned before
-            this many output tokens; 0: never) and whether it warns (:class:`EngineOptions`).
+            ``bf16`` / ``fp16`` ask CTranslate2 for that compute type) and whether it warns
+            (:class:`EngineOptions`).
         threads: its :class:`CpuThreads`.
         languages: the pairs (and single pair) of the model; None: those it was exported with.
         target: the target language a call without one translates into.
@@ -251,7 +251,6 @@ class Ctranslate2Engine(Engine):
                                                      inter_threads=threads.inter)
         except (RuntimeError, ValueError) as e:
             raise MtkitError(f"{model_dir}: CTranslate2 could not load the model: {e}") from None
-        self.min_len = options.min_len
         source = manifest.get("checkpoint")
         if source and manifest.get("step") is not None:
             source += f" (step {manifest['step']})"
@@ -273,7 +272,7 @@ class Ctranslate2Engine(Engine):
         limits = [self.max_length(len(ids), d) for ids in batch]
         # One maximum per call: first the batch's largest (plus the step where mtkit forces EOS) ...
         found: list[list[tuple[list[int], float, bool]]] = [[] for _ in batch]
-        free = [i for i in range(len(batch)) if limits[i] > self.min_len]  # min_len >= limit: known to reach it
+        free = [i for i in range(len(batch)) if limits[i] > d.min_len]  # min_len >= limit: known to reach it
         if free:
             for i, hyps in zip(free, self._search([source[i] for i in free], max(limits[i] for i in free) + 1, call,
                                                   suppress=suppress)):
@@ -361,7 +360,7 @@ class Ctranslate2Engine(Engine):
         # A non-zero penalty also turns off CTranslate2's early exit (stop when the best live
         # hypothesis ends), so the beam stops, as mtkit's, once it holds `beam` finished hypotheses.
         penalty = 0.0 if d.sampling else d.alpha or 1e-6
-        options = dict(max_decoding_length=max_steps, min_decoding_length=min(self.min_len, max_steps),
+        options = dict(max_decoding_length=max_steps, min_decoding_length=min(d.min_len, max_steps),
                        max_input_length=0, no_repeat_ngram_size=d.no_repeat_ngram_size, return_scores=True,
                        return_end_token=True, length_penalty=penalty, max_batch_size=0)
         if suppress:  # exclude constraints (search_constrained_batch)

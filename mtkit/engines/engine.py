@@ -138,7 +138,6 @@ class EngineOptions:
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         precision: ``fp32``, or ``bf16``/``fp16`` (the torch engine's autocast; CTranslate2's compute type).
         seed: the sampling seed (the same input and batch give the same samples; torch engine).
-        min_len: EOS is banned before this many output tokens (0: never; benchmarks force lengths with it).
         warn: say warnings (a truncated line, an unmet phrase, a new thread count) on the ``mtkit`` logger;
             False for an engine whose warnings nobody reads (validation's).
     """
@@ -146,7 +145,6 @@ class EngineOptions:
     device: str = "cpu"
     precision: str = "fp32"
     seed: int = 1
-    min_len: int = 0
     warn: bool = True
 
 

@@ -86,7 +86,7 @@ class TorchEngine(Engine):
         models: a LoadedModel-like (``.model``, ``.vocab``) or a list of them (an ensemble).
         decode: the decoding settings (beam, alpha, lengths, sampling ...).
         options: the device (the models are moved there), the precision (``fp32``, or ``bf16``/``fp16``
-            under autocast; fp16 needs CUDA), the sampling seed, ``min_len`` and whether it warns
+            under autocast; fp16 needs CUDA), the sampling seed and whether it warns
             (:class:`mtkit.engines.engine.EngineOptions`).
         languages, tag_side, target, threads: a multilingual model's pairs, tag side and default target,
             and the policy fitting the CPU threads between batches (:class:`mtkit.engines.engine.Engine`).
@@ -111,7 +111,6 @@ class TorchEngine(Engine):
         super().__init__(first.vocab, decode, max_positions, languages, tag_side, target, threads)
         self.warn = options.warn
         self.precision = options.precision
-        self.min_len = options.min_len
         self.seed = options.seed
         self.models = [m.model.to(self.device).eval() for m in loaded]
         self.decoder_layers = self.models[0].cfg.decoder_layers
@@ -150,8 +149,8 @@ class TorchEngine(Engine):
 
     def search_options(self, call: Call) -> SearchOptions:
         """The :class:`~mtkit.decoding.options.SearchOptions` of a call: its decode settings, capped by the
-        model's position table, the engine's ``min_len``, and the call's decoder start (a target-side tag)."""
-        return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len, min_len=self.min_len,
+        model's position table, and the call's decoder start (a target-side tag)."""
+        return SearchOptions.from_decode(call.decode, max_len_limit=self.max_out_len,
                                          start=decoder_start(call.vocab), prefix=decoder_prefix(call.vocab),
                                          should_stop=call.should_stop)
 

@@ -247,6 +247,8 @@ def generation_settings(cfg, ids: Ids) -> dict:
         out.update(bad_words_ids=[[i] for i in ids.banned], renormalize_logits=ids.renormalize)
     # max_new_tokens: the tokens and the EOS; the decoder's start takes position 0 of max_positions.
     out["max_new_tokens"] = d.max_len_b + 1 if d.max_len_a == 0 else cfg.model.max_positions - 1
+    if d.min_len:
+        out["min_new_tokens"] = d.min_len
     if d.no_repeat_ngram_size:
         out["no_repeat_ngram_size"] = d.no_repeat_ngram_size
     if d.sampling:

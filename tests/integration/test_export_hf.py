@@ -104,7 +104,7 @@ def test_the_exported_model_computes_mtkits_logits(tmp_path, variant):
 def test_the_files_and_the_generation_settings(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "m.pt", norm="pre",
                            decode={"beam": 5, "length_penalty": "power", "alpha": 1.3, "max_len_a": 0.0,
-                                   "max_len_b": 30, "no_repeat_ngram_size": 3})
+                                   "max_len_b": 30, "min_len": 4, "no_repeat_ngram_size": 3})
     done = mtkit_cli("export", "hf", str(ckpt), str(tmp_path / "hf"))
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1] == f"exported {ckpt} to {tmp_path / 'hf'} (Hugging Face, pegasus)"
@@ -112,8 +112,8 @@ def test_the_files_and_the_generation_settings(tmp_path):
     assert {"config.json", "model.safetensors", "generation_config.json", "source.spm", "target.spm", "vocab.json",
             "tokenizer_config.json", "README.md"} <= names
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
-    assert (gen["num_beams"], gen["length_penalty"], gen["max_new_tokens"], gen["no_repeat_ngram_size"]) == \
-        (5, 1.3, 31, 3)
+    assert (gen["num_beams"], gen["length_penalty"], gen["max_new_tokens"], gen["no_repeat_ngram_size"],
+            gen["min_new_tokens"]) == (5, 1.3, 31, 3, 4)  # min_new_tokens: EOS banned before 4 tokens, as mtkit's
     assert (gen["decoder_start_token_id"], gen["eos_token_id"], gen["suppress_tokens"]) == (BOS_ID, EOS_ID,
                                                                                            [PAD_ID, BOS_ID])
     card = (tmp_path / "hf" / "README.md").read_text()

@@ -69,6 +69,19 @@ def test_the_cli_translates_paragraphs_as_the_api_does(model, texts, tmp_path: P
     assert "guard: " in done.stderr
 
 
+def test_min_len_keeps_a_short_caption_from_ending_before_it(model, texts, tmp_path: Path):
+    """fairseq's --min-len: EOS banned before that many pieces, in the API (greedy and beam) and the CLI."""
+    line = "A dog runs."
+    free = len(model.translate(line, beam=5).hypotheses[0].tokens)
+    assert free < 12
+    for beam in (1, 5):
+        lengths = [len(model.translate(line, beam=beam, min_len=n).hypotheses[0].tokens) for n in (free + 3, 12)]
+        assert lengths[0] >= free + 3 and lengths[1] >= 12, (beam, lengths)
+    done = run_mtkit("translate", "-m", MODEL, "--threads", "1", "--min-len", 12, "--no-guard", stdin=line + "\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == model.translate(line, min_len=12, guard=False).text != model.translate(line).text
+
+
 def test_both_server_apis_translate_paragraphs_as_the_api_does(model, texts):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")

@@ -90,6 +90,8 @@ def test_options_are_checked_and_errors_name_keywords(model):
         model.translate("one", beam=2, nbest=5)
     with pytest.raises(MtkitError, match=r"^beam: must be >= 1, got 0$"):
         model.translate("one", beam=0)
+    with pytest.raises(MtkitError, match=r"^min_len: must be >= 0 \(0: off\), got -1$"):
+        model.translate("one", min_len=-1)
     with pytest.raises(MtkitError, match=r"^top_p needs sampling"):
         model.translate("one", top_p=0.5)
     with pytest.raises(MtkitError, match=r"^unknown option 'beams'"):

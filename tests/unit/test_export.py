@@ -220,9 +220,9 @@ def test_forced_lengths(vocab, tmp_path):
     length in both engines (the tokens may differ: CTranslate2 renormalizes what it bans, mtkit does not)."""
     loaded = tiny_model(vocab, **SHAPES["post-sinusoidal-tied"])
     out = export_model(loaded, tmp_path / "ct2")
-    decode = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=6)
-    ours = list(TorchEngine(loaded, decode, EngineOptions(min_len=6)).translate(LINES))
-    theirs = list(Ctranslate2Engine(out, decode, EngineOptions(min_len=6), CpuThreads(intra=1)).translate(LINES))
+    decode = DecodeConfig(beam=3, length_penalty="power", alpha=1.0, max_len_a=0.0, max_len_b=6, min_len=6)
+    ours = list(TorchEngine(loaded, decode).translate(LINES))
+    theirs = list(Ctranslate2Engine(out, decode, EngineOptions(), CpuThreads(intra=1)).translate(LINES))
     assert {len(t.best.ids) for t in ours} == {len(t.best.ids) for t in theirs} == {6}
 
 

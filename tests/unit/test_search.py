@@ -199,10 +199,10 @@ def test_search_options_come_from_the_decode_config_with_overrides():
 
     from mtkit.config import DecodeConfig
 
-    decode = DecodeConfig(beam=6, nbest=2, alpha=1.0, length_penalty="power", max_len_a=1.5, max_len_b=7,
+    decode = DecodeConfig(beam=6, nbest=2, alpha=1.0, length_penalty="power", max_len_a=1.5, max_len_b=7, min_len=2,
                           forced_eos="zero", no_repeat_ngram_size=3, sampling=True, temperature=0.5, top_k=4,
                           top_p=0.9, epsilon=0.02)
-    options = SearchOptions.from_decode(decode, max_len_limit=30, min_len=2, start=9)
+    options = SearchOptions.from_decode(decode, max_len_limit=30, start=9)
     batching = {"batch_tokens", "max_input_len", "mbr", "mbr_candidates", "mbr_comet_model",  # the engine's
                 "alignments", "alignment_layer", "alignment_threshold", "shortlist",
                 "split", "guard"}  # (and the line pipeline's)
