@@ -362,7 +362,8 @@ class Trainer:
                                    tagged_targets=self.tagged_targets, precision=self.cfg.precision,
                                    device=self.device, dist=self.dist)
         if self.cfg.bleu_every and (final or self.step % self.cfg.bleu_every == 0):
-            decode = replace(self.config.decode, beam=self.cfg.bleu_beam)
+            # the model's own BLEU: a recipe's shortlist is built from the trained run, after training
+            decode = replace(self.config.decode, beam=self.cfg.bleu_beam, shortlist=False)
             record.update(validation_bleus(self.model, self.vocab, self.data_dir, decode, self.device, pairs,
                                            self.config.data.tag_side,
                                            Scoring(self.cfg.valid_metrics, self.comet, self.dist)))

@@ -207,6 +207,25 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
     assert len((tmp_path / "work" / "test.hyp").read_text().splitlines()) == 20
 
 
+def test_a_recipe_that_decodes_with_a_shortlist_validates_bleu_without_it_while_training(tmp_path):
+    """The shortlist is built from the trained run, after training: validation BLEU measures the model alone."""
+    files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": reverse_data_config(files),
+        "model": TINY_MODEL,
+        "train": {"max_tokens": 600, "max_steps": 4, "log_every": 2, "valid_every": 2, "bleu_every": 2,
+                  "save_every": 2, "average_last": 2},
+        "decode": {"beam": 2, "shortlist": True},
+        "shortlist": {"build": True},
+    }))
+    done = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (tmp_path / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "valid_bleu" in r] == [2, 4]
+    assert (tmp_path / "work" / "run" / "shortlist.txt").is_file() and "BLEU" in done.stdout
+
+
 def test_run_of_a_lowercasing_vocabulary_scores_case_insensitively(tmp_path):
     files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
     for path in files["train"] + files["test"]:  # cased text, so that folding has something to do
