@@ -103,7 +103,7 @@ def whole(name: str, policy: str, threads: int, args, work: Path, src: Path, sin
     """Wall seconds of ``mtkit translate`` on all lines and on the first ``--single`` one at a time."""
     folder, settings = ENGINES[name]
     flags = ["-m", work / folder, "--engine", settings["engine"], "--threads", threads]
-    flags += ["--shortlist"] if settings["shortlist"] else []
+    flags += ["--shortlist" if settings["shortlist"] else "--no-shortlist"]  # whatever the run's config says
     # a random model's outputs loop: the integrity guard would measure its own repairs, not the engines
     flags += (["--max-len-a", 0, "--max-len-b", 2 * args.max_len, "--min-len", args.max_len, "--no-guard"]
               if args.shape == "opus" else [])
@@ -132,7 +132,7 @@ def worker(name: str, work: Path, threads: int, max_len: int | None) -> None:
     plan = json.loads((work / "plan.json").read_text(encoding="utf-8"))
     lines = (work / "src.txt").read_text(encoding="utf-8").splitlines()
     model = api.load(work / folder, engine=settings["engine"], threads=threads)
-    options = {"shortlist": True} if settings["shortlist"] else {}
+    options = {"shortlist": settings["shortlist"]}  # whatever the run's config says
     if max_len is not None:  # --shape opus: a random model (see whole())
         options.update(max_len_a=0.0, max_len_b=2 * max_len, min_len=max_len, guard=False)
     model.translate(lines[:1], **options)  # warm-up

@@ -86,8 +86,10 @@ def test_the_distillation_recipe_distils_the_single_pair_recipes_model_into_a_sh
     student, teacher = load_config(folder / "multi30k-en-de-distill.yaml"), load_config(folder / "multi30k-en-de.yaml")
     assert student.distill.teacher == ("work/multi30k-en-de/run",)  # where `mtkit run` leaves the teacher
     assert student.data.train == teacher.data.train and student.data.test == teacher.data.test
-    # the teacher translates as it decodes (its own decode section); the student is decoded greedily
-    assert student.decode.beam == 1 < teacher.decode.beam
+    # the teacher translates as it decodes (its own decode section); the student decodes with the teacher's beam
+    # over the vocabulary shortlist its run builds after training
+    assert student.decode.beam == teacher.decode.beam and not teacher.decode.shortlist
+    assert student.decode.shortlist and student.shortlist.build
     assert (student.decode.max_len_a, student.decode.max_len_b) == (teacher.decode.max_len_a, teacher.decode.max_len_b)
     assert student.model.decoder_layers < teacher.model.decoder_layers <= student.model.encoder_layers
     assert student.train.max_minutes == teacher.train.max_minutes and 0 < student.distill.filter_share < 0.2
