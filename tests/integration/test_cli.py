@@ -165,17 +165,21 @@ def test_debug_shows_the_traceback(tmp_path):
     assert result.returncode == 1 and "Traceback" in result.stderr
 
 
-def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
+def tiny_recipe(tmp_path, **sections) -> Path:
+    """A recipe of the tiny model on a small reverse corpus (300 training pairs, 20 validation), with ``sections``."""
     files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
     recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "data": reverse_data_config(files),
-        "model": TINY_MODEL,
-        "train": {"max_tokens": 600, "max_steps": 6, "log_every": 2, "valid_every": 3, "save_every": 3,
-                  "average_last": 2},
-        "decode": {"beam": 2},
-        "eval": {"metrics": ["bleu", "chrf"], "examples": 2},
-    }))
+    recipe.write_text(yaml.safe_dump({"data": reverse_data_config(files), "model": TINY_MODEL, **sections}))
+    return recipe
+
+
+def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
+    recipe = tiny_recipe(
+        tmp_path,
+        train={"max_tokens": 600, "max_steps": 6, "log_every": 2, "valid_every": 3, "save_every": 3, "average_last": 2},
+        decode={"beam": 2},
+        eval={"metrics": ["bleu", "chrf"], "examples": 2},
+    )
     first = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
     assert first.returncode == 0, first.stderr
     assert "BLEU" in first.stdout and "examples:" in first.stdout
@@ -209,16 +213,13 @@ def test_run_does_every_stage_then_skips_what_is_complete(tmp_path):
 
 def test_a_recipe_that_decodes_with_a_shortlist_validates_bleu_without_it_while_training(tmp_path):
     """The shortlist is built from the trained run, after training: validation BLEU measures the model alone."""
-    files = write_reverse_corpus(tmp_path / "text", n_train=300, n_valid=20)
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "data": reverse_data_config(files),
-        "model": TINY_MODEL,
-        "train": {"max_tokens": 600, "max_steps": 4, "log_every": 2, "valid_every": 2, "bleu_every": 2,
-                  "save_every": 2, "average_last": 2},
-        "decode": {"beam": 2, "shortlist": True},
-        "shortlist": {"build": True},
-    }))
+    recipe = tiny_recipe(
+        tmp_path,
+        train={"max_tokens": 600, "max_steps": 4, "log_every": 2, "valid_every": 2, "bleu_every": 2, "save_every": 2,
+               "average_last": 2},
+        decode={"beam": 2, "shortlist": True},
+        shortlist={"build": True},
+    )
     done = mtkit("run", str(recipe), "-w", str(tmp_path / "work"))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in (tmp_path / "work" / "run" / "metrics.jsonl").read_text().splitlines()]
