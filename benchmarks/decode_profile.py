@@ -132,7 +132,10 @@ def main() -> None:
                                                        any_target=False,
                                                        decode_options=DecodeOptions(beam=args.beam))).engine
     lines = args.input.read_text(encoding="utf-8").splitlines()[: args.sentences]
-    ids = [s for s in translator._encode(lines, 0) if s]  # with EOS, as translate() gives them to the search
+    from mtkit.engines.engine import _Warnings
+
+    # with EOS, as translate() gives them to the search
+    ids = [s for s in translator._encode(lines, 0, translator.call(), _Warnings()) if s]
     print(f"{args.model}: beam {translator.decode.beam}, {torch.get_num_threads()} threads, "
           f"torch {torch.__version__}")
     report("one sentence at a time", profile(translator, [[s] for s in ids]))
