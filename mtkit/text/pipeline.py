@@ -324,6 +324,16 @@ def _carried(call: _Call, sentences: list[str], indices: list[int], lost: list[l
 
     done = call.run([body for _, body in bodies], own if source is not None else None,
                     lambda j: numbering(indices[bodies[j][0]]), options) if bodies else []
+    # A body whose translation runs into a loop is searched again without repeating 3-grams, as a sentence is.
+    again = [j for j, t in enumerate(done) if looping(t.best.text, bodies[j][1])]
+    if again and not options.no_repeat_ngram_size:
+        redone = call.run([bodies[j][1] for j in again],
+                          (lambda i, body: own(again[i], body)) if source is not None else None,
+                          lambda i: numbering(indices[bodies[again[i]][0]]),
+                          dataclasses.replace(options, no_repeat_ngram_size=LOOP_NGRAM))
+        for j, t in zip(again, redone, strict=True):
+            if not looping(t.best.text, bodies[j][1]):
+                done[j] = t
     results: dict[int, Translation] = {k: t for (k, _), t in zip(bodies, done, strict=True)}
     out = []
     for k, (texts, rebuild) in enumerate(split):

@@ -126,6 +126,38 @@ def number_captions(texts):
     return made(60, seed=1, captions=(MULTI30K / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines())
 
 
+def test_the_guard_never_trades_a_lost_number_for_a_loop(model, texts):
+    """A repair is kept only if it loops no more than what it replaces: on this out-of-domain line, putting the
+    price and the URL back beside their aligned words gave "Der Benzierierierierierierierierier, das 12,50 das
+    https://example.com das Post putzt." (both kept, a loop) in place of a loop-free translation lacking them."""
+    from mtkit.text.guard import looping
+
+    line = "The price was $12.50, see https://example.com."
+    assert not looping(model.translate(line, guard=False).text, line)
+    result = model.translate(line)
+    [report] = result.sentences
+    assert not looping(result.text, line) and report["loop"] is False, result.text
+    assert "https://example.com" in result.text and report["repaired"]  # the guard still repairs what it can
+    assert run_mtkit("translate", "-m", MODEL, "--threads", "1", stdin=line + "\n").stdout.strip() == result.text
+
+
+@pytest.mark.parametrize("line", ["Two people in blue shirts are outside with a bullhorn for $275.",
+                                  "The price was $12.50, see https://example.com."])
+def test_what_the_guard_carries_back_is_not_left_in_a_loop(model, line):
+    """Where forcing a lost number fails, the guard translates the sentence without it and puts it back by
+    alignment; that translation, too, is searched again without repeating 3-grams when it loops (it gave "für 275
+    Erbetetetet hat." and "Der Benzierierierierierierierierier, das 12,50 das https://example.com das Post putzt.")."""
+    from mtkit.text.guard import looping, missing, protected_tokens
+
+    tokens = protected_tokens(line, "en", "de")
+    assert missing(tokens, model.translate(line, guard=False).text)  # the model alone loses them
+    result = model.translate(line)
+    [report] = result.sentences
+    assert report["missing"] == [] and not missing(tokens, result.text), result.text
+    assert report["loop"] is False and not looping(result.text, line), result.text
+    assert run_mtkit("translate", "-m", MODEL, "--threads", "1", stdin=line + "\n").stdout.strip() == result.text
+
+
 @pytest.mark.parametrize("engine", ["torch", "ctranslate2"])
 def test_the_guard_keeps_numbers_times_codes_and_placeholders(model, number_captions, engine, tmp_path, monkeypatch):
     """≥ 95 % of what the number captions protect reaches the translation with the guard, against a small share
