@@ -28,7 +28,9 @@ does, with two steps around the engine, each a decoding setting:
     placeholders) and for a repetition loop its source does not have. A sentence that lacks some is searched
     again with the missing ones as include phrases (in the target's form, :data:`MAX_FORCED` at most; engines
     that take include phrases: :mod:`mtkit.engines.capabilities`), a loop again without repeating 3-grams; the
-    new translation is kept when it lacks fewer (and loops no more). What is repaired and what still fails is in
+    new translation is kept when it lacks fewer, or as few and loops no more; what forcing could not put back is
+    carried by the word alignment (its translation of the rest, too, searched again without repeating 3-grams when
+    it loops). What is repaired and what still fails is in
     :attr:`Translation.checks` (a :class:`Checked` per sentence) and in the :class:`GuardCounts` a caller passes.
     Sampling is not searched again (its draws are the point); nor are the n-best list's other hypotheses.
 
