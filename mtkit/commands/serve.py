@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtkit import langid
 from mtkit.api import ENGINES, LoadOptions, load_models
 from mtkit.config import PRECISIONS, DecodeOptions
 from mtkit.data.languages import describe, languages
@@ -296,7 +298,11 @@ def serve(models: list[Path], options: ServeOptions | None = None) -> None:
     app = create_app(service)
     app = Guard(Cors(app) if o.cors else app, o.max_body_bytes, service.metrics, o.body_timeout, o.access_log,
                 o.max_file_bytes)
+    started = time.perf_counter()
     service.start()  # here, not in uvicorn's startup: a thread the system refuses is one error line
+    if langid.available():
+        print(f"language identification: {len(service.languages)} languages loaded in "
+              f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     try:
         run(app, o.host, o.port, o.graceful_timeout, o.header_timeout, o.keep_alive_timeout,
             o.max_connections or default_connections())

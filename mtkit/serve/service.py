@@ -96,9 +96,12 @@ class Service:
         self.files = FileWork(limits.max_file_bytes) if limits.max_file_bytes > 0 else None
 
     def start(self) -> None:
-        """Start the decoding threads (once; again is a no-op). A thread the system refuses is one error line."""
+        """Load the language identifier's models (with lingua) and start the decoding threads (once; again is a
+        no-op). A thread the system refuses is one error line."""
         if self.ready:
             return
+        if langid.available():  # now, not at the first /detect: lingua would hold every request while it loads
+            langid.prepare(self.languages)
         try:
             for batcher in self.batchers.values():
                 batcher.start()
@@ -241,8 +244,8 @@ class Service:
         """Each text's languages, best first, as ``(code, confidence in 0..1)`` (:func:`mtkit.langid.detect`:
         each judged on a bounded prefix; empty for a text without letters), among :attr:`languages`, a served
         source language spelt as its model spells it. In a worker thread, one text at a time: lingua holds the GIL
-        while it works, so the event loop waits at most for one text's prefix (milliseconds) between calls; but
-        the first text of a script waits for lingua to load its languages' models (seconds, once per server)."""
+        while it works, so the event loop waits at most for one text's prefix (milliseconds) between calls (its
+        models were loaded by :meth:`start`)."""
         if not langid.available():
             raise ApiError(501, f"this server cannot identify languages: {langid.NEEDS_LINGUA}")
 

@@ -81,6 +81,24 @@ def test_detect_answers_languages_best_first_on_libretranslates_scale(server):
     assert server.post_json("/detect", {"q": "1234 5678 !!"}) == (200, [{"confidence": 0.0, "language": "en"}])
 
 
+def test_the_server_loads_the_identifier_before_it_serves():
+    """lingua holds the GIL while it loads a language's models (seconds): left to the first /detect, every other
+    request would wait as long. The server builds its detector, the models loaded, as it starts."""
+    from mtkit import langid
+    from mtkit.engines.torch_engine import TorchEngine
+
+    langid.identifier.cache_clear()
+    s = Served([ServedModel("en-de", TorchEngine(tiny_loaded(), DecodeConfig(beam=1, max_len_b=4)), "en", "de")])
+    try:
+        built = langid.identifier.cache_info()
+        assert built.currsize == 1  # before any request
+        status, answer = s.post_json("/detect", {"q": DE[0]})
+        assert status == 200 and answer[0]["language"] == "de", answer
+        assert langid.identifier.cache_info().misses == built.misses  # /detect used the one built at start
+    finally:
+        s.stop()
+
+
 def test_detect_refuses_what_holds_no_text(server):
     assert server.post_json("/detect", {"q": ""}) == (400, {"error": "Invalid request: missing q parameter"})
     status, answer = server.post_json("/detect", {"q": " \n\t "})

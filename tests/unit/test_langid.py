@@ -58,6 +58,15 @@ def test_a_detector_is_built_once_per_candidate_set():
     assert langid.identifier(("de", "en")) is not langid.identifier(("de", "en", "fr"))
 
 
+def test_prepare_builds_the_detector_detect_then_uses():
+    langid.prepare(["it", "es"])
+    misses = langid.identifier.cache_info().misses
+    assert langid.detect(["Un uomo con un cappello rosso."], ["es", "it"])[0][0][0] == "it"
+    langid.prepare(["pl"])  # one language: lingua is given it and a second, as detect gives them
+    assert langid.detect(["Mężczyzna w czerwonym kapeluszu."], ["pl"]) == [[("pl", 1.0)]]
+    assert langid.identifier.cache_info().misses == misses + 1  # built by prepare, never by detect
+
+
 def test_the_default_candidates_are_all_known_to_lingua():
     assert all(langid.knows(code) for code in langid.COMMON) and len(set(langid.COMMON)) == len(langid.COMMON)
 
