@@ -22,12 +22,15 @@ its languages' models loaded as it is built (~3 s and ~650 MB for :data:`COMMON`
 life of the process and shared by every detector): left to lingua, each language would load at the first
 text that could be in it, holding the GIL for seconds (4.5 s at a server's first ``/detect``, every other
 request waiting), and loading the Latin-script ones alone that way takes longer than loading all at once.
-:func:`prepare` builds one ahead (the server does at its start).
+:func:`prepare` builds one ahead (the server does at its start). Loading them, and detecting several texts at
+once, takes lingua's thread pool; a process forked after that (``prepare``'s cleaning workers) must not use the
+pool, whose threads it lacks: it detects one text at a time instead (:func:`_may_use_pool`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Sequence
 
@@ -118,7 +121,25 @@ def identifier(codes: tuple[str, ...], low_accuracy: bool = False):
     builder = LanguageDetectorBuilder.from_iso_codes_639_1(*(IsoCode639_1.from_str(c) for c in codes))
     if low_accuracy:
         builder = builder.with_low_accuracy_mode()
-    return builder.with_preloaded_language_models().build()
+    if _may_use_pool():  # loading the models takes lingua's thread pool
+        _pool_used()
+        builder = builder.with_preloaded_language_models()
+    return builder.build()
+
+
+# The process whose lingua has started its thread pool (rayon's), or None. A process forked from it (the cleaning
+# workers of prepare are) inherits the pool's state without its threads: lingua's parallel work there would wait
+# for them for ever, so it detects one text at a time and loads models as texts need them, as a fresh process may.
+_POOL_PID: int | None = None
+
+
+def _may_use_pool() -> bool:
+    return _POOL_PID is None or _POOL_PID == os.getpid()
+
+
+def _pool_used() -> None:
+    global _POOL_PID
+    _POOL_PID = os.getpid()
 
 
 def prepare(candidates: Sequence[str], low_accuracy: bool = False) -> None:
@@ -173,8 +194,11 @@ def _pair_of(codes: tuple[str, ...]) -> tuple[str, ...]:
 
 def _detect(texts: list[str], codes: tuple[str, ...], low_accuracy: bool) -> list[list[tuple[str, float]]]:
     detector = identifier(codes, low_accuracy)
-    found = detector.compute_language_confidence_values_in_parallel(texts) if len(texts) > 1 else \
-        [detector.compute_language_confidence_values(text) for text in texts]
+    if len(texts) > 1 and _may_use_pool():
+        _pool_used()
+        found = detector.compute_language_confidence_values_in_parallel(texts)
+    else:
+        found = [detector.compute_language_confidence_values(text) for text in texts]
     return [[(v.language.iso_code_639_1.name.lower(), v.value) for v in values if v.value > 0] for values in found]
 
 

@@ -67,6 +67,28 @@ def test_prepare_builds_the_detector_detect_then_uses():
     assert langid.identifier.cache_info().misses == misses + 1  # built by prepare, never by detect
 
 
+def _detect_in_child(texts: list[str], candidates: list[str]) -> list:
+    return langid.detect(texts, candidates)
+
+
+def test_a_process_forked_after_lingua_used_its_threads_still_detects():
+    """prepare's cleaning workers are forked: lingua's thread pool, started here by loading models and by
+    detecting several texts at once, has no threads there; lingua waiting for them would hang the worker."""
+    import multiprocessing
+
+    texts = ["Un homme avec un chapeau rouge.", "A man with a red hat.", "Ein Mann mit einem roten Hut."]
+    langid.prepare(["de", "en", "fr"])
+    here = langid.detect(texts, ["de", "en", "fr"])
+    assert [found[0][0] for found in here] == ["fr", "en", "de"]
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        # a bound on a hang, not a timing assertion
+        there = pool.apply_async(_detect_in_child, (texts, ["de", "en", "fr"])).get(timeout=120)
+        assert [[code for code, _ in found] for found in there] == [[code for code, _ in found] for found in here]
+        assert [value for found in there for _, value in found] == pytest.approx(
+            [value for found in here for _, value in found], abs=1e-6)
+        assert pool.apply_async(_detect_in_child, (texts, ["de", "en", "fr", "it"])).get(timeout=120)[0][0][0] == "fr"
+
+
 def test_the_default_candidates_are_all_known_to_lingua():
     assert all(langid.knows(code) for code in langid.COMMON) and len(set(langid.COMMON)) == len(langid.COMMON)
 
