@@ -144,10 +144,7 @@ def _pool_used() -> None:
 
 def prepare(candidates: Sequence[str], low_accuracy: bool = False) -> None:
     """Build the detector :func:`detect` uses for ``candidates`` now, its languages' models loaded."""
-    codes = _checked(tuple(candidates))
-    if not codes:
-        raise MtkitError("languages: give at least one language to tell apart")
-    identifier(_pair_of(codes), low_accuracy)
+    identifier(_pair_of(_candidates(candidates)), low_accuracy)
 
 
 def candidates_of(codes: Sequence[str], key: str = "languages") -> tuple[str, ...]:
@@ -174,14 +171,20 @@ def detect(texts: Sequence[str], candidates: Sequence[str] = COMMON,
         (confidences in 0..1, lingua's relative ones: they sum to 1); empty for a text without letters, or
         whose letters no candidate is written in.
     """
-    codes = _checked(tuple(candidates))
-    if not codes:
-        raise MtkitError("languages: give at least one language to tell apart")
+    codes = _candidates(candidates)
     prefixes = [text[:PREFIX_CHARS] for text in texts]
     if len(codes) == 1:  # lingua needs two candidates; one language is the only answer a text with letters has
         found = _detect(prefixes, _pair_of(codes), low_accuracy)
         return [[(codes[0], 1.0)] if values else [] for values in found]
     return _detect(prefixes, codes, low_accuracy)
+
+
+def _candidates(candidates: Sequence[str]) -> tuple[str, ...]:
+    """``candidates`` checked (:func:`candidates_of`), at least one."""
+    codes = _checked(tuple(candidates))
+    if not codes:
+        raise MtkitError("languages: give at least one language to tell apart")
+    return codes
 
 
 def _pair_of(codes: tuple[str, ...]) -> tuple[str, ...]:
