@@ -126,21 +126,6 @@ def number_captions(texts):
     return made(60, seed=1, captions=(MULTI30K / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines())
 
 
-def test_the_guard_never_trades_a_lost_number_for_a_loop(model, texts):
-    """A repair is kept only if it loops no more than what it replaces: on this out-of-domain line, putting the
-    price and the URL back beside their aligned words gave "Der Benzierierierierierierierierier, das 12,50 das
-    https://example.com das Post putzt." (both kept, a loop) in place of a loop-free translation lacking them."""
-    from mtkit.text.guard import looping
-
-    line = "The price was $12.50, see https://example.com."
-    assert not looping(model.translate(line, guard=False).text, line)
-    result = model.translate(line)
-    [report] = result.sentences
-    assert not looping(result.text, line) and report["loop"] is False, result.text
-    assert "https://example.com" in result.text and report["repaired"]  # the guard still repairs what it can
-    assert run_mtkit("translate", "-m", MODEL, "--threads", "1", stdin=line + "\n").stdout.strip() == result.text
-
-
 @pytest.mark.parametrize("line", ["Two people in blue shirts are outside with a bullhorn for $275.",
                                   "The price was $12.50, see https://example.com."])
 def test_what_the_guard_carries_back_is_not_left_in_a_loop(model, line):
